@@ -1,0 +1,257 @@
+//! [`PartitionLog`]: batches in offset order, appended at the end, read from any offset.
+
+use crate::{BatchSlice, LogError, StoredBatch, Writer};
+
+/// How much one read may return. At least one record is returned when any is available, so a
+/// record larger than `max_bytes` never blocks a reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadLimits {
+    /// Stop before the returned records exceed this many bytes.
+    pub max_bytes: usize,
+    /// Return at most this many records.
+    pub max_records: usize,
+}
+
+impl Default for ReadLimits {
+    fn default() -> Self {
+        Self {
+            max_bytes: 1 << 20,
+            max_records: 10_000,
+        }
+    }
+}
+
+/// An append-only, in-memory log of one partition.
+#[derive(Debug, Default, Clone)]
+pub struct PartitionLog {
+    batches: Vec<StoredBatch>,
+    next_offset: i64,
+    stored_bytes: usize,
+}
+
+impl PartitionLog {
+    /// An empty log starting at offset 0.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends one batch and returns the offset of its first record.
+    ///
+    /// # Errors
+    /// [`LogError::EmptyBatch`] for no records, [`LogError::BatchTooLarge`] past 4 GiB; nothing
+    /// is stored then.
+    pub fn append<R: AsRef<[u8]>>(
+        &mut self,
+        writer: Writer,
+        records: &[R],
+    ) -> Result<i64, LogError> {
+        let batch = StoredBatch::new(self.next_offset, writer, records)?;
+        let base_offset = self.next_offset;
+        self.next_offset = batch.end_offset();
+        self.stored_bytes += batch.byte_len();
+        self.batches.push(batch);
+        Ok(base_offset)
+    }
+
+    /// The offset the next record will get (Kafka's log end offset / high watermark).
+    #[must_use]
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+
+    /// The first offset held (always 0 until retention exists).
+    #[must_use]
+    pub fn start_offset(&self) -> i64 {
+        self.batches
+            .first()
+            .map_or(self.next_offset, StoredBatch::base_offset)
+    }
+
+    /// Bytes of record data stored.
+    #[must_use]
+    pub fn stored_bytes(&self) -> usize {
+        self.stored_bytes
+    }
+
+    /// Number of stored batches.
+    #[must_use]
+    pub fn batch_count(&self) -> usize {
+        self.batches.len()
+    }
+
+    /// Every stored batch, in offset order.
+    #[must_use]
+    pub fn batches(&self) -> &[StoredBatch] {
+        &self.batches
+    }
+
+    /// Records from `from` onwards, grouped by the batch that holds them, within `limits`.
+    /// Reading at the end offset returns nothing.
+    ///
+    /// # Errors
+    /// [`LogError::OffsetOutOfRange`] when `from` is before the start or past the end.
+    pub fn read(&self, from: i64, limits: ReadLimits) -> Result<Vec<BatchSlice>, LogError> {
+        if from < self.start_offset() || from > self.next_offset {
+            return Err(LogError::OffsetOutOfRange {
+                requested: from,
+                start: self.start_offset(),
+                end: self.next_offset,
+            });
+        }
+        let first = self.batches.partition_point(|b| b.end_offset() <= from);
+        let mut slices = Vec::new();
+        let (mut bytes, mut records) = (0usize, 0usize);
+        'batches: for batch in &self.batches[first..] {
+            let skip = usize::try_from(from - batch.base_offset()).unwrap_or(0);
+            let mut slice = BatchSlice {
+                first_offset: batch.base_offset() + skip as i64,
+                batch_base_offset: batch.base_offset(),
+                writer: batch.writer(),
+                records: Vec::new(),
+            };
+            for index in skip..batch.record_count() {
+                let record = batch.record(index);
+                let over = records >= limits.max_records
+                    || (records > 0 && bytes + record.len() > limits.max_bytes);
+                if over {
+                    if !slice.records.is_empty() {
+                        slices.push(slice);
+                    }
+                    break 'batches;
+                }
+                bytes += record.len();
+                records += 1;
+                slice.records.push(record);
+            }
+            slices.push(slice);
+        }
+        Ok(slices)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn writer(producer_id: i64, base_sequence: i32) -> Writer {
+        Writer {
+            producer_id,
+            epoch: 0,
+            base_sequence,
+        }
+    }
+
+    fn flat(slices: &[BatchSlice]) -> Vec<(i64, Bytes)> {
+        slices
+            .iter()
+            .flat_map(|s| {
+                s.records
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, r)| (s.first_offset + i as i64, r.clone()))
+            })
+            .collect()
+    }
+
+    fn sample() -> PartitionLog {
+        let mut log = PartitionLog::new();
+        log.append(writer(1, 0), &[b"a0".as_slice(), b"a1", b"a2"])
+            .unwrap();
+        log.append(writer(2, 0), &[b"b0".as_slice()]).unwrap();
+        log.append(writer(1, 1), &[b"a3".as_slice(), b"a4"])
+            .unwrap();
+        log
+    }
+
+    #[test]
+    fn append_assigns_consecutive_offsets_per_record() {
+        let log = sample();
+        let bases: Vec<i64> = log.batches().iter().map(StoredBatch::base_offset).collect();
+        assert_eq!(bases, vec![0, 3, 4]);
+        assert_eq!(log.next_offset(), 6);
+        assert_eq!(log.stored_bytes(), 12);
+    }
+
+    #[test]
+    fn batches_remember_their_writer() {
+        let log = sample();
+        let writers: Vec<(i64, i32)> = log
+            .batches()
+            .iter()
+            .map(|b| (b.writer().producer_id, b.writer().base_sequence))
+            .collect();
+        assert_eq!(writers, vec![(1, 0), (2, 0), (1, 1)]);
+    }
+
+    #[test]
+    fn read_from_mid_batch_returns_the_suffix() {
+        let log = sample();
+        let read = log.read(1, ReadLimits::default()).unwrap();
+        assert_eq!(read[0].first_offset, 1);
+        assert_eq!(read[0].batch_base_offset, 0);
+        let offsets: Vec<i64> = flat(&read).iter().map(|(o, _)| *o).collect();
+        assert_eq!(offsets, vec![1, 2, 3, 4, 5]);
+        assert_eq!(flat(&read)[0].1, Bytes::from_static(b"a1"));
+    }
+
+    #[test]
+    fn read_respects_record_and_byte_limits() {
+        let log = sample();
+        let by_records = ReadLimits {
+            max_bytes: usize::MAX,
+            max_records: 2,
+        };
+        assert_eq!(flat(&log.read(2, by_records).unwrap()).len(), 2);
+        let by_bytes = ReadLimits {
+            max_bytes: 5,
+            max_records: usize::MAX,
+        };
+        let read = log.read(0, by_bytes).unwrap();
+        assert_eq!(flat(&read).len(), 2);
+        assert_eq!(read.len(), 1);
+    }
+
+    #[test]
+    fn read_always_returns_one_record_even_if_it_is_over_the_byte_limit() {
+        let log = sample();
+        let tiny = ReadLimits {
+            max_bytes: 1,
+            max_records: 10,
+        };
+        assert_eq!(flat(&log.read(0, tiny).unwrap()).len(), 1);
+    }
+
+    #[test]
+    fn read_at_end_is_empty_and_past_end_is_an_error() {
+        let log = sample();
+        assert!(log.read(6, ReadLimits::default()).unwrap().is_empty());
+        assert_eq!(
+            log.read(7, ReadLimits::default()),
+            Err(LogError::OffsetOutOfRange {
+                requested: 7,
+                start: 0,
+                end: 6
+            })
+        );
+        assert!(log.read(-1, ReadLimits::default()).is_err());
+    }
+
+    #[test]
+    fn empty_batch_is_rejected_and_nothing_changes() {
+        let mut log = sample();
+        let empty: [&[u8]; 0] = [];
+        assert_eq!(log.append(writer(3, 0), &empty), Err(LogError::EmptyBatch));
+        assert_eq!(log.next_offset(), 6);
+        assert_eq!(log.batch_count(), 3);
+    }
+
+    #[test]
+    fn empty_records_are_allowed() {
+        let mut log = PartitionLog::new();
+        log.append(writer(1, 0), &[b"".as_slice(), b"x"]).unwrap();
+        let read = flat(&log.read(0, ReadLimits::default()).unwrap());
+        assert_eq!(read, vec![(0, Bytes::new()), (1, Bytes::from_static(b"x"))]);
+    }
+}

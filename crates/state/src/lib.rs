@@ -1,0 +1,47 @@
+//! The exactly-once rule of minibroker.
+//!
+//! Every produce request carries a producer id, an epoch and a per-partition sequence number. The
+//! broker, not the producer, removes duplicates: [`ProducerStateManager`] answers each request
+//! [`Outcome::Accepted`], [`Outcome::Duplicate`], [`Outcome::OutOfOrder`] or
+//! [`Outcome::FencedEpoch`] before anything is appended, and only an accepted request changes the
+//! stored state.
+//!
+//! # Layout
+//! - [`validate`] — the rule itself, a pure function over (stored entry, incoming batch).
+//! - [`ProducerEntry`] — what is remembered per (partition, producer): epoch and last 5 batches.
+//! - [`ProducerStateManager`] — the entries, sharded by partition behind `std` mutexes, with an
+//!   append closure run under the lock so validate-and-append is atomic.
+//! - [`SequenceRange`] — the sequences one batch occupies, with wrap-around after `i32::MAX`.
+//!
+//! # Example
+//! ```
+//! use minibroker_state::{BatchHeader, Outcome, ProducerStateManager, SequenceRange};
+//!
+//! let mgr = ProducerStateManager::new();
+//! let mut log: Vec<&str> = Vec::new();
+//! let header = BatchHeader::new(7, 0, 0, SequenceRange::single(0)?)?;
+//! for _attempt in 0..2 {
+//!     // The second attempt is a retry: it is acknowledged with the original offset.
+//!     let verdict = mgr.append_batch(&header, || {
+//!         log.push("record");
+//!         Ok::<_, std::convert::Infallible>(log.len() as i64 - 1)
+//!     });
+//!     println!("{:?}", verdict);
+//! }
+//! assert_eq!(log.len(), 1);
+//! # Ok::<(), minibroker_state::StateError>(())
+//! ```
+
+mod entry;
+mod error;
+mod manager;
+mod sequence;
+mod validate;
+
+pub use entry::{BatchMetadata, CACHED_BATCHES, ProducerEntry};
+pub use error::StateError;
+pub use manager::{
+    BatchHeader, PartitionId, ProducerStateManager, ProducerView, Verdict, default_shard_count,
+};
+pub use sequence::{SequenceRange, next_sequence};
+pub use validate::{Decision, Outcome, validate};

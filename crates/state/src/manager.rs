@@ -1,0 +1,280 @@
+//! [`ProducerStateManager`]: the rule of [`crate::validate`] behind sharded locks.
+//!
+//! State is split into a fixed number of shards, each a `std::sync::Mutex` over a map from
+//! (partition, producer id) to [`ProducerEntry`]. The shard is chosen by the partition alone, so
+//! every producer of one partition meets under one lock: the check and the append of a batch
+//! happen atomically, and a producer's batches reach the log in sequence order. Different
+//! partitions mostly land on different shards and proceed in parallel.
+//!
+//! A plain `std` mutex fits because the critical section is short and never awaits; callers must
+//! not hold one across an `.await` (none is ever handed out).
+
+use crate::entry::NO_OFFSET;
+use crate::{Decision, Outcome, ProducerEntry, SequenceRange, StateError, validate};
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// Identifies a partition to the state manager. The broker numbers its partitions across all
+/// topics; the manager never needs to know topic names.
+pub type PartitionId = u32;
+
+/// The producer entries of one shard, keyed by (partition, producer id).
+type Shard = HashMap<(PartitionId, i64), ProducerEntry>;
+
+/// Who wrote a batch and which sequences it occupies: everything [`validate`] needs besides the
+/// stored state. Construction rejects negative ids, epochs and sequences.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BatchHeader {
+    producer_id: i64,
+    partition: PartitionId,
+    epoch: i16,
+    sequences: SequenceRange,
+}
+
+impl BatchHeader {
+    /// A validated header.
+    ///
+    /// # Errors
+    /// [`StateError::NegativeProducerId`] or [`StateError::NegativeEpoch`] for negative values
+    /// (the sequence range is already validated by [`SequenceRange`]).
+    pub fn new(
+        producer_id: i64,
+        partition: PartitionId,
+        epoch: i16,
+        sequences: SequenceRange,
+    ) -> Result<Self, StateError> {
+        if producer_id < 0 {
+            return Err(StateError::NegativeProducerId(producer_id));
+        }
+        if epoch < 0 {
+            return Err(StateError::NegativeEpoch(epoch));
+        }
+        Ok(Self {
+            producer_id,
+            partition,
+            epoch,
+            sequences,
+        })
+    }
+
+    /// The producer id.
+    #[must_use]
+    pub fn producer_id(&self) -> i64 {
+        self.producer_id
+    }
+    /// The partition written to.
+    #[must_use]
+    pub fn partition(&self) -> PartitionId {
+        self.partition
+    }
+    /// The producer's epoch.
+    #[must_use]
+    pub fn epoch(&self) -> i16 {
+        self.epoch
+    }
+    /// The sequences the batch occupies.
+    #[must_use]
+    pub fn sequences(&self) -> SequenceRange {
+        self.sequences
+    }
+}
+
+/// The outcome of a batch and, for ACCEPTED and a recognised DUPLICATE, its base offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Verdict {
+    /// One of the four outcomes.
+    pub outcome: Outcome,
+    /// ACCEPTED: where the batch was appended. DUPLICATE: where the original was appended, when
+    /// the retry matches one of the cached recent batches. Otherwise `None`.
+    pub base_offset: Option<i64>,
+}
+
+/// One producer's state on a partition, as shown by [`ProducerStateManager::producers`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProducerView {
+    /// The producer id.
+    pub producer_id: i64,
+    /// Its stored state.
+    pub entry: ProducerEntry,
+}
+
+/// Default shard count: a small multiple of the cores, so two busy partitions rarely share a lock.
+#[must_use]
+pub fn default_shard_count() -> usize {
+    std::thread::available_parallelism().map_or(4, |n| n.get()) * 8
+}
+
+/// Tracks every producer's epoch and sequences per partition and decides each append.
+#[derive(Debug)]
+pub struct ProducerStateManager {
+    shards: Box<[Mutex<Shard>]>,
+}
+
+impl Default for ProducerStateManager {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ProducerStateManager {
+    /// A manager with [`default_shard_count`] shards.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::with_shards(default_shard_count())
+    }
+
+    /// A manager with `shards` shards (at least one).
+    #[must_use]
+    pub fn with_shards(shards: usize) -> Self {
+        Self {
+            shards: (0..shards.max(1))
+                .map(|_| Mutex::new(Shard::default()))
+                .collect(),
+        }
+    }
+
+    /// The seed API: decides one single-sequence request without a log and records it if
+    /// ACCEPTED. Nothing else changes state.
+    ///
+    /// # Errors
+    /// [`StateError`] for a negative producer id, epoch or sequence; nothing is stored then.
+    ///
+    /// # Example
+    /// The mission text's worked example:
+    /// ```
+    /// use minibroker_state::ProducerStateManager;
+    ///
+    /// let mgr = ProducerStateManager::new();
+    /// let p1 = 1;
+    /// let outcomes = [
+    ///     mgr.append(p1, 0, 0, 0)?, // ACCEPTED
+    ///     mgr.append(p1, 0, 0, 1)?, // ACCEPTED
+    ///     mgr.append(p1, 0, 0, 1)?, // DUPLICATE    (retry of the above)
+    ///     mgr.append(p1, 0, 0, 5)?, // OUT_OF_ORDER (gap: 2, 3, 4 missing)
+    ///     mgr.append(p1, 0, 1, 0)?, // ACCEPTED     (new session restarts at 0)
+    ///     mgr.append(p1, 0, 0, 2)?, // FENCED_EPOCH (stale epoch: a zombie)
+    /// ];
+    /// for outcome in outcomes {
+    ///     println!("{outcome}");
+    /// }
+    /// let names: Vec<String> = outcomes.iter().map(|o| o.to_string()).collect();
+    /// assert_eq!(
+    ///     names,
+    ///     ["ACCEPTED", "ACCEPTED", "DUPLICATE", "OUT_OF_ORDER", "ACCEPTED", "FENCED_EPOCH"]
+    /// );
+    /// # Ok::<(), minibroker_state::StateError>(())
+    /// ```
+    pub fn append(
+        &self,
+        producer_id: i64,
+        partition: PartitionId,
+        epoch: i16,
+        sequence: i32,
+    ) -> Result<Outcome, StateError> {
+        let header = BatchHeader::new(
+            producer_id,
+            partition,
+            epoch,
+            SequenceRange::single(sequence)?,
+        )?;
+        let verdict = self.append_batch(&header, || Ok::<_, Infallible>(NO_OFFSET));
+        Ok(match verdict {
+            Ok(verdict) => verdict.outcome,
+            Err(never) => match never {},
+        })
+    }
+
+    /// Decides a batch and, only if it is ACCEPTED, calls `append` under the partition's shard
+    /// lock to store it, then records it with the base offset `append` returned.
+    ///
+    /// Because the decision, the append and the bookkeeping happen under one lock, two racing
+    /// retries of the same batch can never both be appended, and a producer's batches are
+    /// appended in sequence order.
+    ///
+    /// # Errors
+    /// Whatever `append` returns; the state is then left exactly as it was.
+    pub fn append_batch<E>(
+        &self,
+        header: &BatchHeader,
+        append: impl FnOnce() -> Result<i64, E>,
+    ) -> Result<Verdict, E> {
+        let key = (header.partition, header.producer_id);
+        let mut shard = self.lock(header.partition);
+        let decision = validate(shard.get(&key), header.epoch, header.sequences);
+        let base_offset = match decision {
+            Decision::Accept => {
+                let base_offset = append()?;
+                shard
+                    .entry(key)
+                    .and_modify(|entry| entry.record(header.epoch, header.sequences, base_offset))
+                    .or_insert_with(|| {
+                        ProducerEntry::new(header.epoch, header.sequences, base_offset)
+                    });
+                (base_offset != NO_OFFSET).then_some(base_offset)
+            }
+            Decision::Duplicate { base_offset } => base_offset,
+            Decision::OutOfOrder | Decision::FencedEpoch => None,
+        };
+        Ok(Verdict {
+            outcome: decision.outcome(),
+            base_offset,
+        })
+    }
+
+    /// The stored state of one producer on one partition.
+    #[must_use]
+    pub fn entry(&self, partition: PartitionId, producer_id: i64) -> Option<ProducerEntry> {
+        self.lock(partition).get(&(partition, producer_id)).copied()
+    }
+
+    /// A read-only view of every producer on `partition`, ordered by producer id.
+    #[must_use]
+    pub fn producers(&self, partition: PartitionId) -> Vec<ProducerView> {
+        let shard = self.lock(partition);
+        let mut views: Vec<ProducerView> = shard
+            .iter()
+            .filter(|((p, _), _)| *p == partition)
+            .map(|(&(_, producer_id), &entry)| ProducerView { producer_id, entry })
+            .collect();
+        views.sort_unstable_by_key(|view| view.producer_id);
+        views
+    }
+
+    /// A copy of all state, keyed by (partition, producer id). Shards are copied one at a time,
+    /// so under concurrent appends the copy is consistent per partition, not across partitions.
+    #[must_use]
+    pub fn snapshot(&self) -> BTreeMap<(PartitionId, i64), ProducerEntry> {
+        self.shards
+            .iter()
+            .flat_map(|shard| {
+                let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+                shard.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// How many (partition, producer) entries are stored.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| shard.lock().unwrap_or_else(PoisonError::into_inner).len())
+            .sum()
+    }
+
+    /// Whether no entry is stored.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self, partition: PartitionId) -> MutexGuard<'_, Shard> {
+        let index = partition as usize % self.shards.len();
+        // A panic inside an append closure happens before the entry is touched, so a poisoned
+        // shard still holds consistent state and can be used as is.
+        self.shards[index]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}

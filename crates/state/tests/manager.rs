@@ -1,0 +1,147 @@
+//! The manager's named guarantees: each non-ACCEPTED outcome and each failed append leaves the
+//! whole state exactly as it was; bad input is refused before anything is looked at.
+
+use minibroker_state::{
+    BatchHeader, Outcome, ProducerStateManager, SequenceRange, StateError, Verdict,
+};
+
+fn header(producer_id: i64, partition: u32, epoch: i16, seq: i32) -> BatchHeader {
+    BatchHeader::new(
+        producer_id,
+        partition,
+        epoch,
+        SequenceRange::single(seq).unwrap(),
+    )
+    .unwrap()
+}
+
+/// A manager where producer 1 has written sequences 0..=2 at epoch 1 on partition 0 (offsets
+/// 10, 11, 12), and producer 2 has one batch on partition 1.
+fn populated() -> ProducerStateManager {
+    let mgr = ProducerStateManager::with_shards(2);
+    for seq in 0..3 {
+        let v = mgr.append_batch(&header(1, 0, 1, seq), || Ok::<_, ()>(10 + i64::from(seq)));
+        assert_eq!(v.unwrap().outcome, Outcome::Accepted);
+    }
+    mgr.append_batch(&header(2, 1, 0, 0), || Ok::<_, ()>(0))
+        .unwrap();
+    mgr
+}
+
+fn assert_untouched(request: BatchHeader, expected: Outcome) {
+    let mgr = populated();
+    let before = mgr.snapshot();
+    let mut appended = false;
+    let verdict = mgr
+        .append_batch(&request, || {
+            appended = true;
+            Ok::<_, ()>(99)
+        })
+        .unwrap();
+    assert_eq!(verdict.outcome, expected);
+    assert!(!appended, "{expected} must not append");
+    assert_eq!(mgr.snapshot(), before, "{expected} changed the state");
+}
+
+#[test]
+fn duplicate_leaves_state_untouched() {
+    assert_untouched(header(1, 0, 1, 1), Outcome::Duplicate);
+}
+
+#[test]
+fn out_of_order_gap_leaves_state_untouched() {
+    assert_untouched(header(1, 0, 1, 5), Outcome::OutOfOrder);
+}
+
+#[test]
+fn out_of_order_new_session_not_at_zero_leaves_state_untouched() {
+    assert_untouched(header(1, 0, 2, 1), Outcome::OutOfOrder);
+}
+
+#[test]
+fn out_of_order_first_write_not_at_zero_leaves_state_untouched() {
+    assert_untouched(header(3, 0, 0, 1), Outcome::OutOfOrder);
+}
+
+#[test]
+fn fenced_epoch_leaves_state_untouched() {
+    assert_untouched(header(1, 0, 0, 3), Outcome::FencedEpoch);
+}
+
+#[test]
+fn failed_append_leaves_state_untouched_and_returns_the_error() {
+    let mgr = populated();
+    let before = mgr.snapshot();
+    let result = mgr.append_batch(&header(1, 0, 1, 3), || Err::<i64, _>("log full"));
+    assert_eq!(result, Err("log full"));
+    assert_eq!(mgr.snapshot(), before);
+    // The same batch is accepted once the log can take it.
+    let verdict = mgr.append_batch(&header(1, 0, 1, 3), || Ok::<_, ()>(13));
+    assert_eq!(
+        verdict,
+        Ok(Verdict {
+            outcome: Outcome::Accepted,
+            base_offset: Some(13)
+        })
+    );
+}
+
+#[test]
+fn duplicate_answers_with_the_original_offset() {
+    let mgr = populated();
+    let verdict = mgr.append_batch(&header(1, 0, 1, 1), || Ok::<_, ()>(99));
+    assert_eq!(
+        verdict,
+        Ok(Verdict {
+            outcome: Outcome::Duplicate,
+            base_offset: Some(11)
+        })
+    );
+}
+
+#[test]
+fn producers_are_tracked_independently_per_partition() {
+    let mgr = populated();
+    // Producer 1 has never written to partition 1: its first write there must start at 0.
+    assert_eq!(mgr.append(1, 1, 1, 3), Ok(Outcome::OutOfOrder));
+    assert_eq!(mgr.append(1, 1, 0, 0), Ok(Outcome::Accepted));
+    assert_eq!(mgr.entry(0, 1).unwrap().last_sequence(), 2);
+    assert_eq!(mgr.entry(1, 1).unwrap().last_sequence(), 0);
+}
+
+#[test]
+fn negative_input_is_rejected_and_never_stored() {
+    let mgr = ProducerStateManager::new();
+    assert_eq!(
+        mgr.append(-1, 0, 0, 0),
+        Err(StateError::NegativeProducerId(-1))
+    );
+    assert_eq!(mgr.append(1, 0, -1, 0), Err(StateError::NegativeEpoch(-1)));
+    assert_eq!(
+        mgr.append(1, 0, 0, -1),
+        Err(StateError::NegativeSequence(-1))
+    );
+    assert!(mgr.is_empty());
+}
+
+#[test]
+fn producers_view_lists_a_partitions_entries_in_id_order() {
+    let mgr = ProducerStateManager::with_shards(1);
+    for producer in [5, 3, 9] {
+        mgr.append(producer, 7, 0, 0).unwrap();
+    }
+    mgr.append(4, 8, 0, 0).unwrap();
+    let ids: Vec<i64> = mgr.producers(7).iter().map(|v| v.producer_id).collect();
+    assert_eq!(ids, vec![3, 5, 9]);
+    let view = &mgr.producers(7)[0];
+    assert_eq!((view.entry.epoch(), view.entry.last_sequence()), (0, 0));
+    assert!(mgr.producers(99).is_empty());
+}
+
+#[test]
+fn seed_append_reports_no_offsets() {
+    let mgr = ProducerStateManager::new();
+    mgr.append(1, 0, 0, 0).unwrap();
+    let entry = mgr.entry(0, 1).unwrap();
+    assert_eq!(entry.batches().next().unwrap().base_offset, None);
+}
