@@ -1,0 +1,298 @@
+//! Request and response types.
+//!
+//! Requests borrow from the frame they were decoded from (topic names and record bytes are not
+//! copied until the broker stores them); responses own their data. Widths follow Kafka: producer id
+//! `i64`, epoch `i16`, sequence `i32`, offset `i64`. Enum variants are encoded by position, so new
+//! variants are only ever added at the end.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A request from a client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request<'a> {
+    /// Append one batch of records, validated by the exactly-once rule.
+    #[serde(borrow)]
+    Produce(ProduceRequest<'a>),
+    /// Read records from an offset.
+    #[serde(borrow)]
+    Fetch(FetchRequest<'a>),
+    /// Get a new producer id, or bump the epoch of an issued one (fencing its old instance).
+    InitProducer(InitProducerRequest),
+    /// The stored producer state of one partition.
+    #[serde(borrow)]
+    DescribeProducers(DescribeProducersRequest<'a>),
+    /// Every topic and its partition count.
+    Metadata,
+}
+
+impl Request<'_> {
+    /// A short name for logs.
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Produce(_) => "produce",
+            Self::Fetch(_) => "fetch",
+            Self::InitProducer(_) => "init-producer",
+            Self::DescribeProducers(_) => "describe-producers",
+            Self::Metadata => "metadata",
+        }
+    }
+}
+
+/// One batch: a native produce request takes exactly one sequence number however many records it
+/// holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProduceRequest<'a> {
+    /// Topic name.
+    pub topic: &'a str,
+    /// Partition within the topic.
+    pub partition: u32,
+    /// Producer id (≥ 0).
+    pub producer_id: i64,
+    /// Producer epoch (≥ 0).
+    pub epoch: i16,
+    /// The batch's sequence number on this partition (≥ 0).
+    pub sequence: i32,
+    /// The records, at least one.
+    #[serde(borrow)]
+    pub records: Vec<&'a serde_bytes::Bytes>,
+}
+
+/// Read records from `offset` on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FetchRequest<'a> {
+    /// Topic name.
+    pub topic: &'a str,
+    /// Partition within the topic.
+    pub partition: u32,
+    /// First offset wanted.
+    pub offset: i64,
+    /// Stop before the records exceed this many bytes (at least one record is returned if any).
+    pub max_bytes: u32,
+}
+
+/// Ask for a producer id and epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InitProducerRequest {
+    /// `None` for a new producer id at epoch 0; `Some(id)` to bump the epoch of an issued id.
+    pub producer_id: Option<i64>,
+}
+
+/// Ask for one partition's producer state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeProducersRequest<'a> {
+    /// Topic name.
+    pub topic: &'a str,
+    /// Partition within the topic.
+    pub partition: u32,
+}
+
+/// The broker's answer to one request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// The outcome of a produce request.
+    Produce(ProduceResponse),
+    /// Records read.
+    Fetch(FetchResponse),
+    /// The producer id and epoch to use.
+    InitProducer(InitProducerResponse),
+    /// A partition's producer state.
+    DescribeProducers(DescribeProducersResponse),
+    /// Topics and partition counts.
+    Metadata(MetadataResponse),
+    /// The request could not be served.
+    Error(ErrorResponse),
+}
+
+/// The four outcomes of the exactly-once rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Outcome {
+    /// Appended.
+    Accepted,
+    /// A retry of data already stored: acknowledged, not appended.
+    Duplicate,
+    /// A gap or a bad session start: rejected.
+    OutOfOrder,
+    /// A zombie producer from an older epoch: rejected.
+    FencedEpoch,
+}
+
+impl Outcome {
+    /// The outcome's name as printed by the CLI, e.g. `OUT_OF_ORDER`.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Accepted => "ACCEPTED",
+            Self::Duplicate => "DUPLICATE",
+            Self::OutOfOrder => "OUT_OF_ORDER",
+            Self::FencedEpoch => "FENCED_EPOCH",
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The answer to a produce request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProduceResponse {
+    /// What the rule decided.
+    pub outcome: Outcome,
+    /// ACCEPTED: the batch's base offset. DUPLICATE: the original's base offset when known.
+    pub base_offset: Option<i64>,
+}
+
+/// Records read from a partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FetchResponse {
+    /// The offset the next appended record will get.
+    pub high_watermark: i64,
+    /// Records grouped by the batch that stored them, in offset order.
+    pub batches: Vec<FetchedBatch>,
+}
+
+/// Records of one stored batch, with the producer metadata that wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FetchedBatch {
+    /// Offset of `records[0]`.
+    pub first_offset: i64,
+    /// Offset of the stored batch's first record (below `first_offset` when a read starts
+    /// mid-batch).
+    pub batch_base_offset: i64,
+    /// Producer id that wrote the batch.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub epoch: i16,
+    /// The batch's sequence number.
+    pub sequence: i32,
+    /// The records.
+    pub records: Vec<Bytes>,
+}
+
+/// A producer id and the epoch to use with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InitProducerResponse {
+    /// The producer id.
+    pub producer_id: i64,
+    /// The epoch; older epochs of this id are now fenced.
+    pub epoch: i16,
+}
+
+/// The producer state of one partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeProducersResponse {
+    /// One entry per producer, by producer id.
+    pub producers: Vec<ProducerState>,
+}
+
+/// What the broker remembers about one producer on one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProducerState {
+    /// The producer id.
+    pub producer_id: i64,
+    /// Its current epoch.
+    pub epoch: i16,
+    /// The last sequence accepted in that epoch.
+    pub last_sequence: i32,
+    /// Base offset of the last accepted batch.
+    pub last_base_offset: Option<i64>,
+    /// How many recent batches are cached for answering duplicates with their offsets.
+    pub cached_batches: u8,
+}
+
+/// Topics and partition counts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetadataResponse {
+    /// Every topic, by name.
+    pub topics: Vec<TopicMetadata>,
+}
+
+/// One topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicMetadata {
+    /// Its name.
+    pub name: String,
+    /// How many partitions it has.
+    pub partitions: u32,
+}
+
+/// Why a request failed: a code to branch on and a message for people.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorResponse {
+    /// What kind of failure.
+    pub code: ErrorCode,
+    /// What exactly went wrong, for a person.
+    pub message: String,
+}
+
+/// Kinds of failure. Expected rejections of the rule (DUPLICATE and so on) are outcomes, not
+/// errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// The frame's body could not be decoded (including an unknown request kind).
+    MalformedRequest,
+    /// The frame's version byte is not supported.
+    UnsupportedVersion,
+    /// The topic does not exist and auto-creation is off.
+    UnknownTopic,
+    /// The topic exists but has no such partition.
+    PartitionOutOfRange,
+    /// A field is outside its range: a negative producer id, epoch, sequence or offset, a bad
+    /// topic name.
+    InvalidInput,
+    /// A produce request without records.
+    EmptyBatch,
+    /// A fetch offset outside the partition's log.
+    OffsetOutOfRange,
+    /// An init-producer request named a producer id this broker never issued.
+    UnknownProducerId,
+    /// The producer's epoch cannot be bumped further.
+    EpochExhausted,
+    /// The broker's storage limit (stored bytes or topic count) is reached.
+    StorageFull,
+    /// The broker is shutting down.
+    ShuttingDown,
+    /// An unexpected failure inside the broker.
+    Internal,
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self {
+            Self::MalformedRequest => "MALFORMED_REQUEST",
+            Self::UnsupportedVersion => "UNSUPPORTED_VERSION",
+            Self::UnknownTopic => "UNKNOWN_TOPIC",
+            Self::PartitionOutOfRange => "PARTITION_OUT_OF_RANGE",
+            Self::InvalidInput => "INVALID_INPUT",
+            Self::EmptyBatch => "EMPTY_BATCH",
+            Self::OffsetOutOfRange => "OFFSET_OUT_OF_RANGE",
+            Self::UnknownProducerId => "UNKNOWN_PRODUCER_ID",
+            Self::EpochExhausted => "EPOCH_EXHAUSTED",
+            Self::StorageFull => "STORAGE_FULL",
+            Self::ShuttingDown => "SHUTTING_DOWN",
+            Self::Internal => "INTERNAL",
+        };
+        f.write_str(name)
+    }
+}
+
+impl ErrorResponse {
+    /// An error response with `code` and `message`.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ErrorResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
