@@ -157,7 +157,9 @@ impl Decoder for FrameCodec {
     type Error = ProtocolError;
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<BytesMut>, ProtocolError> {
-        self.lengths.decode(src).map_err(|error| self.oversize(src, error))
+        self.lengths
+            .decode(src)
+            .map_err(|error| self.oversize(src, error))
     }
 
     fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<BytesMut>, ProtocolError> {
@@ -188,7 +190,11 @@ impl FrameCodec {
 impl<T: Serialize + ?Sized> Encoder<(u32, &T)> for FrameCodec {
     type Error = ProtocolError;
 
-    fn encode(&mut self, (correlation_id, message): (u32, &T), dst: &mut BytesMut) -> Result<(), ProtocolError> {
+    fn encode(
+        &mut self,
+        (correlation_id, message): (u32, &T),
+        dst: &mut BytesMut,
+    ) -> Result<(), ProtocolError> {
         let start = dst.len();
         dst.put_u32(0); // patched below, once the body's length is known
         if let Err(error) = write_body(correlation_id, message, dst) {
@@ -256,7 +262,10 @@ mod tests {
             if i + 1 < whole.len() {
                 assert!(decoded.is_none(), "decoded early at byte {i}");
             } else {
-                assert_eq!(decode_request(&decoded.unwrap()).unwrap(), (1, Request::Metadata));
+                assert_eq!(
+                    decode_request(&decoded.unwrap()).unwrap(),
+                    (1, Request::Metadata)
+                );
             }
         }
     }
@@ -328,7 +337,8 @@ mod tests {
 
     #[test]
     fn responses_round_trip() {
-        let response = Response::Error(ErrorResponse::new(ErrorCode::UnknownTopic, "no such topic"));
+        let response =
+            Response::Error(ErrorResponse::new(ErrorCode::UnknownTopic, "no such topic"));
         let body = encode_body(5, &response).unwrap();
         assert_eq!(decode_response(&body).unwrap(), (5, response));
         let fetch = Request::Fetch(FetchRequest {

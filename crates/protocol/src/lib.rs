@@ -31,3 +31,5 @@ pub mod message;
 pub use codec::{DEFAULT_MAX_FRAME_BYTES, FrameCodec, VERSION};
 pub use error::{BadFrame, ProtocolError};
 pub use message::*;
+/// Re-exported: produce requests carry records as `&serde_bytes::Bytes`.
+pub use serde_bytes;

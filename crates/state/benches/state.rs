@@ -23,13 +23,19 @@ fn header(producer_id: i64, partition: u32, sequence: i32) -> BatchHeader {
     .expect("header")
 }
 
-/// Appends `count` in-order batches as one producer cycling over all partitions, starting at
-/// partition `start`; returns how many were accepted (so the work cannot be optimised away).
-fn append_run(mgr: &ProducerStateManager, producer_id: i64, start: u32, count: u64) -> u64 {
+/// Appends `count` in-order batches as one producer spreading them over all partitions in a
+/// pseudo-random order seeded by `seed`; returns how many were accepted (so the work cannot be
+/// optimised away).
+fn append_run(mgr: &ProducerStateManager, producer_id: i64, seed: u64, count: u64) -> u64 {
     let mut next_seq = [0i32; PARTITIONS as usize];
     let mut accepted = 0;
+    let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     for i in 0..count {
-        let partition = (start + i as u32) % PARTITIONS;
+        // xorshift64: cheap, and each thread gets its own order of partitions.
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let partition = (rng % u64::from(PARTITIONS)) as u32;
         let seq = &mut next_seq[partition as usize];
         let verdict = mgr
             .append_batch(&header(producer_id, partition, *seq), || {

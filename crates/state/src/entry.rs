@@ -3,9 +3,9 @@
 //! An entry holds the producer's current epoch and the metadata of its last
 //! [`CACHED_BATCHES`] accepted batches, newest first. The last accepted sequence is the newest
 //! batch's last sequence, so it is not stored twice. The cache is a fixed array rather than a
-//! `VecDeque` so an entry is one flat allocation-free value (it lives inline in the shard's map).
+//! `VecDeque` so an entry is one flat, allocation-free value (it lives inline in the shard's map).
 
-use crate::SequenceRange;
+use crate::{SequenceRange, next_sequence};
 
 /// How many recent batches an entry remembers for answering duplicates with their offsets.
 /// Kafka keeps five, matching its limit of five in-flight requests per connection.
@@ -26,40 +26,33 @@ pub struct BatchMetadata {
 }
 
 /// The state of one (partition, producer id) pair. Only an ACCEPTED batch changes it.
+///
+/// Within an epoch the accepted batches are contiguous (each starts right after the one
+/// before), so only each batch's *last* sequence is stored, plus the first sequence of the oldest
+/// cached batch; the others' first sequences follow. That keeps an entry at 72 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ProducerEntry {
+    /// Base offsets of the cached batches, newest first ([`NO_OFFSET`] when appended without a
+    /// log).
+    base_offsets: [i64; CACHED_BATCHES],
+    /// Last sequences of the cached batches, newest first.
+    last_sequences: [i32; CACHED_BATCHES],
+    /// First sequence of the oldest cached batch.
+    oldest_first_sequence: i32,
     epoch: i16,
+    /// How many slots hold batches (1 to [`CACHED_BATCHES`]).
     cached: u8,
-    /// Newest first; only the first `cached` slots are meaningful.
-    batches: [RawBatch; CACHED_BATCHES],
-}
-
-/// The compact form kept in the cache: the offset uses [`NO_OFFSET`] instead of an `Option`, which
-/// keeps the slot at 16 bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-struct RawBatch {
-    first_sequence: i32,
-    last_sequence: i32,
-    base_offset: i64,
-}
-
-impl RawBatch {
-    fn public(self) -> BatchMetadata {
-        BatchMetadata {
-            first_sequence: self.first_sequence,
-            last_sequence: self.last_sequence,
-            base_offset: (self.base_offset != NO_OFFSET).then_some(self.base_offset),
-        }
-    }
 }
 
 impl ProducerEntry {
     /// The entry created by a producer's first accepted batch on a partition.
     pub(crate) fn new(epoch: i16, batch: SequenceRange, base_offset: i64) -> Self {
         let mut entry = Self {
+            base_offsets: [NO_OFFSET; CACHED_BATCHES],
+            last_sequences: [0; CACHED_BATCHES],
+            oldest_first_sequence: batch.first(),
             epoch,
             cached: 0,
-            batches: [RawBatch::default(); CACHED_BATCHES],
         };
         entry.push(batch, base_offset);
         entry
@@ -75,12 +68,17 @@ impl ProducerEntry {
     }
 
     fn push(&mut self, batch: SequenceRange, base_offset: i64) {
-        self.batches.copy_within(0..CACHED_BATCHES - 1, 1);
-        self.batches[0] = RawBatch {
-            first_sequence: batch.first(),
-            last_sequence: batch.last(),
-            base_offset,
-        };
+        let cached = usize::from(self.cached);
+        if cached == 0 {
+            self.oldest_first_sequence = batch.first();
+        } else if cached == CACHED_BATCHES {
+            // The oldest batch falls out; the next oldest starts right after it.
+            self.oldest_first_sequence = next_sequence(self.last_sequences[CACHED_BATCHES - 1]);
+        }
+        self.base_offsets.copy_within(0..CACHED_BATCHES - 1, 1);
+        self.last_sequences.copy_within(0..CACHED_BATCHES - 1, 1);
+        self.base_offsets[0] = base_offset;
+        self.last_sequences[0] = batch.last();
         self.cached = (self.cached + 1).min(CACHED_BATCHES as u8);
     }
 
@@ -95,14 +93,21 @@ impl ProducerEntry {
     pub fn last_sequence(&self) -> i32 {
         // An entry is only ever created with one batch and the cache is refilled on an epoch
         // change in the same call, so slot 0 always holds the newest batch.
-        self.batches[0].last_sequence
+        self.last_sequences[0]
     }
 
     /// The cached batches, newest first.
     pub fn batches(&self) -> impl ExactSizeIterator<Item = BatchMetadata> + '_ {
-        self.batches[..usize::from(self.cached)]
-            .iter()
-            .map(|raw| raw.public())
+        let cached = usize::from(self.cached);
+        (0..cached).map(move |i| BatchMetadata {
+            first_sequence: if i + 1 < cached {
+                next_sequence(self.last_sequences[i + 1])
+            } else {
+                self.oldest_first_sequence
+            },
+            last_sequence: self.last_sequences[i],
+            base_offset: (self.base_offsets[i] != NO_OFFSET).then_some(self.base_offsets[i]),
+        })
     }
 
     /// The cached batch that occupied exactly `range`, if any.
@@ -153,6 +158,22 @@ mod tests {
 
     #[test]
     fn entry_is_compact() {
-        assert!(std::mem::size_of::<ProducerEntry>() <= 88);
+        assert_eq!(std::mem::size_of::<ProducerEntry>(), 72);
+    }
+
+    #[test]
+    fn multi_sequence_batches_keep_their_first_sequences_as_they_age() {
+        let span = |first, count| SequenceRange::spanning(first, count).unwrap();
+        let mut entry = ProducerEntry::new(0, span(0, 3), 0); // 0..=2
+        let mut next = 3;
+        for count in [2, 4, 1, 5, 3, 2] {
+            entry.record(0, span(next, count), i64::from(next));
+            next += count as i32;
+        }
+        let ranges: Vec<(i32, i32)> = entry
+            .batches()
+            .map(|b| (b.first_sequence, b.last_sequence))
+            .collect();
+        assert_eq!(ranges, vec![(18, 19), (15, 17), (10, 14), (9, 9), (5, 8)]);
     }
 }

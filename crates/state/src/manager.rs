@@ -22,6 +22,12 @@ pub type PartitionId = u32;
 /// The producer entries of one shard, keyed by (partition, producer id).
 type Shard = HashMap<(PartitionId, i64), ProducerEntry>;
 
+/// A shard's lock on a cache line of its own, so two cores working on neighbouring shards do
+/// not invalidate each other's line (false sharing).
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct PaddedShard(Mutex<Shard>);
+
 /// Who wrote a batch and which sequences it occupies: everything [`validate`] needs besides the
 /// stored state. Construction rejects negative ids, epochs and sequences.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -108,7 +114,7 @@ pub fn default_shard_count() -> usize {
 /// Tracks every producer's epoch and sequences per partition and decides each append.
 #[derive(Debug)]
 pub struct ProducerStateManager {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[PaddedShard]>,
 }
 
 impl Default for ProducerStateManager {
@@ -128,9 +134,7 @@ impl ProducerStateManager {
     #[must_use]
     pub fn with_shards(shards: usize) -> Self {
         Self {
-            shards: (0..shards.max(1))
-                .map(|_| Mutex::new(Shard::default()))
-                .collect(),
+            shards: (0..shards.max(1)).map(|_| PaddedShard::default()).collect(),
         }
     }
 
@@ -248,7 +252,7 @@ impl ProducerStateManager {
         self.shards
             .iter()
             .flat_map(|shard| {
-                let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+                let shard = shard.0.lock().unwrap_or_else(PoisonError::into_inner);
                 shard.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>()
             })
             .collect()
@@ -259,7 +263,7 @@ impl ProducerStateManager {
     pub fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|shard| shard.lock().unwrap_or_else(PoisonError::into_inner).len())
+            .map(|shard| shard.0.lock().unwrap_or_else(PoisonError::into_inner).len())
             .sum()
     }
 
@@ -274,6 +278,7 @@ impl ProducerStateManager {
         // A panic inside an append closure happens before the entry is touched, so a poisoned
         // shard still holds consistent state and can be used as is.
         self.shards[index]
+            .0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }

@@ -240,9 +240,7 @@ mod tests {
 
     #[test]
     fn sequence_wraps_from_max_to_zero() {
-        let e = entry(0, &[one(0)]);
-        let mut e2 = e;
-        e2.record(0, one(i32::MAX), 200);
+        let mut e2 = ProducerEntry::new(0, one(i32::MAX), 200);
         assert_eq!(validate(Some(&e2), 0, one(0)), Decision::Accept);
         // The rule compares numerically: 1 <= i32::MAX, so it is an (old) duplicate, not a gap.
         assert_eq!(
@@ -256,8 +254,7 @@ mod tests {
 
     #[test]
     fn retry_across_the_wrap_is_recognised_from_the_cache() {
-        let mut e = entry(0, &[one(0)]);
-        e.record(0, one(i32::MAX - 1), 10);
+        let mut e = ProducerEntry::new(0, one(i32::MAX - 1), 10);
         e.record(0, span(i32::MAX, 2), 11); // MAX, 0
         assert_eq!(validate(Some(&e), 0, one(1)), Decision::Accept);
         assert_eq!(

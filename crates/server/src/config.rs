@@ -1,0 +1,169 @@
+//! Broker configuration: every limit the server enforces, with defaults that suit a laptop.
+//!
+//! Read from TOML (`config/minibroker.toml` documents every key); the CLI overrides single keys
+//! with flags. Unknown keys are an error, so a typo never silently falls back to a default.
+
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::ServerError;
+
+/// A topic declared up front, with its partition count.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicConfig {
+    /// Topic name.
+    pub name: String,
+    /// Number of partitions.
+    pub partitions: u32,
+}
+
+/// Everything the broker and its listener need to know.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Connections served at once; more wait in the kernel's accept queue.
+    pub max_connections: usize,
+    /// Largest frame accepted or sent, in bytes (after the 4-byte length prefix).
+    pub max_frame_bytes: usize,
+    /// Responses a connection may buffer before they are flushed to the socket.
+    pub max_in_flight: usize,
+    /// A connection with no request for this long is closed.
+    pub idle_timeout_ms: u64,
+    /// On shutdown, how long connections get to finish their requests before they are aborted.
+    pub drain_timeout_ms: u64,
+    /// Create a topic on its first produce request.
+    pub auto_create_topics: bool,
+    /// Partition count of auto-created topics.
+    pub default_partitions: u32,
+    /// Topics created at start-up.
+    pub topics: Vec<TopicConfig>,
+    /// Most topics the broker will hold.
+    pub max_topics: usize,
+    /// Most partitions one topic may have.
+    pub max_partitions_per_topic: u32,
+    /// Most record bytes stored across all partitions; produce requests beyond it are refused.
+    pub max_stored_bytes: u64,
+    /// Largest fetch response's record bytes (capped further by `max_frame_bytes`).
+    pub max_fetch_bytes: u32,
+    /// Shards of producer state; 0 picks a small multiple of the core count.
+    pub state_shards: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
+            max_connections: 1024,
+            max_frame_bytes: minibroker_protocol::DEFAULT_MAX_FRAME_BYTES,
+            max_in_flight: 64,
+            idle_timeout_ms: 600_000,
+            drain_timeout_ms: 5_000,
+            auto_create_topics: true,
+            default_partitions: 1,
+            topics: Vec::new(),
+            max_topics: 10_000,
+            max_partitions_per_topic: 1_024,
+            max_stored_bytes: 4 << 30,
+            max_fetch_bytes: 1 << 20,
+            state_shards: 0,
+        }
+    }
+}
+
+impl Config {
+    /// Parses TOML; absent keys take their defaults.
+    ///
+    /// # Errors
+    /// [`ServerError::Config`] for invalid TOML, unknown keys or values that fail [`Self::validate`].
+    pub fn from_toml(text: &str) -> Result<Self, ServerError> {
+        let config: Self = toml::from_str(text).map_err(|e| ServerError::Config(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads and parses a TOML file.
+    ///
+    /// # Errors
+    /// [`ServerError::Config`] if the file cannot be read or parsed.
+    pub fn from_file(path: &Path) -> Result<Self, ServerError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ServerError::Config(format!("cannot read {}: {e}", path.display())))?;
+        Self::from_toml(&text).map_err(|e| ServerError::Config(format!("{}: {e}", path.display())))
+    }
+
+    /// Checks that the limits make sense together.
+    ///
+    /// # Errors
+    /// [`ServerError::Config`] naming the first offending key.
+    pub fn validate(&self) -> Result<(), ServerError> {
+        let fail = |msg: &str| Err(ServerError::Config(msg.to_owned()));
+        if self.max_connections == 0 {
+            return fail("max_connections must be at least 1");
+        }
+        if self.max_frame_bytes < 64 || self.max_frame_bytes > u32::MAX as usize {
+            return fail("max_frame_bytes must be between 64 and 4294967295");
+        }
+        if self.max_in_flight == 0 {
+            return fail("max_in_flight must be at least 1");
+        }
+        if self.default_partitions == 0 || self.default_partitions > self.max_partitions_per_topic {
+            return fail("default_partitions must be between 1 and max_partitions_per_topic");
+        }
+        for topic in &self.topics {
+            if topic.partitions == 0 || topic.partitions > self.max_partitions_per_topic {
+                return Err(ServerError::Config(format!(
+                    "topic {:?}: partitions must be between 1 and max_partitions_per_topic",
+                    topic.name
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Self::idle_timeout_ms`] as a duration.
+    #[must_use]
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.idle_timeout_ms)
+    }
+
+    /// [`Self::drain_timeout_ms`] as a duration.
+    #[must_use]
+    pub fn drain_timeout(&self) -> Duration {
+        Duration::from_millis(self.drain_timeout_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_config_file_parses() {
+        let text = include_str!("../../../config/minibroker.toml");
+        let config = Config::from_toml(text).unwrap();
+        assert_eq!(config.listen.port(), 9092);
+    }
+
+    #[test]
+    fn empty_text_gives_defaults() {
+        assert_eq!(Config::from_toml("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let err = Config::from_toml("max_conections = 3").unwrap_err();
+        assert!(err.to_string().contains("max_conections"), "{err}");
+    }
+
+    #[test]
+    fn nonsense_limits_are_errors() {
+        assert!(Config::from_toml("max_connections = 0").is_err());
+        assert!(Config::from_toml("default_partitions = 0").is_err());
+        assert!(Config::from_toml("[[topics]]\nname = \"a\"\npartitions = 0").is_err());
+    }
+}

@@ -1,0 +1,199 @@
+//! The topic registry: names to partitions, each partition a log behind its own mutex.
+//!
+//! Partitions get broker-wide ids (`PartitionId`) so the state manager can key producer state by
+//! partition without knowing topic names. Lookups take a read lock; creation a write lock.
+
+use minibroker_log::PartitionLog;
+use minibroker_state::PartitionId;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+
+use crate::{Config, RequestError};
+
+/// Longest topic name, as in Kafka.
+pub const MAX_TOPIC_NAME_LEN: usize = 249;
+
+/// One partition: its broker-wide id and its log.
+#[derive(Debug)]
+pub struct Partition {
+    /// Broker-wide partition id, used as the key of producer state.
+    pub id: PartitionId,
+    log: Mutex<PartitionLog>,
+}
+
+impl Partition {
+    /// Locks the partition's log. Appends happen under the state shard lock, then this one;
+    /// reads take only this one.
+    pub fn log(&self) -> MutexGuard<'_, PartitionLog> {
+        // An append either completes or leaves the log unchanged, so a poisoned lock still
+        // guards a consistent log.
+        self.log.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A topic and its partitions.
+#[derive(Debug)]
+pub struct Topic {
+    /// The topic's name.
+    pub name: String,
+    partitions: Box<[Partition]>,
+}
+
+impl Topic {
+    /// Partition `index`, or a clear error naming the valid range.
+    ///
+    /// # Errors
+    /// [`RequestError::PartitionOutOfRange`].
+    pub fn partition(&self, index: u32) -> Result<&Partition, RequestError> {
+        self.partitions
+            .get(index as usize)
+            .ok_or_else(|| RequestError::PartitionOutOfRange {
+                topic: self.name.clone(),
+                partition: index,
+                count: self.partition_count(),
+            })
+    }
+
+    /// How many partitions the topic has.
+    #[must_use]
+    pub fn partition_count(&self) -> u32 {
+        // Bounded by `max_partitions_per_topic`, a u32.
+        self.partitions.len() as u32
+    }
+
+    /// All partitions, by index.
+    #[must_use]
+    pub fn partitions(&self) -> &[Partition] {
+        &self.partitions
+    }
+}
+
+/// All topics of a broker.
+#[derive(Debug)]
+pub struct TopicRegistry {
+    topics: RwLock<HashMap<String, Arc<Topic>>>,
+    next_partition_id: Mutex<PartitionId>,
+    auto_create: bool,
+    default_partitions: u32,
+    max_topics: usize,
+}
+
+impl TopicRegistry {
+    /// A registry holding the topics declared in `config`.
+    ///
+    /// # Errors
+    /// [`RequestError::InvalidInput`] for a declared topic with a bad name.
+    pub fn new(config: &Config) -> Result<Self, RequestError> {
+        let registry = Self {
+            topics: RwLock::new(HashMap::new()),
+            next_partition_id: Mutex::new(0),
+            auto_create: config.auto_create_topics,
+            default_partitions: config.default_partitions,
+            max_topics: config.max_topics.max(config.topics.len()),
+        };
+        for topic in &config.topics {
+            registry.create(&topic.name, topic.partitions)?;
+        }
+        Ok(registry)
+    }
+
+    /// The topic named `name`, if it exists.
+    ///
+    /// # Errors
+    /// [`RequestError::UnknownTopic`] if it does not.
+    pub fn get(&self, name: &str) -> Result<Arc<Topic>, RequestError> {
+        self.read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| RequestError::UnknownTopic(name.to_owned()))
+    }
+
+    /// The topic named `name`, created with the default partition count if auto-creation is on.
+    ///
+    /// # Errors
+    /// [`RequestError::UnknownTopic`] if it does not exist and auto-creation is off;
+    /// [`RequestError::InvalidInput`] for a bad name; [`RequestError::StorageFull`] at the topic
+    /// limit.
+    pub fn get_or_create(&self, name: &str) -> Result<Arc<Topic>, RequestError> {
+        if let Some(topic) = self.read().get(name) {
+            return Ok(Arc::clone(topic));
+        }
+        if !self.auto_create {
+            return Err(RequestError::UnknownTopic(name.to_owned()));
+        }
+        self.create(name, self.default_partitions)
+    }
+
+    /// Creates `name` with `partitions` partitions, or returns it if it already exists.
+    fn create(&self, name: &str, partitions: u32) -> Result<Arc<Topic>, RequestError> {
+        validate_topic_name(name)?;
+        let mut topics = self.topics.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(topic) = topics.get(name) {
+            return Ok(Arc::clone(topic));
+        }
+        if topics.len() >= self.max_topics {
+            return Err(RequestError::StorageFull(format!(
+                "the broker holds its maximum of {} topics",
+                self.max_topics
+            )));
+        }
+        let mut next_id = self
+            .next_partition_id
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let partitions = (0..partitions)
+            .map(|_| {
+                let id = *next_id;
+                *next_id += 1;
+                Partition {
+                    id,
+                    log: Mutex::new(PartitionLog::new()),
+                }
+            })
+            .collect();
+        let topic = Arc::new(Topic {
+            name: name.to_owned(),
+            partitions,
+        });
+        topics.insert(name.to_owned(), Arc::clone(&topic));
+        tracing::info!(
+            topic = name,
+            partitions = topic.partition_count(),
+            "created topic"
+        );
+        Ok(topic)
+    }
+
+    /// Every topic, by name.
+    #[must_use]
+    pub fn list(&self) -> Vec<Arc<Topic>> {
+        let mut topics: Vec<Arc<Topic>> = self.read().values().cloned().collect();
+        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        topics
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Topic>>> {
+        self.topics.read().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Kafka's rule for topic names: 1 to 249 of `[A-Za-z0-9._-]`, and not `.` or `..`.
+///
+/// # Errors
+/// [`RequestError::InvalidInput`] explaining what is wrong.
+pub fn validate_topic_name(name: &str) -> Result<(), RequestError> {
+    let valid_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if name.is_empty()
+        || name.len() > MAX_TOPIC_NAME_LEN
+        || !valid_chars
+        || name == "."
+        || name == ".."
+    {
+        return Err(RequestError::InvalidInput(format!(
+            "invalid topic name {name:?}: use 1 to {MAX_TOPIC_NAME_LEN} of the characters A-Z a-z 0-9 . _ -"
+        )));
+    }
+    Ok(())
+}
