@@ -97,7 +97,7 @@ fn run_threads(shards: usize, threads: u32, iters: u64) -> Duration {
                 black_box(append_run(
                     mgr,
                     i64::from(t),
-                    t * PARTITIONS / threads,
+                    u64::from(t) + 1,
                     per_thread,
                 ));
             });
