@@ -77,6 +77,7 @@ pub async fn serve(
     }
 
     drop(listener);
+    while connections.try_join_next().is_some() {}
     tracing::info!(
         connections = connections.len(),
         "shutting down: no new connections, draining"

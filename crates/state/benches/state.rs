@@ -94,12 +94,7 @@ fn run_threads(shards: usize, threads: u32, iters: u64) -> Duration {
             let (mgr, barrier) = (&mgr, &barrier);
             scope.spawn(move || {
                 barrier.wait();
-                black_box(append_run(
-                    mgr,
-                    i64::from(t),
-                    u64::from(t) + 1,
-                    per_thread,
-                ));
+                black_box(append_run(mgr, i64::from(t), u64::from(t) + 1, per_thread));
             });
         }
         barrier.wait();

@@ -1,0 +1,79 @@
+//! `minibroker init-producer` and `minibroker describe-producers`.
+
+use anyhow::Result;
+use minibroker_client::{Client, ClientConfig};
+
+/// Flags of `init-producer`.
+#[derive(Debug, clap::Args)]
+pub struct InitArgs {
+    /// Broker address.
+    #[arg(long)]
+    broker: String,
+    /// Bump the epoch of this issued producer id instead of getting a new one.
+    #[arg(long, allow_negative_numbers = true)]
+    producer_id: Option<i64>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Flags of `describe-producers`.
+#[derive(Debug, clap::Args)]
+pub struct DescribeArgs {
+    /// Broker address.
+    #[arg(long)]
+    broker: String,
+    /// Topic name.
+    #[arg(long)]
+    topic: String,
+    /// Partition.
+    #[arg(long)]
+    partition: u32,
+    /// One JSON object per producer per line.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn init_producer(args: InitArgs) -> Result<()> {
+    let client = Client::connect(&args.broker, ClientConfig::default()).await?;
+    let identity = client.init_producer(args.producer_id).await?;
+    if args.json {
+        let line =
+            serde_json::json!({"producer_id": identity.producer_id, "epoch": identity.epoch});
+        println!("{line}");
+    } else {
+        println!(
+            "producer_id={} epoch={}",
+            identity.producer_id, identity.epoch
+        );
+    }
+    Ok(())
+}
+
+pub async fn describe_producers(args: DescribeArgs) -> Result<()> {
+    let client = Client::connect(&args.broker, ClientConfig::default()).await?;
+    let response = client
+        .describe_producers(&args.topic, args.partition)
+        .await?;
+    for p in &response.producers {
+        if args.json {
+            let line = serde_json::json!({
+                "producer_id": p.producer_id,
+                "epoch": p.epoch,
+                "last_sequence": p.last_sequence,
+                "last_offset": p.last_base_offset,
+                "cached_batches": p.cached_batches,
+            });
+            println!("{line}");
+        } else {
+            let offset = p
+                .last_base_offset
+                .map_or_else(|| "-".to_owned(), |o| o.to_string());
+            println!(
+                "producer_id={} epoch={} last_sequence={} last_offset={offset} cached_batches={}",
+                p.producer_id, p.epoch, p.last_sequence, p.cached_batches
+            );
+        }
+    }
+    Ok(())
+}

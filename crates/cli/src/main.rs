@@ -1,0 +1,76 @@
+//! `minibroker`: one binary for the broker and its tools.
+//!
+//! Each subcommand lives in its own module; this file only parses arguments, sets up logging and
+//! reports errors (with their causes) on stderr with a non-zero exit.
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+mod admin;
+mod consume;
+mod produce;
+mod send;
+mod serve;
+
+/// An exactly-once message broker: the broker, not the producer, removes duplicates.
+#[derive(Debug, Parser)]
+#[command(name = "minibroker", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the broker.
+    Serve(serve::Args),
+    /// Send one raw produce request with exactly the given fields and print its outcome.
+    Send(send::Args),
+    /// Produce stdin, one record per line, with an idempotent producer.
+    Produce(produce::Args),
+    /// Print every record of a partition from an offset to the end.
+    Consume(consume::Args),
+    /// Get a new producer id, or bump the epoch of an issued one.
+    InitProducer(admin::InitArgs),
+    /// Show the broker's producer state for one partition.
+    DescribeProducers(admin::DescribeArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_level = match cli.command {
+        Command::Serve(_) => "info",
+        _ => "warn",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Serve(args) => serve::run(args).await,
+            Command::Send(args) => send::run(args).await,
+            Command::Produce(args) => produce::run(args).await,
+            Command::Consume(args) => consume::run(args).await,
+            Command::InitProducer(args) => admin::init_producer(args).await,
+            Command::DescribeProducers(args) => admin::describe_producers(args).await,
+        }
+    })
+}

@@ -1,0 +1,323 @@
+//! [`Client`]: one connection with pipelined requests.
+//!
+//! A background task owns the socket. Callers encode their request, hand it to the task and wait
+//! on a one-shot channel; the task writes frames as they come (flushing when its queue is empty)
+//! and routes each response to its caller by correlation id. When the connection drops, every
+//! waiting caller gets [`ClientError::ConnectionClosed`].
+
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use minibroker_protocol::{
+    DEFAULT_MAX_FRAME_BYTES, DescribeProducersRequest, DescribeProducersResponse, FetchRequest,
+    FetchResponse, FrameCodec, InitProducerRequest, InitProducerResponse, MetadataResponse,
+    ProduceRequest, ProduceResponse, Request, Response, codec,
+};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::net::TcpStream;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::{Encoder, FramedRead};
+
+use crate::ClientError;
+
+/// Connection settings.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// How long to wait for the TCP connection.
+    pub connect_timeout: Duration,
+    /// How long to wait for each answer.
+    pub request_timeout: Duration,
+    /// Largest frame sent or accepted.
+    pub max_frame_bytes: usize,
+    /// Requests queued for the connection task before `send` waits.
+    pub queue_depth: usize,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+            max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            queue_depth: 256,
+        }
+    }
+}
+
+type Reply = oneshot::Sender<Result<Response, ClientError>>;
+
+/// A request on its way to the connection task.
+struct Outgoing {
+    correlation_id: u32,
+    frame: Bytes,
+    reply: Reply,
+}
+
+/// One connection to a broker.
+#[derive(Debug)]
+pub struct Client {
+    outgoing: mpsc::Sender<Outgoing>,
+    next_correlation_id: AtomicU32,
+    request_timeout: Duration,
+    max_frame_bytes: usize,
+    peer: String,
+}
+
+/// An answer still on its way; resolves to the response or fails after the request timeout.
+pub struct PendingResponse {
+    reply: oneshot::Receiver<Result<Response, ClientError>>,
+    timeout: Pin<Box<tokio::time::Sleep>>,
+    limit: Duration,
+}
+
+impl Future for PendingResponse {
+    type Output = Result<Response, ClientError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Poll::Ready(result) = Pin::new(&mut self.reply).poll(cx) {
+            return Poll::Ready(result.unwrap_or_else(|_| {
+                Err(ClientError::ConnectionClosed(
+                    "the connection task ended".into(),
+                ))
+            }));
+        }
+        match self.timeout.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(ClientError::Timeout(self.limit))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Client {
+    /// Connects to `addr`.
+    ///
+    /// # Errors
+    /// [`ClientError::Connect`] if the connection cannot be made within the connect timeout.
+    pub async fn connect(addr: &str, config: ClientConfig) -> Result<Self, ClientError> {
+        let connect_error = |source| ClientError::Connect {
+            addr: addr.to_owned(),
+            source,
+        };
+        let stream = tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| {
+                connect_error(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "connect timed out",
+                ))
+            })?
+            .map_err(connect_error)?;
+        stream.set_nodelay(true).map_err(connect_error)?;
+        let (tx, rx) = mpsc::channel(config.queue_depth.max(1));
+        tokio::spawn(connection_task(stream, rx, config.max_frame_bytes));
+        Ok(Self {
+            outgoing: tx,
+            next_correlation_id: AtomicU32::new(1),
+            request_timeout: config.request_timeout,
+            max_frame_bytes: config.max_frame_bytes,
+            peer: addr.to_owned(),
+        })
+    }
+
+    /// The address this client connected to.
+    #[must_use]
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    /// Sends a request without waiting for its answer, so several can be in flight; answers come
+    /// back through the returned [`PendingResponse`].
+    ///
+    /// # Errors
+    /// [`ClientError::Protocol`] if the request exceeds the maximum frame size;
+    /// [`ClientError::ConnectionClosed`] if the connection is gone.
+    pub async fn send(&self, request: &Request<'_>) -> Result<PendingResponse, ClientError> {
+        // Correlation id 0 is what the broker uses for connection-level errors; never use it.
+        let correlation_id = loop {
+            let id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed);
+            if id != 0 {
+                break id;
+            }
+        };
+        let mut frame = BytesMut::new();
+        FrameCodec::new(self.max_frame_bytes).encode((correlation_id, request), &mut frame)?;
+        let (reply, answer) = oneshot::channel();
+        self.outgoing
+            .send(Outgoing {
+                correlation_id,
+                frame: frame.freeze(),
+                reply,
+            })
+            .await
+            .map_err(|_| ClientError::ConnectionClosed("the connection is closed".into()))?;
+        Ok(PendingResponse {
+            reply: answer,
+            timeout: Box::pin(tokio::time::sleep(self.request_timeout)),
+            limit: self.request_timeout,
+        })
+    }
+
+    /// Sends a request and waits for its answer.
+    ///
+    /// # Errors
+    /// As [`Self::send`], plus [`ClientError::Timeout`] and [`ClientError::ConnectionClosed`].
+    pub async fn request(&self, request: &Request<'_>) -> Result<Response, ClientError> {
+        self.send(request).await?.await
+    }
+
+    /// Produces one batch with exactly these fields (no retries, no sequence bookkeeping).
+    ///
+    /// # Errors
+    /// Transport failures and broker error responses.
+    pub async fn produce(
+        &self,
+        request: ProduceRequest<'_>,
+    ) -> Result<ProduceResponse, ClientError> {
+        match self.request(&Request::Produce(request)).await? {
+            Response::Produce(response) => Ok(response),
+            other => Err(unexpected("produce", other)),
+        }
+    }
+
+    /// Reads records from `offset`.
+    ///
+    /// # Errors
+    /// Transport failures and broker error responses.
+    pub async fn fetch(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: i64,
+        max_bytes: u32,
+    ) -> Result<FetchResponse, ClientError> {
+        let request = Request::Fetch(FetchRequest {
+            topic,
+            partition,
+            offset,
+            max_bytes,
+        });
+        match self.request(&request).await? {
+            Response::Fetch(response) => Ok(response),
+            other => Err(unexpected("fetch", other)),
+        }
+    }
+
+    /// Gets a new producer id (`None`) or bumps the epoch of an issued one.
+    ///
+    /// # Errors
+    /// Transport failures and broker error responses.
+    pub async fn init_producer(
+        &self,
+        producer_id: Option<i64>,
+    ) -> Result<InitProducerResponse, ClientError> {
+        let request = Request::InitProducer(InitProducerRequest { producer_id });
+        match self.request(&request).await? {
+            Response::InitProducer(response) => Ok(response),
+            other => Err(unexpected("init-producer", other)),
+        }
+    }
+
+    /// The producer state of one partition.
+    ///
+    /// # Errors
+    /// Transport failures and broker error responses.
+    pub async fn describe_producers(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<DescribeProducersResponse, ClientError> {
+        let request = Request::DescribeProducers(DescribeProducersRequest { topic, partition });
+        match self.request(&request).await? {
+            Response::DescribeProducers(response) => Ok(response),
+            other => Err(unexpected("describe-producers", other)),
+        }
+    }
+
+    /// Every topic and its partition count.
+    ///
+    /// # Errors
+    /// Transport failures and broker error responses.
+    pub async fn metadata(&self) -> Result<MetadataResponse, ClientError> {
+        match self.request(&Request::Metadata).await? {
+            Response::Metadata(response) => Ok(response),
+            other => Err(unexpected("metadata", other)),
+        }
+    }
+}
+
+/// An error response becomes [`ClientError::Broker`]; any other wrong kind is unexpected.
+fn unexpected(expected: &'static str, response: Response) -> ClientError {
+    match response {
+        Response::Error(error) => ClientError::Broker(error),
+        other => ClientError::UnexpectedResponse {
+            expected,
+            got: format!("{other:?}").chars().take(120).collect(),
+        },
+    }
+}
+
+/// Owns the socket: writes queued frames, routes answers, fails everyone on disconnect.
+async fn connection_task(
+    stream: TcpStream,
+    mut outgoing: mpsc::Receiver<Outgoing>,
+    max_frame_bytes: usize,
+) {
+    let (read_half, write_half) = stream.into_split();
+    let mut reader = FramedRead::new(read_half, FrameCodec::new(max_frame_bytes));
+    let mut writer = BufWriter::new(write_half);
+    let mut waiting: HashMap<u32, Reply> = HashMap::new();
+    let reason = loop {
+        tokio::select! {
+            next = outgoing.recv() => {
+                let Some(first) = next else { break "client dropped".to_owned() };
+                if let Err(error) = write_queued(&mut writer, &mut outgoing, &mut waiting, first).await {
+                    break format!("write failed: {error}");
+                }
+            }
+            frame = reader.next() => match frame {
+                Some(Ok(body)) => match codec::decode_response(&body) {
+                    Ok((0, Response::Error(error))) => break format!("broker closed the connection: {error}"),
+                    Ok((correlation_id, response)) => {
+                        // An answer nobody waits for any more (its caller timed out) is dropped.
+                        if let Some(reply) = waiting.remove(&correlation_id) {
+                            let _ = reply.send(Ok(response));
+                        }
+                    }
+                    Err(error) => break format!("undecodable response: {error}"),
+                },
+                Some(Err(error)) => break format!("read failed: {error}"),
+                None => break "closed by the broker".to_owned(),
+            },
+        }
+    };
+    tracing::debug!(%reason, "client connection ended");
+    outgoing.close();
+    while let Ok(request) = outgoing.try_recv() {
+        waiting.insert(request.correlation_id, request.reply);
+    }
+    for (_, reply) in waiting {
+        let _ = reply.send(Err(ClientError::ConnectionClosed(reason.clone())));
+    }
+}
+
+/// Writes `first` and every request already queued behind it, then flushes once.
+async fn write_queued(
+    writer: &mut BufWriter<OwnedWriteHalf>,
+    outgoing: &mut mpsc::Receiver<Outgoing>,
+    waiting: &mut HashMap<u32, Reply>,
+    first: Outgoing,
+) -> std::io::Result<()> {
+    let mut next = Some(first);
+    while let Some(request) = next {
+        waiting.insert(request.correlation_id, request.reply);
+        writer.write_all(&request.frame).await?;
+        next = outgoing.try_recv().ok();
+    }
+    writer.flush().await
+}

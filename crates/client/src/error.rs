@@ -1,0 +1,89 @@
+//! Client and producer errors.
+
+use minibroker_protocol::{ErrorResponse, ProtocolError};
+use thiserror::Error;
+
+/// A request that did not get a usable answer.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    /// Could not connect.
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        /// The address tried.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// No answer within the request timeout.
+    #[error("request timed out after {0:?}")]
+    Timeout(std::time::Duration),
+    /// The connection closed before the answer came.
+    #[error("connection closed: {0}")]
+    ConnectionClosed(String),
+    /// A frame could not be encoded or decoded.
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
+    /// The broker answered with an error.
+    #[error("broker error {0}")]
+    Broker(ErrorResponse),
+    /// The broker answered with a response of the wrong kind.
+    #[error("unexpected response: expected {expected}, got {got}")]
+    UnexpectedResponse {
+        /// What was expected.
+        expected: &'static str,
+        /// What came.
+        got: String,
+    },
+}
+
+impl ClientError {
+    /// Whether resending on a new connection may succeed: timeouts and lost connections.
+    #[must_use]
+    pub fn is_retriable(&self) -> bool {
+        matches!(
+            self,
+            Self::Connect { .. } | Self::Timeout(_) | Self::ConnectionClosed(_)
+        ) || matches!(self, Self::Broker(e) if e.code == minibroker_protocol::ErrorCode::ShuttingDown)
+    }
+}
+
+/// Why an idempotent producer stopped.
+#[derive(Debug, Error)]
+pub enum ProducerError {
+    /// A newer instance with the same producer id has taken over; this one must stop.
+    #[error(
+        "producer {producer_id} epoch {epoch} was fenced by a newer instance (FENCED_EPOCH); this producer is stopped"
+    )]
+    Fenced {
+        /// The producer id.
+        producer_id: i64,
+        /// This instance's (stale) epoch.
+        epoch: i16,
+    },
+    /// The broker refused a batch as out of order and retrying cannot fix it.
+    #[error(
+        "batch with sequence {sequence} on {topic}/{partition} was refused as OUT_OF_ORDER; this producer is stopped"
+    )]
+    OutOfOrder {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: u32,
+        /// The refused sequence.
+        sequence: i32,
+    },
+    /// Retries ran out.
+    #[error("gave up after {attempts} attempts: {last}")]
+    RetriesExhausted {
+        /// Attempts made.
+        attempts: u32,
+        /// The last failure.
+        last: ClientError,
+    },
+    /// A request failed in a way retrying cannot fix.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The producer stopped earlier and cannot be used any more.
+    #[error("the producer stopped earlier: {0}")]
+    Stopped(String),
+}

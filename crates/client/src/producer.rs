@@ -1,0 +1,401 @@
+//! [`Producer`]: the idempotent producer.
+//!
+//! The producer owns the sequence numbers. Each batch sent to a partition gets the next sequence,
+//! and a batch keeps its sequence through every resend, so the broker can recognise a retry as a
+//! DUPLICATE instead of storing it twice. On a timeout or a dropped connection the producer
+//! reconnects and resends every unacknowledged batch of its window, in order.
+//!
+//! FENCED_EPOCH stops the producer: a newer instance owns its id. OUT_OF_ORDER stops it too,
+//! unless the refused batch was sent while an earlier one was still unanswered — then it may
+//! simply have overtaken that one (a delayed or lost request) and is resent after it.
+
+use bytes::Bytes;
+use minibroker_protocol::serde_bytes;
+use minibroker_protocol::{Outcome, ProduceRequest, Request, Response};
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use crate::{Client, ClientConfig, ClientError, PendingResponse, ProducerError};
+
+/// The most batches a producer keeps in flight per partition, as in Kafka: the broker caches the
+/// last five batches per producer, so any retry within the window is answered with its offset.
+pub const MAX_IN_FLIGHT: usize = 5;
+
+/// Producer settings.
+#[derive(Debug, Clone)]
+pub struct ProducerConfig {
+    /// Connection settings, including the per-request timeout that triggers a resend.
+    pub client: ClientConfig,
+    /// Batches in flight per partition, 1 to [`MAX_IN_FLIGHT`].
+    pub max_in_flight: usize,
+    /// Resend rounds without progress before giving up.
+    pub max_retries: u32,
+    /// Pause before reconnecting, doubled on each failed round up to one second.
+    pub retry_backoff: Duration,
+}
+
+impl Default for ProducerConfig {
+    fn default() -> Self {
+        Self {
+            client: ClientConfig::default(),
+            max_in_flight: MAX_IN_FLIGHT,
+            max_retries: 20,
+            retry_backoff: Duration::from_millis(20),
+        }
+    }
+}
+
+/// The broker's acknowledgement of one batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ack {
+    /// The sequence the batch was sent with.
+    pub sequence: i32,
+    /// Where the batch is stored, when the broker said.
+    pub base_offset: Option<i64>,
+    /// Whether the acknowledgement was a DUPLICATE (a resend of a batch already stored).
+    pub duplicate: bool,
+}
+
+/// Counters of what the producer did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProducerStats {
+    /// Batches acknowledged.
+    pub batches: u64,
+    /// Records in acknowledged batches.
+    pub records: u64,
+    /// Batch sends beyond the first (resends).
+    pub retries: u64,
+    /// Acknowledgements that were DUPLICATE.
+    pub duplicates: u64,
+    /// New connections made after a failure.
+    pub reconnects: u64,
+    /// OUT_OF_ORDER answers to batches that had overtaken an earlier one, then resent.
+    pub out_of_order_resent: u64,
+}
+
+/// One batch of the current window.
+struct InFlight {
+    index: usize,
+    sequence: i32,
+    /// Sent while an earlier batch of the window was unanswered, so it may have overtaken it.
+    behind_unanswered: bool,
+    answer: PendingResponse,
+}
+
+/// An idempotent producer over one connection.
+pub struct Producer {
+    addr: String,
+    config: ProducerConfig,
+    client: Option<Client>,
+    producer_id: i64,
+    epoch: i16,
+    next_sequence: HashMap<(String, u32), i32>,
+    stats: ProducerStats,
+    stopped: Option<String>,
+}
+
+impl Producer {
+    /// Connects and obtains a new producer id at epoch 0.
+    ///
+    /// # Errors
+    /// Connection failures and broker errors.
+    pub async fn connect(addr: &str, config: ProducerConfig) -> Result<Self, ProducerError> {
+        Self::init(addr, config, None).await
+    }
+
+    /// Connects as a new instance of an existing producer id: the broker bumps its epoch, which
+    /// fences every older instance.
+    ///
+    /// # Errors
+    /// Connection failures and broker errors (e.g. an id the broker never issued).
+    pub async fn resume(
+        addr: &str,
+        producer_id: i64,
+        config: ProducerConfig,
+    ) -> Result<Self, ProducerError> {
+        Self::init(addr, config, Some(producer_id)).await
+    }
+
+    async fn init(
+        addr: &str,
+        config: ProducerConfig,
+        producer_id: Option<i64>,
+    ) -> Result<Self, ProducerError> {
+        let client = Client::connect(addr, config.client.clone()).await?;
+        let identity = client.init_producer(producer_id).await?;
+        Ok(Self {
+            addr: addr.to_owned(),
+            config,
+            client: Some(client),
+            producer_id: identity.producer_id,
+            epoch: identity.epoch,
+            next_sequence: HashMap::new(),
+            stats: ProducerStats::default(),
+            stopped: None,
+        })
+    }
+
+    /// The producer id.
+    #[must_use]
+    pub fn producer_id(&self) -> i64 {
+        self.producer_id
+    }
+
+    /// This instance's epoch.
+    #[must_use]
+    pub fn epoch(&self) -> i16 {
+        self.epoch
+    }
+
+    /// What the producer has done so far.
+    #[must_use]
+    pub fn stats(&self) -> ProducerStats {
+        self.stats
+    }
+
+    /// The sequence the next batch to `topic`/`partition` will get.
+    #[must_use]
+    pub fn next_sequence(&self, topic: &str, partition: u32) -> i32 {
+        self.next_sequence
+            .get(&(topic.to_owned(), partition))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Sends one batch and waits until it is acknowledged.
+    ///
+    /// # Errors
+    /// See [`Self::send_batches`].
+    pub async fn send(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        records: Vec<Bytes>,
+    ) -> Result<Ack, ProducerError> {
+        let mut acks = self.send_batches(topic, partition, vec![records]).await?;
+        acks.pop()
+            .ok_or_else(|| ProducerError::Stopped("no acknowledgement".into()))
+    }
+
+    /// Sends batches to one partition in order, up to `max_in_flight` at a time, and returns one
+    /// acknowledgement per batch. Resends after timeouts and lost connections keep each batch's
+    /// sequence, so nothing is stored twice.
+    ///
+    /// # Errors
+    /// [`ProducerError::Fenced`] and [`ProducerError::OutOfOrder`] stop the producer;
+    /// [`ProducerError::RetriesExhausted`] when the broker stays unreachable; broker error
+    /// responses (bad topic, storage full) as [`ProducerError::Client`]. Batches acknowledged
+    /// before an error stay acknowledged and their sequences used.
+    pub async fn send_batches(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        batches: Vec<Vec<Bytes>>,
+    ) -> Result<Vec<Ack>, ProducerError> {
+        if let Some(reason) = &self.stopped {
+            return Err(ProducerError::Stopped(reason.clone()));
+        }
+        let result = self.run_window(topic, partition, &batches).await;
+        if let Err(error) = &result {
+            if matches!(
+                error,
+                ProducerError::Fenced { .. } | ProducerError::OutOfOrder { .. }
+            ) {
+                self.stopped = Some(error.to_string());
+            }
+        }
+        result
+    }
+
+    async fn run_window(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        batches: &[Vec<Bytes>],
+    ) -> Result<Vec<Ack>, ProducerError> {
+        let key = (topic.to_owned(), partition);
+        let first_sequence = self.next_sequence.get(&key).copied().unwrap_or(0);
+        let window_size = self.config.max_in_flight.clamp(1, MAX_IN_FLIGHT);
+        let mut acks = Vec::with_capacity(batches.len());
+        let mut window: VecDeque<InFlight> = VecDeque::new();
+        let mut next_to_send = 0usize;
+        let mut failed_rounds = 0u32;
+        let mut sends = vec![0u32; batches.len()];
+
+        while acks.len() < batches.len() {
+            // Fill the window.
+            while window.len() < window_size && next_to_send < batches.len() {
+                let sequence = sequence_at(first_sequence, next_to_send);
+                let sent = self
+                    .send_one(topic, partition, sequence, &batches[next_to_send])
+                    .await;
+                match sent {
+                    Ok(answer) => {
+                        sends[next_to_send] += 1;
+                        if sends[next_to_send] > 1 {
+                            self.stats.retries += 1;
+                        }
+                        window.push_back(InFlight {
+                            index: next_to_send,
+                            sequence,
+                            behind_unanswered: !window.is_empty(),
+                            answer,
+                        });
+                        next_to_send += 1;
+                    }
+                    Err(error) if error.is_retriable() => {
+                        failed_rounds = self.recover(error, failed_rounds).await?;
+                        window.clear();
+                        next_to_send = acks.len();
+                    }
+                    Err(error) => return Err(error.into()),
+                }
+            }
+            let Some(in_flight) = window.pop_front() else {
+                break;
+            };
+            let answer = in_flight.answer.await;
+            match answer {
+                Ok(Response::Produce(response)) => match response.outcome {
+                    Outcome::Accepted | Outcome::Duplicate => {
+                        let duplicate = response.outcome == Outcome::Duplicate;
+                        self.stats.batches += 1;
+                        self.stats.records += batches[in_flight.index].len() as u64;
+                        self.stats.duplicates += u64::from(duplicate);
+                        acks.push(Ack {
+                            sequence: in_flight.sequence,
+                            base_offset: response.base_offset,
+                            duplicate,
+                        });
+                        self.next_sequence
+                            .insert(key.clone(), sequence_at(in_flight.sequence, 1));
+                        failed_rounds = 0;
+                    }
+                    Outcome::FencedEpoch => {
+                        return Err(ProducerError::Fenced {
+                            producer_id: self.producer_id,
+                            epoch: self.epoch,
+                        });
+                    }
+                    Outcome::OutOfOrder if in_flight.behind_unanswered => {
+                        // It overtook an earlier batch that has since been acknowledged: resend
+                        // it and everything after it, in order.
+                        self.stats.out_of_order_resent += 1;
+                        failed_rounds += 1;
+                        if failed_rounds > self.config.max_retries {
+                            return Err(out_of_order(topic, partition, in_flight.sequence));
+                        }
+                        window.clear();
+                        next_to_send = in_flight.index;
+                    }
+                    Outcome::OutOfOrder => {
+                        return Err(out_of_order(topic, partition, in_flight.sequence));
+                    }
+                },
+                Ok(Response::Error(error)) => {
+                    let error = ClientError::Broker(error);
+                    if !error.is_retriable() {
+                        return Err(error.into());
+                    }
+                    failed_rounds = self.recover(error, failed_rounds).await?;
+                    window.clear();
+                    next_to_send = in_flight.index;
+                }
+                Ok(other) => {
+                    return Err(ClientError::UnexpectedResponse {
+                        expected: "produce",
+                        got: format!("{other:?}"),
+                    }
+                    .into());
+                }
+                Err(error) if error.is_retriable() => {
+                    // The batch may or may not be stored; resending it with the same sequence
+                    // is safe either way.
+                    failed_rounds = self.recover(error, failed_rounds).await?;
+                    window.clear();
+                    next_to_send = in_flight.index;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Ok(acks)
+    }
+
+    /// Sends one produce request on the current connection, connecting first if needed.
+    async fn send_one(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        sequence: i32,
+        records: &[Bytes],
+    ) -> Result<PendingResponse, ClientError> {
+        if self.client.is_none() {
+            self.client = Some(Client::connect(&self.addr, self.config.client.clone()).await?);
+            self.stats.reconnects += 1;
+        }
+        let request = Request::Produce(ProduceRequest {
+            topic,
+            partition,
+            producer_id: self.producer_id,
+            epoch: self.epoch,
+            sequence,
+            records: records.iter().map(|r| serde_bytes::Bytes::new(r)).collect(),
+        });
+        match &self.client {
+            Some(client) => client.send(&request).await,
+            None => Err(ClientError::ConnectionClosed("not connected".into())),
+        }
+    }
+
+    /// Drops the connection (answers on it can no longer be trusted to arrive) and waits before
+    /// the next round; gives up after `max_retries` rounds without progress.
+    async fn recover(
+        &mut self,
+        error: ClientError,
+        failed_rounds: u32,
+    ) -> Result<u32, ProducerError> {
+        let failed_rounds = failed_rounds + 1;
+        if failed_rounds > self.config.max_retries {
+            return Err(ProducerError::RetriesExhausted {
+                attempts: failed_rounds,
+                last: error,
+            });
+        }
+        tracing::debug!(%error, failed_rounds, "resending unacknowledged batches");
+        self.client = None;
+        let backoff = self
+            .config
+            .retry_backoff
+            .saturating_mul(1 << failed_rounds.min(6))
+            .min(Duration::from_secs(1));
+        tokio::time::sleep(backoff).await;
+        Ok(failed_rounds)
+    }
+}
+
+/// The sequence `steps` after `first`, wrapping past `i32::MAX` to 0.
+fn sequence_at(first: i32, steps: usize) -> i32 {
+    let modulus = i64::from(i32::MAX) + 1;
+    // The result is below 2^31, so it fits.
+    ((i64::from(first) + steps as i64) % modulus) as i32
+}
+
+fn out_of_order(topic: &str, partition: u32, sequence: i32) -> ProducerError {
+    ProducerError::OutOfOrder {
+        topic: topic.to_owned(),
+        partition,
+        sequence,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequences_wrap_after_max() {
+        assert_eq!(sequence_at(5, 3), 8);
+        assert_eq!(sequence_at(i32::MAX, 1), 0);
+        assert_eq!(sequence_at(i32::MAX - 1, 3), 1);
+    }
+}
