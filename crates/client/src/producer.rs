@@ -196,13 +196,10 @@ impl Producer {
             return Err(ProducerError::Stopped(reason.clone()));
         }
         let result = self.run_window(topic, partition, &batches).await;
-        if let Err(error) = &result {
-            if matches!(
-                error,
-                ProducerError::Fenced { .. } | ProducerError::OutOfOrder { .. }
-            ) {
-                self.stopped = Some(error.to_string());
-            }
+        if let Err(error @ (ProducerError::Fenced { .. } | ProducerError::OutOfOrder { .. })) =
+            &result
+        {
+            self.stopped = Some(error.to_string());
         }
         result
     }
