@@ -33,6 +33,7 @@ pub async fn run(args: Args) -> Result<()> {
         config.max_partitions_per_topic = config.max_partitions_per_topic.max(partitions);
     }
     config.validate()?;
+    let shutdown = shutdown_signal()?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -42,31 +43,35 @@ pub async fn run(args: Args) -> Result<()> {
     writeln!(stdout, "listening on {addr}")?;
     stdout.flush()?;
     drop(stdout);
-    minibroker_server::run(listener, config, shutdown_signal()).await?;
+    minibroker_server::run(listener, config, shutdown).await?;
     Ok(())
 }
 
-/// Resolves on SIGINT (Ctrl-C) or SIGTERM (what `docker stop` and service managers send).
-pub async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
+/// Registers for SIGINT (Ctrl-C) and SIGTERM (what `docker stop` and service managers send) now,
+/// so a signal that arrives before the returned future is first polled is not missed, and returns
+/// a future that resolves on either.
+///
+/// # Errors
+/// If the signal handlers cannot be installed.
+pub fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
     {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                tokio::select! {
-                    _ = interrupt => {}
-                    _ = terminate.recv() => {}
-                }
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut interrupt = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+        let mut terminate =
+            signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+        Ok(async move {
+            tokio::select! {
+                _ = interrupt.recv() => tracing::info!("SIGINT received"),
+                _ = terminate.recv() => tracing::info!("SIGTERM received"),
             }
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the broker");
-                let _ = interrupt.await;
-            }
-        }
+        })
     }
     #[cfg(not(unix))]
     {
-        let _ = interrupt.await;
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+            tracing::info!("Ctrl-C received");
+        })
     }
-    tracing::info!("shutdown signal received");
 }

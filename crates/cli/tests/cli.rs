@@ -1,0 +1,289 @@
+//! The `minibroker` binary against a live broker on 127.0.0.1:0: output formats, exit codes, and
+//! a clean exit on SIGTERM.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Output, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_minibroker");
+
+/// A `minibroker serve` process, killed when dropped.
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Self {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start minibroker serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut first = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut first)
+            .expect("read first line");
+        let addr = first
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+            .to_owned();
+        Self { child, addr }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let mut full: Vec<&str> = vec![args[0], "--broker", &self.addr];
+        full.extend_from_slice(&args[1..]);
+        Command::new(BIN)
+            .args(&full)
+            .output()
+            .expect("run minibroker")
+    }
+
+    fn run_ok(&self, args: &[&str]) -> String {
+        let output = self.run(args);
+        assert!(
+            output.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).expect("utf-8 output")
+    }
+
+    fn send(&self, epoch: &str, sequence: &str, json: bool) -> String {
+        let mut args = vec![
+            "send",
+            "--topic",
+            "seed",
+            "--partition",
+            "0",
+            "--producer-id",
+            "1",
+            "--epoch",
+            epoch,
+            "--sequence",
+            sequence,
+        ];
+        if json {
+            args.push("--json");
+        }
+        self.run_ok(&args).trim().to_owned()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const SEED: [(&str, &str); 6] = [
+    ("0", "0"),
+    ("0", "1"),
+    ("0", "1"),
+    ("0", "5"),
+    ("1", "0"),
+    ("0", "2"),
+];
+
+#[test]
+fn seed_example_through_send_yields_the_six_outcomes() {
+    let server = Server::start(&[]);
+    let outputs: Vec<String> = SEED.iter().map(|(e, s)| server.send(e, s, false)).collect();
+    assert_eq!(
+        outputs,
+        [
+            "ACCEPTED offset=0",
+            "ACCEPTED offset=1",
+            "DUPLICATE offset=1",
+            "OUT_OF_ORDER",
+            "ACCEPTED offset=2",
+            "FENCED_EPOCH"
+        ]
+    );
+}
+
+#[test]
+fn send_json_output() {
+    let server = Server::start(&[]);
+    let outputs: Vec<String> = SEED.iter().map(|(e, s)| server.send(e, s, true)).collect();
+    assert_eq!(
+        outputs,
+        [
+            r#"{"offset":0,"outcome":"ACCEPTED"}"#,
+            r#"{"offset":1,"outcome":"ACCEPTED"}"#,
+            r#"{"offset":1,"outcome":"DUPLICATE"}"#,
+            r#"{"offset":null,"outcome":"OUT_OF_ORDER"}"#,
+            r#"{"offset":2,"outcome":"ACCEPTED"}"#,
+            r#"{"offset":null,"outcome":"FENCED_EPOCH"}"#
+        ]
+    );
+}
+
+#[test]
+fn bad_input_exits_non_zero_with_a_message() {
+    let server = Server::start(&["--partitions", "2"]);
+    for (args, expected) in [
+        (
+            vec![
+                "send",
+                "--topic",
+                "t",
+                "--partition",
+                "5",
+                "--producer-id",
+                "1",
+                "--epoch",
+                "0",
+                "--sequence",
+                "0",
+            ],
+            "PARTITION_OUT_OF_RANGE",
+        ),
+        (
+            vec![
+                "send",
+                "--topic",
+                "t",
+                "--partition",
+                "0",
+                "--producer-id",
+                "-3",
+                "--epoch",
+                "0",
+                "--sequence",
+                "0",
+            ],
+            "INVALID_INPUT",
+        ),
+        (
+            vec!["consume", "--topic", "missing", "--partition", "0"],
+            "UNKNOWN_TOPIC",
+        ),
+        (
+            vec!["init-producer", "--producer-id", "77"],
+            "UNKNOWN_PRODUCER_ID",
+        ),
+    ] {
+        let output = server.run(&args);
+        assert!(!output.status.success(), "{args:?} succeeded");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn produce_then_consume_round_trip() {
+    let server = Server::start(&[]);
+    let mut child = Command::new(BIN)
+        .args(["produce", "--broker", &server.addr, "--topic", "lines"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start produce");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"first\nsecond\nthird\n")
+        .expect("write stdin");
+    let output = child.wait_with_output().expect("produce");
+    assert!(output.status.success());
+    let summary = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        summary.starts_with("produced records=3 batches=3 retries=0 duplicates_acknowledged=0"),
+        "{summary}"
+    );
+
+    let text = server.run_ok(&["consume", "--topic", "lines", "--partition", "0"]);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3);
+    assert!(lines[0].starts_with("offset=0 producer_id=1000 epoch=0 sequence=0 value=first"));
+    assert!(lines[2].ends_with("sequence=2 value=third"));
+
+    let json = server.run_ok(&[
+        "consume",
+        "--topic",
+        "lines",
+        "--partition",
+        "0",
+        "--from",
+        "1",
+        "--json",
+    ]);
+    let first: serde_json::Value =
+        serde_json::from_str(json.lines().next().expect("a line")).expect("json");
+    assert_eq!(first["offset"], 1);
+    assert_eq!(first["producer_id"], 1000);
+    assert_eq!(first["epoch"], 0);
+    assert_eq!(first["sequence"], 1);
+    assert_eq!(first["value"], "second");
+    assert_eq!(json.lines().count(), 2);
+}
+
+#[test]
+fn init_producer_and_describe_producers() {
+    let server = Server::start(&[]);
+    assert_eq!(
+        server.run_ok(&["init-producer"]).trim(),
+        "producer_id=1000 epoch=0"
+    );
+    assert_eq!(
+        server
+            .run_ok(&["init-producer", "--producer-id", "1000", "--json"])
+            .trim(),
+        r#"{"epoch":1,"producer_id":1000}"#
+    );
+    server.send("0", "0", false);
+    server.send("0", "1", false);
+    let described = server.run_ok(&["describe-producers", "--topic", "seed", "--partition", "0"]);
+    assert_eq!(
+        described.trim(),
+        "producer_id=1 epoch=0 last_sequence=1 last_offset=1 cached_batches=2"
+    );
+    let json = server.run_ok(&[
+        "describe-producers",
+        "--topic",
+        "seed",
+        "--partition",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(
+        json.trim(),
+        r#"{"cached_batches":2,"epoch":0,"last_offset":1,"last_sequence":1,"producer_id":1}"#
+    );
+}
+
+#[test]
+fn sigterm_stops_the_broker_with_exit_code_zero() {
+    let mut server = Server::start(&[]);
+    server.send("0", "0", false);
+    let pid = server.child.id().to_string();
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    let status = server.child.wait().expect("wait");
+    assert!(status.success(), "exit status {status}");
+}
+
+#[test]
+fn a_bad_config_file_is_reported() {
+    let dir = std::env::temp_dir().join(format!("minibroker-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, "max_conections = 3\n").expect("write config");
+    let output = Command::new(BIN)
+        .args(["serve", "--config", path.to_str().expect("utf-8 path")])
+        .output()
+        .expect("run serve");
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("max_conections"));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,6 @@
+//! End-to-end tests over real TCP, in one test binary (one link, shared helpers).
+
+mod client;
+mod limits;
+mod shutdown;
+mod wire;
