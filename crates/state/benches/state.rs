@@ -2,6 +2,11 @@
 //! 1 and 2 threads over 64 partitions compared with the same engine behind one global lock (a
 //! manager with a single shard is exactly a global `Mutex<HashMap>`), and memory per entry.
 //!
+//! Two access patterns are measured with threads: `affine`, where each thread writes its own
+//! share of the 64 partitions (one producer thread per partition, the usual layout), and `mixed`,
+//! where every thread writes to all 64 partitions at random; there every lock acquisition finds
+//! the shard's cache lines last written by the other core.
+//!
 //! Run with `cargo bench -p minibroker-state`. Figures are printed, never asserted.
 
 use criterion::{BenchmarkId, Criterion, Throughput};
@@ -23,10 +28,16 @@ fn header(producer_id: i64, partition: u32, sequence: i32) -> BatchHeader {
     .expect("header")
 }
 
-/// Appends `count` in-order batches as one producer spreading them over all partitions in a
+/// Appends `count` in-order batches as one producer spreading them over `partitions` in a
 /// pseudo-random order seeded by `seed`; returns how many were accepted (so the work cannot be
 /// optimised away).
-fn append_run(mgr: &ProducerStateManager, producer_id: i64, seed: u64, count: u64) -> u64 {
+fn append_run(
+    mgr: &ProducerStateManager,
+    producer_id: i64,
+    partitions: &[u32],
+    seed: u64,
+    count: u64,
+) -> u64 {
     let mut next_seq = [0i32; PARTITIONS as usize];
     let mut accepted = 0;
     let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -35,7 +46,7 @@ fn append_run(mgr: &ProducerStateManager, producer_id: i64, seed: u64, count: u6
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        let partition = (rng % u64::from(PARTITIONS)) as u32;
+        let partition = partitions[(rng % partitions.len() as u64) as usize];
         let seq = &mut next_seq[partition as usize];
         let verdict = mgr
             .append_batch(&header(producer_id, partition, *seq), || {
@@ -75,26 +86,61 @@ fn threaded(c: &mut Criterion) {
     let mut group = c.benchmark_group("threads_over_64_partitions");
     group.throughput(Throughput::Elements(1));
     for (name, shards) in [("sharded", default_shard_count()), ("global_lock", 1)] {
-        for threads in [1u32, 2] {
-            group.bench_with_input(BenchmarkId::new(name, threads), &threads, |b, &threads| {
-                b.iter_custom(|iters| run_threads(shards, threads, iters));
-            });
+        for pattern in [Pattern::Affine, Pattern::Mixed] {
+            for threads in [1u32, 2] {
+                let id = BenchmarkId::new(format!("{name}/{}", pattern.name()), threads);
+                group.bench_with_input(id, &threads, |b, &threads| {
+                    b.iter_custom(|iters| run_threads(shards, pattern, threads, iters));
+                });
+            }
         }
     }
     group.finish();
 }
 
+/// Which partitions each thread writes to.
+#[derive(Debug, Clone, Copy)]
+enum Pattern {
+    /// Thread `t` of `n` writes the partitions `p` with `p % n == t`.
+    Affine,
+    /// Every thread writes all partitions.
+    Mixed,
+}
+
+impl Pattern {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Affine => "affine",
+            Self::Mixed => "mixed",
+        }
+    }
+
+    fn partitions(self, thread: u32, threads: u32) -> Vec<u32> {
+        match self {
+            Self::Affine => (0..PARTITIONS).filter(|p| p % threads == thread).collect(),
+            Self::Mixed => (0..PARTITIONS).collect(),
+        }
+    }
+}
+
 /// `threads` threads share `iters` appends; returns the wall time of the whole run.
-fn run_threads(shards: usize, threads: u32, iters: u64) -> Duration {
+fn run_threads(shards: usize, pattern: Pattern, threads: u32, iters: u64) -> Duration {
     let mgr = ProducerStateManager::with_shards(shards);
     let barrier = Barrier::new(threads as usize + 1);
     let per_thread = iters / u64::from(threads);
     std::thread::scope(|scope| {
         for t in 0..threads {
             let (mgr, barrier) = (&mgr, &barrier);
+            let partitions = pattern.partitions(t, threads);
             scope.spawn(move || {
                 barrier.wait();
-                black_box(append_run(mgr, i64::from(t), u64::from(t) + 1, per_thread));
+                black_box(append_run(
+                    mgr,
+                    i64::from(t),
+                    &partitions,
+                    u64::from(t) + 1,
+                    per_thread,
+                ));
             });
         }
         barrier.wait();
