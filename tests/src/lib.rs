@@ -99,6 +99,70 @@ impl Drop for TestBroker {
     }
 }
 
+/// A fault-injecting proxy in front of a broker, stopped when dropped.
+pub struct TestProxy {
+    /// Where clients connect.
+    pub addr: SocketAddr,
+    /// The proxy, for its counts.
+    pub proxy: minibroker_faults::Proxy,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl TestProxy {
+    /// Starts a proxy on an ephemeral loopback port relaying to `upstream`.
+    ///
+    /// # Errors
+    /// If the port cannot be bound.
+    pub async fn start(
+        upstream: SocketAddr,
+        faults: minibroker_faults::FaultConfig,
+    ) -> Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let proxy = minibroker_faults::Proxy::new(faults);
+        let (shutdown, stop) = oneshot::channel::<()>();
+        let running = proxy.clone();
+        tokio::spawn(async move {
+            running
+                .run(listener, upstream.to_string(), async move {
+                    let _ = stop.await;
+                })
+                .await
+        });
+        Ok(Self {
+            addr,
+            proxy,
+            shutdown: Some(shutdown),
+        })
+    }
+
+    /// The address as a string, for clients.
+    #[must_use]
+    pub fn address(&self) -> String {
+        self.addr.to_string()
+    }
+}
+
+impl Drop for TestProxy {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}
+
+/// Polls `condition` every 10 ms until it holds or `limit` passes; returns whether it held.
+pub async fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    condition()
+}
+
 /// A connection that writes exact bytes and decodes each response frame.
 pub struct RawConnection {
     stream: TcpStream,

@@ -121,8 +121,25 @@ impl Producer {
         config: ProducerConfig,
         producer_id: Option<i64>,
     ) -> Result<Self, ProducerError> {
-        let client = Client::connect(addr, config.client.clone()).await?;
-        let identity = client.init_producer(producer_id).await?;
+        // A lost init answer is retried like a lost batch: a second new id, or a second epoch
+        // bump, only ever fences this very instance's unused identity.
+        let mut attempts = 0u32;
+        let (client, identity) = loop {
+            let attempt = async {
+                let client = Client::connect(addr, config.client.clone()).await?;
+                let identity = client.init_producer(producer_id).await?;
+                Ok::<_, ClientError>((client, identity))
+            };
+            match attempt.await {
+                Ok(done) => break done,
+                Err(error) if error.is_retriable() && attempts < config.max_retries => {
+                    attempts += 1;
+                    tracing::debug!(%error, attempts, "retrying init-producer");
+                    tokio::time::sleep(config.retry_backoff).await;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        };
         Ok(Self {
             addr: addr.to_owned(),
             config,

@@ -22,9 +22,49 @@ use crate::{Config, RequestError};
 /// lengths), so the response always fits one frame.
 const FETCH_FRAME_SLACK: usize = 4096;
 
+/// How many produce requests got each outcome since the broker started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutcomeCounts {
+    /// Appended.
+    pub accepted: u64,
+    /// Retries recognised and not appended.
+    pub duplicate: u64,
+    /// Gaps and bad session starts refused.
+    pub out_of_order: u64,
+    /// Zombie writes refused.
+    pub fenced_epoch: u64,
+}
+
+#[derive(Debug, Default)]
+struct OutcomeCounters([AtomicU64; 4]);
+
+impl OutcomeCounters {
+    fn count(&self, outcome: Outcome) {
+        let slot = match outcome {
+            Outcome::Accepted => 0,
+            Outcome::Duplicate => 1,
+            Outcome::OutOfOrder => 2,
+            Outcome::FencedEpoch => 3,
+        };
+        self.0[slot].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> OutcomeCounts {
+        let [accepted, duplicate, out_of_order, fenced_epoch] =
+            self.0.each_ref().map(|c| c.load(Ordering::Relaxed));
+        OutcomeCounts {
+            accepted,
+            duplicate,
+            out_of_order,
+            fenced_epoch,
+        }
+    }
+}
+
 /// Topics, partitions, producer state and logs: everything a request acts on.
 #[derive(Debug)]
 pub struct Broker {
+    outcomes: OutcomeCounters,
     topics: TopicRegistry,
     state: ProducerStateManager,
     producer_ids: ProducerIds,
@@ -48,6 +88,7 @@ impl Broker {
             .saturating_sub(FETCH_FRAME_SLACK)
             .max(1);
         Ok(Self {
+            outcomes: OutcomeCounters::default(),
             topics: TopicRegistry::new(config)?,
             state: ProducerStateManager::with_shards(shards),
             producer_ids: ProducerIds::default(),
@@ -106,6 +147,7 @@ impl Broker {
             minibroker_state::Outcome::OutOfOrder => Outcome::OutOfOrder,
             minibroker_state::Outcome::FencedEpoch => Outcome::FencedEpoch,
         };
+        self.outcomes.count(outcome);
         if outcome != Outcome::Accepted {
             tracing::debug!(
                 topic = request.topic,
@@ -242,6 +284,12 @@ impl Broker {
                 })
                 .collect(),
         }
+    }
+
+    /// How many produce requests got each outcome.
+    #[must_use]
+    pub fn outcome_counts(&self) -> OutcomeCounts {
+        self.outcomes.get()
     }
 
     /// Record bytes stored across all partitions.

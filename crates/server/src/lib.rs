@@ -26,7 +26,7 @@ mod listener;
 pub mod producers;
 pub mod topics;
 
-pub use broker::Broker;
+pub use broker::{Broker, OutcomeCounts};
 pub use config::{Config, TopicConfig};
 pub use error::{RequestError, ServerError};
 pub use listener::{run, serve};

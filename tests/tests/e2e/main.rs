@@ -1,6 +1,7 @@
 //! End-to-end tests over real TCP, in one test binary (one link, shared helpers).
 
 mod client;
+mod faults;
 mod limits;
 mod shutdown;
 mod wire;

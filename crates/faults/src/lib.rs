@@ -1,0 +1,24 @@
+//! A fault-injecting TCP proxy for minibroker's native protocol.
+//!
+//! The proxy sits between clients and a broker and forwards whole frames, so it can lose exactly
+//! one request or one acknowledgement — the faults an idempotent producer must survive:
+//!
+//! | fault | what happens | what the producer sees |
+//! |---|---|---|
+//! | drop request | a request never reaches the broker | a timeout; it resends, the broker ACCEPTS |
+//! | drop response | the broker stored the batch, the ack is lost | a timeout; it resends, the broker says DUPLICATE |
+//! | delay | a frame (and all behind it) is held up | slow answers, maybe timeouts |
+//! | reset | after forwarding a request, both connections are reset | every in-flight batch lost; reconnect, resend |
+//! | hold | a request is held back and released later, even after the client gave up on it | a stale retry reaching the broker after newer batches |
+//!
+//! Every fault has a rate (probability per frame, from a seeded generator, so a run can be
+//! repeated) and/or a schedule of frame numbers (counted per direction across all connections,
+//! starting at 1) for tests that need one exact fault.
+
+mod config;
+mod proxy;
+mod rng;
+
+pub use config::{Fault, FaultConfig, FaultError};
+pub use proxy::{FaultCounts, Proxy};
+pub use rng::SplitMix64;

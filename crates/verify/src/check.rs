@@ -1,0 +1,437 @@
+//! The invariants, checked over logs already read.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+
+/// A batch as the log stores it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredBatch {
+    /// Offset of its first record.
+    pub base_offset: i64,
+    /// Producer id that wrote it.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub epoch: i16,
+    /// Its sequence.
+    pub sequence: i32,
+    /// Number of records.
+    pub records: usize,
+}
+
+/// One partition's batches in log order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartitionLog {
+    /// The partition.
+    pub partition: u32,
+    /// Its batches, in offset order.
+    pub batches: Vec<StoredBatch>,
+}
+
+/// A batch a producer reports as acknowledged (one JSON line in an `--expect` file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AckedBatch {
+    /// The partition written.
+    pub partition: u32,
+    /// The producer id.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub epoch: i16,
+    /// The batch's sequence.
+    pub sequence: i32,
+    /// The offset the acknowledgement named, if it named one.
+    pub offset: Option<i64>,
+    /// Records in the batch.
+    pub records: usize,
+}
+
+/// A broken invariant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Violation {
+    /// The same (producer, epoch, sequence) is stored more than once.
+    StoredTwice {
+        /// Partition.
+        partition: u32,
+        /// The batch's identity.
+        producer_id: i64,
+        /// Epoch.
+        epoch: i16,
+        /// Sequence.
+        sequence: i32,
+        /// Offsets of the copies.
+        offsets: (i64, i64),
+    },
+    /// A producer's sequence does not follow its previous one.
+    NotContiguous {
+        /// Partition.
+        partition: u32,
+        /// Producer.
+        producer_id: i64,
+        /// Epoch.
+        epoch: i16,
+        /// What was expected next.
+        expected: i32,
+        /// What is stored.
+        found: i32,
+        /// Where.
+        offset: i64,
+    },
+    /// A batch of an older epoch was stored after one of a newer epoch.
+    EpochWentBack {
+        /// Partition.
+        partition: u32,
+        /// Producer.
+        producer_id: i64,
+        /// The newer epoch seen before.
+        newer: i16,
+        /// The older epoch stored after it.
+        older: i16,
+        /// Where.
+        offset: i64,
+    },
+    /// An acknowledged batch is not stored.
+    AckedButMissing(AckedBatch),
+    /// An acknowledged batch is stored somewhere other than its acknowledgement said, or with a
+    /// different record count.
+    AckedButDifferent {
+        /// What the producer was told.
+        acked: AckedBatch,
+        /// What is stored.
+        stored: StoredBatch,
+    },
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::StoredTwice {
+                partition,
+                producer_id,
+                epoch,
+                sequence,
+                offsets,
+            } => write!(
+                f,
+                "partition {partition}: producer {producer_id} epoch {epoch} sequence {sequence} stored twice (offsets {} and {})",
+                offsets.0, offsets.1
+            ),
+            Self::NotContiguous {
+                partition,
+                producer_id,
+                epoch,
+                expected,
+                found,
+                offset,
+            } => write!(
+                f,
+                "partition {partition}: producer {producer_id} epoch {epoch} stored sequence {found} at offset {offset}, expected {expected}"
+            ),
+            Self::EpochWentBack {
+                partition,
+                producer_id,
+                newer,
+                older,
+                offset,
+            } => write!(
+                f,
+                "partition {partition}: producer {producer_id} wrote epoch {older} at offset {offset} after epoch {newer} (a zombie write)"
+            ),
+            Self::AckedButMissing(acked) => write!(
+                f,
+                "partition {}: acknowledged batch producer {} epoch {} sequence {} is not stored",
+                acked.partition, acked.producer_id, acked.epoch, acked.sequence
+            ),
+            Self::AckedButDifferent { acked, stored } => write!(
+                f,
+                "partition {}: acknowledged batch producer {} epoch {} sequence {} was acknowledged at offset {:?} with {} records but is stored at {} with {}",
+                acked.partition,
+                acked.producer_id,
+                acked.epoch,
+                acked.sequence,
+                acked.offset,
+                acked.records,
+                stored.base_offset,
+                stored.records
+            ),
+        }
+    }
+}
+
+/// What the verifier found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// The topic checked.
+    pub topic: String,
+    /// Partitions read.
+    pub partitions: usize,
+    /// Batches stored.
+    pub batches: usize,
+    /// Records stored.
+    pub records: usize,
+    /// Distinct producer ids seen.
+    pub producers: usize,
+    /// Acknowledged batches checked (0 without an expectation).
+    pub acknowledged_checked: usize,
+    /// Everything wrong.
+    pub violations: Vec<Violation>,
+}
+
+impl Report {
+    /// Whether every invariant held.
+    #[must_use]
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "topic {}: {} partition(s), {} batches, {} records from {} producer(s)",
+            self.topic, self.partitions, self.batches, self.records, self.producers
+        )?;
+        if self.acknowledged_checked > 0 {
+            writeln!(
+                f,
+                "acknowledged batches checked: {}",
+                self.acknowledged_checked
+            )?;
+        }
+        if self.passed() {
+            write!(
+                f,
+                "PASS: exactly-once held (no duplicates, no gaps, no zombie writes"
+            )?;
+            if self.acknowledged_checked > 0 {
+                write!(f, ", every acknowledged batch stored once")?;
+            }
+            write!(f, ")")
+        } else {
+            writeln!(f, "FAIL: {} violation(s)", self.violations.len())?;
+            for violation in self.violations.iter().take(20) {
+                writeln!(f, "  - {violation}")?;
+            }
+            if self.violations.len() > 20 {
+                writeln!(f, "  ... and {} more", self.violations.len() - 20)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Checks the invariants over `logs`, and over `acknowledged` if given.
+#[must_use]
+pub fn check(topic: &str, logs: &[PartitionLog], acknowledged: Option<&[AckedBatch]>) -> Report {
+    let mut report = Report {
+        topic: topic.to_owned(),
+        partitions: logs.len(),
+        ..Report::default()
+    };
+    let mut producers = HashSet::new();
+    // (partition, producer, epoch, sequence) → the stored batch.
+    let mut stored: HashMap<(u32, i64, i16, i32), StoredBatch> = HashMap::new();
+    for log in logs {
+        // producer → (epoch, last sequence) in this partition.
+        let mut progress: HashMap<i64, (i16, i32)> = HashMap::new();
+        for batch in &log.batches {
+            report.batches += 1;
+            report.records += batch.records;
+            producers.insert(batch.producer_id);
+            let key = (
+                log.partition,
+                batch.producer_id,
+                batch.epoch,
+                batch.sequence,
+            );
+            if let Some(first) = stored.get(&key) {
+                report.violations.push(Violation::StoredTwice {
+                    partition: log.partition,
+                    producer_id: batch.producer_id,
+                    epoch: batch.epoch,
+                    sequence: batch.sequence,
+                    offsets: (first.base_offset, batch.base_offset),
+                });
+            } else {
+                stored.insert(key, *batch);
+            }
+            let expected = match progress.get(&batch.producer_id) {
+                Some(&(epoch, _)) if batch.epoch < epoch => {
+                    report.violations.push(Violation::EpochWentBack {
+                        partition: log.partition,
+                        producer_id: batch.producer_id,
+                        newer: epoch,
+                        older: batch.epoch,
+                        offset: batch.base_offset,
+                    });
+                    None
+                }
+                Some(&(epoch, last)) if batch.epoch == epoch => {
+                    Some(if last == i32::MAX { 0 } else { last + 1 })
+                }
+                // First batch of the producer here, or of a new epoch: it starts at 0.
+                _ => Some(0),
+            };
+            if let Some(expected) = expected.filter(|e| *e != batch.sequence) {
+                report.violations.push(Violation::NotContiguous {
+                    partition: log.partition,
+                    producer_id: batch.producer_id,
+                    epoch: batch.epoch,
+                    expected,
+                    found: batch.sequence,
+                    offset: batch.base_offset,
+                });
+            }
+            let newest = progress
+                .get(&batch.producer_id)
+                .map_or(batch.epoch, |p| p.0.max(batch.epoch));
+            if newest == batch.epoch {
+                progress.insert(batch.producer_id, (batch.epoch, batch.sequence));
+            }
+        }
+    }
+    report.producers = producers.len();
+    for acked in acknowledged.unwrap_or_default() {
+        report.acknowledged_checked += 1;
+        let key = (
+            acked.partition,
+            acked.producer_id,
+            acked.epoch,
+            acked.sequence,
+        );
+        match stored.get(&key) {
+            None => report.violations.push(Violation::AckedButMissing(*acked)),
+            Some(batch) => {
+                let offset_differs = acked.offset.is_some_and(|o| o != batch.base_offset);
+                if offset_differs || acked.records != batch.records {
+                    report.violations.push(Violation::AckedButDifferent {
+                        acked: *acked,
+                        stored: *batch,
+                    });
+                }
+            }
+        }
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(base_offset: i64, producer_id: i64, epoch: i16, sequence: i32) -> StoredBatch {
+        StoredBatch {
+            base_offset,
+            producer_id,
+            epoch,
+            sequence,
+            records: 1,
+        }
+    }
+
+    fn log(batches: Vec<StoredBatch>) -> Vec<PartitionLog> {
+        vec![PartitionLog {
+            partition: 0,
+            batches,
+        }]
+    }
+
+    fn acked(producer_id: i64, epoch: i16, sequence: i32, offset: Option<i64>) -> AckedBatch {
+        AckedBatch {
+            partition: 0,
+            producer_id,
+            epoch,
+            sequence,
+            offset,
+            records: 1,
+        }
+    }
+
+    #[test]
+    fn a_clean_log_passes() {
+        let logs = log(vec![
+            batch(0, 1, 0, 0),
+            batch(1, 2, 0, 0),
+            batch(2, 1, 0, 1),
+            batch(3, 1, 1, 0),
+        ]);
+        let acks = [
+            acked(1, 0, 0, Some(0)),
+            acked(1, 0, 1, None),
+            acked(1, 1, 0, Some(3)),
+        ];
+        let report = check("t", &logs, Some(&acks));
+        assert!(report.passed(), "{report}");
+        assert_eq!(
+            (
+                report.batches,
+                report.producers,
+                report.acknowledged_checked
+            ),
+            (4, 2, 3)
+        );
+    }
+
+    #[test]
+    fn a_batch_stored_twice_is_caught() {
+        let report = check("t", &log(vec![batch(0, 1, 0, 0), batch(1, 1, 0, 0)]), None);
+        assert!(matches!(
+            report.violations[0],
+            Violation::StoredTwice {
+                offsets: (0, 1),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_gap_is_caught() {
+        let report = check("t", &log(vec![batch(0, 1, 0, 0), batch(1, 1, 0, 2)]), None);
+        assert!(matches!(
+            report.violations[0],
+            Violation::NotContiguous {
+                expected: 1,
+                found: 2,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_first_batch_not_at_zero_is_caught() {
+        let report = check("t", &log(vec![batch(0, 1, 0, 3)]), None);
+        assert!(matches!(
+            report.violations[0],
+            Violation::NotContiguous { expected: 0, .. }
+        ));
+    }
+
+    #[test]
+    fn a_zombie_write_is_caught() {
+        let report = check("t", &log(vec![batch(0, 1, 1, 0), batch(1, 1, 0, 5)]), None);
+        assert!(matches!(
+            report.violations[0],
+            Violation::EpochWentBack {
+                newer: 1,
+                older: 0,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_missing_or_misplaced_ack_is_caught() {
+        let logs = log(vec![batch(0, 1, 0, 0)]);
+        let report = check("t", &logs, Some(&[acked(1, 0, 1, None)]));
+        assert!(matches!(
+            report.violations[0],
+            Violation::AckedButMissing(_)
+        ));
+        let report = check("t", &logs, Some(&[acked(1, 0, 0, Some(7))]));
+        assert!(matches!(
+            report.violations[0],
+            Violation::AckedButDifferent { .. }
+        ));
+        assert!(report.to_string().contains("FAIL"));
+    }
+}

@@ -1,0 +1,30 @@
+//! The exactly-once verifier.
+//!
+//! Reads every partition of a topic back and checks, from the producer id, epoch and sequence the
+//! log stores with each batch:
+//! 1. no (producer id, epoch, sequence) is stored twice;
+//! 2. each producer's sequences start at 0 and are contiguous within an epoch, in log order;
+//! 3. a producer's epochs never go backwards in a partition (nothing of a fenced instance lands
+//!    after its successor wrote);
+//! 4. given what producers report as acknowledged, every acknowledged batch is stored exactly
+//!    once, with its record count, at the offset its acknowledgement named.
+//!
+//! [`check`] is the pure part (tested on hand-made logs); [`read_topic`] does the fetching.
+
+mod check;
+mod read;
+
+pub use check::{AckedBatch, PartitionLog, Report, StoredBatch, Violation, check};
+pub use read::{read_topic, verify};
+
+/// Reads acknowledged batches, one JSON object per line (blank lines are skipped).
+///
+/// # Errors
+/// The line number and reason of the first line that is not an [`AckedBatch`].
+pub fn parse_acks(text: &str) -> Result<Vec<AckedBatch>, String> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(i, line)| serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1)))
+        .collect()
+}
