@@ -7,11 +7,16 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod acks;
 mod admin;
 mod consume;
+mod demo;
+mod faults;
 mod produce;
+mod proxy;
 mod send;
 mod serve;
+mod verify;
 
 /// An exactly-once message broker: the broker, not the producer, removes duplicates.
 #[derive(Debug, Parser)]
@@ -35,12 +40,18 @@ enum Command {
     InitProducer(admin::InitArgs),
     /// Show the broker's producer state for one partition.
     DescribeProducers(admin::DescribeArgs),
+    /// A TCP proxy that injects faults: lost requests and acks, delays, resets, stale retries.
+    Proxy(proxy::Args),
+    /// Read a topic back and check that exactly-once held.
+    Verify(verify::Args),
+    /// Watch exactly-once survive a faulty network: broker, flaky proxy, producers, verifier.
+    Demo(demo::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let default_level = match cli.command {
-        Command::Serve(_) => "info",
+        Command::Serve(_) | Command::Proxy(_) => "info",
         _ => "warn",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -71,6 +82,9 @@ fn run(cli: Cli) -> Result<()> {
             Command::Consume(args) => consume::run(args).await,
             Command::InitProducer(args) => admin::init_producer(args).await,
             Command::DescribeProducers(args) => admin::describe_producers(args).await,
+            Command::Proxy(args) => proxy::run(args).await,
+            Command::Verify(args) => verify::run(args).await,
+            Command::Demo(args) => demo::run(args).await,
         }
     })
 }

@@ -1,9 +1,14 @@
-//! `minibroker produce`: stdin, one record per line, through the idempotent producer.
+//! `minibroker produce`: stdin (one record per line) or generated records, through the idempotent
+//! producer, optionally writing what was acknowledged for `verify --expect`.
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
-use minibroker_client::{Producer, ProducerConfig};
-use std::io::BufRead;
+use minibroker_client::{ClientConfig, Producer, ProducerConfig};
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::acks::acked_batches;
 
 /// Flags of `produce`.
 #[derive(Debug, clap::Args)]
@@ -23,38 +28,75 @@ pub struct Args {
     /// Resume as a new instance of this producer id (bumps its epoch, fencing older instances).
     #[arg(long)]
     producer_id: Option<i64>,
+    /// Generate this many records instead of reading stdin.
+    #[arg(long)]
+    count: Option<usize>,
+    /// Write each acknowledged batch as a JSON line to this file (for `verify --expect`).
+    #[arg(long)]
+    acks: Option<PathBuf>,
+    /// Resend a batch after this long without an answer.
+    #[arg(long, default_value_t = 2000)]
+    timeout_ms: u64,
 }
 
 /// Batches handed to the producer at a time; it keeps up to five of them in flight.
 const BATCHES_PER_ROUND: usize = 64;
 
 pub async fn run(args: Args) -> Result<()> {
-    let config = ProducerConfig::default();
+    let config = ProducerConfig {
+        client: ClientConfig {
+            request_timeout: Duration::from_millis(args.timeout_ms),
+            ..ClientConfig::default()
+        },
+        ..ProducerConfig::default()
+    };
     let mut producer = match args.producer_id {
         Some(id) => Producer::resume(&args.broker, id, config).await?,
         None => Producer::connect(&args.broker, config).await?,
     };
+    let mut acks_file = match &args.acks {
+        Some(path) => Some(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
+        )),
+        None => None,
+    };
+    let records: Box<dyn Iterator<Item = Result<Bytes>>> = match args.count {
+        Some(count) => {
+            let prefix = format!("p{}", producer.producer_id());
+            Box::new((0..count).map(move |i| Ok(Bytes::from(format!("{prefix}-{i}")))))
+        }
+        None => Box::new(
+            std::io::stdin()
+                .lock()
+                .lines()
+                .map(|line| Ok(Bytes::from(line.context("reading stdin")?))),
+        ),
+    };
     let batch_size = args.batch_size.max(1);
     let mut round: Vec<Vec<Bytes>> = Vec::new();
     let mut batch: Vec<Bytes> = Vec::new();
-    for line in std::io::stdin().lock().lines() {
-        batch.push(Bytes::from(line.context("reading stdin")?));
-        if batch.len() == batch_size {
+    let mut records = records.peekable();
+    while let Some(record) = records.next() {
+        batch.push(record?);
+        let last = records.peek().is_none();
+        if batch.len() == batch_size || (last && !batch.is_empty()) {
             round.push(std::mem::take(&mut batch));
         }
-        if round.len() == BATCHES_PER_ROUND {
-            producer
+        if round.len() == BATCHES_PER_ROUND || (last && !round.is_empty()) {
+            let sizes: Vec<usize> = round.iter().map(Vec::len).collect();
+            let acks = producer
                 .send_batches(&args.topic, args.partition, std::mem::take(&mut round))
                 .await?;
+            if let Some(file) = &mut acks_file {
+                for acked in acked_batches(&producer, args.partition, &acks, sizes) {
+                    writeln!(file, "{}", serde_json::to_string(&acked)?)?;
+                }
+            }
         }
     }
-    if !batch.is_empty() {
-        round.push(batch);
-    }
-    if !round.is_empty() {
-        producer
-            .send_batches(&args.topic, args.partition, round)
-            .await?;
+    if let Some(mut file) = acks_file {
+        file.flush()?;
     }
     let stats = producer.stats();
     println!(

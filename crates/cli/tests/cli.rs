@@ -287,3 +287,129 @@ fn a_bad_config_file_is_reported() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("max_conections"));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Starts `minibroker proxy` in front of `upstream` with extra fault flags; returns the process
+/// and its address.
+fn start_proxy(upstream: &str, faults: &[&str]) -> (Child, String) {
+    let mut child = Command::new(BIN)
+        .args(["proxy", "--listen", "127.0.0.1:0", "--upstream", upstream])
+        .args(faults)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start proxy");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("read first line");
+    let addr = first
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("address")
+        .to_owned();
+    (child, addr)
+}
+
+#[test]
+fn produce_through_a_lossy_proxy_then_verify_against_the_acks() {
+    let server = Server::start(&[]);
+    // Lose the second and fifth responses: two lost acks.
+    let (mut proxy, proxy_addr) = start_proxy(&server.addr, &["--drop-response-at", "2,5"]);
+    let dir = std::env::temp_dir().join(format!("minibroker-verify-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let acks = dir.join("acks.jsonl");
+    let output = Command::new(BIN)
+        .args([
+            "produce",
+            "--broker",
+            &proxy_addr,
+            "--topic",
+            "v",
+            "--count",
+            "20",
+            "--batch-size",
+            "2",
+        ])
+        .args([
+            "--timeout-ms",
+            "300",
+            "--acks",
+            acks.to_str().expect("path"),
+        ])
+        .output()
+        .expect("produce");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let summary = String::from_utf8_lossy(&output.stdout);
+    assert!(summary.contains("records=20 batches=10"), "{summary}");
+    assert!(
+        !summary.contains("duplicates_acknowledged=0"),
+        "the lost acks were not resent: {summary}"
+    );
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+
+    let verified = server.run(&[
+        "verify",
+        "--topic",
+        "v",
+        "--expect",
+        acks.to_str().expect("path"),
+    ]);
+    let report = String::from_utf8_lossy(&verified.stdout);
+    assert!(verified.status.success(), "{report}");
+    assert!(report.contains("10 batches, 20 records"), "{report}");
+    assert!(report.contains("PASS"), "{report}");
+
+    // An acknowledgement the broker never stored must fail verification.
+    let forged = dir.join("forged.jsonl");
+    std::fs::write(
+        &forged,
+        r#"{"partition":0,"producer_id":1000,"epoch":0,"sequence":99,"offset":null,"records":1}"#,
+    )
+    .expect("write");
+    let failed = server.run(&[
+        "verify",
+        "--topic",
+        "v",
+        "--expect",
+        forged.to_str().expect("path"),
+    ]);
+    assert!(!failed.status.success());
+    assert!(String::from_utf8_lossy(&failed.stdout).contains("FAIL"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn demo_reports_that_exactly_once_held() {
+    let output = Command::new(BIN)
+        .args([
+            "demo",
+            "--producers",
+            "3",
+            "--partitions",
+            "2",
+            "--records",
+            "300",
+            "--seed",
+            "9",
+        ])
+        .output()
+        .expect("demo");
+    let report = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}: {report}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(report.contains("verdict: EXACTLY-ONCE HELD"), "{report}");
+    let stored = report
+        .lines()
+        .find(|line| line.trim_start().starts_with("records stored"))
+        .expect("a records stored line");
+    assert_eq!(stored.split_whitespace().last(), Some("900"), "{report}");
+}

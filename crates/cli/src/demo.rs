@@ -1,0 +1,272 @@
+//! `minibroker demo`: exactly-once under a bad network, in one command.
+//!
+//! Starts a broker and a fault-injecting proxy in this process, runs several idempotent producers
+//! through the proxy, then reads everything back from the broker and checks it with the verifier.
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use minibroker_client::{Client, ClientConfig, Producer, ProducerConfig, ProducerStats};
+use minibroker_server::{Broker, Config};
+use minibroker_verify::AckedBatch;
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use crate::acks::acked_batches;
+use crate::faults::{DefaultRates, FaultArgs};
+
+/// Flags of `demo`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Concurrent idempotent producers.
+    #[arg(long, default_value_t = 8)]
+    producers: usize,
+    /// Partitions of the demo topic; each producer writes to all of them.
+    #[arg(long, default_value_t = 4)]
+    partitions: u32,
+    /// Records each producer sends.
+    #[arg(long, default_value_t = 2000)]
+    records: usize,
+    /// Records per batch.
+    #[arg(long, default_value_t = 5)]
+    batch_size: usize,
+    /// A producer resends a batch after this long without an answer.
+    #[arg(long, default_value_t = 250)]
+    timeout_ms: u64,
+    /// Fault rates default to 2% lost requests and acks, 1% delays, 0.5% resets, 1% held.
+    #[command(flatten)]
+    faults: FaultArgs,
+}
+
+const TOPIC: &str = "demo";
+/// Batches per partition handed to a producer at a time (its in-flight window).
+const WINDOW: usize = 5;
+
+/// Everything one producer task reports.
+struct ProducerRun {
+    acked: Vec<AckedBatch>,
+    stats: ProducerStats,
+}
+
+pub async fn run(args: Args) -> Result<()> {
+    if args.producers == 0 || args.partitions == 0 || args.records == 0 || args.batch_size == 0 {
+        bail!("--producers, --partitions, --records and --batch-size must be at least 1");
+    }
+    let faults = args.faults.config(DefaultRates {
+        drop: 0.02,
+        delay: 0.01,
+        reset: 0.005,
+        hold: 0.01,
+    })?;
+    let seed = faults.seed;
+
+    // The broker, in this process, on a free loopback port.
+    let config = Config {
+        default_partitions: args.partitions,
+        max_partitions_per_topic: args.partitions.max(1024),
+        ..Config::default()
+    };
+    let broker = Arc::new(Broker::new(&config)?);
+    let broker_listener = TcpListener::bind("127.0.0.1:0").await?;
+    let broker_addr = broker_listener.local_addr()?.to_string();
+    let (stop_broker, broker_stopped) = oneshot::channel::<()>();
+    let served = Arc::clone(&broker);
+    let broker_task = tokio::spawn(async move {
+        minibroker_server::serve(broker_listener, served, &config, async move {
+            let _ = broker_stopped.await;
+        })
+        .await
+    });
+
+    // The flaky network in front of it.
+    let proxy = minibroker_faults::Proxy::new(faults);
+    let proxy_listener = TcpListener::bind("127.0.0.1:0").await?;
+    let proxy_addr = proxy_listener.local_addr()?.to_string();
+    let (stop_proxy, proxy_stopped) = oneshot::channel::<()>();
+    let relay = proxy.clone();
+    let upstream = broker_addr.clone();
+    let proxy_task = tokio::spawn(async move {
+        relay
+            .run(proxy_listener, upstream, async move {
+                let _ = proxy_stopped.await;
+            })
+            .await
+    });
+
+    println!(
+        "minibroker demo: {} producers x {} partitions, {} records each, through a faulty network (seed {seed})",
+        args.producers, args.partitions, args.records
+    );
+    println!("  broker on {broker_addr}, flaky network on {proxy_addr}");
+    println!();
+
+    let total_records = (args.producers * args.records) as u64;
+    let acked_records = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let progress = tokio::spawn(show_progress(Arc::clone(&acked_records), total_records));
+    let mut producers = tokio::task::JoinSet::new();
+    for index in 0..args.producers {
+        let (address, acked_records) = (proxy_addr.clone(), Arc::clone(&acked_records));
+        let (records, batch_size, partitions) = (args.records, args.batch_size, args.partitions);
+        let config = ProducerConfig {
+            client: ClientConfig {
+                request_timeout: Duration::from_millis(args.timeout_ms),
+                ..ClientConfig::default()
+            },
+            ..ProducerConfig::default()
+        };
+        producers.spawn(async move {
+            produce(
+                index,
+                &address,
+                config,
+                records,
+                batch_size,
+                partitions,
+                &acked_records,
+            )
+            .await
+        });
+    }
+    let mut acked = Vec::new();
+    let mut stats = ProducerStats::default();
+    let mut failures = Vec::new();
+    while let Some(joined) = producers.join_next().await {
+        match joined.context("producer task")? {
+            Ok(mut run) => {
+                acked.append(&mut run.acked);
+                add_stats(&mut stats, run.stats);
+            }
+            Err(error) => failures.push(format!("{error:#}")),
+        }
+    }
+    progress.abort();
+    let elapsed = started.elapsed();
+    eprintln!();
+
+    // Read back from the broker itself, not through the faulty network.
+    let client = Client::connect(&broker_addr, ClientConfig::default()).await?;
+    let report = minibroker_verify::verify(&client, TOPIC, Some(&acked)).await?;
+    let _ = stop_proxy.send(());
+    let faults = proxy_task.await?;
+    let _ = stop_broker.send(());
+    broker_task.await??;
+
+    let outcomes = broker.outcome_counts();
+    let acked_count: usize = acked.iter().map(|a| a.records).sum();
+    println!("  network faults injected");
+    println!("    requests lost        {:>8}", faults.requests_dropped);
+    println!("    acks lost            {:>8}", faults.responses_dropped);
+    println!("    frames delayed       {:>8}", faults.delayed);
+    println!("    connection resets    {:>8}", faults.resets);
+    println!("    stale retries held   {:>8}", faults.held);
+    println!();
+    println!("  producers ({:.1} s)", elapsed.as_secs_f64());
+    println!("    records sent         {total_records:>8}");
+    println!("    acknowledged         {acked_count:>8}");
+    println!("    batch resends        {:>8}", stats.retries);
+    println!("    reconnects           {:>8}", stats.reconnects);
+    println!();
+    println!("  broker");
+    println!("    records stored       {:>8}", report.records);
+    println!("    batches accepted     {:>8}", outcomes.accepted);
+    println!(
+        "    duplicates caught    {:>8}   retries recognised and not stored again",
+        outcomes.duplicate
+    );
+    println!(
+        "    out of order         {:>8}   refused after a lost request; resent in order",
+        outcomes.out_of_order
+    );
+    println!("    fenced               {:>8}", outcomes.fenced_epoch);
+    println!();
+    for failure in &failures {
+        println!("  producer failed: {failure}");
+    }
+    let held = report.passed() && failures.is_empty() && acked_count as u64 == total_records;
+    if held {
+        println!(
+            "  verdict: EXACTLY-ONCE HELD - all {} acknowledged records stored exactly once, in order, no gaps",
+            acked_count
+        );
+        Ok(())
+    } else {
+        println!("  verdict: FAILED");
+        println!("{report}");
+        bail!("the demo did not show exactly-once delivery")
+    }
+}
+
+/// One producer's workload: its records in batches, spread over all partitions, five batches
+/// per partition at a time.
+async fn produce(
+    index: usize,
+    address: &str,
+    config: ProducerConfig,
+    records: usize,
+    batch_size: usize,
+    partitions: u32,
+    acked_records: &AtomicU64,
+) -> Result<ProducerRun> {
+    let mut producer = Producer::connect(address, config).await?;
+    let mut acked = Vec::new();
+    let all: Vec<Bytes> = (0..records)
+        .map(|i| Bytes::from(format!("demo-producer{index}-record{i}")))
+        .collect();
+    let batches: Vec<Vec<Bytes>> = all.chunks(batch_size).map(<[Bytes]>::to_vec).collect();
+    for (round, window) in batches.chunks(WINDOW).enumerate() {
+        let partition = (round as u32 + index as u32) % partitions;
+        let sizes: Vec<usize> = window.iter().map(Vec::len).collect();
+        let acks = producer
+            .send_batches(TOPIC, partition, window.to_vec())
+            .await?;
+        acked_records.fetch_add(sizes.iter().sum::<usize>() as u64, Ordering::Relaxed);
+        acked.extend(acked_batches(&producer, partition, &acks, sizes));
+    }
+    Ok(ProducerRun {
+        acked,
+        stats: producer.stats(),
+    })
+}
+
+fn add_stats(total: &mut ProducerStats, run: ProducerStats) {
+    total.batches += run.batches;
+    total.records += run.records;
+    total.retries += run.retries;
+    total.duplicates += run.duplicates;
+    total.reconnects += run.reconnects;
+    total.out_of_order_resent += run.out_of_order_resent;
+}
+
+/// A progress line on stderr: redrawn in place on a terminal, a line a second otherwise.
+async fn show_progress(acked: Arc<AtomicU64>, total: u64) {
+    let terminal = std::io::stderr().is_terminal();
+    let period = if terminal {
+        Duration::from_millis(200)
+    } else {
+        Duration::from_secs(1)
+    };
+    let mut ticker = tokio::time::interval(period);
+    loop {
+        ticker.tick().await;
+        let done = acked.load(Ordering::Relaxed);
+        let width = 30;
+        let filled = (done * width / total.max(1)) as usize;
+        let bar = format!(
+            "{}{}",
+            "#".repeat(filled),
+            ".".repeat(width as usize - filled)
+        );
+        let line = format!("  producing [{bar}] {done}/{total} records acknowledged");
+        let mut stderr = std::io::stderr().lock();
+        if terminal {
+            let _ = write!(stderr, "\r{line}");
+        } else {
+            let _ = writeln!(stderr, "{line}");
+        }
+        let _ = stderr.flush();
+    }
+}

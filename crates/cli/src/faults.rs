@@ -1,0 +1,94 @@
+//! Fault flags shared by `proxy` and `demo`: a rate and a schedule for each fault.
+
+use anyhow::Result;
+use minibroker_faults::{Fault, FaultConfig};
+use std::time::Duration;
+
+/// Which faults to inject. Rates are probabilities per frame (0 to 1); `-at` flags list frame
+/// numbers (from 1, per direction, across all connections) where the fault always fires.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FaultArgs {
+    /// Lose requests before they reach the broker.
+    #[arg(long, value_name = "RATE")]
+    drop_request: Option<f64>,
+    /// Requests to lose, e.g. 3,7.
+    #[arg(long, value_name = "LIST", default_value = "")]
+    drop_request_at: String,
+    /// Lose responses after the broker processed the request (lost acks).
+    #[arg(long, value_name = "RATE")]
+    drop_response: Option<f64>,
+    /// Responses to lose.
+    #[arg(long, value_name = "LIST", default_value = "")]
+    drop_response_at: String,
+    /// Delay requests by --delay-ms.
+    #[arg(long, value_name = "RATE")]
+    delay_request: Option<f64>,
+    /// Requests to delay.
+    #[arg(long, value_name = "LIST", default_value = "")]
+    delay_request_at: String,
+    /// Delay responses by --delay-ms.
+    #[arg(long, value_name = "RATE")]
+    delay_response: Option<f64>,
+    /// Responses to delay.
+    #[arg(long, value_name = "LIST", default_value = "")]
+    delay_response_at: String,
+    /// Reset both connections right after forwarding a request.
+    #[arg(long, value_name = "RATE")]
+    reset: Option<f64>,
+    /// Requests after which to reset.
+    #[arg(long, value_name = "LIST", default_value = "")]
+    reset_at: String,
+    /// Hold requests back for --hold-ms, then release them (stale retries).
+    #[arg(long, value_name = "RATE")]
+    hold: Option<f64>,
+    /// Requests to hold.
+    #[arg(long, value_name = "LIST", default_value = "")]
+    hold_at: String,
+    /// How long a delayed frame waits.
+    #[arg(long, default_value_t = 50)]
+    delay_ms: u64,
+    /// How long a held request waits.
+    #[arg(long, default_value_t = 600)]
+    hold_ms: u64,
+    /// Seed of the random faults; the same seed and traffic give the same faults.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+/// Rates used where a flag is not given.
+#[derive(Debug, Clone, Copy)]
+pub struct DefaultRates {
+    pub drop: f64,
+    pub delay: f64,
+    pub reset: f64,
+    pub hold: f64,
+}
+
+impl DefaultRates {
+    /// No faults unless asked for.
+    pub const NONE: Self = Self {
+        drop: 0.0,
+        delay: 0.0,
+        reset: 0.0,
+        hold: 0.0,
+    };
+}
+
+impl FaultArgs {
+    /// The proxy configuration, with `defaults` for rates not given.
+    pub fn config(&self, defaults: DefaultRates) -> Result<FaultConfig> {
+        let fault = |rate: Option<f64>, default, at: &str| Fault::new(rate.unwrap_or(default), at);
+        Ok(FaultConfig {
+            drop_request: fault(self.drop_request, defaults.drop, &self.drop_request_at)?,
+            drop_response: fault(self.drop_response, defaults.drop, &self.drop_response_at)?,
+            delay_request: fault(self.delay_request, defaults.delay, &self.delay_request_at)?,
+            delay_response: fault(self.delay_response, defaults.delay, &self.delay_response_at)?,
+            reset: fault(self.reset, defaults.reset, &self.reset_at)?,
+            hold_request: fault(self.hold, defaults.hold, &self.hold_at)?,
+            delay: Duration::from_millis(self.delay_ms),
+            hold: Duration::from_millis(self.hold_ms),
+            seed: self.seed,
+            ..FaultConfig::default()
+        })
+    }
+}
