@@ -135,7 +135,7 @@ impl Producer {
                 Err(error) if error.is_retriable() && attempts < config.max_retries => {
                     attempts += 1;
                     tracing::debug!(%error, attempts, "retrying init-producer");
-                    tokio::time::sleep(config.retry_backoff).await;
+                    tokio::time::sleep(backoff(&config, attempts)).await;
                 }
                 Err(error) => return Err(error.into()),
             }
@@ -377,14 +377,18 @@ impl Producer {
         }
         tracing::debug!(%error, failed_rounds, "resending unacknowledged batches");
         self.client = None;
-        let backoff = self
-            .config
-            .retry_backoff
-            .saturating_mul(1 << failed_rounds.min(6))
-            .min(Duration::from_secs(1));
-        tokio::time::sleep(backoff).await;
+        tokio::time::sleep(backoff(&self.config, failed_rounds)).await;
         Ok(failed_rounds)
     }
+}
+
+/// The pause before retry round `round` (from 1): `retry_backoff` doubled each round, at most one
+/// second, so a broker that is restarting or still starting gets time to come up.
+fn backoff(config: &ProducerConfig, round: u32) -> Duration {
+    config
+        .retry_backoff
+        .saturating_mul(1 << round.saturating_sub(1).min(6))
+        .min(Duration::from_secs(1))
 }
 
 /// The sequence `steps` after `first`, wrapping past `i32::MAX` to 0.
