@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 mod acks;
 mod admin;
+mod bench;
 mod consume;
 mod demo;
 mod faults;
@@ -46,6 +47,9 @@ enum Command {
     Verify(verify::Args),
     /// Watch exactly-once survive a faulty network: broker, flaky proxy, producers, verifier.
     Demo(demo::Args),
+    /// Measure produce throughput and latency (against a do-nothing baseline in the same run), or
+    /// memory.
+    Bench(bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -85,6 +89,7 @@ fn run(cli: Cli) -> Result<()> {
             Command::Proxy(args) => proxy::run(args).await,
             Command::Verify(args) => verify::run(args).await,
             Command::Demo(args) => demo::run(args).await,
+            Command::Bench(args) => bench::run(args).await,
         }
     })
 }

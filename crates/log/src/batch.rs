@@ -1,8 +1,6 @@
 //! One stored batch and views of it handed to readers.
 
-use bytes::{Bytes, BytesMut};
-
-use crate::LogError;
+use bytes::Bytes;
 
 /// Who wrote a batch: the producer metadata stored beside its records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -15,42 +13,33 @@ pub struct Writer {
     pub base_sequence: i32,
 }
 
-/// A batch as stored: records in one buffer, each ending at `ends[i]`.
+/// A batch as stored: its records back to back in `data` (a slice of one of the log's chunks),
+/// record `i` ending at `ends[first_end + i]` of the log's shared end-position table.
 #[derive(Debug, Clone)]
 pub struct StoredBatch {
     base_offset: i64,
     writer: Writer,
     data: Bytes,
-    ends: Box<[u32]>,
+    /// Index of this batch's first record in the log's end-position table.
+    first_end: usize,
+    record_count: u32,
 }
 
 impl StoredBatch {
-    /// Copies `records` into one contiguous buffer.
-    pub(crate) fn new<R: AsRef<[u8]>>(
+    pub(crate) fn new(
         base_offset: i64,
         writer: Writer,
-        records: &[R],
-    ) -> Result<Self, LogError> {
-        if records.is_empty() {
-            return Err(LogError::EmptyBatch);
-        }
-        let total: usize = records.iter().map(|r| r.as_ref().len()).sum();
-        if u32::try_from(total).is_err() {
-            return Err(LogError::BatchTooLarge);
-        }
-        let mut data = BytesMut::with_capacity(total);
-        let mut ends = Vec::with_capacity(records.len());
-        for record in records {
-            data.extend_from_slice(record.as_ref());
-            // Cannot truncate: the total was checked above.
-            ends.push(data.len() as u32);
-        }
-        Ok(Self {
+        data: Bytes,
+        first_end: usize,
+        record_count: u32,
+    ) -> Self {
+        Self {
             base_offset,
             writer,
-            data: data.freeze(),
-            ends: ends.into_boxed_slice(),
-        })
+            data,
+            first_end,
+            record_count,
+        }
     }
 
     /// Offset of the batch's first record.
@@ -68,13 +57,13 @@ impl StoredBatch {
     /// Number of records.
     #[must_use]
     pub fn record_count(&self) -> usize {
-        self.ends.len()
+        self.record_count as usize
     }
 
     /// One past the offset of the batch's last record.
     #[must_use]
     pub fn end_offset(&self) -> i64 {
-        self.base_offset + self.ends.len() as i64
+        self.base_offset + i64::from(self.record_count)
     }
 
     /// Total size of the records in bytes.
@@ -83,15 +72,16 @@ impl StoredBatch {
         self.data.len()
     }
 
-    /// The record at `index` within the batch, sharing the batch's buffer.
-    #[must_use]
-    pub fn record(&self, index: usize) -> Bytes {
+    /// The record at `index` within the batch, sharing the log's buffer; `ends` is the log's
+    /// end-position table.
+    pub(crate) fn record(&self, ends: &[u32], index: usize) -> Bytes {
         let start = if index == 0 {
             0
         } else {
-            self.ends[index - 1] as usize
+            ends[self.first_end + index - 1] as usize
         };
-        self.data.slice(start..self.ends[index] as usize)
+        self.data
+            .slice(start..ends[self.first_end + index] as usize)
     }
 }
 

@@ -11,11 +11,13 @@ use minibroker_protocol::{
     InitProducerRequest, InitProducerResponse, MetadataResponse, Outcome, ProduceRequest,
     ProduceResponse, ProducerState, Request, Response, TopicMetadata,
 };
-use minibroker_state::{BatchHeader, ProducerStateManager, SequenceRange, default_shard_count};
+use minibroker_state::{
+    BatchHeader, PartitionId, ProducerStateManager, SequenceRange, default_shard_count,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::producers::ProducerIds;
-use crate::topics::{Partition, TopicRegistry};
+use crate::topics::{Partition, TopicCache, TopicRegistry};
 use crate::{Config, RequestError};
 
 /// Bytes reserved in a fetch response for everything but record data (headers, per-record
@@ -35,31 +37,45 @@ pub struct OutcomeCounts {
     pub fenced_epoch: u64,
 }
 
+/// Outcome counters, split by partition over cache-line-sized slots so that cores writing
+/// different partitions do not fight over one counter's cache line on every request.
 #[derive(Debug, Default)]
-struct OutcomeCounters([AtomicU64; 4]);
+struct OutcomeCounters([CounterSlot; 16]);
+
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct CounterSlot([AtomicU64; 4]);
 
 impl OutcomeCounters {
-    fn count(&self, outcome: Outcome) {
+    fn count(&self, partition: PartitionId, outcome: Outcome) {
         let slot = match outcome {
             Outcome::Accepted => 0,
             Outcome::Duplicate => 1,
             Outcome::OutOfOrder => 2,
             Outcome::FencedEpoch => 3,
         };
-        self.0[slot].fetch_add(1, Ordering::Relaxed);
+        self.0[partition as usize % self.0.len()].0[slot].fetch_add(1, Ordering::Relaxed);
     }
 
     fn get(&self) -> OutcomeCounts {
-        let [accepted, duplicate, out_of_order, fenced_epoch] =
-            self.0.each_ref().map(|c| c.load(Ordering::Relaxed));
+        let total = |slot: usize| {
+            self.0
+                .iter()
+                .map(|s| s.0[slot].load(Ordering::Relaxed))
+                .sum()
+        };
         OutcomeCounts {
-            accepted,
-            duplicate,
-            out_of_order,
-            fenced_epoch,
+            accepted: total(0),
+            duplicate: total(1),
+            out_of_order: total(2),
+            fenced_epoch: total(3),
         }
     }
 }
+
+/// How much of the storage limit a partition reserves at a time, so that most appends need no
+/// update of the broker-wide counter.
+const STORAGE_RESERVATION: u64 = 1 << 20;
 
 /// Topics, partitions, producer state and logs: everything a request acts on.
 #[derive(Debug)]
@@ -68,7 +84,9 @@ pub struct Broker {
     topics: TopicRegistry,
     state: ProducerStateManager,
     producer_ids: ProducerIds,
-    stored_bytes: AtomicU64,
+    /// Bytes of the storage limit reserved by partitions (stored, or reserved for their next
+    /// appends).
+    reserved_bytes: AtomicU64,
     max_stored_bytes: u64,
     max_fetch_bytes: usize,
 }
@@ -92,7 +110,7 @@ impl Broker {
             topics: TopicRegistry::new(config)?,
             state: ProducerStateManager::with_shards(shards),
             producer_ids: ProducerIds::default(),
-            stored_bytes: AtomicU64::new(0),
+            reserved_bytes: AtomicU64::new(0),
             max_stored_bytes: config.max_stored_bytes,
             max_fetch_bytes: (config.max_fetch_bytes as usize).min(frame_budget),
         })
@@ -100,9 +118,9 @@ impl Broker {
 
     /// Serves one request. Refusals of the exactly-once rule are produce outcomes; anything the
     /// broker cannot serve is an error response.
-    pub fn handle(&self, request: Request<'_>) -> Response {
+    pub fn handle(&self, request: Request<'_>, topics: &mut TopicCache) -> Response {
         let result = match request {
-            Request::Produce(produce) => self.produce(&produce).map(Response::Produce),
+            Request::Produce(produce) => self.produce(&produce, topics).map(Response::Produce),
             Request::Fetch(fetch) => self.fetch(&fetch).map(Response::Fetch),
             Request::InitProducer(init) => self.init_producer(init).map(Response::InitProducer),
             Request::DescribeProducers(describe) => self
@@ -119,18 +137,23 @@ impl Broker {
         })
     }
 
-    /// Validates and, if ACCEPTED, appends one batch.
+    /// Validates and, if ACCEPTED, appends one batch. `topics` is the caller's cache of topics
+    /// (one per connection).
     ///
     /// # Errors
     /// Bad input (negative fields, no records, bad topic or partition) or a full store.
-    pub fn produce(&self, request: &ProduceRequest<'_>) -> Result<ProduceResponse, RequestError> {
+    pub fn produce(
+        &self,
+        request: &ProduceRequest<'_>,
+        topics: &mut TopicCache,
+    ) -> Result<ProduceResponse, RequestError> {
         if request.records.is_empty() {
             return Err(RequestError::EmptyBatch);
         }
         // Check the fields before the topic lookup, so bad input never auto-creates a topic.
         let sequences = SequenceRange::single(request.sequence)?;
         BatchHeader::new(request.producer_id, 0, request.epoch, sequences)?;
-        let topic = self.topics.get_or_create(request.topic)?;
+        let topic = topics.get_or_create(&self.topics, request.topic)?;
         let partition = topic.partition(request.partition)?;
         let header = BatchHeader::new(request.producer_id, partition.id, request.epoch, sequences)?;
         let writer = Writer {
@@ -147,7 +170,7 @@ impl Broker {
             minibroker_state::Outcome::OutOfOrder => Outcome::OutOfOrder,
             minibroker_state::Outcome::FencedEpoch => Outcome::FencedEpoch,
         };
-        self.outcomes.count(outcome);
+        self.outcomes.count(partition.id, outcome);
         if outcome != Outcome::Accepted {
             tracing::debug!(
                 topic = request.topic,
@@ -166,6 +189,11 @@ impl Broker {
     }
 
     /// Appends under the caller's shard lock, within the broker's storage limit.
+    ///
+    /// Each partition reserves storage from the broker-wide limit a megabyte at a time (or
+    /// exactly what a batch needs, when less than a megabyte is left), so most appends only touch
+    /// their own partition. The limit is never exceeded; it may refuse a batch while other
+    /// partitions still hold unused reservations (at most a megabyte each).
     fn append(
         &self,
         partition: &Partition,
@@ -173,26 +201,40 @@ impl Broker {
         records: &[&minibroker_protocol::serde_bytes::Bytes],
     ) -> Result<i64, RequestError> {
         let size: u64 = records.iter().map(|r| r.len() as u64).sum();
-        let reserved =
-            self.stored_bytes
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |stored| {
-                    stored
-                        .checked_add(size)
-                        .filter(|total| *total <= self.max_stored_bytes)
-                });
-        if reserved.is_err() {
-            return Err(RequestError::StorageFull(format!(
-                "the broker's store is full ({} bytes); the batch of {size} bytes was not appended",
-                self.max_stored_bytes
-            )));
+        let mut data = partition.log();
+        if data.allowance < size {
+            let wanted = size - data.allowance;
+            let granted = [wanted.max(STORAGE_RESERVATION), wanted]
+                .into_iter()
+                .find(|amount| self.reserve(*amount))
+                .ok_or_else(|| {
+                    RequestError::StorageFull(format!(
+                        "the broker's store is full ({} bytes); the batch of {size} bytes was not appended",
+                        self.max_stored_bytes
+                    ))
+                })?;
+            data.allowance += granted;
         }
-        partition.log().append(writer, records).map_err(|error| {
-            self.stored_bytes.fetch_sub(size, Ordering::Relaxed);
-            match error {
+        let base_offset = data
+            .log
+            .append(writer, records)
+            .map_err(|error| match error {
                 LogError::EmptyBatch => RequestError::EmptyBatch,
                 other => RequestError::Internal(other.to_string()),
-            }
-        })
+            })?;
+        data.allowance -= size;
+        Ok(base_offset)
+    }
+
+    /// Takes `amount` bytes of the storage limit if they are free.
+    fn reserve(&self, amount: u64) -> bool {
+        self.reserved_bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |reserved| {
+                reserved
+                    .checked_add(amount)
+                    .filter(|total| *total <= self.max_stored_bytes)
+            })
+            .is_ok()
     }
 
     /// Reads records from an offset.
@@ -292,10 +334,19 @@ impl Broker {
         self.outcomes.get()
     }
 
-    /// Record bytes stored across all partitions.
+    /// Record bytes stored across all partitions (sums every partition; not for hot paths).
     #[must_use]
     pub fn stored_bytes(&self) -> u64 {
-        self.stored_bytes.load(Ordering::Relaxed)
+        self.topics
+            .list()
+            .iter()
+            .flat_map(|topic| {
+                topic
+                    .partitions()
+                    .iter()
+                    .map(|p| p.log().stored_bytes() as u64)
+            })
+            .sum()
     }
 
     /// The topic registry (for embedding and inspection).

@@ -32,7 +32,8 @@ pub struct Config {
     pub max_frame_bytes: usize,
     /// Responses a connection may buffer before they are flushed to the socket.
     pub max_in_flight: usize,
-    /// A connection with no request for this long is closed.
+    /// A connection with no request for this long (up to twice as long, as the timer is checked
+    /// once per period) is closed.
     pub idle_timeout_ms: u64,
     /// On shutdown, how long connections get to finish their requests before they are aborted.
     pub drain_timeout_ms: u64,

@@ -16,6 +16,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 
+use crate::topics::TopicCache;
 use crate::{Broker, RequestError};
 
 /// Everything one connection task needs; each field has one role.
@@ -62,6 +63,13 @@ impl Connection {
         writer: &mut Writer,
     ) -> Result<(), ProtocolError> {
         let mut unflushed = 0usize;
+        let mut topics = TopicCache::default();
+        // One timer for the connection's life instead of one per wait: when it fires, the
+        // connection is closed only if nothing was served since it was last armed, so a silent
+        // connection closes after one to two idle timeouts.
+        let idle = tokio::time::sleep(self.idle_timeout);
+        tokio::pin!(idle);
+        let mut served_since_armed = false;
         loop {
             // Frames already buffered are answered without waiting; only when none is left are
             // the answers flushed and the socket awaited.
@@ -75,13 +83,16 @@ impl Connection {
                     tokio::select! {
                         biased;
                         () = self.shutdown.cancelled() => return Ok(()),
-                        item = tokio::time::timeout(self.idle_timeout, reader.next()) => match item {
-                            Ok(item) => item,
-                            Err(_) => {
+                        () = &mut idle => {
+                            if !served_since_armed {
                                 tracing::debug!("idle timeout");
                                 return Ok(());
                             }
-                        },
+                            served_since_armed = false;
+                            idle.as_mut().reset(tokio::time::Instant::now() + self.idle_timeout);
+                            continue;
+                        }
+                        item = reader.next() => item,
                     }
                 }
             };
@@ -98,7 +109,8 @@ impl Connection {
                     return Err(error);
                 }
             };
-            let (correlation_id, response) = self.answer(&frame);
+            served_since_armed = true;
+            let (correlation_id, response) = self.answer(&frame, &mut topics);
             match writer.feed((correlation_id, &response)).await {
                 Err(ProtocolError::FrameTooLarge { size, max }) => {
                     let error = RequestError::Internal(format!(
@@ -119,11 +131,11 @@ impl Connection {
     }
 
     /// Decodes and serves one frame; a frame that does not decode gets an error answer.
-    fn answer(&self, frame: &[u8]) -> (u32, Response) {
+    fn answer(&self, frame: &[u8], topics: &mut TopicCache) -> (u32, Response) {
         match codec::decode_request(frame) {
             Ok((correlation_id, request)) => {
                 tracing::trace!(correlation_id, kind = request.kind(), "request");
-                (correlation_id, self.broker.handle(request))
+                (correlation_id, self.broker.handle(request, topics))
             }
             Err(BadFrame {
                 correlation_id,

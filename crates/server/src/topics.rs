@@ -18,16 +18,33 @@ pub const MAX_TOPIC_NAME_LEN: usize = 249;
 pub struct Partition {
     /// Broker-wide partition id, used as the key of producer state.
     pub id: PartitionId,
-    log: Mutex<PartitionLog>,
+    data: Mutex<PartitionData>,
+}
+
+/// What a partition's lock guards.
+#[derive(Debug, Default)]
+pub struct PartitionData {
+    /// The partition's records.
+    pub log: PartitionLog,
+    /// Bytes of the broker's storage limit this partition has reserved and not yet used; see
+    /// `Broker::append`.
+    pub allowance: u64,
+}
+
+impl std::ops::Deref for PartitionData {
+    type Target = PartitionLog;
+    fn deref(&self) -> &PartitionLog {
+        &self.log
+    }
 }
 
 impl Partition {
     /// Locks the partition's log. Appends happen under the state shard lock, then this one;
     /// reads take only this one.
-    pub fn log(&self) -> MutexGuard<'_, PartitionLog> {
+    pub fn log(&self) -> MutexGuard<'_, PartitionData> {
         // An append either completes or leaves the log unchanged, so a poisoned lock still
         // guards a consistent log.
-        self.log.lock().unwrap_or_else(PoisonError::into_inner)
+        self.data.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -147,7 +164,7 @@ impl TopicRegistry {
                 *next_id += 1;
                 Partition {
                     id,
-                    log: Mutex::new(PartitionLog::new()),
+                    data: Mutex::new(PartitionData::default()),
                 }
             })
             .collect();
@@ -174,6 +191,39 @@ impl TopicRegistry {
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Topic>>> {
         self.topics.read().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The topics one connection has produced to, so finding a request's topic takes no lock, no
+/// hashing and no reference-count update on the registry's shared cache lines. Topics are never
+/// deleted, so a cached topic stays valid for the connection's life.
+#[derive(Debug, Default)]
+pub struct TopicCache {
+    topics: Vec<Arc<Topic>>,
+}
+
+impl TopicCache {
+    /// Connections rarely write more topics than this; past it, lookups go to the registry.
+    const CAPACITY: usize = 16;
+
+    /// The topic named `name`, from the cache or else from `registry` (creating it if allowed).
+    ///
+    /// # Errors
+    /// As [`TopicRegistry::get_or_create`].
+    pub fn get_or_create<'a>(
+        &'a mut self,
+        registry: &TopicRegistry,
+        name: &str,
+    ) -> Result<&'a Topic, RequestError> {
+        if let Some(index) = self.topics.iter().position(|t| t.name == name) {
+            return Ok(&self.topics[index]);
+        }
+        let topic = registry.get_or_create(name)?;
+        if self.topics.len() == Self::CAPACITY {
+            self.topics.remove(0);
+        }
+        self.topics.push(topic);
+        Ok(&self.topics[self.topics.len() - 1])
     }
 }
 

@@ -19,8 +19,10 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 /// topics; the manager never needs to know topic names.
 pub type PartitionId = u32;
 
-/// The producer entries of one shard, keyed by (partition, producer id).
-type Shard = HashMap<(PartitionId, i64), ProducerEntry>;
+/// The producer entries of one shard, keyed by (partition, producer id). Hashed with foldhash:
+/// several times faster than SipHash on these small keys, and seeded per process so clients
+/// choosing producer ids cannot aim at collisions.
+type Shard = HashMap<(PartitionId, i64), ProducerEntry, foldhash::fast::RandomState>;
 
 /// A shard's lock on a cache line of its own, so two cores working on neighbouring shards do
 /// not invalidate each other's line (false sharing).

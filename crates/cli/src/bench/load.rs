@@ -1,0 +1,293 @@
+//! The load generator: pipelined produce requests over raw connections, with latency recorded per
+//! request in an HDR histogram.
+//!
+//! Each connection writes as one producer id to its own partitions, so every request is an
+//! in-order ACCEPTED append. Requests are encoded straight into the socket buffer and written in
+//! bursts; up to `in_flight` are outstanding per connection. With a target rate the sends are
+//! paced and latency is measured from the *intended* send time, so a stall is not hidden
+//! (no coordinated omission).
+
+use anyhow::{Context, Result, bail};
+use bytes::{Bytes, BytesMut};
+use futures::{FutureExt, StreamExt};
+use hdrhistogram::Histogram;
+use minibroker_protocol::{
+    FrameCodec, Outcome, ProduceRequest, Request, Response, codec, serde_bytes,
+};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_util::codec::{Encoder, FramedRead};
+
+/// What to send.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    /// Connections, each one producer.
+    pub connections: usize,
+    /// Partitions of the topic; connection `c` writes partitions `c`, `c + connections`, ...
+    pub partitions: u32,
+    /// Records per produce request.
+    pub records_per_batch: usize,
+    /// Bytes per record.
+    pub record_size: usize,
+    /// Outstanding requests per connection.
+    pub in_flight: usize,
+    /// How long to send.
+    pub duration: Duration,
+    /// Stop after this many requests in all (instead of the duration).
+    pub count: Option<u64>,
+    /// Total requests per second to aim at; unlimited when `None`.
+    pub rate: Option<f64>,
+    /// Topic written.
+    pub topic: String,
+    /// First producer id used (connection `c` uses `first_producer_id + c`).
+    pub first_producer_id: i64,
+}
+
+/// What one run measured.
+#[derive(Debug, Clone)]
+pub struct LoadResult {
+    /// Requests answered.
+    pub requests: u64,
+    /// Records in answered requests.
+    pub records: u64,
+    /// Record bytes in answered requests.
+    pub record_bytes: u64,
+    /// Time from the first send to the last answer.
+    pub elapsed: Duration,
+    /// Request latency in microseconds.
+    pub latency: Histogram<u64>,
+    /// Answers by outcome: accepted, duplicate, out of order, fenced.
+    pub outcomes: [u64; 4],
+    /// Error responses.
+    pub errors: u64,
+}
+
+impl LoadResult {
+    /// Answered requests per second.
+    pub fn requests_per_sec(&self) -> f64 {
+        self.requests as f64 / self.elapsed.as_secs_f64()
+    }
+    /// Records per second.
+    pub fn records_per_sec(&self) -> f64 {
+        self.records as f64 / self.elapsed.as_secs_f64()
+    }
+    /// Record megabytes (10^6 bytes) per second.
+    pub fn mb_per_sec(&self) -> f64 {
+        self.record_bytes as f64 / 1e6 / self.elapsed.as_secs_f64()
+    }
+    /// Latency quantile in microseconds.
+    pub fn latency_us(&self, quantile: f64) -> u64 {
+        self.latency.value_at_quantile(quantile)
+    }
+}
+
+/// Runs `workload` against `addr`; `answered` counts answers as they come (for progress).
+pub async fn run(addr: &str, workload: &Workload, answered: Arc<AtomicU64>) -> Result<LoadResult> {
+    let record = Bytes::from(vec![b'x'; workload.record_size]);
+    let started = Instant::now();
+    let deadline = started + workload.duration;
+    let per_connection_count = workload
+        .count
+        .map(|count| count.div_ceil(workload.connections as u64));
+    let interval = workload
+        .rate
+        .map(|rate| Duration::from_secs_f64(workload.connections as f64 / rate.max(1.0)));
+    let mut tasks = tokio::task::JoinSet::new();
+    for connection in 0..workload.connections {
+        let stream = TcpStream::connect(addr)
+            .await
+            .with_context(|| format!("cannot connect to {addr}"))?;
+        stream.set_nodelay(true)?;
+        let job = Connection {
+            stream,
+            workload: workload.clone(),
+            producer_id: workload.first_producer_id + connection as i64,
+            partitions: partitions_of(connection, workload.connections, workload.partitions),
+            record: record.clone(),
+            deadline,
+            count: per_connection_count,
+            interval,
+            answered: Arc::clone(&answered),
+        };
+        tasks.spawn(job.run());
+    }
+    let mut total = LoadResult {
+        requests: 0,
+        records: 0,
+        record_bytes: 0,
+        elapsed: Duration::ZERO,
+        latency: new_histogram(),
+        outcomes: [0; 4],
+        errors: 0,
+    };
+    while let Some(done) = tasks.join_next().await {
+        let part = done.context("load task")??;
+        total.requests += part.requests;
+        total.records += part.records;
+        total.record_bytes += part.record_bytes;
+        total.errors += part.errors;
+        for (sum, n) in total.outcomes.iter_mut().zip(part.outcomes) {
+            *sum += n;
+        }
+        total
+            .latency
+            .add(&part.latency)
+            .context("merging histograms")?;
+    }
+    total.elapsed = started.elapsed();
+    Ok(total)
+}
+
+/// The partitions connection `connection` writes: its share when there are more partitions than
+/// connections, otherwise one partition (shared with other connections, each its own producer).
+fn partitions_of(connection: usize, connections: usize, partitions: u32) -> Vec<u32> {
+    let count = partitions.max(1) as usize;
+    if count <= connections {
+        vec![(connection % count) as u32]
+    } else {
+        (0..partitions)
+            .filter(|p| *p as usize % connections == connection)
+            .collect()
+    }
+}
+
+fn new_histogram() -> Histogram<u64> {
+    // 1 µs to 60 s with 3 significant digits.
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
+}
+
+struct Connection {
+    stream: TcpStream,
+    workload: Workload,
+    producer_id: i64,
+    partitions: Vec<u32>,
+    record: Bytes,
+    deadline: Instant,
+    count: Option<u64>,
+    interval: Option<Duration>,
+    answered: Arc<AtomicU64>,
+}
+
+impl Connection {
+    async fn run(self) -> Result<LoadResult> {
+        let (read_half, mut write_half) = self.stream.into_split();
+        let mut responses = FramedRead::new(read_half, FrameCodec::default());
+        let mut encoder = FrameCodec::default();
+        let mut out = BytesMut::with_capacity(64 * 1024);
+        let mut sent_at: VecDeque<Instant> = VecDeque::with_capacity(self.workload.in_flight);
+        let mut sequences = vec![0i32; self.partitions.len()];
+        let records: Vec<&serde_bytes::Bytes> = (0..self.workload.records_per_batch)
+            .map(|_| serde_bytes::Bytes::new(&self.record))
+            .collect();
+        let mut result = LoadResult {
+            requests: 0,
+            records: 0,
+            record_bytes: 0,
+            elapsed: Duration::ZERO,
+            latency: new_histogram(),
+            outcomes: [0; 4],
+            errors: 0,
+        };
+        let mut sent = 0u64;
+        let mut next_send = Instant::now();
+        let mut correlation_id = 0u32;
+        loop {
+            let now = Instant::now();
+            let more_to_send = now < self.deadline && self.count.is_none_or(|count| sent < count);
+            // Fill the window (as far as the pacing allows).
+            while more_to_send
+                && sent_at.len() < self.workload.in_flight
+                && self.count.is_none_or(|count| sent < count)
+                && self.interval.is_none_or(|_| next_send <= now)
+            {
+                let slot = (sent % self.partitions.len() as u64) as usize;
+                let request = Request::Produce(ProduceRequest {
+                    topic: &self.workload.topic,
+                    partition: self.partitions[slot],
+                    producer_id: self.producer_id,
+                    epoch: 0,
+                    sequence: sequences[slot],
+                    records: records.clone(),
+                });
+                correlation_id = correlation_id.wrapping_add(1);
+                encoder.encode((correlation_id, &request), &mut out)?;
+                sequences[slot] += 1;
+                sent += 1;
+                match self.interval {
+                    // Latency counts from when the request was due, not when it went out.
+                    Some(interval) => {
+                        sent_at.push_back(next_send);
+                        next_send += interval;
+                    }
+                    None => sent_at.push_back(now),
+                }
+            }
+            if !out.is_empty() {
+                write_half.write_all(&out).await?;
+                out.clear();
+            }
+            if sent_at.is_empty() {
+                if !more_to_send {
+                    break;
+                }
+                // Paced and nothing outstanding: wait for the next send time.
+                tokio::time::sleep_until(next_send.min(self.deadline)).await;
+                continue;
+            }
+            // Wait for an answer, or for the next paced send if the window has room.
+            let frame = if self.interval.is_some()
+                && more_to_send
+                && sent_at.len() < self.workload.in_flight
+            {
+                tokio::select! {
+                    frame = responses.next() => Some(frame),
+                    () = tokio::time::sleep_until(next_send) => None,
+                }
+            } else {
+                Some(responses.next().await)
+            };
+            let Some(mut frame) = frame else { continue };
+            loop {
+                let body = match frame {
+                    Some(Ok(body)) => body,
+                    Some(Err(error)) => return Err(error.into()),
+                    None => bail!("the broker closed the connection"),
+                };
+                let started = sent_at.pop_front().unwrap_or_else(Instant::now);
+                let micros = started.elapsed().as_micros().max(1) as u64;
+                result.latency.saturating_record(micros);
+                result.requests += 1;
+                result.records += self.workload.records_per_batch as u64;
+                result.record_bytes +=
+                    (self.workload.records_per_batch * self.workload.record_size) as u64;
+                match codec::decode_response(&body) {
+                    Ok((_, Response::Produce(produce))) => {
+                        let slot = match produce.outcome {
+                            Outcome::Accepted => 0,
+                            Outcome::Duplicate => 1,
+                            Outcome::OutOfOrder => 2,
+                            Outcome::FencedEpoch => 3,
+                        };
+                        result.outcomes[slot] += 1;
+                    }
+                    _ => result.errors += 1,
+                }
+                self.answered.fetch_add(1, Ordering::Relaxed);
+                if sent_at.is_empty() {
+                    break;
+                }
+                // Take every answer already here before writing more.
+                match responses.next().now_or_never() {
+                    Some(next) => frame = next,
+                    None => break,
+                }
+            }
+        }
+        Ok(result)
+    }
+}

@@ -1,0 +1,347 @@
+//! `minibroker bench`: throughput and latency of produce requests, against a broker and — in the
+//! same run, with the identical workload — against a baseline server that does no work, so the
+//! headline is a ratio that survives a noisy machine. `--memory` measures resident memory instead.
+
+mod baseline;
+mod load;
+mod memory;
+
+use anyhow::{Result, bail};
+use minibroker_server::{Broker, Config};
+use serde_json::json;
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use load::{LoadResult, Workload};
+
+/// Flags of `bench`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Benchmark a running broker.
+    #[arg(long, conflicts_with = "embedded")]
+    broker: Option<String>,
+    /// Start a broker in this process on loopback (the default when --broker is not given).
+    #[arg(long)]
+    embedded: bool,
+    /// Also run the identical workload against a do-nothing server, and compare latency at half
+    /// of the broker's peak load.
+    #[arg(long)]
+    baseline: bool,
+    /// Connections, each one producer.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// Partitions of the topic written.
+    #[arg(long, default_value_t = 4)]
+    partitions: u32,
+    /// Records per produce request.
+    #[arg(long, default_value_t = 1)]
+    records_per_batch: usize,
+    /// Bytes per record.
+    #[arg(long, default_value_t = 100)]
+    record_size: usize,
+    /// Outstanding requests per connection.
+    #[arg(long, default_value_t = 64)]
+    in_flight: usize,
+    /// Seconds per measured phase.
+    #[arg(long, default_value_t = 3.0)]
+    duration: f64,
+    /// Stop each phase after this many requests instead.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Aim at this many requests per second instead of as many as possible.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Measure resident memory for 100k and 1M producer-state entries and 1 GiB of records.
+    #[arg(long)]
+    memory: bool,
+}
+
+const TOPIC: &str = "bench";
+
+pub async fn run(args: Args) -> Result<()> {
+    if args.memory {
+        return memory::run(args.json);
+    }
+    if args.connections == 0
+        || args.in_flight == 0
+        || args.records_per_batch == 0
+        || args.partitions == 0
+    {
+        bail!(
+            "--connections, --in-flight, --records-per-batch and --partitions must be at least 1"
+        );
+    }
+    let workload = Workload {
+        connections: args.connections,
+        partitions: args.partitions,
+        records_per_batch: args.records_per_batch,
+        record_size: args.record_size,
+        in_flight: args.in_flight,
+        duration: Duration::from_secs_f64(args.duration.max(0.1)),
+        count: args.count,
+        rate: args.rate,
+        topic: TOPIC.to_owned(),
+        first_producer_id: 1,
+    };
+    let target = match &args.broker {
+        Some(addr) => Target::Remote(addr.clone()),
+        None => Target::embedded(args.partitions).await?,
+    };
+    if !args.json {
+        println!(
+            "workload: {} connection(s) x {} in flight, {} record(s) of {} B per request, {} partition(s)",
+            args.connections,
+            args.in_flight,
+            args.records_per_batch,
+            args.record_size,
+            args.partitions
+        );
+    }
+    let mut phases = Vec::new();
+    // Each phase writes with fresh producer ids, so sequences start at 0 every time.
+    let mut next_ids = 1i64;
+    let mut phase = |name: &'static str, addr: String, workload: Workload| {
+        let first_producer_id = next_ids;
+        next_ids += workload.connections as i64;
+        let workload = Workload {
+            first_producer_id,
+            ..workload
+        };
+        async move {
+            let result = measure(name, &addr, &workload, args.json).await?;
+            anyhow::Ok((name, result))
+        }
+    };
+    let broker_peak = phase("broker", target.addr(), workload.clone()).await?;
+    phases.push(broker_peak.clone());
+    let mut baseline_server = None;
+    if args.baseline {
+        let (addr, stop) = start_baseline().await?;
+        baseline_server = Some(stop);
+        let baseline_peak = phase("baseline", addr.clone(), workload.clone()).await?;
+        phases.push(baseline_peak);
+        // Latency at half of the broker's peak, for both.
+        let half = Workload {
+            rate: Some(broker_peak.1.requests_per_sec() / 2.0),
+            ..workload.clone()
+        };
+        phases.push(phase("broker@half", target.addr(), half.clone()).await?);
+        phases.push(phase("baseline@half", addr, half).await?);
+    }
+    let outcomes = target.outcomes();
+    report(&args, &workload, &phases, outcomes);
+    if let Some(stop) = baseline_server {
+        let _ = stop.send(());
+    }
+    target.stop().await?;
+    Ok(())
+}
+
+/// Where the broker under test runs.
+enum Target {
+    Remote(String),
+    Embedded {
+        addr: String,
+        broker: Arc<Broker>,
+        stop: oneshot::Sender<()>,
+        task: tokio::task::JoinHandle<Result<(), minibroker_server::ServerError>>,
+    },
+}
+
+impl Target {
+    async fn embedded(partitions: u32) -> Result<Self> {
+        let config = Config {
+            default_partitions: partitions,
+            max_partitions_per_topic: partitions.max(1024),
+            ..Config::default()
+        };
+        let broker = Arc::new(Broker::new(&config)?);
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?.to_string();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let served = Arc::clone(&broker);
+        let task = tokio::spawn(async move {
+            minibroker_server::serve(listener, served, &config, async move {
+                let _ = stopped.await;
+            })
+            .await
+        });
+        Ok(Self::Embedded {
+            addr,
+            broker,
+            stop,
+            task,
+        })
+    }
+
+    fn addr(&self) -> String {
+        match self {
+            Self::Remote(addr) | Self::Embedded { addr, .. } => addr.clone(),
+        }
+    }
+
+    fn outcomes(&self) -> Option<minibroker_server::OutcomeCounts> {
+        match self {
+            Self::Remote(_) => None,
+            Self::Embedded { broker, .. } => Some(broker.outcome_counts()),
+        }
+    }
+
+    async fn stop(self) -> Result<()> {
+        if let Self::Embedded { stop, task, .. } = self {
+            let _ = stop.send(());
+            task.await??;
+        }
+        Ok(())
+    }
+}
+
+async fn start_baseline() -> Result<(String, oneshot::Sender<()>)> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?.to_string();
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(baseline::serve(listener, async move {
+        let _ = stopped.await;
+    }));
+    Ok((addr, stop))
+}
+
+/// Runs one phase with a progress line on stderr.
+async fn measure(name: &str, addr: &str, workload: &Workload, quiet: bool) -> Result<LoadResult> {
+    let answered = Arc::new(AtomicU64::new(0));
+    let progress = (!quiet).then(|| {
+        let answered = Arc::clone(&answered);
+        let name = name.to_owned();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let terminal = std::io::stderr().is_terminal();
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let line = format!(
+                    "  {name}: {:.1} s, {} requests answered",
+                    started.elapsed().as_secs_f64(),
+                    answered.load(Ordering::Relaxed)
+                );
+                let mut stderr = std::io::stderr().lock();
+                let _ = if terminal {
+                    write!(stderr, "\r{line}")
+                } else {
+                    writeln!(stderr, "{line}")
+                };
+                let _ = stderr.flush();
+            }
+        })
+    });
+    let result = load::run(addr, workload, answered).await;
+    if let Some(progress) = progress {
+        progress.abort();
+        if std::io::stderr().is_terminal() {
+            eprintln!();
+        }
+    }
+    let result = result?;
+    if result.errors > 0 {
+        bail!("{name}: {} requests got error responses", result.errors);
+    }
+    Ok(result)
+}
+
+fn report(
+    args: &Args,
+    workload: &Workload,
+    phases: &[(&str, LoadResult)],
+    outcomes: Option<minibroker_server::OutcomeCounts>,
+) {
+    let find = |name: &str| phases.iter().find(|(n, _)| *n == name).map(|(_, r)| r);
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+    if args.json {
+        let phase_json: Vec<_> = phases
+            .iter()
+            .map(|(name, r)| {
+                json!({
+                    "phase": name,
+                    "requests": r.requests,
+                    "seconds": r.elapsed.as_secs_f64(),
+                    "requests_per_sec": r.requests_per_sec(),
+                    "records_per_sec": r.records_per_sec(),
+                    "mb_per_sec": r.mb_per_sec(),
+                    "p50_us": r.latency_us(0.5),
+                    "p99_us": r.latency_us(0.99),
+                    "p999_us": r.latency_us(0.999),
+                    "outcomes": {"accepted": r.outcomes[0], "duplicate": r.outcomes[1], "out_of_order": r.outcomes[2], "fenced_epoch": r.outcomes[3]},
+                })
+            })
+            .collect();
+        let mut out = json!({
+            "connections": workload.connections,
+            "in_flight": workload.in_flight,
+            "records_per_batch": workload.records_per_batch,
+            "record_size": workload.record_size,
+            "partitions": workload.partitions,
+            "phases": phase_json,
+        });
+        if let (Some(broker), Some(baseline)) = (find("broker"), find("baseline")) {
+            out["broker_over_baseline"] = json!({
+                "requests_per_sec": ratio(broker.requests_per_sec(), baseline.requests_per_sec()),
+                "mb_per_sec": ratio(broker.mb_per_sec(), baseline.mb_per_sec()),
+            });
+        }
+        if let (Some(broker), Some(baseline)) = (find("broker@half"), find("baseline@half")) {
+            out["p99_at_half_load_broker_over_baseline"] = json!(ratio(
+                broker.latency_us(0.99) as f64,
+                baseline.latency_us(0.99) as f64
+            ));
+        }
+        if let Some(o) = outcomes {
+            out["broker_outcomes"] = json!({"accepted": o.accepted, "duplicate": o.duplicate, "out_of_order": o.out_of_order, "fenced_epoch": o.fenced_epoch});
+        }
+        println!("{out}");
+        return;
+    }
+    println!(
+        "{:<14} {:>12} {:>12} {:>9} {:>9} {:>9} {:>9}",
+        "phase", "requests/s", "records/s", "MB/s", "p50 µs", "p99 µs", "p99.9 µs"
+    );
+    for (name, r) in phases {
+        println!(
+            "{:<14} {:>12.0} {:>12.0} {:>9.1} {:>9} {:>9} {:>9}",
+            name,
+            r.requests_per_sec(),
+            r.records_per_sec(),
+            r.mb_per_sec(),
+            r.latency_us(0.5),
+            r.latency_us(0.99),
+            r.latency_us(0.999)
+        );
+    }
+    if let (Some(broker), Some(baseline)) = (find("broker"), find("baseline")) {
+        println!(
+            "broker/baseline: requests/s {:.2}, MB/s {:.2}",
+            ratio(broker.requests_per_sec(), baseline.requests_per_sec()),
+            ratio(broker.mb_per_sec(), baseline.mb_per_sec())
+        );
+    }
+    if let (Some(broker), Some(baseline)) = (find("broker@half"), find("baseline@half")) {
+        println!(
+            "p99 at half of the broker's peak ({:.0} requests/s): broker/baseline {:.2}",
+            find("broker").map_or(0.0, |peak| peak.requests_per_sec() / 2.0),
+            ratio(
+                broker.latency_us(0.99) as f64,
+                baseline.latency_us(0.99) as f64
+            )
+        );
+    }
+    if let Some(o) = outcomes {
+        println!(
+            "broker outcomes: accepted={} duplicate={} out_of_order={} fenced_epoch={}",
+            o.accepted, o.duplicate, o.out_of_order, o.fenced_epoch
+        );
+    }
+}
