@@ -413,3 +413,73 @@ fn demo_reports_that_exactly_once_held() {
         .expect("a records stored line");
     assert_eq!(stored.split_whitespace().last(), Some("900"), "{report}");
 }
+
+#[test]
+fn bench_smoke_run_reports_every_phase_as_json() {
+    // A short run: checks the report's shape and that every request was an in-order append.
+    // Timing is never asserted.
+    let output = Command::new(BIN)
+        .args([
+            "bench",
+            "--baseline",
+            "--duration",
+            "0.3",
+            "--connections",
+            "2",
+            "--json",
+        ])
+        .output()
+        .expect("bench");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("one JSON object");
+    let phases: Vec<&str> = report["phases"]
+        .as_array()
+        .expect("phases")
+        .iter()
+        .map(|p| p["phase"].as_str().expect("name"))
+        .collect();
+    assert_eq!(
+        phases,
+        ["broker", "baseline", "broker@half", "baseline@half"]
+    );
+    let broker_requests: u64 = report["phases"]
+        .as_array()
+        .expect("phases")
+        .iter()
+        .filter(|p| p["phase"].as_str().is_some_and(|n| n.starts_with("broker")))
+        .map(|p| p["requests"].as_u64().expect("requests"))
+        .sum();
+    assert!(broker_requests > 0);
+    assert_eq!(
+        report["broker_outcomes"]["accepted"].as_u64(),
+        Some(broker_requests)
+    );
+    assert_eq!(report["broker_outcomes"]["out_of_order"].as_u64(), Some(0));
+    assert!(
+        report["broker_over_baseline"]["requests_per_sec"]
+            .as_f64()
+            .is_some()
+    );
+}
+
+#[test]
+fn bench_memory_cases_report_per_entry_and_per_byte_figures() {
+    let output = Command::new(BIN)
+        .args(["bench", "--memory", "--json"])
+        .output()
+        .expect("bench --memory");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("one JSON object");
+    assert_eq!(report["entries"].as_array().map(Vec::len), Some(2));
+    assert!(report["overhead_per_stored_byte"].as_f64().is_some());
+}

@@ -34,13 +34,33 @@ impl Default for ReadLimits {
 /// An append-only, in-memory log of one partition.
 #[derive(Debug, Default, Clone)]
 pub struct PartitionLog {
-    batches: Vec<StoredBatch>,
-    /// End position of each record within its batch's data, batch after batch.
-    ends: Vec<u32>,
+    /// Batches in offset order, in segments of bounded size: a growing log never reallocates
+    /// (and copies) everything it holds while a producer waits.
+    segments: Vec<Segment>,
     /// The chunk being filled; appended batches are split off its front.
     chunk: BytesMut,
     next_offset: i64,
     stored_bytes: usize,
+    batch_count: usize,
+}
+
+/// A run of consecutive batches and the end positions of their records.
+#[derive(Debug, Default, Clone)]
+struct Segment {
+    batches: Vec<StoredBatch>,
+    /// End position of each record within its batch's data, batch after batch.
+    ends: Vec<u32>,
+}
+
+impl Segment {
+    /// Batches per segment.
+    const BATCHES: usize = 4096;
+    /// Record end positions per segment before a new one starts (4 MiB of them).
+    const ENDS: usize = 1 << 20;
+
+    fn is_full(&self) -> bool {
+        self.batches.len() >= Self::BATCHES || self.ends.len() >= Self::ENDS
+    }
 }
 
 impl PartitionLog {
@@ -72,19 +92,26 @@ impl PartitionLog {
             // Start a new chunk; the old one lives on in the batches that slice it.
             self.chunk = BytesMut::with_capacity(total.max(CHUNK_BYTES));
         }
-        let first_end = self.ends.len();
+        if self.segments.last().is_none_or(Segment::is_full) {
+            // Segments grow by doubling, so a small partition stays small; the largest copy a
+            // growing segment makes is bounded by its limits.
+            self.segments.push(Segment::default());
+        }
+        let segment = self.segments.last_mut().ok_or(LogError::BatchTooLarge)?;
+        let first_end = segment.ends.len();
         let start = self.chunk.len();
         for record in records {
             self.chunk.extend_from_slice(record.as_ref());
             // Cannot truncate: the batch's total was checked above.
-            self.ends.push((self.chunk.len() - start) as u32);
+            segment.ends.push((self.chunk.len() - start) as u32);
         }
         let data = self.chunk.split_to(self.chunk.len()).freeze();
         let base_offset = self.next_offset;
         let batch = StoredBatch::new(base_offset, writer, data, first_end, record_count);
         self.next_offset = batch.end_offset();
         self.stored_bytes += total;
-        self.batches.push(batch);
+        self.batch_count += 1;
+        segment.batches.push(batch);
         Ok(base_offset)
     }
 
@@ -97,8 +124,8 @@ impl PartitionLog {
     /// The first offset held (always 0 until retention exists).
     #[must_use]
     pub fn start_offset(&self) -> i64 {
-        self.batches
-            .first()
+        self.batches()
+            .next()
             .map_or(self.next_offset, StoredBatch::base_offset)
     }
 
@@ -111,13 +138,12 @@ impl PartitionLog {
     /// Number of stored batches.
     #[must_use]
     pub fn batch_count(&self) -> usize {
-        self.batches.len()
+        self.batch_count
     }
 
     /// Every stored batch, in offset order.
-    #[must_use]
-    pub fn batches(&self) -> &[StoredBatch] {
-        &self.batches
+    pub fn batches(&self) -> impl Iterator<Item = &StoredBatch> {
+        self.segments.iter().flat_map(|segment| &segment.batches)
     }
 
     /// Records from `from` onwards, grouped by the batch that holds them, within `limits`.
@@ -133,32 +159,38 @@ impl PartitionLog {
                 end: self.next_offset,
             });
         }
-        let first = self.batches.partition_point(|b| b.end_offset() <= from);
+        // The first segment whose last batch ends after `from`, then the batch within it.
+        let first_segment = self
+            .segments
+            .partition_point(|s| s.batches.last().is_some_and(|b| b.end_offset() <= from));
         let mut slices = Vec::new();
         let (mut bytes, mut records) = (0usize, 0usize);
-        'batches: for batch in &self.batches[first..] {
-            let skip = usize::try_from(from - batch.base_offset()).unwrap_or(0);
-            let mut slice = BatchSlice {
-                first_offset: batch.base_offset() + skip as i64,
-                batch_base_offset: batch.base_offset(),
-                writer: batch.writer(),
-                records: Vec::new(),
-            };
-            for index in skip..batch.record_count() {
-                let record = batch.record(&self.ends, index);
-                let over = records >= limits.max_records
-                    || (records > 0 && bytes + record.len() > limits.max_bytes);
-                if over {
-                    if !slice.records.is_empty() {
-                        slices.push(slice);
+        for segment in &self.segments[first_segment..] {
+            let first = segment.batches.partition_point(|b| b.end_offset() <= from);
+            for batch in &segment.batches[first..] {
+                let skip = usize::try_from(from - batch.base_offset()).unwrap_or(0);
+                let mut slice = BatchSlice {
+                    first_offset: batch.base_offset() + skip as i64,
+                    batch_base_offset: batch.base_offset(),
+                    writer: batch.writer(),
+                    records: Vec::new(),
+                };
+                for index in skip..batch.record_count() {
+                    let record = batch.record(&segment.ends, index);
+                    let over = records >= limits.max_records
+                        || (records > 0 && bytes + record.len() > limits.max_bytes);
+                    if over {
+                        if !slice.records.is_empty() {
+                            slices.push(slice);
+                        }
+                        return Ok(slices);
                     }
-                    break 'batches;
+                    bytes += record.len();
+                    records += 1;
+                    slice.records.push(record);
                 }
-                bytes += record.len();
-                records += 1;
-                slice.records.push(record);
+                slices.push(slice);
             }
-            slices.push(slice);
         }
         Ok(slices)
     }
@@ -202,7 +234,7 @@ mod tests {
     #[test]
     fn append_assigns_consecutive_offsets_per_record() {
         let log = sample();
-        let bases: Vec<i64> = log.batches().iter().map(StoredBatch::base_offset).collect();
+        let bases: Vec<i64> = log.batches().map(StoredBatch::base_offset).collect();
         assert_eq!(bases, vec![0, 3, 4]);
         assert_eq!(log.next_offset(), 6);
         assert_eq!(log.stored_bytes(), 12);
@@ -213,7 +245,6 @@ mod tests {
         let log = sample();
         let writers: Vec<(i64, i32)> = log
             .batches()
-            .iter()
             .map(|b| (b.writer().producer_id, b.writer().base_sequence))
             .collect();
         assert_eq!(writers, vec![(1, 0), (2, 0), (1, 1)]);
@@ -287,5 +318,48 @@ mod tests {
         log.append(writer(1, 0), &[b"".as_slice(), b"x"]).unwrap();
         let read = flat(&log.read(0, ReadLimits::default()).unwrap());
         assert_eq!(read, vec![(0, Bytes::new()), (1, Bytes::from_static(b"x"))]);
+    }
+}
+
+#[cfg(test)]
+mod segment_tests {
+    use super::*;
+
+    #[test]
+    fn reads_cross_segment_and_chunk_boundaries() {
+        let mut log = PartitionLog::new();
+        let big = vec![7u8; 300 * 1024];
+        let batches = Segment::BATCHES * 2 + 10;
+        for i in 0..batches {
+            let writer = Writer {
+                producer_id: 1,
+                epoch: 0,
+                base_sequence: i as i32,
+            };
+            // Every hundredth batch is large, so chunks fill up and new ones start.
+            let payload: &[u8] = if i % 100 == 0 { &big } else { b"ab" };
+            log.append(writer, &[payload, b"c"]).unwrap();
+        }
+        assert_eq!(log.batch_count(), batches);
+        assert_eq!(log.next_offset(), 2 * batches as i64);
+        let all = ReadLimits {
+            max_bytes: usize::MAX,
+            max_records: usize::MAX,
+        };
+        let read = log.read(0, all).unwrap();
+        assert_eq!(read.len(), batches);
+        for (i, slice) in read.iter().enumerate() {
+            assert_eq!(slice.first_offset, 2 * i as i64);
+            assert_eq!(slice.writer.base_sequence, i as i32);
+            let expected = if i % 100 == 0 { big.len() } else { 2 };
+            assert_eq!(slice.records[0].len(), expected);
+            assert_eq!(slice.records[1].as_ref(), b"c");
+        }
+        // A read starting inside a later segment, mid-batch.
+        let offset = 2 * (Segment::BATCHES as i64 + 5) + 1;
+        let tail = log.read(offset, all).unwrap();
+        assert_eq!(tail[0].first_offset, offset);
+        assert_eq!(tail[0].records, vec![bytes::Bytes::from_static(b"c")]);
+        assert_eq!(tail.len(), batches - Segment::BATCHES - 5);
     }
 }

@@ -31,7 +31,6 @@ fn stored(broker: &Broker, topic: &str) -> Vec<(i16, i32)> {
     let topic = broker.topics().get(topic).expect("topic exists");
     let log = topic.partition(0).expect("partition 0").log();
     log.batches()
-        .iter()
         .map(|b| (b.writer().epoch, b.writer().base_sequence))
         .collect()
 }

@@ -160,6 +160,8 @@ impl Target {
         let config = Config {
             default_partitions: partitions,
             max_partitions_per_topic: partitions.max(1024),
+            // Batched phases store several GiB; the default 4 GiB limit would refuse them.
+            max_stored_bytes: 16 << 30,
             ..Config::default()
         };
         let broker = Arc::new(Broker::new(&config)?);
