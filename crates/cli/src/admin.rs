@@ -3,6 +3,8 @@
 use anyhow::Result;
 use minibroker_client::{Client, ClientConfig};
 
+use crate::target::PartitionArgs;
+
 /// Flags of `init-producer`.
 #[derive(Debug, clap::Args)]
 pub struct InitArgs {
@@ -20,15 +22,8 @@ pub struct InitArgs {
 /// Flags of `describe-producers`.
 #[derive(Debug, clap::Args)]
 pub struct DescribeArgs {
-    /// Broker address.
-    #[arg(long)]
-    broker: String,
-    /// Topic name.
-    #[arg(long)]
-    topic: String,
-    /// Partition.
-    #[arg(long)]
-    partition: u32,
+    #[command(flatten)]
+    target: PartitionArgs,
     /// One JSON object per producer per line.
     #[arg(long)]
     json: bool,
@@ -51,9 +46,9 @@ pub async fn init_producer(args: InitArgs) -> Result<()> {
 }
 
 pub async fn describe_producers(args: DescribeArgs) -> Result<()> {
-    let client = Client::connect(&args.broker, ClientConfig::default()).await?;
+    let client = Client::connect(&args.target.broker, ClientConfig::default()).await?;
     let response = client
-        .describe_producers(&args.topic, args.partition)
+        .describe_producers(&args.target.topic, args.target.partition)
         .await?;
     for p in &response.producers {
         if args.json {

@@ -4,18 +4,13 @@ use anyhow::Result;
 use minibroker_client::{Client, ClientConfig};
 use std::io::Write;
 
+use crate::target::PartitionArgs;
+
 /// Flags of `consume`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Broker address.
-    #[arg(long)]
-    broker: String,
-    /// Topic name.
-    #[arg(long)]
-    topic: String,
-    /// Partition.
-    #[arg(long)]
-    partition: u32,
+    #[command(flatten)]
+    target: PartitionArgs,
     /// First offset to print.
     #[arg(long = "from", default_value_t = 0)]
     from: i64,
@@ -28,12 +23,17 @@ pub struct Args {
 const FETCH_BYTES: u32 = 1 << 20;
 
 pub async fn run(args: Args) -> Result<()> {
-    let client = Client::connect(&args.broker, ClientConfig::default()).await?;
+    let client = Client::connect(&args.target.broker, ClientConfig::default()).await?;
     let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
     let mut offset = args.from;
     loop {
         let response = client
-            .fetch(&args.topic, args.partition, offset, FETCH_BYTES)
+            .fetch(
+                &args.target.topic,
+                args.target.partition,
+                offset,
+                FETCH_BYTES,
+            )
             .await?;
         for batch in &response.batches {
             for (i, record) in batch.records.iter().enumerate() {

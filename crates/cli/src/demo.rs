@@ -6,7 +6,7 @@
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use minibroker_client::{Client, ClientConfig, Producer, ProducerConfig, ProducerStats};
-use minibroker_server::{Broker, Config};
+use minibroker_server::Config;
 use minibroker_verify::AckedBatch;
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
@@ -16,6 +16,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use crate::acks::acked_batches;
+use crate::embedded::EmbeddedBroker;
 use crate::faults::{DefaultRates, FaultArgs};
 
 /// Flags of `demo`.
@@ -64,22 +65,8 @@ pub async fn run(args: Args) -> Result<()> {
     let seed = faults.seed;
 
     // The broker, in this process, on a free loopback port.
-    let config = Config {
-        default_partitions: args.partitions,
-        max_partitions_per_topic: args.partitions.max(1024),
-        ..Config::default()
-    };
-    let broker = Arc::new(Broker::new(&config)?);
-    let broker_listener = TcpListener::bind("127.0.0.1:0").await?;
-    let broker_addr = broker_listener.local_addr()?.to_string();
-    let (stop_broker, broker_stopped) = oneshot::channel::<()>();
-    let served = Arc::clone(&broker);
-    let broker_task = tokio::spawn(async move {
-        minibroker_server::serve(broker_listener, served, &config, async move {
-            let _ = broker_stopped.await;
-        })
-        .await
-    });
+    let broker = EmbeddedBroker::start(args.partitions, Config::default().max_stored_bytes).await?;
+    let broker_addr = broker.addr.clone();
 
     // The flaky network in front of it.
     let proxy = minibroker_faults::Proxy::new(faults);
@@ -152,10 +139,9 @@ pub async fn run(args: Args) -> Result<()> {
     let report = minibroker_verify::verify(&client, TOPIC, Some(&acked)).await?;
     let _ = stop_proxy.send(());
     let faults = proxy_task.await?;
-    let _ = stop_broker.send(());
-    broker_task.await??;
+    let outcomes = broker.broker.outcome_counts();
+    broker.stop().await?;
 
-    let outcomes = broker.outcome_counts();
     let acked_count: usize = acked.iter().map(|a| a.records).sum();
     println!("  network faults injected");
     println!("    requests lost        {:>8}", faults.requests_dropped);

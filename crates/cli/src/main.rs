@@ -12,11 +12,13 @@ mod admin;
 mod bench;
 mod consume;
 mod demo;
+mod embedded;
 mod faults;
 mod produce;
 mod proxy;
 mod send;
 mod serve;
+mod target;
 mod verify;
 
 /// An exactly-once message broker: the broker, not the producer, removes duplicates.

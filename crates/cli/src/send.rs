@@ -4,18 +4,13 @@ use anyhow::Result;
 use minibroker_client::protocol::{ProduceRequest, serde_bytes};
 use minibroker_client::{Client, ClientConfig};
 
+use crate::target::PartitionArgs;
+
 /// Flags of `send`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Broker address.
-    #[arg(long)]
-    broker: String,
-    /// Topic name.
-    #[arg(long)]
-    topic: String,
-    /// Partition.
-    #[arg(long)]
-    partition: u32,
+    #[command(flatten)]
+    target: PartitionArgs,
     /// Producer id.
     #[arg(long, allow_negative_numbers = true)]
     producer_id: i64,
@@ -42,11 +37,11 @@ pub async fn run(args: Args) -> Result<()> {
     } else {
         args.values
     };
-    let client = Client::connect(&args.broker, ClientConfig::default()).await?;
+    let client = Client::connect(&args.target.broker, ClientConfig::default()).await?;
     let response = client
         .produce(ProduceRequest {
-            topic: &args.topic,
-            partition: args.partition,
+            topic: &args.target.topic,
+            partition: args.target.partition,
             producer_id: args.producer_id,
             epoch: args.epoch,
             sequence: args.sequence,

@@ -418,25 +418,15 @@ fn demo_reports_that_exactly_once_held() {
 fn bench_smoke_run_reports_every_phase_as_json() {
     // A short run: checks the report's shape and that every request was an in-order append.
     // Timing is never asserted.
-    let output = Command::new(BIN)
-        .args([
-            "bench",
-            "--baseline",
-            "--duration",
-            "0.3",
-            "--connections",
-            "2",
-            "--json",
-        ])
-        .output()
-        .expect("bench");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("one JSON object");
+    let report = run_json(&[
+        "bench",
+        "--baseline",
+        "--duration",
+        "0.3",
+        "--connections",
+        "2",
+        "--json",
+    ]);
     let phases: Vec<&str> = report["phases"]
         .as_array()
         .expect("phases")
@@ -469,17 +459,21 @@ fn bench_smoke_run_reports_every_phase_as_json() {
 
 #[test]
 fn bench_memory_cases_report_per_entry_and_per_byte_figures() {
-    let output = Command::new(BIN)
-        .args(["bench", "--memory", "--json"])
-        .output()
-        .expect("bench --memory");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("one JSON object");
+    let report = run_json(&["bench", "--memory", "--json"]);
     assert_eq!(report["entries"].as_array().map(Vec::len), Some(2));
     assert!(report["overhead_per_stored_byte"].as_f64().is_some());
+}
+
+/// Runs the binary with `args`, expects success and one JSON object on stdout.
+fn run_json(args: &[&str]) -> serde_json::Value {
+    let output = Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run minibroker");
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("one JSON object")
 }

@@ -35,20 +35,26 @@ fn stored(broker: &Broker, topic: &str) -> Vec<(i16, i32)> {
         .collect()
 }
 
+/// A broker, a proxy injecting `faults` in front of it, and a producer connected through the
+/// proxy that resends after `timeout`.
+async fn through_faults(
+    faults: FaultConfig,
+    timeout: Duration,
+) -> Result<(TestBroker, TestProxy, Producer)> {
+    let broker = TestBroker::start().await?;
+    let proxy = TestProxy::start(broker.addr, faults).await?;
+    let producer = Producer::connect(&proxy.address(), producer_config(timeout)).await?;
+    Ok((broker, proxy, producer))
+}
+
 #[tokio::test]
 async fn lost_ack_is_resent_and_answered_as_a_duplicate_with_the_original_offset() -> Result<()> {
-    let broker = TestBroker::start().await?;
     // Response 1 answers init-producer; response 2 is the first batch's ack.
     let faults = FaultConfig {
         drop_response: Fault::at(&[2]),
         ..FaultConfig::default()
     };
-    let proxy = TestProxy::start(broker.addr, faults).await?;
-    let mut producer = Producer::connect(
-        &proxy.address(),
-        producer_config(Duration::from_millis(300)),
-    )
-    .await?;
+    let (broker, proxy, mut producer) = through_faults(faults, Duration::from_millis(300)).await?;
     let ack = producer.send("t", 0, batch("once")).await?;
     assert_eq!(
         ack,
@@ -68,19 +74,13 @@ async fn lost_ack_is_resent_and_answered_as_a_duplicate_with_the_original_offset
 
 #[tokio::test]
 async fn lost_request_is_resent_and_accepted_once() -> Result<()> {
-    let broker = TestBroker::start().await?;
     // The first of five pipelined batches (request 2) never reaches the broker, so the four
     // behind it arrive after a gap and are refused; after the timeout all five are resent.
     let faults = FaultConfig {
         drop_request: Fault::at(&[2]),
         ..FaultConfig::default()
     };
-    let proxy = TestProxy::start(broker.addr, faults).await?;
-    let mut producer = Producer::connect(
-        &proxy.address(),
-        producer_config(Duration::from_millis(300)),
-    )
-    .await?;
+    let (broker, proxy, mut producer) = through_faults(faults, Duration::from_millis(300)).await?;
     let batches = (0..5).map(|i| batch(&format!("b{i}"))).collect();
     let acks = producer.send_batches("t", 0, batches).await?;
     let expected: Vec<Ack> = (0..5)
@@ -103,7 +103,6 @@ async fn lost_request_is_resent_and_accepted_once() -> Result<()> {
 
 #[tokio::test]
 async fn reset_with_five_batches_in_flight_resends_all_five_and_stores_each_once() -> Result<()> {
-    let broker = TestBroker::start().await?;
     // Every response is held up 100 ms, so when the connection is reset right after the fifth
     // batch (request 6) goes through, none of the five has been acknowledged.
     let faults = FaultConfig {
@@ -112,9 +111,7 @@ async fn reset_with_five_batches_in_flight_resends_all_five_and_stores_each_once
         delay: Duration::from_millis(100),
         ..FaultConfig::default()
     };
-    let proxy = TestProxy::start(broker.addr, faults).await?;
-    let mut producer =
-        Producer::connect(&proxy.address(), producer_config(Duration::from_secs(3))).await?;
+    let (broker, proxy, mut producer) = through_faults(faults, Duration::from_secs(3)).await?;
     let batches = (0..5).map(|i| batch(&format!("b{i}"))).collect();
     let acks = producer.send_batches("t", 0, batches).await?;
     let offsets: Vec<Option<i64>> = acks.iter().map(|a| a.base_offset).collect();
@@ -135,7 +132,6 @@ async fn reset_with_five_batches_in_flight_resends_all_five_and_stores_each_once
 #[tokio::test]
 async fn stale_retry_released_after_newer_batches_is_a_duplicate_and_changes_nothing() -> Result<()>
 {
-    let broker = TestBroker::start().await?;
     // The first batch (request 2) is held for a second; the producer gives up on it after 300 ms,
     // resends it on a new connection and moves on, and only then does the stale copy arrive.
     let faults = FaultConfig {
@@ -143,12 +139,7 @@ async fn stale_retry_released_after_newer_batches_is_a_duplicate_and_changes_not
         hold: Duration::from_secs(1),
         ..FaultConfig::default()
     };
-    let proxy = TestProxy::start(broker.addr, faults).await?;
-    let mut producer = Producer::connect(
-        &proxy.address(),
-        producer_config(Duration::from_millis(300)),
-    )
-    .await?;
+    let (broker, proxy, mut producer) = through_faults(faults, Duration::from_millis(300)).await?;
     producer.send("t", 0, batch("s0")).await?;
     producer.send("t", 0, batch("s1")).await?;
     producer.send("t", 0, batch("s2")).await?;

@@ -68,6 +68,20 @@ pub struct LoadResult {
 }
 
 impl LoadResult {
+    /// Nothing measured yet.
+    fn empty() -> Self {
+        Self {
+            requests: 0,
+            records: 0,
+            record_bytes: 0,
+            elapsed: Duration::ZERO,
+            // 1 µs to 60 s with 3 significant digits.
+            latency: Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds"),
+            outcomes: [0; 4],
+            errors: 0,
+        }
+    }
+
     /// Answered requests per second.
     pub fn requests_per_sec(&self) -> f64 {
         self.requests as f64 / self.elapsed.as_secs_f64()
@@ -116,15 +130,7 @@ pub async fn run(addr: &str, workload: &Workload, answered: Arc<AtomicU64>) -> R
         };
         tasks.spawn(job.run());
     }
-    let mut total = LoadResult {
-        requests: 0,
-        records: 0,
-        record_bytes: 0,
-        elapsed: Duration::ZERO,
-        latency: new_histogram(),
-        outcomes: [0; 4],
-        errors: 0,
-    };
+    let mut total = LoadResult::empty();
     while let Some(done) = tasks.join_next().await {
         let part = done.context("load task")??;
         total.requests += part.requests;
@@ -156,11 +162,6 @@ fn partitions_of(connection: usize, connections: usize, partitions: u32) -> Vec<
     }
 }
 
-fn new_histogram() -> Histogram<u64> {
-    // 1 µs to 60 s with 3 significant digits.
-    Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds")
-}
-
 struct Connection {
     stream: TcpStream,
     workload: Workload,
@@ -184,15 +185,7 @@ impl Connection {
         let records: Vec<&serde_bytes::Bytes> = (0..self.workload.records_per_batch)
             .map(|_| serde_bytes::Bytes::new(&self.record))
             .collect();
-        let mut result = LoadResult {
-            requests: 0,
-            records: 0,
-            record_bytes: 0,
-            elapsed: Duration::ZERO,
-            latency: new_histogram(),
-            outcomes: [0; 4],
-            errors: 0,
-        };
+        let mut result = LoadResult::empty();
         let mut sent = 0u64;
         let mut next_send = Instant::now();
         let mut correlation_id = 0u32;

@@ -7,7 +7,6 @@ mod load;
 mod memory;
 
 use anyhow::{Result, bail};
-use minibroker_server::{Broker, Config};
 use serde_json::json;
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
@@ -16,6 +15,7 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
+use crate::embedded::EmbeddedBroker;
 use load::{LoadResult, Workload};
 
 /// Flags of `bench`.
@@ -92,7 +92,8 @@ pub async fn run(args: Args) -> Result<()> {
     };
     let target = match &args.broker {
         Some(addr) => Target::Remote(addr.clone()),
-        None => Target::embedded(args.partitions).await?,
+        // Batched phases store several GiB; the default 4 GiB limit would refuse them.
+        None => Target::Embedded(EmbeddedBroker::start(args.partitions, 16 << 30).await?),
     };
     if !args.json {
         println!(
@@ -147,61 +148,29 @@ pub async fn run(args: Args) -> Result<()> {
 /// Where the broker under test runs.
 enum Target {
     Remote(String),
-    Embedded {
-        addr: String,
-        broker: Arc<Broker>,
-        stop: oneshot::Sender<()>,
-        task: tokio::task::JoinHandle<Result<(), minibroker_server::ServerError>>,
-    },
+    Embedded(EmbeddedBroker),
 }
 
 impl Target {
-    async fn embedded(partitions: u32) -> Result<Self> {
-        let config = Config {
-            default_partitions: partitions,
-            max_partitions_per_topic: partitions.max(1024),
-            // Batched phases store several GiB; the default 4 GiB limit would refuse them.
-            max_stored_bytes: 16 << 30,
-            ..Config::default()
-        };
-        let broker = Arc::new(Broker::new(&config)?);
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?.to_string();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let served = Arc::clone(&broker);
-        let task = tokio::spawn(async move {
-            minibroker_server::serve(listener, served, &config, async move {
-                let _ = stopped.await;
-            })
-            .await
-        });
-        Ok(Self::Embedded {
-            addr,
-            broker,
-            stop,
-            task,
-        })
-    }
-
     fn addr(&self) -> String {
         match self {
-            Self::Remote(addr) | Self::Embedded { addr, .. } => addr.clone(),
+            Self::Remote(addr) => addr.clone(),
+            Self::Embedded(embedded) => embedded.addr.clone(),
         }
     }
 
     fn outcomes(&self) -> Option<minibroker_server::OutcomeCounts> {
         match self {
             Self::Remote(_) => None,
-            Self::Embedded { broker, .. } => Some(broker.outcome_counts()),
+            Self::Embedded(embedded) => Some(embedded.broker.outcome_counts()),
         }
     }
 
     async fn stop(self) -> Result<()> {
-        if let Self::Embedded { stop, task, .. } = self {
-            let _ = stop.send(());
-            task.await??;
+        match self {
+            Self::Remote(_) => Ok(()),
+            Self::Embedded(embedded) => embedded.stop().await,
         }
-        Ok(())
     }
 }
 
