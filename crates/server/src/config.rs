@@ -112,6 +112,14 @@ impl Config {
         if self.max_in_flight == 0 {
             return fail("max_in_flight must be at least 1");
         }
+        // A year; beyond it a deadline computed from "now" could overflow.
+        const MAX_TIMEOUT_MS: u64 = 365 * 24 * 3600 * 1000;
+        if self.idle_timeout_ms == 0 || self.idle_timeout_ms > MAX_TIMEOUT_MS {
+            return fail("idle_timeout_ms must be between 1 and 31536000000 (a year)");
+        }
+        if self.drain_timeout_ms > MAX_TIMEOUT_MS {
+            return fail("drain_timeout_ms must be at most 31536000000 (a year)");
+        }
         if self.default_partitions == 0 || self.default_partitions > self.max_partitions_per_topic {
             return fail("default_partitions must be between 1 and max_partitions_per_topic");
         }
@@ -164,6 +172,7 @@ mod tests {
     #[test]
     fn nonsense_limits_are_errors() {
         assert!(Config::from_toml("max_connections = 0").is_err());
+        assert!(Config::from_toml("idle_timeout_ms = 18446744073709551615").is_err());
         assert!(Config::from_toml("default_partitions = 0").is_err());
         assert!(Config::from_toml("[[topics]]\nname = \"a\"\npartitions = 0").is_err());
     }
