@@ -73,6 +73,22 @@ impl OutcomeCounters {
     }
 }
 
+/// Bytes charged against the storage limit for each batch besides its records: its place in the
+/// log's index and, for a producer's first batch on a partition, its state entry. Charging it
+/// keeps batches of empty records from growing memory without limit.
+pub const BATCH_OVERHEAD_BYTES: u64 = 128;
+
+/// Bytes charged for each record besides its bytes (its end position in the log).
+pub const RECORD_OVERHEAD_BYTES: u64 = 4;
+
+/// What a batch of records of these lengths counts against the storage limit.
+#[must_use]
+pub fn accounted_bytes(record_lengths: impl Iterator<Item = usize>) -> u64 {
+    record_lengths.fold(BATCH_OVERHEAD_BYTES, |total, len| {
+        total + len as u64 + RECORD_OVERHEAD_BYTES
+    })
+}
+
 /// How much of the storage limit a partition reserves at a time, so that most appends need no
 /// update of the broker-wide counter.
 const STORAGE_RESERVATION: u64 = 1 << 20;
@@ -109,7 +125,7 @@ impl Broker {
             outcomes: OutcomeCounters::default(),
             topics: TopicRegistry::new(config)?,
             state: ProducerStateManager::with_shards(shards),
-            producer_ids: ProducerIds::default(),
+            producer_ids: ProducerIds::new(config.max_producer_ids),
             reserved_bytes: AtomicU64::new(0),
             max_stored_bytes: config.max_stored_bytes,
             max_fetch_bytes: (config.max_fetch_bytes as usize).min(frame_budget),
@@ -200,7 +216,7 @@ impl Broker {
         writer: Writer,
         records: &[&minibroker_protocol::serde_bytes::Bytes],
     ) -> Result<i64, RequestError> {
-        let size: u64 = records.iter().map(|r| r.len() as u64).sum();
+        let size = accounted_bytes(records.iter().map(|r| r.len()));
         let mut data = partition.log();
         if data.allowance < size {
             let wanted = size - data.allowance;
@@ -209,7 +225,7 @@ impl Broker {
                 .find(|amount| self.reserve(*amount))
                 .ok_or_else(|| {
                     RequestError::StorageFull(format!(
-                        "the broker's store is full ({} bytes); the batch of {size} bytes was not appended",
+                        "the broker's store is full ({} bytes); the batch ({size} bytes with overhead) was not appended",
                         self.max_stored_bytes
                     ))
                 })?;

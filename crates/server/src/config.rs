@@ -47,8 +47,12 @@ pub struct Config {
     pub max_topics: usize,
     /// Most partitions one topic may have.
     pub max_partitions_per_topic: u32,
-    /// Most record bytes stored across all partitions; produce requests beyond it are refused.
+    /// Most bytes stored across all partitions, counting each record's bytes plus a small fixed
+    /// overhead per batch and per record ([`crate::accounted_bytes`]); produce requests beyond it
+    /// are refused with STORAGE_FULL.
     pub max_stored_bytes: u64,
+    /// Most producer ids init-producer will issue; beyond it requests get STORAGE_FULL.
+    pub max_producer_ids: usize,
     /// Largest fetch response's record bytes (capped further by `max_frame_bytes`).
     pub max_fetch_bytes: u32,
     /// Shards of producer state; 0 picks a small multiple of the core count.
@@ -70,6 +74,7 @@ impl Default for Config {
             max_topics: 10_000,
             max_partitions_per_topic: 1_024,
             max_stored_bytes: 4 << 30,
+            max_producer_ids: 1_000_000,
             max_fetch_bytes: 1 << 20,
             state_shards: 0,
         }

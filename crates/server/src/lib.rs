@@ -26,7 +26,9 @@ mod listener;
 pub mod producers;
 pub mod topics;
 
-pub use broker::{Broker, OutcomeCounts};
+pub use broker::{
+    BATCH_OVERHEAD_BYTES, Broker, OutcomeCounts, RECORD_OVERHEAD_BYTES, accounted_bytes,
+};
 pub use config::{Config, TopicConfig};
 pub use error::{RequestError, ServerError};
 pub use listener::{run, serve};

@@ -16,6 +16,7 @@ pub const FIRST_ISSUED_ID: i64 = 1000;
 #[derive(Debug)]
 pub struct ProducerIds {
     issued: Mutex<Issued>,
+    max_ids: usize,
 }
 
 #[derive(Debug)]
@@ -24,18 +25,19 @@ struct Issued {
     epochs: HashMap<i64, i16>,
 }
 
-impl Default for ProducerIds {
-    fn default() -> Self {
+impl ProducerIds {
+    /// A registry that issues at most `max_ids` producer ids.
+    #[must_use]
+    pub fn new(max_ids: usize) -> Self {
         Self {
             issued: Mutex::new(Issued {
                 next_id: FIRST_ISSUED_ID,
                 epochs: HashMap::new(),
             }),
+            max_ids,
         }
     }
-}
 
-impl ProducerIds {
     /// A new id at epoch 0, or — given an issued id — that id at its next epoch.
     ///
     /// # Errors
@@ -45,6 +47,12 @@ impl ProducerIds {
         let mut issued = self.issued.lock().unwrap_or_else(PoisonError::into_inner);
         match producer_id {
             None => {
+                if issued.epochs.len() >= self.max_ids {
+                    return Err(RequestError::StorageFull(format!(
+                        "the broker has issued its maximum of {} producer ids",
+                        self.max_ids
+                    )));
+                }
                 let id = issued.next_id;
                 issued.next_id += 1;
                 issued.epochs.insert(id, 0);
@@ -70,22 +78,45 @@ mod tests {
 
     #[test]
     fn new_ids_are_distinct_and_start_at_epoch_zero() {
-        let ids = ProducerIds::default();
+        let ids = ProducerIds::new(10);
         assert_eq!(ids.init(None).unwrap(), (FIRST_ISSUED_ID, 0));
         assert_eq!(ids.init(None).unwrap(), (FIRST_ISSUED_ID + 1, 0));
     }
 
     #[test]
     fn reinit_bumps_the_epoch() {
-        let ids = ProducerIds::default();
+        let ids = ProducerIds::new(10);
         let (id, _) = ids.init(None).unwrap();
         assert_eq!(ids.init(Some(id)).unwrap(), (id, 1));
         assert_eq!(ids.init(Some(id)).unwrap(), (id, 2));
     }
 
     #[test]
+    fn issuing_stops_at_the_limit() {
+        let ids = ProducerIds::new(2);
+        ids.init(None).unwrap();
+        let (id, _) = ids.init(None).unwrap();
+        assert!(matches!(ids.init(None), Err(RequestError::StorageFull(_))));
+        // Bumping an issued id's epoch still works.
+        assert_eq!(ids.init(Some(id)).unwrap(), (id, 1));
+    }
+
+    #[test]
+    fn epoch_cannot_grow_past_the_largest() {
+        let ids = ProducerIds::new(1);
+        let (id, _) = ids.init(None).unwrap();
+        for epoch in 1..=i16::MAX {
+            assert_eq!(ids.init(Some(id)).unwrap(), (id, epoch));
+        }
+        assert!(matches!(
+            ids.init(Some(id)),
+            Err(RequestError::EpochExhausted(_))
+        ));
+    }
+
+    #[test]
     fn unknown_id_is_refused() {
-        let ids = ProducerIds::default();
+        let ids = ProducerIds::new(10);
         assert!(matches!(
             ids.init(Some(5)),
             Err(RequestError::UnknownProducerId(5))

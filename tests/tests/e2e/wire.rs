@@ -5,7 +5,7 @@ use minibroker_protocol::{
     ErrorCode, FetchRequest, InitProducerRequest, Outcome, ProduceResponse, Request, Response,
     VERSION,
 };
-use minibroker_server::Config;
+use minibroker_server::{BATCH_OVERHEAD_BYTES, Config, RECORD_OVERHEAD_BYTES};
 use minibroker_tests::{RawConnection, TestBroker, frame, produce};
 
 fn outcome(response: &Response) -> (Outcome, Option<i64>) {
@@ -331,8 +331,10 @@ async fn init_producer_for_an_unknown_id_is_an_error() -> Result<()> {
 
 #[tokio::test]
 async fn storage_limit_refuses_the_batch_and_leaves_state_untouched() -> Result<()> {
+    // Room for the first batch (8 bytes) and one more byte, with their overheads.
+    let charge = |bytes: u64| bytes + BATCH_OVERHEAD_BYTES + RECORD_OVERHEAD_BYTES;
     let config = Config {
-        max_stored_bytes: 10,
+        max_stored_bytes: charge(8) + charge(1),
         ..Config::default()
     };
     let broker = TestBroker::with_config(config).await?;
@@ -346,6 +348,7 @@ async fn storage_limit_refuses_the_batch_and_leaves_state_untouched() -> Result<
     assert_eq!(error_code(&full), ErrorCode::StorageFull);
     assert_eq!(broker.broker.state().snapshot(), before);
     // The refused sequence was not recorded: a smaller batch with it is accepted.
+    // (Batches of empty records are charged their overhead too, so they cannot grow memory.)
     let fits = conn.call(3, &produce("t", 0, 1, 0, 1, &[b"9"])).await?;
     assert_eq!(outcome(&fits), (Outcome::Accepted, Some(1)));
     Ok(())
