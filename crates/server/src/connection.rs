@@ -33,12 +33,6 @@ pub(crate) struct Connection {
     pub idle_timeout: Duration,
 }
 
-/// Why the connection loop stopped reading.
-enum Next {
-    Frame(bytes::BytesMut),
-    Closed,
-}
-
 impl Connection {
     /// Serves the connection until the peer closes it, it idles out, a frame is unrecoverable, or
     /// the server shuts down.
@@ -96,10 +90,11 @@ impl Connection {
                     }
                 }
             };
-            let frame = match next.map(|r| r.map(Next::Frame)).unwrap_or(Ok(Next::Closed)) {
-                Ok(Next::Frame(frame)) => frame,
-                Ok(Next::Closed) => return Ok(()),
-                Err(error) => {
+            let frame = match next {
+                Some(Ok(frame)) => frame,
+                // End of stream on a frame boundary: the peer is done.
+                None => return Ok(()),
+                Some(Err(error)) => {
                     // Framing is lost (oversize or truncated frame): say why, then close.
                     let response = Response::Error(ErrorResponse::new(
                         ErrorCode::MalformedRequest,

@@ -26,7 +26,6 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
-    config.validate()?;
     let broker = Broker::new(&config).map_err(|e| ServerError::Config(e.to_string()))?;
     serve(listener, Arc::new(broker), &config, shutdown).await
 }
@@ -34,13 +33,14 @@ pub async fn run(
 /// Like [`run`], with a broker the caller built (and may inspect afterwards).
 ///
 /// # Errors
-/// None today; the signature leaves room for fatal listener failures.
+/// [`ServerError::Config`] when the configuration is invalid.
 pub async fn serve(
     listener: TcpListener,
     broker: Arc<Broker>,
     config: &Config,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
+    config.validate()?;
     let permits = Arc::new(Semaphore::new(config.max_connections));
     let stop_connections = CancellationToken::new();
     let mut connections = JoinSet::new();
