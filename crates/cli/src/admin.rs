@@ -46,9 +46,9 @@ pub async fn init_producer(args: InitArgs) -> Result<()> {
 }
 
 pub async fn describe_producers(args: DescribeArgs) -> Result<()> {
-    let client = Client::connect(&args.target.broker, ClientConfig::default()).await?;
+    let client = Client::connect(&args.target.topic.broker, ClientConfig::default()).await?;
     let response = client
-        .describe_producers(&args.target.topic, args.target.partition)
+        .describe_producers(&args.target.topic.topic, args.target.partition)
         .await?;
     for p in &response.producers {
         if args.json {

@@ -23,13 +23,13 @@ pub struct Args {
 const FETCH_BYTES: u32 = 1 << 20;
 
 pub async fn run(args: Args) -> Result<()> {
-    let client = Client::connect(&args.target.broker, ClientConfig::default()).await?;
+    let client = Client::connect(&args.target.topic.broker, ClientConfig::default()).await?;
     let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
     let mut offset = args.from;
     loop {
         let response = client
             .fetch(
-                &args.target.topic,
+                &args.target.topic.topic,
                 args.target.partition,
                 offset,
                 FETCH_BYTES,

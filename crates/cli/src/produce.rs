@@ -9,16 +9,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::acks::acked_batches;
+use crate::target::TopicArgs;
 
 /// Flags of `produce`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Broker address.
-    #[arg(long)]
-    broker: String,
-    /// Topic name.
-    #[arg(long)]
-    topic: String,
+    #[command(flatten)]
+    target: TopicArgs,
     /// Partition.
     #[arg(long, default_value_t = 0)]
     partition: u32,
@@ -51,8 +48,8 @@ pub async fn run(args: Args) -> Result<()> {
         ..ProducerConfig::default()
     };
     let mut producer = match args.producer_id {
-        Some(id) => Producer::resume(&args.broker, id, config).await?,
-        None => Producer::connect(&args.broker, config).await?,
+        Some(id) => Producer::resume(&args.target.broker, id, config).await?,
+        None => Producer::connect(&args.target.broker, config).await?,
     };
     let mut acks_file = match &args.acks {
         Some(path) => Some(std::io::BufWriter::new(
@@ -86,7 +83,11 @@ pub async fn run(args: Args) -> Result<()> {
         if round.len() == BATCHES_PER_ROUND || (last && !round.is_empty()) {
             let sizes: Vec<usize> = round.iter().map(Vec::len).collect();
             let acks = producer
-                .send_batches(&args.topic, args.partition, std::mem::take(&mut round))
+                .send_batches(
+                    &args.target.topic,
+                    args.partition,
+                    std::mem::take(&mut round),
+                )
                 .await?;
             if let Some(file) = &mut acks_file {
                 for acked in acked_batches(&producer, args.partition, &acks, sizes) {

@@ -37,10 +37,10 @@ pub async fn run(args: Args) -> Result<()> {
     } else {
         args.values
     };
-    let client = Client::connect(&args.target.broker, ClientConfig::default()).await?;
+    let client = Client::connect(&args.target.topic.broker, ClientConfig::default()).await?;
     let response = client
         .produce(ProduceRequest {
-            topic: &args.target.topic,
+            topic: &args.target.topic.topic,
             partition: args.target.partition,
             producer_id: args.producer_id,
             epoch: args.epoch,

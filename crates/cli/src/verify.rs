@@ -4,15 +4,14 @@ use anyhow::{Context, Result, bail};
 use minibroker_client::{Client, ClientConfig};
 use std::path::PathBuf;
 
+use crate::target::TopicArgs;
+
 /// Flags of `verify`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Broker address (the broker itself, not a faulty proxy).
-    #[arg(long)]
-    broker: String,
-    /// Topic to check.
-    #[arg(long)]
-    topic: String,
+    /// The broker itself (not a faulty proxy) and the topic to check.
+    #[command(flatten)]
+    target: TopicArgs,
     /// Acknowledged batches (JSON lines, as written by `produce --acks`); repeat for several files.
     #[arg(long = "expect")]
     expect: Vec<PathBuf>,
@@ -27,9 +26,9 @@ pub async fn run(args: Args) -> Result<()> {
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         acknowledged.append(&mut acks);
     }
-    let client = Client::connect(&args.broker, ClientConfig::default()).await?;
+    let client = Client::connect(&args.target.broker, ClientConfig::default()).await?;
     let expected = (!args.expect.is_empty()).then_some(acknowledged.as_slice());
-    let report = minibroker_verify::verify(&client, &args.topic, expected).await?;
+    let report = minibroker_verify::verify(&client, &args.target.topic, expected).await?;
     println!("{report}");
     if !report.passed() {
         bail!("exactly-once violated");
