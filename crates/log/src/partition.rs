@@ -61,6 +61,17 @@ impl Segment {
     fn is_full(&self) -> bool {
         self.batches.len() >= Self::BATCHES || self.ends.len() >= Self::ENDS
     }
+
+    /// The segment to append to, starting a new one when the last is full. Segments grow by
+    /// doubling, so a small partition stays small; the largest copy a growing segment makes is
+    /// bounded by its limits.
+    fn open_last(segments: &mut Vec<Segment>) -> &mut Segment {
+        if segments.last().is_none_or(Segment::is_full) {
+            segments.push(Segment::default());
+        }
+        let last = segments.len() - 1;
+        &mut segments[last]
+    }
 }
 
 impl PartitionLog {
@@ -92,12 +103,7 @@ impl PartitionLog {
             // Start a new chunk; the old one lives on in the batches that slice it.
             self.chunk = BytesMut::with_capacity(total.max(CHUNK_BYTES));
         }
-        if self.segments.last().is_none_or(Segment::is_full) {
-            // Segments grow by doubling, so a small partition stays small; the largest copy a
-            // growing segment makes is bounded by its limits.
-            self.segments.push(Segment::default());
-        }
-        let segment = self.segments.last_mut().ok_or(LogError::BatchTooLarge)?;
+        let segment = Segment::open_last(&mut self.segments);
         let first_end = segment.ends.len();
         let start = self.chunk.len();
         for record in records {

@@ -168,10 +168,10 @@ impl Broker {
         }
         // Check the fields before the topic lookup, so bad input never auto-creates a topic.
         let sequences = SequenceRange::single(request.sequence)?;
-        BatchHeader::new(request.producer_id, 0, request.epoch, sequences)?;
+        let header = BatchHeader::new(request.producer_id, 0, request.epoch, sequences)?;
         let topic = topics.get_or_create(&self.topics, request.topic)?;
         let partition = topic.partition(request.partition)?;
-        let header = BatchHeader::new(request.producer_id, partition.id, request.epoch, sequences)?;
+        let header = header.on_partition(partition.id);
         let writer = Writer {
             producer_id: request.producer_id,
             epoch: request.epoch,

@@ -66,6 +66,12 @@ impl BatchHeader {
         })
     }
 
+    /// The same batch header for another partition (the fields are already validated).
+    #[must_use]
+    pub fn on_partition(self, partition: PartitionId) -> Self {
+        Self { partition, ..self }
+    }
+
     /// The producer id.
     #[must_use]
     pub fn producer_id(&self) -> i64 {
