@@ -47,10 +47,10 @@ pub async fn init_producer(args: InitArgs) -> Result<()> {
 
 pub async fn describe_producers(args: DescribeArgs) -> Result<()> {
     let client = Client::connect(&args.target.topic.broker, ClientConfig::default()).await?;
-    let response = client
+    let producers = client
         .describe_producers(&args.target.topic.topic, args.target.partition)
         .await?;
-    for p in &response.producers {
+    for p in &producers {
         if args.json {
             let line = serde_json::json!({
                 "producer_id": p.producer_id,

@@ -3,14 +3,16 @@
 //! A background task owns the socket. Callers encode their request, hand it to the task and wait
 //! on a one-shot channel; the task writes frames as they come (flushing when its queue is empty)
 //! and routes each response to its caller by correlation id. When the connection drops, every
-//! waiting caller gets [`ClientError::ConnectionClosed`].
+//! waiting caller gets [`ClientError::ConnectionClosed`]. Callers that gave up (timed out or
+//! dropped their [`PendingResponse`]) are swept from the table of waiters as it grows, so a
+//! broker that never answers cannot make it grow without bound.
 
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use minibroker_protocol::{
     DEFAULT_MAX_FRAME_BYTES, DescribeProducersRequest, DescribeProducersResponse, FetchRequest,
     FetchResponse, FrameCodec, InitProducerRequest, InitProducerResponse, MetadataResponse,
-    ProduceRequest, ProduceResponse, Request, Response, codec,
+    ProduceRequest, ProduceResponse, ProducerState, Request, Response, codec,
 };
 use std::collections::HashMap;
 use std::future::Future;
@@ -223,7 +225,31 @@ impl Client {
         }
     }
 
-    /// The producer state of one partition.
+    /// One page of the producer state of one partition: up to `limit` producers (0 for the
+    /// broker's cap) with ids above `after_producer_id`, and where the next page starts.
+    ///
+    /// # Errors
+    /// Transport failures and broker error responses.
+    pub async fn describe_producers_page(
+        &self,
+        topic: &str,
+        partition: u32,
+        after_producer_id: Option<i64>,
+        limit: u32,
+    ) -> Result<DescribeProducersResponse, ClientError> {
+        let request = Request::DescribeProducers(DescribeProducersRequest {
+            topic,
+            partition,
+            after_producer_id,
+            limit,
+        });
+        match self.request(&request).await? {
+            Response::DescribeProducers(response) => Ok(response),
+            other => Err(unexpected("describe-producers", other)),
+        }
+    }
+
+    /// The producer state of one partition, every page of it, in producer id order.
     ///
     /// # Errors
     /// Transport failures and broker error responses.
@@ -231,11 +257,19 @@ impl Client {
         &self,
         topic: &str,
         partition: u32,
-    ) -> Result<DescribeProducersResponse, ClientError> {
-        let request = Request::DescribeProducers(DescribeProducersRequest { topic, partition });
-        match self.request(&request).await? {
-            Response::DescribeProducers(response) => Ok(response),
-            other => Err(unexpected("describe-producers", other)),
+    ) -> Result<Vec<ProducerState>, ClientError> {
+        let mut producers = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .describe_producers_page(topic, partition, after, 0)
+                .await?;
+            producers.extend(page.producers);
+            match page.next_after {
+                // Ids only grow from page to page, so this ends.
+                Some(next) if after.is_none_or(|previous| next > previous) => after = Some(next),
+                _ => return Ok(producers),
+            }
         }
     }
 
@@ -271,7 +305,7 @@ async fn connection_task(
     let (read_half, write_half) = stream.into_split();
     let mut reader = FramedRead::new(read_half, FrameCodec::new(max_frame_bytes));
     let mut writer = BufWriter::new(write_half);
-    let mut waiting: HashMap<u32, Reply> = HashMap::new();
+    let mut waiting = Waiters::default();
     let reason = loop {
         tokio::select! {
             next = outgoing.recv() => {
@@ -285,7 +319,7 @@ async fn connection_task(
                     Ok((0, Response::Error(error))) => break format!("broker closed the connection: {error}"),
                     Ok((correlation_id, response)) => {
                         // An answer nobody waits for any more (its caller timed out) is dropped.
-                        if let Some(reply) = waiting.remove(&correlation_id) {
+                        if let Some(reply) = waiting.replies.remove(&correlation_id) {
                             let _ = reply.send(Ok(response));
                         }
                     }
@@ -301,7 +335,7 @@ async fn connection_task(
     while let Ok(request) = outgoing.try_recv() {
         waiting.insert(request.correlation_id, request.reply);
     }
-    for (_, reply) in waiting {
+    for (_, reply) in waiting.replies {
         let _ = reply.send(Err(ClientError::ConnectionClosed(reason.clone())));
     }
 }
@@ -310,7 +344,7 @@ async fn connection_task(
 async fn write_queued(
     writer: &mut BufWriter<OwnedWriteHalf>,
     outgoing: &mut mpsc::Receiver<Outgoing>,
-    waiting: &mut HashMap<u32, Reply>,
+    waiting: &mut Waiters,
     first: Outgoing,
 ) -> std::io::Result<()> {
     let mut next = Some(first);
@@ -320,4 +354,48 @@ async fn write_queued(
         next = outgoing.try_recv().ok();
     }
     writer.flush().await
+}
+
+/// Callers waiting for answers, by correlation id.
+#[derive(Default)]
+struct Waiters {
+    replies: HashMap<u32, Reply>,
+    /// Sweep callers that gave up once the table reaches this size.
+    sweep_at: usize,
+}
+
+impl Waiters {
+    /// The table is swept when it doubles since the last sweep (and holds at least this many).
+    const MIN_SWEEP: usize = 64;
+
+    fn insert(&mut self, correlation_id: u32, reply: Reply) {
+        self.replies.insert(correlation_id, reply);
+        if self.replies.len() >= self.sweep_at.max(Self::MIN_SWEEP) {
+            self.replies.retain(|_, reply| !reply.is_closed());
+            self.sweep_at = self.replies.len() * 2;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn callers_that_gave_up_are_swept_as_the_table_grows() {
+        let mut waiters = Waiters::default();
+        let mut kept = Vec::new();
+        for id in 0..10_000u32 {
+            let (reply, answer) = oneshot::channel();
+            waiters.insert(id, reply);
+            if id % 100 == 0 {
+                kept.push(answer); // still waiting
+            } // else: the caller gave up and dropped its receiver
+        }
+        assert!(waiters.replies.len() < 300, "{}", waiters.replies.len());
+        for id in (0..10_000u32).step_by(100) {
+            assert!(waiters.replies.contains_key(&id), "a live caller was swept");
+        }
+        drop(kept);
+    }
 }

@@ -14,12 +14,20 @@ const CHUNK_BYTES: usize = 1 << 20;
 
 /// How much one read may return. At least one record is returned when any is available, so a
 /// record larger than `max_bytes` never blocks a reader.
+///
+/// Each record costs its bytes plus `record_overhead`, and each batch `batch_overhead`, so a
+/// caller that encodes the answer can bound its size: without them a partition of empty records
+/// would cost nothing per record and one read would return all of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadLimits {
-    /// Stop before the returned records exceed this many bytes.
+    /// Stop before the returned records' cost exceeds this many bytes.
     pub max_bytes: usize,
     /// Return at most this many records.
     pub max_records: usize,
+    /// What each record costs besides its bytes.
+    pub record_overhead: usize,
+    /// What each batch (or part of one) returned costs besides its records.
+    pub batch_overhead: usize,
 }
 
 impl Default for ReadLimits {
@@ -27,6 +35,8 @@ impl Default for ReadLimits {
         Self {
             max_bytes: 1 << 20,
             max_records: 10_000,
+            record_overhead: 0,
+            batch_overhead: 0,
         }
     }
 }
@@ -183,15 +193,21 @@ impl PartitionLog {
                 };
                 for index in skip..batch.record_count() {
                     let record = batch.record(&segment.ends, index);
+                    let batch_cost = if slice.records.is_empty() {
+                        limits.batch_overhead
+                    } else {
+                        0
+                    };
+                    let cost = record.len() + limits.record_overhead + batch_cost;
                     let over = records >= limits.max_records
-                        || (records > 0 && bytes + record.len() > limits.max_bytes);
+                        || (records > 0 && bytes.saturating_add(cost) > limits.max_bytes);
                     if over {
                         if !slice.records.is_empty() {
                             slices.push(slice);
                         }
                         return Ok(slices);
                     }
-                    bytes += record.len();
+                    bytes += cost;
                     records += 1;
                     slice.records.push(record);
                 }
@@ -273,11 +289,13 @@ mod tests {
         let by_records = ReadLimits {
             max_bytes: usize::MAX,
             max_records: 2,
+            ..ReadLimits::default()
         };
         assert_eq!(flat(&log.read(2, by_records).unwrap()).len(), 2);
         let by_bytes = ReadLimits {
             max_bytes: 5,
             max_records: usize::MAX,
+            ..ReadLimits::default()
         };
         let read = log.read(0, by_bytes).unwrap();
         assert_eq!(flat(&read).len(), 2);
@@ -290,6 +308,7 @@ mod tests {
         let tiny = ReadLimits {
             max_bytes: 1,
             max_records: 10,
+            ..ReadLimits::default()
         };
         assert_eq!(flat(&log.read(0, tiny).unwrap()).len(), 1);
     }
@@ -316,6 +335,33 @@ mod tests {
         assert_eq!(log.append(writer(3, 0), &empty), Err(LogError::EmptyBatch));
         assert_eq!(log.next_offset(), 6);
         assert_eq!(log.batch_count(), 3);
+    }
+
+    #[test]
+    fn empty_records_and_batches_count_their_overheads_against_the_byte_limit() {
+        let mut log = PartitionLog::new();
+        for sequence in 0..1000 {
+            log.append(writer(1, sequence), &[b"".as_slice(), b""])
+                .unwrap();
+        }
+        let limits = ReadLimits {
+            max_bytes: 1000,
+            max_records: usize::MAX,
+            record_overhead: 5,
+            batch_overhead: 40,
+        };
+        // Each batch costs 40 + 2 * 5 = 50: twenty of them fit in 1000 bytes.
+        let read = log.read(0, limits).unwrap();
+        assert_eq!(read.len(), 20);
+        assert_eq!(flat(&read).len(), 40);
+        // Without overheads, empty records cost nothing and everything comes back at once.
+        let free = ReadLimits {
+            record_overhead: 0,
+            batch_overhead: 0,
+            max_records: usize::MAX,
+            ..limits
+        };
+        assert_eq!(flat(&log.read(0, free).unwrap()).len(), 2000);
     }
 
     #[test]
@@ -351,6 +397,7 @@ mod segment_tests {
         let all = ReadLimits {
             max_bytes: usize::MAX,
             max_records: usize::MAX,
+            ..ReadLimits::default()
         };
         let read = log.read(0, all).unwrap();
         assert_eq!(read.len(), batches);

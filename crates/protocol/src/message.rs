@@ -80,13 +80,19 @@ pub struct InitProducerRequest {
     pub producer_id: Option<i64>,
 }
 
-/// Ask for one partition's producer state.
+/// Ask for one page of a partition's producer state, in ascending producer id order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DescribeProducersRequest<'a> {
     /// Topic name.
     pub topic: &'a str,
     /// Partition within the topic.
     pub partition: u32,
+    /// Start after this producer id: `None` for the first page, else the previous answer's
+    /// [`DescribeProducersResponse::next_after`].
+    pub after_producer_id: Option<i64>,
+    /// Most producers in the answer; the broker caps it further (so one answer always fits a
+    /// frame), and 0 asks for the broker's cap.
+    pub limit: u32,
 }
 
 /// The broker's answer to one request.
@@ -183,11 +189,13 @@ pub struct InitProducerResponse {
     pub epoch: i16,
 }
 
-/// The producer state of one partition.
+/// One page of the producer state of one partition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DescribeProducersResponse {
     /// One entry per producer, by producer id.
     pub producers: Vec<ProducerState>,
+    /// When more producers follow: the id to pass as `after_producer_id` for the next page.
+    pub next_after: Option<i64>,
 }
 
 /// What the broker remembers about one producer on one partition.
@@ -259,6 +267,8 @@ pub enum ErrorCode {
     ShuttingDown,
     /// An unexpected failure inside the broker.
     Internal,
+    /// The broker already serves its maximum of connections; this one is closed.
+    TooManyConnections,
 }
 
 impl fmt::Display for ErrorCode {
@@ -276,6 +286,7 @@ impl fmt::Display for ErrorCode {
             Self::StorageFull => "STORAGE_FULL",
             Self::ShuttingDown => "SHUTTING_DOWN",
             Self::Internal => "INTERNAL",
+            Self::TooManyConnections => "TOO_MANY_CONNECTIONS",
         };
         f.write_str(name)
     }

@@ -12,12 +12,14 @@ use minibroker_protocol::{
     ProduceResponse, ProducerState, Request, Response, TopicMetadata,
 };
 use minibroker_state::{
-    BatchHeader, PartitionId, ProducerStateManager, SequenceRange, default_shard_count,
+    BatchHeader, NewEntry, PartitionId, ProducerStateManager, SequenceRange, default_shard_count,
 };
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::budget::{PRODUCER_ENTRY_BYTES, StorageBudget, accounted_bytes};
 use crate::producers::ProducerIds;
-use crate::topics::{Partition, TopicCache, TopicRegistry};
+use crate::topics::{CreateCheck, Partition, TopicCache, TopicRegistry};
 use crate::{Config, RequestError};
 
 /// Bytes reserved in a fetch response for everything but record data (headers, per-record
@@ -73,25 +75,36 @@ impl OutcomeCounters {
     }
 }
 
-/// Bytes charged against the storage limit for each batch besides its records: its place in the
-/// log's index and, for a producer's first batch on a partition, its state entry. Charging it
-/// keeps batches of empty records from growing memory without limit.
-pub const BATCH_OVERHEAD_BYTES: u64 = 128;
-
-/// Bytes charged for each record besides its bytes (its end position in the log).
-pub const RECORD_OVERHEAD_BYTES: u64 = 4;
-
-/// What a batch of records of these lengths counts against the storage limit.
-#[must_use]
-pub fn accounted_bytes(record_lengths: impl Iterator<Item = usize>) -> u64 {
-    record_lengths.fold(BATCH_OVERHEAD_BYTES, |total, len| {
-        total + len as u64 + RECORD_OVERHEAD_BYTES
-    })
+/// How many connections the listener has accepted, refused and holds open.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectionCounts {
+    /// Connections served since the broker started.
+    pub accepted: u64,
+    /// Connections closed at once because `max_connections` were already served.
+    pub refused: u64,
+    /// Connections being served now.
+    pub open: u64,
 }
 
-/// How much of the storage limit a partition reserves at a time, so that most appends need no
-/// update of the broker-wide counter.
-const STORAGE_RESERVATION: u64 = 1 << 20;
+#[derive(Debug, Default)]
+pub(crate) struct ConnectionCounters {
+    pub accepted: AtomicU64,
+    pub refused: AtomicU64,
+    pub closed: AtomicU64,
+}
+
+/// Bytes a fetch answer spends on each record besides its bytes (postcard's length prefix).
+const FETCH_RECORD_OVERHEAD: usize = 5;
+
+/// Bytes a fetch answer spends on each batch besides its records (offsets, producer metadata and
+/// the record count, each at its largest varint encoding).
+const FETCH_BATCH_OVERHEAD: usize = 48;
+
+/// Bytes one producer takes in a describe-producers answer, at most.
+const DESCRIBED_PRODUCER_BYTES: usize = 40;
+
+/// Most producers in one describe-producers answer.
+const MAX_DESCRIBE_PAGE: usize = 1000;
 
 /// Topics, partitions, producer state and logs: everything a request acts on.
 #[derive(Debug)]
@@ -100,18 +113,18 @@ pub struct Broker {
     topics: TopicRegistry,
     state: ProducerStateManager,
     producer_ids: ProducerIds,
-    /// Bytes of the storage limit reserved by partitions (stored, or reserved for their next
-    /// appends).
-    reserved_bytes: AtomicU64,
-    max_stored_bytes: u64,
+    budget: Arc<StorageBudget>,
     max_fetch_bytes: usize,
+    max_describe_page: usize,
+    pub(crate) connections: ConnectionCounters,
 }
 
 impl Broker {
     /// A broker with the topics and limits of `config`.
     ///
     /// # Errors
-    /// [`RequestError::InvalidInput`] for a declared topic with an invalid name.
+    /// [`RequestError::InvalidInput`] for a declared topic with an invalid name;
+    /// [`RequestError::StorageFull`] if the declared topics exceed a limit.
     pub fn new(config: &Config) -> Result<Self, RequestError> {
         let shards = match config.state_shards {
             0 => default_shard_count(),
@@ -121,14 +134,20 @@ impl Broker {
             .max_frame_bytes
             .saturating_sub(FETCH_FRAME_SLACK)
             .max(1);
+        let budget = Arc::new(StorageBudget::new(config.max_stored_bytes));
         Ok(Self {
             outcomes: OutcomeCounters::default(),
-            topics: TopicRegistry::new(config)?,
+            topics: TopicRegistry::new(config, Arc::clone(&budget))?,
             state: ProducerStateManager::with_shards(shards),
-            producer_ids: ProducerIds::new(config.max_producer_ids),
-            reserved_bytes: AtomicU64::new(0),
-            max_stored_bytes: config.max_stored_bytes,
+            producer_ids: ProducerIds::new(
+                config.max_producer_ids,
+                config.producer_id_expiration(),
+            ),
+            budget,
             max_fetch_bytes: (config.max_fetch_bytes as usize).min(frame_budget),
+            max_describe_page: (frame_budget / DESCRIBED_PRODUCER_BYTES)
+                .clamp(1, MAX_DESCRIBE_PAGE),
+            connections: ConnectionCounters::default(),
         })
     }
 
@@ -169,7 +188,12 @@ impl Broker {
         // Check the fields before the topic lookup, so bad input never auto-creates a topic.
         let sequences = SequenceRange::single(request.sequence)?;
         let header = BatchHeader::new(request.producer_id, 0, request.epoch, sequences)?;
-        let topic = topics.get_or_create(&self.topics, request.topic)?;
+        let size = accounted_bytes(request.records.iter().map(|r| r.len()));
+        let check = CreateCheck {
+            partition: request.partition,
+            bytes: size + PRODUCER_ENTRY_BYTES,
+        };
+        let topic = topics.get_or_create(&self.topics, request.topic, check)?;
         let partition = topic.partition(request.partition)?;
         let header = header.on_partition(partition.id);
         let writer = Writer {
@@ -177,9 +201,9 @@ impl Broker {
             epoch: request.epoch,
             base_sequence: request.sequence,
         };
-        let verdict = self
-            .state
-            .append_batch(&header, || self.append(partition, writer, &request.records))?;
+        let verdict = self.state.append_batch(&header, |new_entry| {
+            self.append(partition, writer, &request.records, size, new_entry)
+        })?;
         let outcome = match verdict.outcome {
             minibroker_state::Outcome::Accepted => Outcome::Accepted,
             minibroker_state::Outcome::Duplicate => Outcome::Duplicate,
@@ -204,29 +228,30 @@ impl Broker {
         })
     }
 
-    /// Appends under the caller's shard lock, within the broker's storage limit.
+    /// Appends under the caller's shard lock, within the broker's storage limit: `size` for the
+    /// batch and, for a producer's first batch here, its state entry.
     ///
-    /// Each partition reserves storage from the broker-wide limit a megabyte at a time (or
-    /// exactly what a batch needs, when less than a megabyte is left), so most appends only touch
-    /// their own partition. The limit is never exceeded; it may refuse a batch while other
-    /// partitions still hold unused reservations (at most a megabyte each).
+    /// The partition draws on its reservation of the budget and tops it up when it runs short
+    /// (see [`crate::budget`]), so most appends touch only their own partition.
     fn append(
         &self,
         partition: &Partition,
         writer: Writer,
         records: &[&minibroker_protocol::serde_bytes::Bytes],
+        size: u64,
+        new_entry: NewEntry,
     ) -> Result<i64, RequestError> {
-        let size = accounted_bytes(records.iter().map(|r| r.len()));
+        let charge = size + if new_entry.0 { PRODUCER_ENTRY_BYTES } else { 0 };
         let mut data = partition.log();
-        if data.allowance < size {
-            let wanted = size - data.allowance;
-            let granted = [wanted.max(STORAGE_RESERVATION), wanted]
-                .into_iter()
-                .find(|amount| self.reserve(*amount))
+        if data.allowance < charge {
+            let wanted = charge - data.allowance;
+            let granted = self
+                .budget
+                .reserve_for_partition(wanted, data.held)
                 .ok_or_else(|| {
                     RequestError::StorageFull(format!(
-                        "the broker's store is full ({} bytes); the batch ({size} bytes with overhead) was not appended",
-                        self.max_stored_bytes
+                        "the broker's store is full ({} bytes); the batch ({charge} bytes with overhead) was not appended",
+                        self.budget.max()
                     ))
                 })?;
             data.allowance += granted;
@@ -238,19 +263,9 @@ impl Broker {
                 LogError::EmptyBatch => RequestError::EmptyBatch,
                 other => RequestError::Internal(other.to_string()),
             })?;
-        data.allowance -= size;
+        data.allowance -= charge;
+        data.held += charge;
         Ok(base_offset)
-    }
-
-    /// Takes `amount` bytes of the storage limit if they are free.
-    fn reserve(&self, amount: u64) -> bool {
-        self.reserved_bytes
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |reserved| {
-                reserved
-                    .checked_add(amount)
-                    .filter(|total| *total <= self.max_stored_bytes)
-            })
-            .is_ok()
     }
 
     /// Reads records from an offset.
@@ -263,6 +278,8 @@ impl Broker {
         let limits = ReadLimits {
             max_bytes: (request.max_bytes as usize).min(self.max_fetch_bytes),
             max_records: usize::MAX,
+            record_overhead: FETCH_RECORD_OVERHEAD,
+            batch_overhead: FETCH_BATCH_OVERHEAD,
         };
         let log = partition.log();
         let slices = log
@@ -298,11 +315,11 @@ impl Broker {
             return Err(minibroker_state::StateError::NegativeProducerId(id).into());
         }
         let (producer_id, epoch) = self.producer_ids.init(request.producer_id)?;
-        tracing::info!(producer_id, epoch, "producer initialised");
+        tracing::debug!(producer_id, epoch, "producer initialised");
         Ok(InitProducerResponse { producer_id, epoch })
     }
 
-    /// The producer state of one partition.
+    /// One page of the producer state of one partition, in producer id order.
     ///
     /// # Errors
     /// Unknown topic or partition out of range.
@@ -312,9 +329,15 @@ impl Broker {
     ) -> Result<DescribeProducersResponse, RequestError> {
         let topic = self.topics.get(request.topic)?;
         let partition = topic.partition(request.partition)?;
-        let producers = self
+        let limit = match request.limit as usize {
+            0 => self.max_describe_page,
+            n => n.min(self.max_describe_page),
+        };
+        let page = self
             .state
-            .producers(partition.id)
+            .producers_page(partition.id, request.after_producer_id, limit);
+        let producers = page
+            .producers
             .into_iter()
             .map(|view| ProducerState {
                 producer_id: view.producer_id,
@@ -325,7 +348,10 @@ impl Broker {
                 cached_batches: view.entry.batches().len() as u8,
             })
             .collect();
-        Ok(DescribeProducersResponse { producers })
+        Ok(DescribeProducersResponse {
+            producers,
+            next_after: page.next_after,
+        })
     }
 
     /// Every topic and its partition count.
@@ -348,6 +374,30 @@ impl Broker {
     #[must_use]
     pub fn outcome_counts(&self) -> OutcomeCounts {
         self.outcomes.get()
+    }
+
+    /// Bytes charged to the storage limit (kept, or reserved by partitions for their next
+    /// appends), and the limit.
+    #[must_use]
+    pub fn storage_charged(&self) -> (u64, u64) {
+        (self.budget.charged(), self.budget.max())
+    }
+
+    /// How many connections were accepted and refused, and how many are open.
+    #[must_use]
+    pub fn connection_counts(&self) -> ConnectionCounts {
+        let accepted = self.connections.accepted.load(Ordering::Relaxed);
+        ConnectionCounts {
+            accepted,
+            refused: self.connections.refused.load(Ordering::Relaxed),
+            open: accepted.saturating_sub(self.connections.closed.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// How many producer ids are remembered for a later epoch bump.
+    #[must_use]
+    pub fn remembered_producer_ids(&self) -> usize {
+        self.producer_ids.remembered()
     }
 
     /// Record bytes stored across all partitions (sums every partition; not for hot paths).

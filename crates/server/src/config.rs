@@ -26,7 +26,8 @@ pub struct TopicConfig {
 pub struct Config {
     /// Address to listen on.
     pub listen: SocketAddr,
-    /// Connections served at once; more wait in the kernel's accept queue.
+    /// Connections served at once; a connection beyond it is accepted, told
+    /// TOO_MANY_CONNECTIONS and closed at once.
     pub max_connections: usize,
     /// Largest frame accepted or sent, in bytes (after the 4-byte length prefix).
     pub max_frame_bytes: usize,
@@ -35,6 +36,9 @@ pub struct Config {
     /// A connection with no request for this long (up to twice as long, as the timer is checked
     /// once per period) is closed.
     pub idle_timeout_ms: u64,
+    /// A write of answers that does not complete within this (the client is not reading them)
+    /// closes the connection, freeing its slot.
+    pub write_timeout_ms: u64,
     /// On shutdown, how long connections get to finish their requests before they are aborted.
     pub drain_timeout_ms: u64,
     /// Create a topic on its first produce request.
@@ -47,12 +51,19 @@ pub struct Config {
     pub max_topics: usize,
     /// Most partitions one topic may have.
     pub max_partitions_per_topic: u32,
-    /// Most bytes stored across all partitions, counting each record's bytes plus a small fixed
-    /// overhead per batch and per record ([`crate::accounted_bytes`]); produce requests beyond it
-    /// are refused with STORAGE_FULL.
+    /// Most partitions across all topics.
+    pub max_partitions: u32,
+    /// Most bytes the broker keeps for clients: each record's bytes plus a fixed overhead per
+    /// batch and per record ([`crate::accounted_bytes`]), each producer's state entry per
+    /// partition, and every topic and partition ([`crate::budget`]). Produce requests and topic
+    /// creation beyond it are refused with STORAGE_FULL.
     pub max_stored_bytes: u64,
-    /// Most producer ids init-producer will issue; beyond it requests get STORAGE_FULL.
+    /// Most issued producer ids remembered (to bump their epoch on a later init-producer); the
+    /// least recently initialised is forgotten beyond it. Issuing new ids never stops.
     pub max_producer_ids: usize,
+    /// An issued producer id not initialised again for this long is forgotten (Kafka's
+    /// `producer.id.expiration.ms`, 1 day).
+    pub producer_id_expiration_ms: u64,
     /// Largest fetch response's record bytes (capped further by `max_frame_bytes`).
     pub max_fetch_bytes: u32,
     /// Shards of producer state; 0 picks a small multiple of the core count.
@@ -67,14 +78,17 @@ impl Default for Config {
             max_frame_bytes: minibroker_protocol::DEFAULT_MAX_FRAME_BYTES,
             max_in_flight: 64,
             idle_timeout_ms: 600_000,
+            write_timeout_ms: 30_000,
             drain_timeout_ms: 5_000,
             auto_create_topics: true,
             default_partitions: 1,
             topics: Vec::new(),
             max_topics: 10_000,
             max_partitions_per_topic: 1_024,
+            max_partitions: 100_000,
             max_stored_bytes: 4 << 30,
             max_producer_ids: 1_000_000,
+            producer_id_expiration_ms: 86_400_000,
             max_fetch_bytes: 1 << 20,
             state_shards: 0,
         }
@@ -122,8 +136,17 @@ impl Config {
         if self.idle_timeout_ms == 0 || self.idle_timeout_ms > MAX_TIMEOUT_MS {
             return fail("idle_timeout_ms must be between 1 and 31536000000 (a year)");
         }
+        if self.write_timeout_ms == 0 || self.write_timeout_ms > MAX_TIMEOUT_MS {
+            return fail("write_timeout_ms must be between 1 and 31536000000 (a year)");
+        }
         if self.drain_timeout_ms > MAX_TIMEOUT_MS {
             return fail("drain_timeout_ms must be at most 31536000000 (a year)");
+        }
+        if self.producer_id_expiration_ms > MAX_TIMEOUT_MS {
+            return fail("producer_id_expiration_ms must be at most 31536000000 (a year)");
+        }
+        if self.max_producer_ids == 0 {
+            return fail("max_producer_ids must be at least 1");
         }
         if self.default_partitions == 0 || self.default_partitions > self.max_partitions_per_topic {
             return fail("default_partitions must be between 1 and max_partitions_per_topic");
@@ -143,6 +166,18 @@ impl Config {
     #[must_use]
     pub fn idle_timeout(&self) -> Duration {
         Duration::from_millis(self.idle_timeout_ms)
+    }
+
+    /// [`Self::write_timeout_ms`] as a duration.
+    #[must_use]
+    pub fn write_timeout(&self) -> Duration {
+        Duration::from_millis(self.write_timeout_ms)
+    }
+
+    /// [`Self::producer_id_expiration_ms`] as a duration.
+    #[must_use]
+    pub fn producer_id_expiration(&self) -> Duration {
+        Duration::from_millis(self.producer_id_expiration_ms)
     }
 
     /// [`Self::drain_timeout_ms`] as a duration.
@@ -179,6 +214,8 @@ mod tests {
         assert!(Config::from_toml("max_connections = 0").is_err());
         assert!(Config::from_toml("idle_timeout_ms = 18446744073709551615").is_err());
         assert!(Config::from_toml("default_partitions = 0").is_err());
+        assert!(Config::from_toml("write_timeout_ms = 0").is_err());
+        assert!(Config::from_toml("max_producer_ids = 0").is_err());
         assert!(Config::from_toml("[[topics]]\nname = \"a\"\npartitions = 0").is_err());
     }
 }

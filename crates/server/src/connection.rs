@@ -4,11 +4,16 @@
 //! read; pipelining comes from reading every frame already buffered before flushing the answers
 //! together (one write for many responses). At most `max_in_flight` answers wait unflushed, and
 //! a peer that stops reading is held back by the socket: nothing grows without bound.
+//!
+//! Every write to the socket is bounded by `write_timeout`, and shutdown can cut it short: a
+//! client that pipelines large fetches and never reads the answers loses its connection (and
+//! frees its slot) instead of keeping it until the broker stops.
 
 use futures::{FutureExt, SinkExt, StreamExt};
 use minibroker_protocol::{
     BadFrame, ErrorCode, ErrorResponse, FrameCodec, ProtocolError, Response, codec,
 };
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -31,7 +36,12 @@ pub(crate) struct Connection {
     pub max_in_flight: usize,
     /// Close after this long without a request.
     pub idle_timeout: Duration,
+    /// Close when one write of buffered answers to the peer does not complete within this.
+    pub write_timeout: Duration,
 }
+
+/// How long a write may still take once shutdown has begun.
+const FINAL_WRITE_GRACE: Duration = Duration::from_secs(1);
 
 impl Connection {
     /// Serves the connection until the peer closes it, it idles out, a frame is unrecoverable, or
@@ -71,7 +81,7 @@ impl Connection {
                 Some(item) => item,
                 None => {
                     if unflushed > 0 {
-                        flush(writer).await?;
+                        self.bounded(flush(writer)).await?;
                         unflushed = 0;
                     }
                     tokio::select! {
@@ -100,27 +110,53 @@ impl Connection {
                         ErrorCode::MalformedRequest,
                         format!("{error}; closing the connection"),
                     ));
-                    writer.send((0, &response)).await?;
+                    self.bounded(writer.send((0, &response))).await?;
                     return Err(error);
                 }
             };
             served_since_armed = true;
             let (correlation_id, response) = self.answer(&frame, &mut topics);
-            match writer.feed((correlation_id, &response)).await {
+            // Feeding flushes first when the write buffer is full, so it is bounded too.
+            match self.bounded(writer.feed((correlation_id, &response))).await {
                 Err(ProtocolError::FrameTooLarge { size, max }) => {
                     let error = RequestError::Internal(format!(
                         "the response of {size} bytes exceeds the maximum frame of {max} bytes"
                     ));
-                    writer
-                        .feed((correlation_id, &Response::Error(error.to_response())))
-                        .await?;
+                    let answer = Response::Error(error.to_response());
+                    self.bounded(writer.feed((correlation_id, &answer))).await?;
                 }
                 other => other?,
             }
             unflushed += 1;
             if unflushed >= self.max_in_flight {
-                flush(writer).await?;
+                self.bounded(flush(writer)).await?;
                 unflushed = 0;
+            }
+        }
+    }
+
+    /// Runs a write to the peer, failing it when it does not complete within `write_timeout`, or
+    /// within [`FINAL_WRITE_GRACE`] once shutdown has begun. A write that completes at once (the usual
+    /// case: the socket has room) sets no timer.
+    async fn bounded<T>(
+        &self,
+        write: impl Future<Output = Result<T, ProtocolError>>,
+    ) -> Result<T, ProtocolError> {
+        let mut write = std::pin::pin!(write);
+        if let Some(done) = write.as_mut().now_or_never() {
+            return done;
+        }
+        let stalled = || {
+            ProtocolError::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the peer is not reading its answers; closing the connection",
+            ))
+        };
+        tokio::select! {
+            done = write.as_mut() => done,
+            () = tokio::time::sleep(self.write_timeout) => Err(stalled()),
+            () = self.shutdown.cancelled() => {
+                tokio::time::timeout(FINAL_WRITE_GRACE, write).await.unwrap_or_else(|_| Err(stalled()))
             }
         }
     }

@@ -14,7 +14,8 @@ pub enum RequestError {
     /// Wrong protocol version.
     #[error("{0}")]
     UnsupportedVersion(String),
-    /// No such topic, and auto-creation is off or does not apply (fetch, describe).
+    /// No such topic, and auto-creation is off or does not apply (fetch, describe). Only valid
+    /// names (at most 249 plain characters) get this far.
     #[error("unknown topic {0:?}")]
     UnknownTopic(String),
     /// The partition index is not below the topic's partition count.

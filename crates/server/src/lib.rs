@@ -19,6 +19,7 @@
 //! ```
 
 mod broker;
+pub mod budget;
 mod config;
 mod connection;
 mod error;
@@ -26,9 +27,8 @@ mod listener;
 pub mod producers;
 pub mod topics;
 
-pub use broker::{
-    BATCH_OVERHEAD_BYTES, Broker, OutcomeCounts, RECORD_OVERHEAD_BYTES, accounted_bytes,
-};
+pub use broker::{Broker, ConnectionCounts, OutcomeCounts};
+pub use budget::{BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES, accounted_bytes};
 pub use config::{Config, TopicConfig};
 pub use error::{RequestError, ServerError};
 pub use listener::{run, serve};

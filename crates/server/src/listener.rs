@@ -1,16 +1,22 @@
 //! The accept loop and graceful shutdown.
 //!
-//! A connection permit is taken *before* `accept`, so at most `max_connections` are served and the
-//! rest wait in the kernel's queue. On shutdown the listener is dropped first (new connections
-//! are refused), every connection finishes the requests it has read, and the whole drain is bounded
-//! by a deadline after which the stragglers are aborted.
+//! Every connection is accepted at once. One that finds all `max_connections` slots taken gets a
+//! best-effort TOO_MANY_CONNECTIONS error frame and is closed right away, and is counted, so a
+//! client fails fast instead of waiting silently in the kernel's backlog until its connect times
+//! out. On shutdown the listener is dropped first (new connections are refused), every connection
+//! finishes the requests it has read, and the whole drain is bounded by a deadline after which
+//! the stragglers are aborted. A connection task that panics is logged, never dropped silently.
 
+use minibroker_protocol::{ErrorCode, ErrorResponse, FrameCodec, Response};
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
+use tokio::task::{JoinError, JoinSet};
+use tokio::time::Instant;
+use tokio_util::codec::Encoder;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -44,31 +50,38 @@ pub async fn serve(
     let permits = Arc::new(Semaphore::new(config.max_connections));
     let stop_connections = CancellationToken::new();
     let mut connections = JoinSet::new();
+    let mut refusals = RefusalLog::default();
     tokio::pin!(shutdown);
     loop {
-        while connections.try_join_next().is_some() {}
-        let permit = tokio::select! {
-            () = &mut shutdown => break,
-            permit = Arc::clone(&permits).acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break, // the semaphore is never closed
-            },
-        };
+        while let Some(done) = connections.try_join_next() {
+            log_panic(done);
+        }
         let (stream, peer) = tokio::select! {
             () = &mut shutdown => break,
             accepted = accept(&listener) => accepted,
         };
+        let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+            broker.connections.refused.fetch_add(1, Ordering::Relaxed);
+            refusals.note(peer, config.max_connections);
+            refuse(&stream, config.max_connections);
+            continue;
+        };
+        broker.connections.accepted.fetch_add(1, Ordering::Relaxed);
         let connection = Connection {
             broker: Arc::clone(&broker),
             shutdown: stop_connections.clone(),
             max_frame_bytes: config.max_frame_bytes,
             max_in_flight: config.max_in_flight,
             idle_timeout: config.idle_timeout(),
+            write_timeout: config.write_timeout(),
         };
         let span = tracing::info_span!("connection", %peer);
+        let counted = Arc::clone(&broker);
         connections.spawn(
             async move {
                 tracing::debug!("accepted");
+                // Counted closed even if the task panics or is aborted.
+                let _closed = CloseCount(counted);
                 connection.run(stream).await;
                 drop(permit);
             }
@@ -77,14 +90,18 @@ pub async fn serve(
     }
 
     drop(listener);
-    while connections.try_join_next().is_some() {}
+    while let Some(done) = connections.try_join_next() {
+        log_panic(done);
+    }
     tracing::info!(
         connections = connections.len(),
         "shutting down: no new connections, draining"
     );
     stop_connections.cancel();
     let drained = tokio::time::timeout(config.drain_timeout(), async {
-        while connections.join_next().await.is_some() {}
+        while let Some(done) = connections.join_next().await {
+            log_panic(done);
+        }
     })
     .await;
     if drained.is_err() {
@@ -96,6 +113,70 @@ pub async fn serve(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Counts a connection closed when its task ends, however it ends.
+struct CloseCount(Arc<Broker>);
+
+impl Drop for CloseCount {
+    fn drop(&mut self) {
+        self.0.connections.closed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Logs a connection task that panicked (a bug: the network path must never panic).
+fn log_panic(done: Result<(), JoinError>) {
+    if let Err(error) = done
+        && error.is_panic()
+    {
+        tracing::error!(%error, "a connection task panicked; its connection was closed");
+    }
+}
+
+/// Tells an over-limit connection why it is closed, without waiting on it: the frame goes out
+/// only if the socket takes it at once (a fresh socket always has room for it).
+fn refuse(stream: &TcpStream, max_connections: usize) {
+    let response = Response::Error(ErrorResponse::new(
+        ErrorCode::TooManyConnections,
+        format!(
+            "the broker already serves its maximum of {max_connections} connections; try again later"
+        ),
+    ));
+    let mut frame = bytes::BytesMut::new();
+    if FrameCodec::default()
+        .encode((0, &response), &mut frame)
+        .is_ok()
+    {
+        let _ = stream.try_write(&frame);
+    }
+}
+
+/// Refused connections are logged at most once a second, with how many were refused since.
+#[derive(Debug, Default)]
+struct RefusalLog {
+    last: Option<Instant>,
+    unlogged: u64,
+}
+
+impl RefusalLog {
+    fn note(&mut self, peer: std::net::SocketAddr, max_connections: usize) {
+        self.unlogged += 1;
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|last| now.duration_since(last) < Duration::from_secs(1))
+        {
+            return;
+        }
+        tracing::warn!(
+            %peer,
+            refused = self.unlogged,
+            max_connections,
+            "connection limit reached: refusing connections"
+        );
+        self.last = Some(now);
+        self.unlogged = 0;
+    }
 }
 
 /// Accepts one connection, backing off on errors (such as running out of file descriptors)

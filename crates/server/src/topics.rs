@@ -2,12 +2,18 @@
 //!
 //! Partitions get broker-wide ids (`PartitionId`) so the state manager can key producer state by
 //! partition without knowing topic names. Lookups take a read lock; creation a write lock.
+//!
+//! A name is validated before it is looked up, echoed or stored, and a request is checked
+//! against the topic it would create (partition in range, room in the storage budget) before
+//! creating it: a refused request leaves nothing behind. Every topic and partition is charged to
+//! the storage budget and to the `max_topics` and `max_partitions` caps.
 
 use minibroker_log::PartitionLog;
 use minibroker_state::PartitionId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
+use crate::budget::{StorageBudget, topic_bytes};
 use crate::{Config, RequestError};
 
 /// Longest topic name, as in Kafka.
@@ -29,6 +35,8 @@ pub struct PartitionData {
     /// Bytes of the broker's storage limit this partition has reserved and not yet used; see
     /// `Broker::append`.
     pub allowance: u64,
+    /// Bytes this partition has charged to the storage limit for what it holds.
+    pub held: u64,
 }
 
 impl std::ops::Deref for PartitionData {
@@ -89,24 +97,39 @@ impl Topic {
 #[derive(Debug)]
 pub struct TopicRegistry {
     topics: RwLock<HashMap<String, Arc<Topic>>>,
+    /// The next broker-wide partition id; also how many partitions exist (none is ever deleted).
     next_partition_id: Mutex<PartitionId>,
+    budget: Arc<StorageBudget>,
     auto_create: bool,
     default_partitions: u32,
     max_topics: usize,
+    max_partitions: u32,
+}
+
+/// What a request that may auto-create its topic must satisfy before the topic is created.
+#[derive(Debug, Clone, Copy)]
+pub struct CreateCheck {
+    /// The partition the request writes to.
+    pub partition: u32,
+    /// Bytes the request will charge to the storage budget once the topic exists.
+    pub bytes: u64,
 }
 
 impl TopicRegistry {
-    /// A registry holding the topics declared in `config`.
+    /// A registry holding the topics declared in `config`, charging them to `budget`.
     ///
     /// # Errors
-    /// [`RequestError::InvalidInput`] for a declared topic with a bad name.
-    pub fn new(config: &Config) -> Result<Self, RequestError> {
+    /// [`RequestError::InvalidInput`] for a declared topic with a bad name;
+    /// [`RequestError::StorageFull`] if the declared topics exceed a limit.
+    pub fn new(config: &Config, budget: Arc<StorageBudget>) -> Result<Self, RequestError> {
         let registry = Self {
             topics: RwLock::new(HashMap::new()),
             next_partition_id: Mutex::new(0),
+            budget,
             auto_create: config.auto_create_topics,
             default_partitions: config.default_partitions,
             max_topics: config.max_topics.max(config.topics.len()),
+            max_partitions: config.max_partitions,
         };
         for topic in &config.topics {
             registry.create(&topic.name, topic.partitions)?;
@@ -117,28 +140,51 @@ impl TopicRegistry {
     /// The topic named `name`, if it exists.
     ///
     /// # Errors
-    /// [`RequestError::UnknownTopic`] if it does not.
+    /// [`RequestError::InvalidInput`] for a name no topic can have; [`RequestError::UnknownTopic`]
+    /// if it does not exist.
     pub fn get(&self, name: &str) -> Result<Arc<Topic>, RequestError> {
+        validate_topic_name(name)?;
         self.read()
             .get(name)
             .cloned()
             .ok_or_else(|| RequestError::UnknownTopic(name.to_owned()))
     }
 
-    /// The topic named `name`, created with the default partition count if auto-creation is on.
+    /// The topic named `name`, created with the default partition count if auto-creation is on
+    /// and the request passes `check` against the topic it would create.
     ///
     /// # Errors
-    /// [`RequestError::UnknownTopic`] if it does not exist and auto-creation is off;
-    /// [`RequestError::InvalidInput`] for a bad name; [`RequestError::StorageFull`] at the topic
-    /// limit.
-    pub fn get_or_create(&self, name: &str) -> Result<Arc<Topic>, RequestError> {
+    /// [`RequestError::InvalidInput`] for a bad name; [`RequestError::UnknownTopic`] if it does
+    /// not exist and auto-creation is off; [`RequestError::PartitionOutOfRange`] or
+    /// [`RequestError::StorageFull`] if the request would be refused by the new topic (which is
+    /// then not created) or a topic, partition or storage limit is reached.
+    pub fn get_or_create(
+        &self,
+        name: &str,
+        check: CreateCheck,
+    ) -> Result<Arc<Topic>, RequestError> {
+        validate_topic_name(name)?;
         if let Some(topic) = self.read().get(name) {
             return Ok(Arc::clone(topic));
         }
         if !self.auto_create {
             return Err(RequestError::UnknownTopic(name.to_owned()));
         }
-        self.create(name, self.default_partitions)
+        let partitions = self.default_partitions;
+        if check.partition >= partitions {
+            return Err(RequestError::PartitionOutOfRange {
+                topic: name.to_owned(),
+                partition: check.partition,
+                count: partitions,
+            });
+        }
+        if !self.budget.has_room(topic_bytes(partitions) + check.bytes) {
+            return Err(RequestError::StorageFull(format!(
+                "the broker's store is full ({} bytes); topic {name:?} was not created",
+                self.budget.max()
+            )));
+        }
+        self.create(name, partitions)
     }
 
     /// Creates `name` with `partitions` partitions, or returns it if it already exists.
@@ -158,6 +204,18 @@ impl TopicRegistry {
             .next_partition_id
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        if next_id.saturating_add(partitions) > self.max_partitions {
+            return Err(RequestError::StorageFull(format!(
+                "the broker holds {} of its maximum of {} partitions; a topic of {partitions} does not fit",
+                *next_id, self.max_partitions
+            )));
+        }
+        if !self.budget.try_charge(topic_bytes(partitions)) {
+            return Err(RequestError::StorageFull(format!(
+                "the broker's store is full ({} bytes); topic {name:?} was not created",
+                self.budget.max()
+            )));
+        }
         let partitions = (0..partitions)
             .map(|_| {
                 let id = *next_id;
@@ -179,6 +237,15 @@ impl TopicRegistry {
             "created topic"
         );
         Ok(topic)
+    }
+
+    /// How many partitions exist across all topics.
+    #[must_use]
+    pub fn partition_count(&self) -> u32 {
+        *self
+            .next_partition_id
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Every topic, by name.
@@ -214,11 +281,12 @@ impl TopicCache {
         &'a mut self,
         registry: &TopicRegistry,
         name: &str,
+        check: CreateCheck,
     ) -> Result<&'a Topic, RequestError> {
         if let Some(index) = self.topics.iter().position(|t| t.name == name) {
             return Ok(&self.topics[index]);
         }
-        let topic = registry.get_or_create(name)?;
+        let topic = registry.get_or_create(name, check)?;
         if self.topics.len() == Self::CAPACITY {
             self.topics.remove(0);
         }
@@ -230,7 +298,8 @@ impl TopicCache {
 /// Kafka's rule for topic names: 1 to 249 of `[A-Za-z0-9._-]`, and not `.` or `..`.
 ///
 /// # Errors
-/// [`RequestError::InvalidInput`] explaining what is wrong.
+/// [`RequestError::InvalidInput`] explaining what is wrong, quoting at most a short, escaped
+/// prefix of the name.
 pub fn validate_topic_name(name: &str) -> Result<(), RequestError> {
     let valid_chars = name
         .bytes()
@@ -242,8 +311,57 @@ pub fn validate_topic_name(name: &str) -> Result<(), RequestError> {
         || name == ".."
     {
         return Err(RequestError::InvalidInput(format!(
-            "invalid topic name {name:?}: use 1 to {MAX_TOPIC_NAME_LEN} of the characters A-Z a-z 0-9 . _ -"
+            "invalid topic name {}: use 1 to {MAX_TOPIC_NAME_LEN} of the characters A-Z a-z 0-9 . _ -",
+            quote_prefix(name)
         )));
     }
     Ok(())
+}
+
+/// Characters of client input quoted in an error message, at most.
+const QUOTED_CHARS: usize = 64;
+
+/// `text` for an error message: escaped, and cut to its first few characters with its length, so
+/// an error about a hostile input is never large.
+#[must_use]
+pub fn quote_prefix(text: &str) -> String {
+    let mut chars = text.chars();
+    let prefix: String = chars.by_ref().take(QUOTED_CHARS).collect();
+    if chars.next().is_none() {
+        format!("{prefix:?}")
+    } else {
+        format!("{prefix:?}... ({} bytes)", text.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_escapes_and_cuts_long_input() {
+        assert_eq!(quote_prefix("ok"), "\"ok\"");
+        let hostile = "\u{1}".repeat(1 << 20);
+        let quoted = quote_prefix(&hostile);
+        assert!(quoted.len() < 500, "{}", quoted.len());
+        assert!(quoted.ends_with("(1048576 bytes)"), "{quoted}");
+        assert!(quoted.starts_with("\"\\u{1}"), "{quoted}");
+    }
+
+    #[test]
+    fn invalid_names_are_refused_with_a_short_message() {
+        for name in [
+            "",
+            ".",
+            "..",
+            "a b",
+            &"x".repeat(250),
+            &"\0".repeat(100_000),
+        ] {
+            let error = validate_topic_name(name).unwrap_err();
+            assert!(error.to_string().len() < 400, "{error}");
+        }
+        assert!(validate_topic_name(&"x".repeat(249)).is_ok());
+        assert!(validate_topic_name("orders.v1_A-b").is_ok());
+    }
 }

@@ -49,7 +49,7 @@ fn append_run(
         let partition = partitions[(rng % partitions.len() as u64) as usize];
         let seq = &mut next_seq[partition as usize];
         let verdict = mgr
-            .append_batch(&header(producer_id, partition, *seq), || {
+            .append_batch(&header(producer_id, partition, *seq), |_| {
                 Ok::<_, Infallible>(i as i64)
             })
             .expect("infallible");
@@ -66,7 +66,7 @@ fn single_thread(c: &mut Criterion) {
         let mgr = ProducerStateManager::new();
         let mut seq = 0i32;
         b.iter(|| {
-            let verdict = mgr.append_batch(&header(1, 3, seq), || Ok::<_, Infallible>(0));
+            let verdict = mgr.append_batch(&header(1, 3, seq), |_| Ok::<_, Infallible>(0));
             seq = seq.wrapping_add(1).max(0);
             black_box(verdict)
         });
@@ -74,10 +74,10 @@ fn single_thread(c: &mut Criterion) {
     group.bench_function("duplicate", |b| {
         let mgr = ProducerStateManager::new();
         for seq in 0..5 {
-            let _ = mgr.append_batch(&header(1, 3, seq), || Ok::<_, Infallible>(0));
+            let _ = mgr.append_batch(&header(1, 3, seq), |_| Ok::<_, Infallible>(0));
         }
         let retry = header(1, 3, 2);
-        b.iter(|| black_box(mgr.append_batch(&retry, || Ok::<_, Infallible>(0))));
+        b.iter(|| black_box(mgr.append_batch(&retry, |_| Ok::<_, Infallible>(0))));
     });
     group.finish();
 }
@@ -163,7 +163,7 @@ fn memory_per_entry() {
     let before = resident_bytes();
     let mgr = ProducerStateManager::new();
     for i in 0..ENTRIES {
-        let _ = mgr.append_batch(&header(i64::from(i / 64), i % 64, 0), || {
+        let _ = mgr.append_batch(&header(i64::from(i / 64), i % 64, 0), |_| {
             Ok::<_, Infallible>(0)
         });
     }

@@ -22,7 +22,7 @@
 //! let header = BatchHeader::new(7, 0, 0, SequenceRange::single(0)?)?;
 //! for _attempt in 0..2 {
 //!     // The second attempt is a retry: it is acknowledged with the original offset.
-//!     let verdict = mgr.append_batch(&header, || {
+//!     let verdict = mgr.append_batch(&header, |_| {
 //!         log.push("record");
 //!         Ok::<_, std::convert::Infallible>(log.len() as i64 - 1)
 //!     });
@@ -41,7 +41,8 @@ mod validate;
 pub use entry::{BatchMetadata, CACHED_BATCHES, ProducerEntry};
 pub use error::StateError;
 pub use manager::{
-    BatchHeader, PartitionId, ProducerStateManager, ProducerView, Verdict, default_shard_count,
+    BatchHeader, NewEntry, PartitionId, ProducerPage, ProducerStateManager, ProducerView, Verdict,
+    default_shard_count,
 };
 pub use sequence::{SequenceRange, next_sequence};
 pub use validate::{Decision, Outcome, validate};

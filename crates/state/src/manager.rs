@@ -8,21 +8,32 @@
 //!
 //! A plain `std` mutex fits because the critical section is short and never awaits; callers must
 //! not hold one across an `.await` (none is ever handed out).
+//!
+//! Beside the hash map each shard keeps its keys in order, so one partition's producers can be
+//! listed a page at a time by producer id: an admin view of a partition with half a million
+//! producers then holds the lock for one page at a time, never for the whole scan.
 
 use crate::entry::NO_OFFSET;
 use crate::{Decision, Outcome, ProducerEntry, SequenceRange, StateError, validate};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::convert::Infallible;
+use std::ops::Bound;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// Identifies a partition to the state manager. The broker numbers its partitions across all
 /// topics; the manager never needs to know topic names.
 pub type PartitionId = u32;
 
-/// The producer entries of one shard, keyed by (partition, producer id). Hashed with foldhash:
-/// several times faster than SipHash on these small keys, and seeded per process so clients
-/// choosing producer ids cannot aim at collisions.
-type Shard = HashMap<(PartitionId, i64), ProducerEntry, foldhash::fast::RandomState>;
+/// The producer entries of one shard, keyed by (partition, producer id).
+#[derive(Debug, Default)]
+struct Shard {
+    /// The entries. Hashed with foldhash: several times faster than SipHash on these small keys,
+    /// and seeded per process so clients choosing producer ids cannot aim at collisions.
+    entries: HashMap<(PartitionId, i64), ProducerEntry, foldhash::fast::RandomState>,
+    /// The same keys in order, for listing a partition's producers page by page. Touched only
+    /// when a producer writes a partition for the first time.
+    order: BTreeSet<(PartitionId, i64)>,
+}
 
 /// A shard's lock on a cache line of its own, so two cores working on neighbouring shards do
 /// not invalidate each other's line (false sharing).
@@ -94,6 +105,11 @@ impl BatchHeader {
     }
 }
 
+/// Passed to the append closure of [`ProducerStateManager::append_batch`]: `true` when the batch
+/// is the producer's first on the partition, so accepting it stores a new entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct NewEntry(pub bool);
+
 /// The outcome of a batch and, for ACCEPTED and a recognised DUPLICATE, its base offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Verdict {
@@ -111,6 +127,15 @@ pub struct ProducerView {
     pub producer_id: i64,
     /// Its stored state.
     pub entry: ProducerEntry,
+}
+
+/// One page of a partition's producers, from [`ProducerStateManager::producers_page`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ProducerPage {
+    /// Producers in ascending id order.
+    pub producers: Vec<ProducerView>,
+    /// The id to continue after, when more producers follow this page.
+    pub next_after: Option<i64>,
 }
 
 /// Default shard count: a small multiple of the cores, so two busy partitions rarely share a lock.
@@ -190,7 +215,7 @@ impl ProducerStateManager {
             epoch,
             SequenceRange::single(sequence)?,
         )?;
-        let verdict = self.append_batch(&header, || Ok::<_, Infallible>(NO_OFFSET));
+        let verdict = self.append_batch(&header, |_| Ok::<_, Infallible>(NO_OFFSET));
         Ok(match verdict {
             Ok(verdict) => verdict.outcome,
             Err(never) => match never {},
@@ -199,6 +224,9 @@ impl ProducerStateManager {
 
     /// Decides a batch and, only if it is ACCEPTED, calls `append` under the partition's shard
     /// lock to store it, then records it with the base offset `append` returned.
+    ///
+    /// `append` is told whether the batch is the producer's first on this partition (so a new
+    /// entry will be stored), which lets the caller charge that entry's memory to a limit.
     ///
     /// Because the decision, the append and the bookkeeping happen under one lock, two racing
     /// retries of the same batch can never both be appended, and a producer's batches are
@@ -209,20 +237,25 @@ impl ProducerStateManager {
     pub fn append_batch<E>(
         &self,
         header: &BatchHeader,
-        append: impl FnOnce() -> Result<i64, E>,
+        append: impl FnOnce(NewEntry) -> Result<i64, E>,
     ) -> Result<Verdict, E> {
         let key = (header.partition, header.producer_id);
         let mut shard = self.lock(header.partition);
-        let decision = validate(shard.get(&key), header.epoch, header.sequences);
+        let stored = shard.entries.get(&key);
+        let decision = validate(stored, header.epoch, header.sequences);
         let base_offset = match decision {
             Decision::Accept => {
-                let base_offset = append()?;
-                shard
-                    .entry(key)
-                    .and_modify(|entry| entry.record(header.epoch, header.sequences, base_offset))
-                    .or_insert_with(|| {
-                        ProducerEntry::new(header.epoch, header.sequences, base_offset)
-                    });
+                let new_entry = NewEntry(stored.is_none());
+                let base_offset = append(new_entry)?;
+                let shard = &mut *shard;
+                match shard.entries.get_mut(&key) {
+                    Some(entry) => entry.record(header.epoch, header.sequences, base_offset),
+                    None => {
+                        let entry = ProducerEntry::new(header.epoch, header.sequences, base_offset);
+                        shard.entries.insert(key, entry);
+                        shard.order.insert(key);
+                    }
+                }
                 (base_offset != NO_OFFSET).then_some(base_offset)
             }
             Decision::Duplicate { base_offset } => base_offset,
@@ -237,20 +270,68 @@ impl ProducerStateManager {
     /// The stored state of one producer on one partition.
     #[must_use]
     pub fn entry(&self, partition: PartitionId, producer_id: i64) -> Option<ProducerEntry> {
-        self.lock(partition).get(&(partition, producer_id)).copied()
+        self.lock(partition)
+            .entries
+            .get(&(partition, producer_id))
+            .copied()
     }
 
-    /// A read-only view of every producer on `partition`, ordered by producer id.
+    /// Up to `limit` producers of `partition` with ids above `after` (all ids when `None`), in
+    /// ascending id order. The shard lock is held only while this one page is copied.
+    #[must_use]
+    pub fn producers_page(
+        &self,
+        partition: PartitionId,
+        after: Option<i64>,
+        limit: usize,
+    ) -> ProducerPage {
+        let start = match after {
+            Some(id) => Bound::Excluded((partition, id)),
+            None => Bound::Included((partition, i64::MIN)),
+        };
+        let shard = self.lock(partition);
+        let mut keys = shard
+            .order
+            .range((start, Bound::Included((partition, i64::MAX))));
+        let producers: Vec<ProducerView> = keys
+            .by_ref()
+            .take(limit)
+            .filter_map(|key| {
+                let entry = *shard.entries.get(key)?;
+                Some(ProducerView {
+                    producer_id: key.1,
+                    entry,
+                })
+            })
+            .collect();
+        let more = keys.next().is_some();
+        drop(shard);
+        let next_after = if more {
+            producers.last().map(|view| view.producer_id)
+        } else {
+            None
+        };
+        ProducerPage {
+            producers,
+            next_after,
+        }
+    }
+
+    /// A read-only view of every producer on `partition`, ordered by producer id, gathered a
+    /// page at a time (see [`Self::producers_page`]).
     #[must_use]
     pub fn producers(&self, partition: PartitionId) -> Vec<ProducerView> {
-        let shard = self.lock(partition);
-        let mut views: Vec<ProducerView> = shard
-            .iter()
-            .filter(|((p, _), _)| *p == partition)
-            .map(|(&(_, producer_id), &entry)| ProducerView { producer_id, entry })
-            .collect();
-        views.sort_unstable_by_key(|view| view.producer_id);
-        views
+        const PAGE: usize = 1024;
+        let mut views = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self.producers_page(partition, after, PAGE);
+            views.extend(page.producers);
+            match page.next_after {
+                Some(next) => after = Some(next),
+                None => return views,
+            }
+        }
     }
 
     /// A copy of all state, keyed by (partition, producer id). Shards are copied one at a time,
@@ -261,7 +342,11 @@ impl ProducerStateManager {
             .iter()
             .flat_map(|shard| {
                 let shard = shard.0.lock().unwrap_or_else(PoisonError::into_inner);
-                shard.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>()
+                shard
+                    .entries
+                    .iter()
+                    .map(|(k, v)| (*k, *v))
+                    .collect::<Vec<_>>()
             })
             .collect()
     }
@@ -271,7 +356,14 @@ impl ProducerStateManager {
     pub fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|shard| shard.0.lock().unwrap_or_else(PoisonError::into_inner).len())
+            .map(|shard| {
+                shard
+                    .0
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .entries
+                    .len()
+            })
             .sum()
     }
 

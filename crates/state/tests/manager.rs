@@ -20,10 +20,10 @@ fn header(producer_id: i64, partition: u32, epoch: i16, seq: i32) -> BatchHeader
 fn populated() -> ProducerStateManager {
     let mgr = ProducerStateManager::with_shards(2);
     for seq in 0..3 {
-        let v = mgr.append_batch(&header(1, 0, 1, seq), || Ok::<_, ()>(10 + i64::from(seq)));
+        let v = mgr.append_batch(&header(1, 0, 1, seq), |_| Ok::<_, ()>(10 + i64::from(seq)));
         assert_eq!(v.unwrap().outcome, Outcome::Accepted);
     }
-    mgr.append_batch(&header(2, 1, 0, 0), || Ok::<_, ()>(0))
+    mgr.append_batch(&header(2, 1, 0, 0), |_| Ok::<_, ()>(0))
         .unwrap();
     mgr
 }
@@ -33,7 +33,7 @@ fn assert_untouched(request: BatchHeader, expected: Outcome) {
     let before = mgr.snapshot();
     let mut appended = false;
     let verdict = mgr
-        .append_batch(&request, || {
+        .append_batch(&request, |_| {
             appended = true;
             Ok::<_, ()>(99)
         })
@@ -72,11 +72,11 @@ fn fenced_epoch_leaves_state_untouched() {
 fn failed_append_leaves_state_untouched_and_returns_the_error() {
     let mgr = populated();
     let before = mgr.snapshot();
-    let result = mgr.append_batch(&header(1, 0, 1, 3), || Err::<i64, _>("log full"));
+    let result = mgr.append_batch(&header(1, 0, 1, 3), |_| Err::<i64, _>("log full"));
     assert_eq!(result, Err("log full"));
     assert_eq!(mgr.snapshot(), before);
     // The same batch is accepted once the log can take it.
-    let verdict = mgr.append_batch(&header(1, 0, 1, 3), || Ok::<_, ()>(13));
+    let verdict = mgr.append_batch(&header(1, 0, 1, 3), |_| Ok::<_, ()>(13));
     assert_eq!(
         verdict,
         Ok(Verdict {
@@ -89,7 +89,7 @@ fn failed_append_leaves_state_untouched_and_returns_the_error() {
 #[test]
 fn duplicate_answers_with_the_original_offset() {
     let mgr = populated();
-    let verdict = mgr.append_batch(&header(1, 0, 1, 1), || Ok::<_, ()>(99));
+    let verdict = mgr.append_batch(&header(1, 0, 1, 1), |_| Ok::<_, ()>(99));
     assert_eq!(
         verdict,
         Ok(Verdict {
@@ -144,4 +144,52 @@ fn seed_append_reports_no_offsets() {
     mgr.append(1, 0, 0, 0).unwrap();
     let entry = mgr.entry(0, 1).unwrap();
     assert_eq!(entry.batches().next().unwrap().base_offset, None);
+}
+
+#[test]
+fn producers_are_listed_a_page_at_a_time_with_a_continuation() {
+    let mgr = ProducerStateManager::with_shards(1);
+    for producer in (0..25).rev() {
+        mgr.append(producer, 7, 0, 0).unwrap();
+    }
+    // Another partition on the same shard never leaks into the pages.
+    mgr.append(100, 8, 0, 0).unwrap();
+    let mut seen = Vec::new();
+    let mut after = None;
+    let mut pages = 0;
+    loop {
+        let page = mgr.producers_page(7, after, 10);
+        assert!(page.producers.len() <= 10);
+        seen.extend(page.producers.iter().map(|v| v.producer_id));
+        pages += 1;
+        match page.next_after {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(seen, (0..25).collect::<Vec<_>>());
+    assert_eq!(pages, 3);
+    // A page that ends exactly at the last producer has no continuation.
+    let exact = mgr.producers_page(7, Some(14), 10);
+    assert_eq!(exact.producers.len(), 10);
+    assert_eq!(exact.next_after, None);
+}
+
+#[test]
+fn the_append_closure_is_told_when_a_producer_is_new_on_the_partition() {
+    let mgr = ProducerStateManager::with_shards(1);
+    let mut seen = Vec::new();
+    for seq in 0..2 {
+        mgr.append_batch(&header(1, 0, 0, seq), |new| {
+            seen.push(new.0);
+            Ok::<_, ()>(i64::from(seq))
+        })
+        .unwrap();
+    }
+    mgr.append_batch(&header(1, 1, 0, 0), |new| {
+        seen.push(new.0);
+        Ok::<_, ()>(0)
+    })
+    .unwrap();
+    assert_eq!(seen, vec![true, false, true]);
 }

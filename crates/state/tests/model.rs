@@ -152,7 +152,7 @@ proptest! {
             let header = BatchHeader::new(op.producer, op.partition, op.epoch, sequences).unwrap();
             let before = mgr.snapshot();
             let offset = model.next_offset;
-            let result = mgr.append_batch(&header, || {
+            let result = mgr.append_batch(&header, |_| {
                 if op.append_fails { Err("disk full") } else { Ok(offset) }
             });
             match result {

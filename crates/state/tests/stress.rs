@@ -70,7 +70,7 @@ fn send(
 ) -> Outcome {
     let header =
         BatchHeader::new(producer, partition, 0, SequenceRange::single(seq).unwrap()).unwrap();
-    mgr.append_batch(&header, || {
+    mgr.append_batch(&header, |_| {
         let mut log = logs[partition as usize].lock().unwrap();
         log.push((producer, seq));
         Ok::<_, std::convert::Infallible>(log.len() as i64 - 1)

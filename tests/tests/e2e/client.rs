@@ -158,8 +158,8 @@ async fn describe_producers_and_metadata() -> Result<()> {
         .await?;
     let client = Client::connect(&broker.address(), ClientConfig::default()).await?;
     let described = client.describe_producers("t", 0).await?;
-    assert_eq!(described.producers.len(), 1);
-    let state = described.producers[0];
+    assert_eq!(described.len(), 1);
+    let state = described[0];
     assert_eq!(
         (
             state.producer_id,

@@ -2,6 +2,7 @@
 
 mod client;
 mod faults;
+mod hardening;
 mod limits;
 mod shutdown;
 mod wire;

@@ -5,6 +5,7 @@ use minibroker_protocol::{
     ErrorCode, FetchRequest, InitProducerRequest, Outcome, ProduceResponse, Request, Response,
     VERSION,
 };
+use minibroker_server::budget::{PRODUCER_ENTRY_BYTES, topic_bytes};
 use minibroker_server::{BATCH_OVERHEAD_BYTES, Config, RECORD_OVERHEAD_BYTES};
 use minibroker_tests::{RawConnection, TestBroker, frame, produce};
 
@@ -331,10 +332,11 @@ async fn init_producer_for_an_unknown_id_is_an_error() -> Result<()> {
 
 #[tokio::test]
 async fn storage_limit_refuses_the_batch_and_leaves_state_untouched() -> Result<()> {
-    // Room for the first batch (8 bytes) and one more byte, with their overheads.
+    // Room for the topic, the producer's state entry, the first batch (8 bytes) and one more
+    // byte, with their overheads.
     let charge = |bytes: u64| bytes + BATCH_OVERHEAD_BYTES + RECORD_OVERHEAD_BYTES;
     let config = Config {
-        max_stored_bytes: charge(8) + charge(1),
+        max_stored_bytes: topic_bytes(1) + PRODUCER_ENTRY_BYTES + charge(8) + charge(1),
         ..Config::default()
     };
     let broker = TestBroker::with_config(config).await?;
