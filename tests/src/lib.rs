@@ -141,6 +141,19 @@ impl TestProxy {
     pub fn address(&self) -> String {
         self.addr.to_string()
     }
+
+    /// Waits until the proxy's counts satisfy `condition`.
+    ///
+    /// # Errors
+    /// If they do not within [`ANSWER_TIMEOUT`].
+    pub async fn wait_until(
+        &self,
+        condition: impl FnMut(&minibroker_faults::FaultCounts) -> bool,
+    ) -> Result<minibroker_faults::FaultCounts> {
+        tokio::time::timeout(ANSWER_TIMEOUT, self.proxy.wait_until(condition))
+            .await
+            .context("the proxy never got there")
+    }
 }
 
 impl Drop for TestProxy {
@@ -149,18 +162,6 @@ impl Drop for TestProxy {
             let _ = shutdown.send(());
         }
     }
-}
-
-/// Polls `condition` every 10 ms until it holds or `limit` passes; returns whether it held.
-pub async fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + limit;
-    while tokio::time::Instant::now() < deadline {
-        if condition() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    condition()
 }
 
 /// A connection that writes exact bytes and decodes each response frame.

@@ -1,10 +1,17 @@
 //! The proxy: an accept loop and, per client connection, two forwarding tasks — requests to the
 //! broker and responses back — each deciding per frame whether to inject a fault.
 //!
-//! Requests reach the broker through a writer task fed by a channel, so a held request can be
-//! released later by a timer while newer requests keep flowing. The upstream connection stays open
-//! until every held request has been released, even after the client has given up: that is what
-//! turns a held request into a *stale* retry arriving after newer batches.
+//! Requests reach the broker through a writer task fed by a bounded channel (a client writing
+//! faster than the broker reads is held back, not buffered without limit), so a held request can
+//! be released later by a timer — or by [`Proxy::release_held`] — while newer requests keep
+//! flowing. The upstream connection stays open until every held request has been released, even
+//! after the client has given up: that is what turns a held request into a *stale* retry arriving
+//! after newer batches.
+//!
+//! Every task of a relay (the writer and each held request) is tied to the relay: when the relay
+//! ends or the proxy stops, they end too. Tests synchronise on what the proxy did, not on sleeps:
+//! [`Proxy::wait_until`] returns once the counts satisfy a condition, and a reset happens only
+//! after the writer has confirmed that the request before it was written to the broker.
 
 use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
@@ -15,9 +22,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, mpsc};
-use tokio::task::JoinSet;
+use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::task::{JoinError, JoinSet};
 use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::{Fault, FaultConfig, SplitMix64};
 
@@ -28,6 +37,8 @@ pub struct FaultCounts {
     pub connections: u64,
     /// Requests passed to the broker (held ones included once released).
     pub requests_forwarded: u64,
+    /// Responses read from the broker, forwarded or not.
+    pub responses_received: u64,
     /// Responses passed to clients.
     pub responses_forwarded: u64,
     /// Requests lost on purpose.
@@ -46,10 +57,11 @@ impl fmt::Display for FaultCounts {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "connections={} requests_forwarded={} responses_forwarded={} requests_dropped={} \
-             responses_dropped={} delayed={} resets={} held={}",
+            "connections={} requests_forwarded={} responses_received={} responses_forwarded={} \
+             requests_dropped={} responses_dropped={} delayed={} resets={} held={}",
             self.connections,
             self.requests_forwarded,
+            self.responses_received,
             self.responses_forwarded,
             self.requests_dropped,
             self.responses_dropped,
@@ -60,8 +72,12 @@ impl fmt::Display for FaultCounts {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Counters {
+    /// Woken on every change of a count, for [`Proxy::wait_until`].
+    changed: Notify,
+    /// Bumped by [`Proxy::release_held`]; each held request waits for a change of it.
+    release: watch::Sender<u64>,
     connections: AtomicU64,
     requests_seen: AtomicU64,
     responses_seen: AtomicU64,
@@ -74,8 +90,43 @@ struct Counters {
     held: AtomicU64,
 }
 
-fn bump(counter: &AtomicU64) -> u64 {
-    counter.fetch_add(1, Ordering::Relaxed) + 1
+impl Default for Counters {
+    fn default() -> Self {
+        Self {
+            changed: Notify::new(),
+            release: watch::Sender::new(0),
+            connections: AtomicU64::default(),
+            requests_seen: AtomicU64::default(),
+            responses_seen: AtomicU64::default(),
+            requests_forwarded: AtomicU64::default(),
+            responses_forwarded: AtomicU64::default(),
+            requests_dropped: AtomicU64::default(),
+            responses_dropped: AtomicU64::default(),
+            delayed: AtomicU64::default(),
+            resets: AtomicU64::default(),
+            held: AtomicU64::default(),
+        }
+    }
+}
+
+impl Counters {
+    /// Adds one to `counter` (one of `self`'s) and returns the new value.
+    fn bump(&self, counter: &AtomicU64) -> u64 {
+        let value = counter.fetch_add(1, Ordering::Relaxed) + 1;
+        self.changed.notify_waiters();
+        value
+    }
+}
+
+/// Requests waiting for the writer: at most this many per connection before the client's
+/// requests stop being read.
+const QUEUE_DEPTH: usize = 256;
+
+/// A request on its way to the broker.
+struct Forward {
+    frame: Bytes,
+    /// Told once the frame has been written to the broker.
+    written: Option<oneshot::Sender<()>>,
 }
 
 /// A running proxy's shared state: its settings and counters.
@@ -103,6 +154,7 @@ impl Proxy {
         FaultCounts {
             connections: get(&c.connections),
             requests_forwarded: get(&c.requests_forwarded),
+            responses_received: get(&c.responses_seen),
             responses_forwarded: get(&c.responses_forwarded),
             requests_dropped: get(&c.requests_dropped),
             responses_dropped: get(&c.responses_dropped),
@@ -110,6 +162,29 @@ impl Proxy {
             resets: get(&c.resets),
             held: get(&c.held),
         }
+    }
+
+    /// Waits until the counts satisfy `condition`, and returns them. Checks at every change, so
+    /// no change is missed and no time is wasted polling.
+    pub async fn wait_until(&self, mut condition: impl FnMut(&FaultCounts) -> bool) -> FaultCounts {
+        loop {
+            let changed = self.counters.changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            // Registered before reading the counts, so a change in between still wakes us.
+            changed.as_mut().enable();
+            let counts = self.counts();
+            if condition(&counts) {
+                return counts;
+            }
+            changed.await;
+        }
+    }
+
+    /// Releases every request held back now, without waiting for its hold to run out.
+    pub fn release_held(&self) {
+        self.counters
+            .release
+            .send_modify(|generation| *generation += 1);
     }
 
     /// Accepts clients on `listener` and relays each to a new connection to `upstream`, until
@@ -123,7 +198,9 @@ impl Proxy {
         let mut connections = JoinSet::new();
         tokio::pin!(shutdown);
         loop {
-            while connections.try_join_next().is_some() {}
+            while let Some(done) = connections.try_join_next() {
+                log_panic(done);
+            }
             let accepted = tokio::select! {
                 () = &mut shutdown => break,
                 accepted = listener.accept() => accepted,
@@ -136,7 +213,7 @@ impl Proxy {
                     continue;
                 }
             };
-            let number = bump(&self.counters.connections);
+            let number = self.counters.bump(&self.counters.connections);
             let relay = Relay {
                 proxy: self.clone(),
                 number,
@@ -178,13 +255,25 @@ impl Relay {
         let (client_read, client_write) = client.into_split();
         let (upstream_read, upstream_write) = upstream.into_split();
         let reset = Arc::new(Notify::new());
-        let (to_broker, queue) = mpsc::unbounded_channel::<Bytes>();
-        let writer = tokio::spawn(write_upstream(
+        // Every task of this relay ends when the relay does, however it ends.
+        let tasks = TaskTracker::new();
+        let ended = CancellationToken::new();
+        let _end_tasks = ended.clone().drop_guard();
+        let (to_broker, queue) = mpsc::channel::<Forward>(QUEUE_DEPTH);
+        let writer_done = CancellationToken::new();
+        tasks.spawn(write_upstream(
             queue,
             FramedWrite::new(upstream_write, codec()),
             Arc::clone(&self.proxy.counters),
+            ended.child_token(),
+            writer_done.clone(),
         ));
-        let requests = self.forward_requests(FramedRead::new(client_read, codec()), to_broker);
+        let held = Held {
+            tasks: &tasks,
+            ended: &ended,
+        };
+        let requests =
+            self.forward_requests(FramedRead::new(client_read, codec()), to_broker, held);
         let responses = self.forward_responses(
             FramedRead::new(upstream_read, codec()),
             FramedWrite::new(client_write, codec()),
@@ -198,15 +287,17 @@ impl Relay {
                     requests_done = true;
                     if reset_now {
                         reset.notify_one();
-                        writer.abort();
+                        writer_done.cancel();
                     }
                 }
                 () = &mut responses => break,
             }
         }
         // The broker side is done (it closed after answering) or the pair was reset. Held
-        // requests still waiting were released into a writer that is gone; that is the fault.
-        writer.abort();
+        // requests still waiting are dropped with the relay's tasks; that is the fault.
+        ended.cancel();
+        tasks.close();
+        tasks.wait().await;
     }
 
     /// Reads client requests and passes them on, dropping, delaying or holding some. Returns
@@ -214,57 +305,66 @@ impl Relay {
     async fn forward_requests(
         &self,
         mut frames: Frames,
-        to_broker: mpsc::UnboundedSender<Bytes>,
+        to_broker: mpsc::Sender<Forward>,
+        held: Held<'_>,
     ) -> bool {
         let config = &self.proxy.config;
         let counters = &self.proxy.counters;
         let mut rng =
             SplitMix64::new(config.seed ^ self.number.wrapping_mul(0xA24B_AED4_963E_E407));
         while let Some(Ok(frame)) = frames.next().await {
-            let n = bump(&counters.requests_seen);
+            let n = counters.bump(&counters.requests_seen);
             let id = correlation_id(&frame);
             if fires(&config.drop_request, n, &mut rng) {
-                bump(&counters.requests_dropped);
+                counters.bump(&counters.requests_dropped);
                 tracing::info!(request = n, correlation_id = id, "fault: request dropped");
                 continue;
             }
             if fires(&config.hold_request, n, &mut rng) {
-                bump(&counters.held);
                 tracing::info!(
                     request = n,
                     correlation_id = id,
                     hold_ms = config.hold.as_millis() as u64,
                     "fault: request held"
                 );
-                let (to_broker, hold) = (to_broker.clone(), config.hold);
-                tokio::spawn(async move {
-                    tokio::time::sleep(hold).await;
-                    tracing::info!(
-                        request = n,
-                        correlation_id = id,
-                        "fault: held request released"
-                    );
-                    let _ = to_broker.send(frame.freeze());
-                });
+                held.spawn(
+                    frame.freeze(),
+                    to_broker.clone(),
+                    config.hold,
+                    counters.release.subscribe(),
+                    (n, id),
+                );
+                counters.bump(&counters.held);
                 continue;
             }
             if fires(&config.delay_request, n, &mut rng) {
-                bump(&counters.delayed);
+                counters.bump(&counters.delayed);
                 tracing::info!(request = n, correlation_id = id, "fault: request delayed");
                 tokio::time::sleep(config.delay).await;
             }
-            if to_broker.send(frame.freeze()).is_err() {
+            let reset = fires(&config.reset, n, &mut rng);
+            let (written, was_written) = if reset {
+                let (tell, told) = oneshot::channel();
+                (Some(tell), Some(told))
+            } else {
+                (None, None)
+            };
+            let forward = Forward {
+                frame: frame.freeze(),
+                written,
+            };
+            if to_broker.send(forward).await.is_err() {
                 return false;
             }
-            if fires(&config.reset, n, &mut rng) {
-                bump(&counters.resets);
+            if let Some(was_written) = was_written {
+                // The pair is torn down only once the request has reached the broker's socket.
+                let _ = was_written.await;
+                counters.bump(&counters.resets);
                 tracing::info!(
                     request = n,
                     correlation_id = id,
                     "fault: connection reset after forwarding"
                 );
-                // Give the writer a moment to pass the request on before the pair is torn down.
-                tokio::time::sleep(Duration::from_millis(5)).await;
                 return true;
             }
         }
@@ -284,10 +384,10 @@ impl Relay {
                 () = reset.notified() => return reset_client(&to_client),
             };
             let Some(Ok(frame)) = frame else { return };
-            let n = bump(&counters.responses_seen);
+            let n = counters.bump(&counters.responses_seen);
             let id = correlation_id(&frame);
             if fires(&config.drop_response, n, &mut rng) {
-                bump(&counters.responses_dropped);
+                counters.bump(&counters.responses_dropped);
                 tracing::info!(
                     response = n,
                     correlation_id = id,
@@ -296,7 +396,7 @@ impl Relay {
                 continue;
             }
             if fires(&config.delay_response, n, &mut rng) {
-                bump(&counters.delayed);
+                counters.bump(&counters.delayed);
                 tracing::info!(response = n, correlation_id = id, "fault: response delayed");
                 // A reset during the delay wins: the delayed ack is lost with the connection.
                 tokio::select! {
@@ -307,7 +407,7 @@ impl Relay {
             if to_client.send(frame.freeze()).await.is_err() {
                 return;
             }
-            bump(&counters.responses_forwarded);
+            counters.bump(&counters.responses_forwarded);
         }
     }
 }
@@ -327,18 +427,82 @@ fn correlation_id(frame: &BytesMut) -> u32 {
     minibroker_protocol::codec::split_header(frame).map_or(0, |(id, _)| id)
 }
 
+/// Where a relay's held requests wait: tasks tied to the relay.
+#[derive(Clone, Copy)]
+struct Held<'a> {
+    tasks: &'a TaskTracker,
+    ended: &'a CancellationToken,
+}
+
+impl Held<'_> {
+    /// Holds `frame` back until `hold` passes or [`Proxy::release_held`] is called, then queues
+    /// it for the broker; dropped if the relay ends first. `label` is (request number,
+    /// correlation id), for logs.
+    fn spawn(
+        self,
+        frame: Bytes,
+        to_broker: mpsc::Sender<Forward>,
+        hold: Duration,
+        mut release: watch::Receiver<u64>,
+        (request, correlation_id): (u64, u32),
+    ) {
+        let ended = self.ended.clone();
+        self.tasks.spawn(async move {
+            tokio::select! {
+                () = ended.cancelled() => return,
+                () = tokio::time::sleep(hold) => {}
+                _ = release.changed() => {}
+            }
+            tracing::info!(request, correlation_id, "fault: held request released");
+            let forward = Forward {
+                frame,
+                written: None,
+            };
+            tokio::select! {
+                () = ended.cancelled() => {}
+                _ = to_broker.send(forward) => {}
+            }
+        });
+    }
+}
+
 /// Writes queued requests to the broker in order; ends when every sender (the request task and
-/// any held-request timers) is gone, then closes the write side so the broker answers and closes.
+/// any held requests) is gone, then closes the write side so the broker answers and closes. Stops
+/// at once when the relay ends or the pair is reset (`stop`).
 async fn write_upstream(
-    mut queue: mpsc::UnboundedReceiver<Bytes>,
+    mut queue: mpsc::Receiver<Forward>,
     mut sink: Sink,
     counters: Arc<Counters>,
+    ended: CancellationToken,
+    stop: CancellationToken,
 ) {
-    while let Some(frame) = queue.recv().await {
-        if sink.send(frame).await.is_err() {
+    loop {
+        let next = tokio::select! {
+            () = ended.cancelled() => return,
+            () = stop.cancelled() => return,
+            next = queue.recv() => next,
+        };
+        let Some(forward) = next else { break };
+        let written = tokio::select! {
+            () = ended.cancelled() => return,
+            written = sink.send(forward.frame) => written,
+        };
+        if written.is_err() {
             return;
         }
-        bump(&counters.requests_forwarded);
+        counters.bump(&counters.requests_forwarded);
+        if let Some(tell) = forward.written {
+            let _ = tell.send(());
+        }
     }
     let _ = SinkExt::<Bytes>::close(&mut sink).await;
+}
+
+/// Logs a relay task that panicked (a bug), instead of dropping it silently.
+fn log_panic(done: Result<(), JoinError>) {
+    if let Err(error) = done
+        && error.is_panic()
+    {
+        tracing::error!(%error, "a relay task panicked; its connections were closed");
+    }
 }

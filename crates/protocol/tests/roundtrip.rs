@@ -63,3 +63,43 @@ proptest! {
         while let Ok(Some(_)) = codec.decode(&mut src) {}
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4096))]
+
+    /// Structure-aware: a valid request with bytes of its message overwritten still decodes to
+    /// a request or to an error carrying its correlation id, and never panics.
+    #[test]
+    fn mutated_valid_requests_keep_their_correlation_id(
+        topic in "[a-z.]{1,12}",
+        partition in any::<u32>(),
+        producer_id in any::<i64>(),
+        sequence in any::<i32>(),
+        records in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..16), 1..4),
+        correlation_id in any::<u32>(),
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+        cut in any::<prop::sample::Index>(),
+        truncate in any::<bool>(),
+    ) {
+        let request = Request::Produce(ProduceRequest {
+            topic: &topic,
+            partition,
+            producer_id,
+            epoch: 0,
+            sequence,
+            records: records.iter().map(|r| serde_bytes::Bytes::new(r)).collect(),
+        });
+        let mut body = codec::encode_body(correlation_id, &request).unwrap().to_vec();
+        let message_len = body.len() - 5;
+        for (index, byte) in edits {
+            body[5 + index.index(message_len)] = byte;
+        }
+        if truncate {
+            body.truncate(5 + cut.index(message_len));
+        }
+        match codec::decode_request(&body) {
+            Ok((id, _)) => prop_assert_eq!(id, correlation_id),
+            Err(bad) => prop_assert_eq!(bad.correlation_id, Some(correlation_id)),
+        }
+    }
+}

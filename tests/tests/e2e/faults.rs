@@ -7,7 +7,7 @@ use minibroker_client::{Ack, Client, ClientConfig, Producer, ProducerConfig, Pro
 use minibroker_faults::{Fault, FaultConfig};
 use minibroker_protocol::{Outcome, ProduceRequest, serde_bytes};
 use minibroker_server::{Broker, Config};
-use minibroker_tests::{TestBroker, TestProxy, eventually};
+use minibroker_tests::{TestBroker, TestProxy};
 use minibroker_verify::AckedBatch;
 use std::time::Duration;
 
@@ -103,15 +103,16 @@ async fn lost_request_is_resent_and_accepted_once() -> Result<()> {
 
 #[tokio::test]
 async fn reset_with_five_batches_in_flight_resends_all_five_and_stores_each_once() -> Result<()> {
-    // Every response is held up 100 ms, so when the connection is reset right after the fifth
-    // batch (request 6) goes through, none of the five has been acknowledged.
+    // Every response is held up 300 ms, so when the connection is reset right after the fifth
+    // batch (request 6) has been written to the broker, none of the five has been acknowledged
+    // (the five are pipelined in well under 300 ms, and a reset drops the delayed answers).
     let faults = FaultConfig {
         reset: Fault::at(&[6]),
         delay_response: Fault::rate(1.0),
-        delay: Duration::from_millis(100),
+        delay: Duration::from_millis(300),
         ..FaultConfig::default()
     };
-    let (broker, proxy, mut producer) = through_faults(faults, Duration::from_secs(3)).await?;
+    let (broker, proxy, mut producer) = through_faults(faults, Duration::from_secs(5)).await?;
     let batches = (0..5).map(|i| batch(&format!("b{i}"))).collect();
     let acks = producer.send_batches("t", 0, batches).await?;
     let offsets: Vec<Option<i64>> = acks.iter().map(|a| a.base_offset).collect();
@@ -132,11 +133,12 @@ async fn reset_with_five_batches_in_flight_resends_all_five_and_stores_each_once
 #[tokio::test]
 async fn stale_retry_released_after_newer_batches_is_a_duplicate_and_changes_nothing() -> Result<()>
 {
-    // The first batch (request 2) is held for a second; the producer gives up on it after 300 ms,
-    // resends it on a new connection and moves on, and only then does the stale copy arrive.
+    // The first batch (request 2) is held until the test releases it; the producer gives up on
+    // it after 300 ms, resends it on a new connection and moves on, and only then does the stale
+    // copy arrive.
     let faults = FaultConfig {
         hold_request: Fault::at(&[2]),
-        hold: Duration::from_secs(1),
+        hold: Duration::from_secs(3600),
         ..FaultConfig::default()
     };
     let (broker, proxy, mut producer) = through_faults(faults, Duration::from_millis(300)).await?;
@@ -145,11 +147,11 @@ async fn stale_retry_released_after_newer_batches_is_a_duplicate_and_changes_not
     producer.send("t", 0, batch("s2")).await?;
     let before = broker.broker.state().snapshot();
     assert_eq!(broker.broker.outcome_counts().duplicate, 0);
-    let released = eventually(Duration::from_secs(5), || {
-        broker.broker.outcome_counts().duplicate == 1
-    })
-    .await;
-    assert!(released, "the stale retry never reached the broker");
+    // Answers so far: init-producer, the resent s0, s1 and s2. The fifth is the stale copy's.
+    assert_eq!(proxy.proxy.counts().responses_received, 4);
+    proxy.proxy.release_held();
+    proxy.wait_until(|c| c.responses_received == 5).await?;
+    assert_eq!(broker.broker.outcome_counts().duplicate, 1);
     assert_eq!(broker.broker.state().snapshot(), before);
     assert_eq!(stored(&broker.broker, "t"), vec![(0, 0), (0, 1), (0, 2)]);
     assert_eq!(proxy.proxy.counts().held, 1);
@@ -159,10 +161,10 @@ async fn stale_retry_released_after_newer_batches_is_a_duplicate_and_changes_not
 #[tokio::test]
 async fn zombie_producer_is_fenced_and_nothing_of_it_lands_after_the_new_instance() -> Result<()> {
     let broker = TestBroker::start().await?;
-    // Instance A's second batch (request 3) stalls in the network for a second.
+    // Instance A's second batch (request 3) stalls in the network until the test releases it.
     let faults = FaultConfig {
         hold_request: Fault::at(&[3]),
-        hold: Duration::from_secs(1),
+        hold: Duration::from_secs(3600),
         ..FaultConfig::default()
     };
     let proxy = TestProxy::start(broker.addr, faults).await?;
@@ -174,12 +176,13 @@ async fn zombie_producer_is_fenced_and_nothing_of_it_lands_after_the_new_instanc
         (result, a)
     });
     // Instance B takes over the same producer id while A's batch is stuck.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    proxy.wait_until(|c| c.held == 1).await?;
     let id = broker.broker.state().producers(0)[0].producer_id;
     let mut b = Producer::resume(&broker.address(), id, ProducerConfig::default()).await?;
     assert_eq!(b.epoch(), 1);
     b.send("t", 0, batch("b0")).await?;
     b.send("t", 0, batch("b1")).await?;
+    proxy.proxy.release_held();
     let (result, mut a) = stalled.await?;
     assert!(
         matches!(result, Err(ProducerError::Fenced { epoch: 0, .. })),
