@@ -19,10 +19,10 @@ pub const BATCH_OVERHEAD_BYTES: u64 = 128;
 /// Bytes charged for each record besides its bytes (its end position in the log).
 pub const RECORD_OVERHEAD_BYTES: u64 = 4;
 
-/// Bytes charged when a producer writes a partition for the first time: its state entry, the
-/// ordered index beside it and the hash table's spare room (measured at 1M entries with
-/// `minibroker bench --memory`; see the README).
-pub const PRODUCER_ENTRY_BYTES: u64 = 256;
+/// Bytes charged when a producer writes a partition for the first time: its state entry and its
+/// share of the map around it (163-167 bytes measured at 100k and 1M entries with
+/// `minibroker bench --memory`, rounded up; see the README).
+pub const PRODUCER_ENTRY_BYTES: u64 = 192;
 
 /// Bytes charged for each partition a topic is created with (its lock, log header and state
 /// slot), and once per topic for its name and registry entry.

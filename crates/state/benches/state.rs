@@ -1,6 +1,6 @@
 //! Benchmarks of the state engine: the ACCEPTED and DUPLICATE paths on one thread, throughput on
 //! 1 and 2 threads over 64 partitions compared with the same engine behind one global lock (a
-//! manager with a single shard is exactly a global `Mutex<HashMap>`), and memory per entry.
+//! manager with a single shard is exactly one global `Mutex` over one map), and memory per entry.
 //!
 //! Two access patterns are measured with threads: `affine`, where each thread writes its own
 //! share of the 64 partitions (one producer thread per partition, the usual layout), and `mixed`,
