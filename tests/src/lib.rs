@@ -4,99 +4,28 @@
 use anyhow::{Context, Result, bail};
 use bytes::BytesMut;
 use minibroker_protocol::{FrameCodec, Request, Response, codec};
-use minibroker_server::{Broker, Config};
+use minibroker_records::{NewRecord, Writer};
+use minibroker_server::Config;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 use tokio_util::codec::{Decoder, Encoder};
 
 /// How long a test waits for any single answer before failing.
 pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A broker served on an ephemeral loopback port, stopped when dropped.
-pub struct TestBroker {
-    /// Where it listens.
-    pub addr: SocketAddr,
-    /// The broker core, for inspecting what was stored.
-    pub broker: Arc<Broker>,
-    shutdown: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<()>>,
-}
+/// A broker served on an ephemeral loopback port, stopped when dropped: the same helper the
+/// `minibroker demo` and `bench` commands use.
+pub type TestBroker = minibroker_server::EmbeddedBroker;
 
-impl TestBroker {
-    /// Starts a broker with the default configuration.
-    ///
-    /// # Errors
-    /// If the port cannot be bound.
-    pub async fn start() -> Result<Self> {
-        Self::with_config(Config::default()).await
-    }
-
-    /// Starts a broker with `config` (its `listen` address is ignored: port 0 on loopback).
-    ///
-    /// # Errors
-    /// If the port cannot be bound or the configuration is invalid.
-    pub async fn with_config(config: Config) -> Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let broker = Arc::new(Broker::new(&config)?);
-        let (shutdown, stop) = oneshot::channel::<()>();
-        let served = Arc::clone(&broker);
-        let server = tokio::spawn(async move {
-            let stop = async move {
-                let _ = stop.await;
-            };
-            if let Err(error) = minibroker_server::serve(listener, served, &config, stop).await {
-                panic!("server failed: {error}");
-            }
-        });
-        Ok(Self {
-            addr,
-            broker,
-            shutdown: Some(shutdown),
-            server: Some(server),
-        })
-    }
-
-    /// The address as a string, for clients.
-    #[must_use]
-    pub fn address(&self) -> String {
-        self.addr.to_string()
-    }
-
-    /// Signals shutdown and waits for the server to finish draining.
-    ///
-    /// # Errors
-    /// If the server task panicked.
-    pub async fn stop(mut self) -> Result<()> {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        if let Some(server) = self.server.take() {
-            server.await.context("server task")?;
-        }
-        Ok(())
-    }
-
-    /// Signals shutdown without waiting; returns the server task to await.
-    pub fn begin_stop(&mut self) -> Option<JoinHandle<()>> {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        self.server.take()
-    }
-}
-
-impl Drop for TestBroker {
-    fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-    }
+/// Starts a broker with the default configuration.
+///
+/// # Errors
+/// If the port cannot be bound.
+pub async fn start_broker() -> Result<TestBroker> {
+    Ok(TestBroker::start(Config::default()).await?)
 }
 
 /// A fault-injecting proxy in front of a broker, stopped when dropped.
@@ -206,7 +135,7 @@ impl RawConnection {
     ///
     /// # Errors
     /// If encoding or the write fails.
-    pub async fn send(&mut self, correlation_id: u32, request: &Request<'_>) -> Result<()> {
+    pub async fn send(&mut self, correlation_id: u32, request: &impl AsRequest) -> Result<()> {
         self.write_raw(&frame(correlation_id, request)?).await
     }
 
@@ -225,7 +154,11 @@ impl RawConnection {
     ///
     /// # Errors
     /// As [`Self::send`] and [`Self::receive`].
-    pub async fn call(&mut self, correlation_id: u32, request: &Request<'_>) -> Result<Response> {
+    pub async fn call(
+        &mut self,
+        correlation_id: u32,
+        request: &impl AsRequest,
+    ) -> Result<Response> {
         self.send(correlation_id, request).await?;
         let (id, response) = self.receive().await?;
         anyhow::ensure!(
@@ -274,31 +207,115 @@ impl RawConnection {
 ///
 /// # Errors
 /// If the request does not encode.
-pub fn frame(correlation_id: u32, request: &Request<'_>) -> Result<BytesMut> {
+pub fn frame(correlation_id: u32, request: &impl AsRequest) -> Result<BytesMut> {
     let mut out = BytesMut::new();
-    FrameCodec::default().encode((correlation_id, request), &mut out)?;
+    FrameCodec::default().encode((correlation_id, &request.as_request()), &mut out)?;
     Ok(out)
 }
 
-/// A produce request for `records` with the given fields.
+/// Anything a test sends as a request: a [`Request`], or an [`OwnedProduce`].
+pub trait AsRequest {
+    /// The wire request.
+    fn as_request(&self) -> Request<'_>;
+}
+
+impl AsRequest for Request<'_> {
+    fn as_request(&self) -> Request<'_> {
+        self.clone()
+    }
+}
+
+impl AsRequest for OwnedProduce {
+    fn as_request(&self) -> Request<'_> {
+        self.request()
+    }
+}
+
+/// Every batch stored in `topic`/`partition`, in log order, with its base offset: read through
+/// the broker's public fetch, as a consumer would.
+///
+/// # Panics
+/// If the partition does not exist or a stored batch does not pass its check.
 #[must_use]
-pub fn produce<'a>(
-    topic: &'a str,
+pub fn stored_batches(
+    broker: &minibroker_server::Broker,
+    topic: &str,
+    partition: u32,
+) -> Vec<(i64, minibroker_records::BatchInfo)> {
+    let mut stored = Vec::new();
+    let mut offset = 0;
+    loop {
+        let fetched = broker
+            .fetch(topic, partition, offset, usize::MAX, 0)
+            .expect("the partition exists");
+        for batch in &fetched.batches {
+            let base = minibroker_records::base_offset(batch);
+            let info = minibroker_records::inspect_stored(batch, base).expect("a valid batch");
+            offset = base + i64::from(info.record_count);
+            stored.push((base, info));
+        }
+        if fetched.batches.is_empty() || offset >= fetched.high_watermark {
+            return stored;
+        }
+    }
+}
+
+/// A Kafka v2 batch of `records` (values) from the given producer, first record at `sequence`.
+///
+/// # Panics
+/// If the batch cannot be encoded (no records).
+#[must_use]
+pub fn batch(producer_id: i64, epoch: i16, sequence: i32, records: &[&[u8]]) -> Vec<u8> {
+    let writer = Writer {
+        producer_id,
+        epoch,
+        base_sequence: sequence,
+    };
+    let records: Vec<NewRecord> = records
+        .iter()
+        .map(|r| NewRecord::value(bytes::Bytes::copy_from_slice(r)))
+        .collect();
+    minibroker_records::encode(writer, &records, 0)
+        .expect("test batch")
+        .to_vec()
+}
+
+/// A produce request that owns its batch; [`Self::request`] borrows it as a wire request.
+#[derive(Debug, Clone)]
+pub struct OwnedProduce {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: u32,
+    /// The v2 batch.
+    pub batch: Vec<u8>,
+}
+
+impl OwnedProduce {
+    /// The wire request.
+    #[must_use]
+    pub fn request(&self) -> Request<'_> {
+        Request::Produce(minibroker_protocol::ProduceRequest {
+            topic: &self.topic,
+            partition: self.partition,
+            batch: minibroker_protocol::serde_bytes::Bytes::new(&self.batch),
+        })
+    }
+}
+
+/// A produce request of one batch of `records` with the given producer fields.
+#[must_use]
+pub fn produce(
+    topic: &str,
     partition: u32,
     producer_id: i64,
     epoch: i16,
     sequence: i32,
-    records: &[&'a [u8]],
-) -> Request<'a> {
-    Request::Produce(minibroker_protocol::ProduceRequest {
-        topic,
+    records: &[&[u8]],
+) -> OwnedProduce {
+    OwnedProduce {
+        topic: topic.to_owned(),
         partition,
-        producer_id,
-        epoch,
-        sequence,
-        records: records
-            .iter()
-            .map(|r| minibroker_protocol::serde_bytes::Bytes::new(r))
-            .collect(),
-    })
+        batch: batch(producer_id, epoch, sequence, records),
+    }
 }

@@ -1,7 +1,8 @@
 //! `minibroker consume`: every record of a partition from an offset to the current end.
 
 use anyhow::Result;
-use minibroker_client::{Client, ClientConfig};
+use minibroker_client::{Client, ClientConfig, ConsumedRecord, DecodedBatch, PartitionReader};
+use serde_json::{Map, Value, json};
 use std::io::Write;
 
 use crate::target::PartitionArgs;
@@ -19,49 +20,73 @@ pub struct Args {
     json: bool,
 }
 
-/// Bytes asked for per fetch.
-const FETCH_BYTES: u32 = 1 << 20;
-
 pub async fn run(args: Args) -> Result<()> {
     let client = Client::connect(&args.target.topic.broker, ClientConfig::default()).await?;
+    let mut reader = PartitionReader::new(
+        &client,
+        &args.target.topic.topic,
+        args.target.partition,
+        args.from,
+    );
     let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
-    let mut offset = args.from;
-    loop {
-        let response = client
-            .fetch(
-                &args.target.topic.topic,
-                args.target.partition,
-                offset,
-                FETCH_BYTES,
-            )
-            .await?;
-        for batch in &response.batches {
-            for (i, record) in batch.records.iter().enumerate() {
-                let record_offset = batch.first_offset + i as i64;
-                let value = String::from_utf8_lossy(record);
-                if args.json {
-                    let line = serde_json::json!({
-                        "offset": record_offset,
-                        "producer_id": batch.producer_id,
-                        "epoch": batch.epoch,
-                        "sequence": batch.sequence,
-                        "value": value,
-                    });
-                    writeln!(stdout, "{line}")?;
-                } else {
-                    writeln!(
-                        stdout,
-                        "offset={record_offset} producer_id={} epoch={} sequence={} value={value}",
-                        batch.producer_id, batch.epoch, batch.sequence
-                    )?;
-                }
-                offset = record_offset + 1;
+    while let Some(batch) = reader.next_batch().await? {
+        for record in &batch.records {
+            if args.json {
+                writeln!(stdout, "{}", json_line(&batch, record))?;
+            } else {
+                writeln!(stdout, "{}", text_line(&batch, record))?;
             }
-        }
-        if response.batches.is_empty() || offset >= response.high_watermark {
-            break;
         }
     }
     stdout.flush()?;
     Ok(())
+}
+
+/// Bytes as text for people: UTF-8 where they are, with replacement characters where not.
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn optional_text(bytes: Option<&bytes::Bytes>) -> Value {
+    bytes.map_or(Value::Null, |b| Value::String(text(b)))
+}
+
+/// `{"offset", "producer_id", "epoch", "sequence", "value", "key", "headers", "timestamp"}`.
+fn json_line(batch: &DecodedBatch, record: &ConsumedRecord) -> Value {
+    let headers: Map<String, Value> = record
+        .headers
+        .iter()
+        .map(|(name, value)| (name.clone(), optional_text(value.as_ref())))
+        .collect();
+    json!({
+        "offset": record.offset,
+        "producer_id": batch.info.producer_id,
+        "epoch": batch.info.epoch,
+        "sequence": record.sequence,
+        "value": optional_text(record.value.as_ref()),
+        "key": optional_text(record.key.as_ref()),
+        "headers": headers,
+        "timestamp": record.timestamp,
+    })
+}
+
+/// `offset=… producer_id=… epoch=… sequence=… value=…`, then ` key=…` and ` header.NAME=…` when
+/// the record has them.
+fn text_line(batch: &DecodedBatch, record: &ConsumedRecord) -> String {
+    let mut line = format!(
+        "offset={} producer_id={} epoch={} sequence={} value={}",
+        record.offset,
+        batch.info.producer_id,
+        batch.info.epoch,
+        record.sequence,
+        record.value.as_deref().map_or_else(|| "-".to_owned(), text),
+    );
+    if let Some(key) = &record.key {
+        line.push_str(&format!(" key={}", text(key)));
+    }
+    for (name, value) in &record.headers {
+        let value = value.as_deref().map_or_else(|| "-".to_owned(), text);
+        line.push_str(&format!(" header.{name}={value}"));
+    }
+    line
 }

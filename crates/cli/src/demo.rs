@@ -4,9 +4,8 @@
 //! through the proxy, then reads everything back from the broker and checks it with the verifier.
 
 use anyhow::{Context, Result, bail};
-use bytes::Bytes;
-use minibroker_client::{Client, ClientConfig, Producer, ProducerConfig, ProducerStats};
-use minibroker_server::Config;
+use minibroker_client::{Client, ClientConfig, NewRecord, Producer, ProducerConfig, ProducerStats};
+use minibroker_server::EmbeddedBroker;
 use minibroker_verify::AckedBatch;
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
@@ -16,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use crate::acks::acked_batches;
-use crate::embedded::EmbeddedBroker;
+use crate::bench::embedded_config;
 use crate::faults::{DefaultRates, FaultArgs};
 
 /// Flags of `demo`.
@@ -65,8 +64,8 @@ pub async fn run(args: Args) -> Result<()> {
     let seed = faults.seed;
 
     // The broker, in this process, on a free loopback port.
-    let broker = EmbeddedBroker::start(args.partitions, Config::default().max_stored_bytes).await?;
-    let broker_addr = broker.addr.clone();
+    let broker = EmbeddedBroker::start(embedded_config(args.partitions, None)).await?;
+    let broker_addr = broker.address();
 
     // The flaky network in front of it.
     let proxy = minibroker_faults::Proxy::new(faults);
@@ -199,18 +198,21 @@ async fn produce(
 ) -> Result<ProducerRun> {
     let mut producer = Producer::connect(address, config).await?;
     let mut acked = Vec::new();
-    let all: Vec<Bytes> = (0..records)
-        .map(|i| Bytes::from(format!("demo-producer{index}-record{i}")))
+    let all: Vec<NewRecord> = (0..records)
+        .map(|i| {
+            NewRecord::value(format!("demo-producer{index}-record{i}"))
+                .with_key(format!("producer{index}"))
+        })
         .collect();
-    let batches: Vec<Vec<Bytes>> = all.chunks(batch_size).map(<[Bytes]>::to_vec).collect();
+    let batches: Vec<Vec<NewRecord>> = all.chunks(batch_size).map(<[NewRecord]>::to_vec).collect();
     for (round, window) in batches.chunks(WINDOW).enumerate() {
         let partition = (round as u32 + index as u32) % partitions;
-        let sizes: Vec<usize> = window.iter().map(Vec::len).collect();
         let acks = producer
             .send_batches(TOPIC, partition, window.to_vec())
             .await?;
-        acked_records.fetch_add(sizes.iter().sum::<usize>() as u64, Ordering::Relaxed);
-        acked.extend(acked_batches(&producer, partition, &acks, sizes));
+        let sent: u64 = acks.iter().map(|ack| u64::from(ack.records)).sum();
+        acked_records.fetch_add(sent, Ordering::Relaxed);
+        acked.extend(acked_batches(&producer, partition, &acks));
     }
     Ok(ProducerRun {
         acked,

@@ -12,7 +12,6 @@ mod admin;
 mod bench;
 mod consume;
 mod demo;
-mod embedded;
 mod faults;
 mod produce;
 mod proxy;

@@ -2,8 +2,7 @@
 //! producer, optionally writing what was acknowledged for `verify --expect`.
 
 use anyhow::{Context, Result};
-use bytes::Bytes;
-use minibroker_client::{ClientConfig, Producer, ProducerConfig};
+use minibroker_client::{ClientConfig, NewRecord, Producer, ProducerConfig};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -22,6 +21,10 @@ pub struct Args {
     /// Records per batch (one sequence number each).
     #[arg(long, default_value_t = 1)]
     batch_size: usize,
+    /// Split each input line at the first SEP into a key and a value (a line without SEP has
+    /// no key).
+    #[arg(long, value_name = "SEP")]
+    key_separator: Option<String>,
     /// Resume as a new instance of this producer id (bumps its epoch, fencing older instances).
     #[arg(long)]
     producer_id: Option<i64>,
@@ -58,21 +61,20 @@ pub async fn run(args: Args) -> Result<()> {
         )),
         None => None,
     };
-    let records: Box<dyn Iterator<Item = Result<Bytes>>> = match args.count {
+    let separator = args.key_separator.clone();
+    let records: Box<dyn Iterator<Item = Result<NewRecord>>> = match args.count {
         Some(count) => {
             let prefix = format!("p{}", producer.producer_id());
-            Box::new((0..count).map(move |i| Ok(Bytes::from(format!("{prefix}-{i}")))))
+            Box::new((0..count).map(move |i| Ok(NewRecord::value(format!("{prefix}-{i}")))))
         }
-        None => Box::new(
-            std::io::stdin()
-                .lock()
-                .lines()
-                .map(|line| Ok(Bytes::from(line.context("reading stdin")?))),
-        ),
+        None => Box::new(std::io::stdin().lock().lines().map(move |line| {
+            let line = line.context("reading stdin")?;
+            Ok(record_of(line, separator.as_deref()))
+        })),
     };
     let batch_size = args.batch_size.max(1);
-    let mut round: Vec<Vec<Bytes>> = Vec::new();
-    let mut batch: Vec<Bytes> = Vec::new();
+    let mut round: Vec<Vec<NewRecord>> = Vec::new();
+    let mut batch: Vec<NewRecord> = Vec::new();
     let mut records = records.peekable();
     while let Some(record) = records.next() {
         batch.push(record?);
@@ -81,7 +83,6 @@ pub async fn run(args: Args) -> Result<()> {
             round.push(std::mem::take(&mut batch));
         }
         if round.len() == BATCHES_PER_ROUND || (last && !round.is_empty()) {
-            let sizes: Vec<usize> = round.iter().map(Vec::len).collect();
             let acks = producer
                 .send_batches(
                     &args.target.topic,
@@ -90,7 +91,7 @@ pub async fn run(args: Args) -> Result<()> {
                 )
                 .await?;
             if let Some(file) = &mut acks_file {
-                for acked in acked_batches(&producer, args.partition, &acks, sizes) {
+                for acked in acked_batches(&producer, args.partition, &acks) {
                     writeln!(file, "{}", serde_json::to_string(&acked)?)?;
                 }
             }
@@ -110,4 +111,13 @@ pub async fn run(args: Args) -> Result<()> {
         producer.epoch()
     );
     Ok(())
+}
+
+/// A record from one input line: all of it as the value, or split at the first `separator` into
+/// a key and a value.
+fn record_of(line: String, separator: Option<&str>) -> NewRecord {
+    match separator.and_then(|sep| line.split_once(sep)) {
+        Some((key, value)) => NewRecord::value(value.to_owned()).with_key(key.to_owned()),
+        None => NewRecord::value(line),
+    }
 }

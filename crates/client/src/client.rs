@@ -12,7 +12,7 @@ use futures::StreamExt;
 use minibroker_protocol::{
     DEFAULT_MAX_FRAME_BYTES, DescribeProducersRequest, DescribeProducersResponse, FetchRequest,
     FetchResponse, FrameCodec, InitProducerRequest, InitProducerResponse, MetadataResponse,
-    ProduceRequest, ProduceResponse, ProducerState, Request, Response, codec,
+    ProduceRequest, ProduceResponse, ProducerState, Request, Response, codec, serde_bytes,
 };
 use std::collections::HashMap;
 use std::future::Future;
@@ -173,21 +173,30 @@ impl Client {
         self.send(request).await?.await
     }
 
-    /// Produces one batch with exactly these fields (no retries, no sequence bookkeeping).
+    /// Produces one Kafka v2 record batch exactly as given (no retries, no sequence
+    /// bookkeeping): the producer id, epoch and sequence are the batch's own.
     ///
     /// # Errors
     /// Transport failures and broker error responses.
     pub async fn produce(
         &self,
-        request: ProduceRequest<'_>,
+        topic: &str,
+        partition: u32,
+        batch: &[u8],
     ) -> Result<ProduceResponse, ClientError> {
-        match self.request(&Request::Produce(request)).await? {
+        let request = Request::Produce(ProduceRequest {
+            topic,
+            partition,
+            batch: serde_bytes::Bytes::new(batch),
+        });
+        match self.request(&request).await? {
             Response::Produce(response) => Ok(response),
             other => Err(unexpected("produce", other)),
         }
     }
 
-    /// Reads records from `offset`.
+    /// Reads the whole stored batches holding `offset` and after, up to about `max_bytes`. See
+    /// [`crate::PartitionReader`] for records.
     ///
     /// # Errors
     /// Transport failures and broker error responses.

@@ -23,9 +23,12 @@ pub enum ClientError {
     /// A frame could not be encoded or decoded.
     #[error(transparent)]
     Protocol(#[from] ProtocolError),
-    /// The broker answered with an error.
-    #[error("broker error {0}")]
+    /// The broker answered with an error (shown as `CODE: message`).
+    #[error("{0}")]
     Broker(ErrorResponse),
+    /// A record batch could not be built or read.
+    #[error(transparent)]
+    Records(#[from] minibroker_records::RecordsError),
     /// The broker answered with a response of the wrong kind.
     #[error("unexpected response: expected {expected}, got {got}")]
     UnexpectedResponse {

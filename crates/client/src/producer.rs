@@ -1,9 +1,11 @@
 //! [`Producer`]: the idempotent producer.
 //!
-//! The producer owns the sequence numbers. Each batch sent to a partition gets the next sequence,
-//! and a batch keeps its sequence through every resend, so the broker can recognise a retry as a
-//! DUPLICATE instead of storing it twice. On a timeout or a dropped connection the producer
-//! reconnects and resends every unacknowledged batch of its window, in order.
+//! The producer owns the sequence numbers. Each record sent to a partition takes the next
+//! sequence, as in Kafka, so a batch of `n` records spans `n` sequences from its base sequence.
+//! A batch is encoded once, as a Kafka v2 record batch, and resent as the very same bytes, so the
+//! broker can recognise a retry as a DUPLICATE instead of storing it twice. On a timeout or a
+//! dropped connection the producer reconnects and resends every unacknowledged batch of its
+//! window, in order.
 //!
 //! FENCED_EPOCH stops the producer: a newer instance owns its id. OUT_OF_ORDER stops it too,
 //! unless the refused batch was sent while an earlier one was still unanswered — then it may
@@ -12,6 +14,8 @@
 use bytes::Bytes;
 use minibroker_protocol::serde_bytes;
 use minibroker_protocol::{Outcome, ProduceRequest, Request, Response};
+use minibroker_records::{NewRecord, Writer};
+use minibroker_state::SequenceRange;
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
@@ -48,8 +52,10 @@ impl Default for ProducerConfig {
 /// The broker's acknowledgement of one batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ack {
-    /// The sequence the batch was sent with.
+    /// The base sequence the batch was sent with (its first record's).
     pub sequence: i32,
+    /// How many records (and so sequences) the batch holds.
+    pub records: u32,
     /// Where the batch is stored, when the broker said.
     pub base_offset: Option<i64>,
     /// Whether the acknowledgement was a DUPLICATE (a resend of a batch already stored).
@@ -76,7 +82,7 @@ pub struct ProducerStats {
 /// One batch of the current window.
 struct InFlight {
     index: usize,
-    sequence: i32,
+    sequences: SequenceRange,
     /// Sent while an earlier batch of the window was unanswered, so it may have overtaken it.
     behind_unanswered: bool,
     answer: PendingResponse,
@@ -170,7 +176,7 @@ impl Producer {
         self.stats
     }
 
-    /// The sequence the next batch to `topic`/`partition` will get.
+    /// The base sequence the next batch to `topic`/`partition` will get.
     #[must_use]
     pub fn next_sequence(&self, topic: &str, partition: u32) -> i32 {
         self.next_sequence
@@ -187,7 +193,7 @@ impl Producer {
         &mut self,
         topic: &str,
         partition: u32,
-        records: Vec<Bytes>,
+        records: Vec<NewRecord>,
     ) -> Result<Ack, ProducerError> {
         let mut acks = self.send_batches(topic, partition, vec![records]).await?;
         acks.pop()
@@ -195,8 +201,8 @@ impl Producer {
     }
 
     /// Sends batches to one partition in order, up to `max_in_flight` at a time, and returns one
-    /// acknowledgement per batch. Resends after timeouts and lost connections keep each batch's
-    /// sequence, so nothing is stored twice.
+    /// acknowledgement per batch. Resends after timeouts and lost connections resend each batch's
+    /// very bytes, sequences included, so nothing is stored twice.
     ///
     /// # Errors
     /// [`ProducerError::Fenced`] and [`ProducerError::OutOfOrder`] stop the producer;
@@ -207,7 +213,7 @@ impl Producer {
         &mut self,
         topic: &str,
         partition: u32,
-        batches: Vec<Vec<Bytes>>,
+        batches: Vec<Vec<NewRecord>>,
     ) -> Result<Vec<Ack>, ProducerError> {
         if let Some(reason) = &self.stopped {
             return Err(ProducerError::Stopped(reason.clone()));
@@ -221,14 +227,42 @@ impl Producer {
         result
     }
 
+    /// Numbers and encodes `batches`, each once: batch `i` starts where batch `i - 1` ended.
+    fn encode(
+        &self,
+        first_sequence: i32,
+        batches: &[Vec<NewRecord>],
+    ) -> Result<Vec<(SequenceRange, Bytes)>, ProducerError> {
+        let now = minibroker_records::now_millis();
+        let mut next = first_sequence;
+        batches
+            .iter()
+            .map(|records| {
+                let count = u32::try_from(records.len()).unwrap_or(u32::MAX);
+                let sequences = SequenceRange::spanning(next, count)
+                    .map_err(|error| ProducerError::Stopped(error.to_string()))?;
+                let writer = Writer {
+                    producer_id: self.producer_id,
+                    epoch: self.epoch,
+                    base_sequence: next,
+                };
+                let batch =
+                    minibroker_records::encode(writer, records, now).map_err(ClientError::from)?;
+                next = sequences.following();
+                Ok((sequences, batch))
+            })
+            .collect()
+    }
+
     async fn run_window(
         &mut self,
         topic: &str,
         partition: u32,
-        batches: &[Vec<Bytes>],
+        batches: &[Vec<NewRecord>],
     ) -> Result<Vec<Ack>, ProducerError> {
         let key = (topic.to_owned(), partition);
         let first_sequence = self.next_sequence.get(&key).copied().unwrap_or(0);
+        let batches = self.encode(first_sequence, batches)?;
         let window_size = self.config.max_in_flight.clamp(1, MAX_IN_FLIGHT);
         let mut acks = Vec::with_capacity(batches.len());
         let mut window: VecDeque<InFlight> = VecDeque::new();
@@ -239,10 +273,8 @@ impl Producer {
         while acks.len() < batches.len() {
             // Fill the window.
             while window.len() < window_size && next_to_send < batches.len() {
-                let sequence = sequence_at(first_sequence, next_to_send);
-                let sent = self
-                    .send_one(topic, partition, sequence, &batches[next_to_send])
-                    .await;
+                let (sequences, batch) = &batches[next_to_send];
+                let sent = self.send_one(topic, partition, batch).await;
                 match sent {
                     Ok(answer) => {
                         sends[next_to_send] += 1;
@@ -251,7 +283,7 @@ impl Producer {
                         }
                         window.push_back(InFlight {
                             index: next_to_send,
-                            sequence,
+                            sequences: *sequences,
                             behind_unanswered: !window.is_empty(),
                             answer,
                         });
@@ -273,16 +305,18 @@ impl Producer {
                 Ok(Response::Produce(response)) => match response.outcome {
                     Outcome::Accepted | Outcome::Duplicate => {
                         let duplicate = response.outcome == Outcome::Duplicate;
+                        let records = in_flight.sequences.count();
                         self.stats.batches += 1;
-                        self.stats.records += batches[in_flight.index].len() as u64;
+                        self.stats.records += u64::from(records);
                         self.stats.duplicates += u64::from(duplicate);
                         acks.push(Ack {
-                            sequence: in_flight.sequence,
+                            sequence: in_flight.sequences.first(),
+                            records,
                             base_offset: response.base_offset,
                             duplicate,
                         });
                         self.next_sequence
-                            .insert(key.clone(), sequence_at(in_flight.sequence, 1));
+                            .insert(key.clone(), in_flight.sequences.following());
                         failed_rounds = 0;
                     }
                     Outcome::FencedEpoch => {
@@ -297,13 +331,13 @@ impl Producer {
                         self.stats.out_of_order_resent += 1;
                         failed_rounds += 1;
                         if failed_rounds > self.config.max_retries {
-                            return Err(out_of_order(topic, partition, in_flight.sequence));
+                            return Err(out_of_order(topic, partition, in_flight.sequences));
                         }
                         window.clear();
                         next_to_send = in_flight.index;
                     }
                     Outcome::OutOfOrder => {
-                        return Err(out_of_order(topic, partition, in_flight.sequence));
+                        return Err(out_of_order(topic, partition, in_flight.sequences));
                     }
                 },
                 Ok(Response::Error(error)) => {
@@ -340,8 +374,7 @@ impl Producer {
         &mut self,
         topic: &str,
         partition: u32,
-        sequence: i32,
-        records: &[Bytes],
+        batch: &[u8],
     ) -> Result<PendingResponse, ClientError> {
         if self.client.is_none() {
             self.client = Some(Client::connect(&self.addr, self.config.client.clone()).await?);
@@ -350,10 +383,7 @@ impl Producer {
         let request = Request::Produce(ProduceRequest {
             topic,
             partition,
-            producer_id: self.producer_id,
-            epoch: self.epoch,
-            sequence,
-            records: records.iter().map(|r| serde_bytes::Bytes::new(r)).collect(),
+            batch: serde_bytes::Bytes::new(batch),
         });
         match &self.client {
             Some(client) => client.send(&request).await,
@@ -391,29 +421,10 @@ fn backoff(config: &ProducerConfig, round: u32) -> Duration {
         .min(Duration::from_secs(1))
 }
 
-/// The sequence `steps` after `first`, wrapping past `i32::MAX` to 0.
-fn sequence_at(first: i32, steps: usize) -> i32 {
-    let modulus = i64::from(i32::MAX) + 1;
-    // The result is below 2^31, so it fits.
-    ((i64::from(first) + steps as i64) % modulus) as i32
-}
-
-fn out_of_order(topic: &str, partition: u32, sequence: i32) -> ProducerError {
+fn out_of_order(topic: &str, partition: u32, sequences: SequenceRange) -> ProducerError {
     ProducerError::OutOfOrder {
         topic: topic.to_owned(),
         partition,
-        sequence,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sequences_wrap_after_max() {
-        assert_eq!(sequence_at(5, 3), 8);
-        assert_eq!(sequence_at(i32::MAX, 1), 0);
-        assert_eq!(sequence_at(i32::MAX - 1, 3), 1);
+        sequence: sequences.first(),
     }
 }

@@ -5,12 +5,16 @@ use thiserror::Error;
 /// An append or read the log cannot serve.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum LogError {
-    /// A batch must hold at least one record.
-    #[error("a batch must hold at least one record")]
-    EmptyBatch,
-    /// A batch's records must fit one 4 GiB buffer.
-    #[error("a batch's records must total less than 4 GiB")]
-    BatchTooLarge,
+    /// A batch must hold at least one record and fit one 4 GiB buffer.
+    #[error(
+        "a batch must hold at least one record and be smaller than 4 GiB, got {bytes} bytes and {records} records"
+    )]
+    BadBatch {
+        /// The batch's size.
+        bytes: usize,
+        /// Its record count.
+        records: u32,
+    },
     /// A read asked for an offset the log does not have.
     #[error(
         "offset {requested} is out of range: the log holds offsets {start} to {end} (exclusive)"

@@ -1,29 +1,33 @@
-//! Append-only partition logs.
+//! Append-only partition logs of Kafka v2 record batches.
 //!
-//! A [`PartitionLog`] stores batches in offset order. Each [`StoredBatch`] keeps its records and
-//! the producer id, epoch and base sequence that wrote it: the log is the source of truth from
-//! which producer state could be rebuilt, and it lets a verifier check exactly-once after the fact.
+//! A [`PartitionLog`] stores batches in offset order, each exactly as its producer sent it,
+//! stamped with its base offset (see `minibroker_records`). The stored batch carries its
+//! producer id, epoch and base sequence in its header, so the log alone says which sequences
+//! every producer used: a verifier can check exactly-once after the fact, and recovery can
+//! rebuild producer state from it. Reads hand out whole stored batches; whoever needs the records
+//! decodes them.
 //!
-//! Memory is proportional to what is stored: a batch's records are copied into one contiguous
-//! buffer with a `u32` end position per record, so a record costs its bytes plus four.
+//! Memory is what is stored: batch bytes are copied into large chunks, and each batch costs a
+//! small index entry beside its bytes.
 //!
 //! # Example
 //! ```
-//! use minibroker_log::{PartitionLog, ReadLimits, Writer};
+//! use minibroker_log::{PartitionLog, ReadLimits};
+//! use minibroker_records::{NewRecord, Writer, encode, inspect};
 //!
-//! let mut log = PartitionLog::new();
 //! let writer = Writer { producer_id: 1, epoch: 0, base_sequence: 0 };
-//! let offset = log.append(writer, &[b"a".as_slice(), b"b"])?;
-//! assert_eq!(offset, 0);
+//! let batch = encode(writer, &[NewRecord::value("a"), NewRecord::value("b")], 0)?;
+//! let mut log = PartitionLog::new();
+//! assert_eq!(log.append(&batch, inspect(&batch)?.record_count)?, 0);
 //! let read = log.read(1, ReadLimits::default())?;
-//! assert_eq!(read[0].records, vec![bytes::Bytes::from_static(b"b")]);
-//! # Ok::<(), minibroker_log::LogError>(())
+//! assert_eq!(minibroker_records::base_offset(&read[0]), 0); // the whole batch holding offset 1
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 mod batch;
 mod error;
 mod partition;
 
-pub use batch::{BatchSlice, StoredBatch, Writer};
+pub use batch::StoredBatch;
 pub use error::LogError;
 pub use partition::{PartitionLog, ReadLimits};

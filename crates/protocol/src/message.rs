@@ -1,13 +1,18 @@
 //! Request and response types.
 //!
-//! Requests borrow from the frame they were decoded from (topic names and record bytes are not
-//! copied until the broker stores them); responses own their data. Widths follow Kafka: producer id
-//! `i64`, epoch `i16`, sequence `i32`, offset `i64`. Enum variants are encoded by position, so new
-//! variants are only ever added at the end.
+//! Requests borrow from the frame they were decoded from (topic names and batch bytes are not
+//! copied until the broker stores them); responses own their data. Records travel as Kafka v2
+//! record batches (see `minibroker_records`), the format the broker stores: a produce request
+//! carries one batch, whose header holds the producer id, epoch and base sequence, and a fetch
+//! answer carries whole stored batches. Enum variants are encoded by position, so new variants
+//! are only ever added at the end.
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::fmt;
+
+/// The four outcomes of the exactly-once rule: the state crate's, carried as they are.
+pub use minibroker_state::Outcome;
 
 /// A request from a client.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,26 +46,19 @@ impl Request<'_> {
     }
 }
 
-/// One batch: a native produce request takes exactly one sequence number however many records it
-/// holds.
+/// Append one batch. Its records take one sequence each, from the batch's base sequence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProduceRequest<'a> {
     /// Topic name.
     pub topic: &'a str,
     /// Partition within the topic.
     pub partition: u32,
-    /// Producer id (≥ 0).
-    pub producer_id: i64,
-    /// Producer epoch (≥ 0).
-    pub epoch: i16,
-    /// The batch's sequence number on this partition (≥ 0).
-    pub sequence: i32,
-    /// The records, at least one.
+    /// One Kafka v2 record batch, at least one record, stored as it is.
     #[serde(borrow)]
-    pub records: Vec<&'a serde_bytes::Bytes>,
+    pub batch: &'a serde_bytes::Bytes,
 }
 
-/// Read records from `offset` on.
+/// Read the batches holding `offset` and after.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FetchRequest<'a> {
     /// Topic name.
@@ -69,7 +67,7 @@ pub struct FetchRequest<'a> {
     pub partition: u32,
     /// First offset wanted.
     pub offset: i64,
-    /// Stop before the records exceed this many bytes (at least one record is returned if any).
+    /// Stop before the batches exceed this many bytes (at least one batch is returned if any).
     pub max_bytes: u32,
 }
 
@@ -112,38 +110,6 @@ pub enum Response {
     Error(ErrorResponse),
 }
 
-/// The four outcomes of the exactly-once rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Outcome {
-    /// Appended.
-    Accepted,
-    /// A retry of data already stored: acknowledged, not appended.
-    Duplicate,
-    /// A gap or a bad session start: rejected.
-    OutOfOrder,
-    /// A zombie producer from an older epoch: rejected.
-    FencedEpoch,
-}
-
-impl Outcome {
-    /// The outcome's name as printed by the CLI, e.g. `OUT_OF_ORDER`.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Accepted => "ACCEPTED",
-            Self::Duplicate => "DUPLICATE",
-            Self::OutOfOrder => "OUT_OF_ORDER",
-            Self::FencedEpoch => "FENCED_EPOCH",
-        }
-    }
-}
-
-impl fmt::Display for Outcome {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// The answer to a produce request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProduceResponse {
@@ -153,31 +119,16 @@ pub struct ProduceResponse {
     pub base_offset: Option<i64>,
 }
 
-/// Records read from a partition.
+/// Batches read from a partition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FetchResponse {
     /// The offset the next appended record will get.
     pub high_watermark: i64,
-    /// Records grouped by the batch that stored them, in offset order.
-    pub batches: Vec<FetchedBatch>,
-}
-
-/// Records of one stored batch, with the producer metadata that wrote it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FetchedBatch {
-    /// Offset of `records[0]`.
-    pub first_offset: i64,
-    /// Offset of the stored batch's first record (below `first_offset` when a read starts
-    /// mid-batch).
-    pub batch_base_offset: i64,
-    /// Producer id that wrote the batch.
-    pub producer_id: i64,
-    /// Its epoch.
-    pub epoch: i16,
-    /// The batch's sequence number.
-    pub sequence: i32,
-    /// The records.
-    pub records: Vec<Bytes>,
+    /// The first offset the partition holds.
+    pub log_start_offset: i64,
+    /// Whole stored batches in offset order (Kafka v2 record batches); the first may begin before
+    /// the offset asked for.
+    pub batches: Vec<Bytes>,
 }
 
 /// A producer id and the epoch to use with it.
@@ -253,8 +204,8 @@ pub enum ErrorCode {
     /// A field is outside its range: a negative producer id, epoch, sequence or offset, a bad
     /// topic name.
     InvalidInput,
-    /// A produce request without records.
-    EmptyBatch,
+    /// A record batch whose bytes are damaged: bad length, CRC or encoding.
+    CorruptBatch,
     /// A fetch offset outside the partition's log.
     OffsetOutOfRange,
     /// An init-producer request named a producer id this broker never issued.
@@ -269,6 +220,11 @@ pub enum ErrorCode {
     Internal,
     /// The broker already serves its maximum of connections; this one is closed.
     TooManyConnections,
+    /// A well-formed record batch the broker does not accept: no records, a record count that
+    /// does not match its offsets, an old format.
+    InvalidBatch,
+    /// Something this broker does not do (yet): transactional batches.
+    Unsupported,
 }
 
 impl fmt::Display for ErrorCode {
@@ -279,7 +235,7 @@ impl fmt::Display for ErrorCode {
             Self::UnknownTopic => "UNKNOWN_TOPIC",
             Self::PartitionOutOfRange => "PARTITION_OUT_OF_RANGE",
             Self::InvalidInput => "INVALID_INPUT",
-            Self::EmptyBatch => "EMPTY_BATCH",
+            Self::CorruptBatch => "CORRUPT_BATCH",
             Self::OffsetOutOfRange => "OFFSET_OUT_OF_RANGE",
             Self::UnknownProducerId => "UNKNOWN_PRODUCER_ID",
             Self::EpochExhausted => "EPOCH_EXHAUSTED",
@@ -287,6 +243,8 @@ impl fmt::Display for ErrorCode {
             Self::ShuttingDown => "SHUTTING_DOWN",
             Self::Internal => "INTERNAL",
             Self::TooManyConnections => "TOO_MANY_CONNECTIONS",
+            Self::InvalidBatch => "INVALID_BATCH",
+            Self::Unsupported => "UNSUPPORTED",
         };
         f.write_str(name)
     }

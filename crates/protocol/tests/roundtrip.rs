@@ -3,9 +3,9 @@
 
 use bytes::{Bytes, BytesMut};
 use minibroker_protocol::{
-    FetchResponse, FetchedBatch, FrameCodec, Outcome, ProduceRequest, ProduceResponse, Request,
-    Response, codec,
+    FetchResponse, FrameCodec, Outcome, ProduceRequest, ProduceResponse, Request, Response, codec,
 };
+use minibroker_records::{NewRecord, Writer};
 use proptest::prelude::*;
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -14,19 +14,13 @@ proptest! {
     fn produce_requests_round_trip(
         topic in "[a-z]{1,12}",
         partition in any::<u32>(),
-        producer_id in any::<i64>(),
-        epoch in any::<i16>(),
-        sequence in any::<i32>(),
-        records in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..64), 0..8),
+        batch in prop::collection::vec(any::<u8>(), 0..256),
         correlation_id in any::<u32>(),
     ) {
         let request = Request::Produce(ProduceRequest {
             topic: &topic,
             partition,
-            producer_id,
-            epoch,
-            sequence,
-            records: records.iter().map(|r| serde_bytes::Bytes::new(r)).collect(),
+            batch: serde_bytes::Bytes::new(&batch),
         });
         let mut codec = FrameCodec::default();
         let mut stream = BytesMut::new();
@@ -42,10 +36,8 @@ proptest! {
     ) {
         let fetch = Response::Fetch(FetchResponse {
             high_watermark: 99,
-            batches: offsets.iter().map(|&o| FetchedBatch {
-                first_offset: o, batch_base_offset: o, producer_id: 1, epoch: 0, sequence: 3,
-                records: vec![Bytes::from(o.to_string())],
-            }).collect(),
+            log_start_offset: 0,
+            batches: offsets.iter().map(|&o| Bytes::from(o.to_string())).collect(),
         });
         let produce = Response::Produce(ProduceResponse { outcome, base_offset: offsets.first().copied() });
         for response in [fetch, produce] {
@@ -67,27 +59,28 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(4096))]
 
-    /// Structure-aware: a valid request with bytes of its message overwritten still decodes to
-    /// a request or to an error carrying its correlation id, and never panics.
+    /// Structure-aware: a valid request carrying a real batch, with bytes of its message
+    /// overwritten, still decodes to a request or to an error carrying its correlation id, and
+    /// never panics.
     #[test]
     fn mutated_valid_requests_keep_their_correlation_id(
         topic in "[a-z.]{1,12}",
         partition in any::<u32>(),
         producer_id in any::<i64>(),
-        sequence in any::<i32>(),
-        records in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..16), 1..4),
+        sequence in 0i32..i32::MAX,
+        values in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..16), 1..4),
         correlation_id in any::<u32>(),
         edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
         cut in any::<prop::sample::Index>(),
         truncate in any::<bool>(),
     ) {
+        let writer = Writer { producer_id, epoch: 0, base_sequence: sequence };
+        let records: Vec<NewRecord> = values.into_iter().map(NewRecord::value).collect();
+        let batch = minibroker_records::encode(writer, &records, 0).unwrap();
         let request = Request::Produce(ProduceRequest {
             topic: &topic,
             partition,
-            producer_id,
-            epoch: 0,
-            sequence,
-            records: records.iter().map(|r| serde_bytes::Bytes::new(r)).collect(),
+            batch: serde_bytes::Bytes::new(&batch),
         });
         let mut body = codec::encode_body(correlation_id, &request).unwrap().to_vec();
         let message_len = body.len() - 5;

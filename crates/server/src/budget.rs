@@ -1,8 +1,8 @@
 //! The storage budget: the broker-wide limit on bytes kept in memory, and what each thing costs.
 //!
-//! Everything a client can make the broker keep is charged here before it is kept: record bytes
-//! with a per-batch and per-record overhead, a producer's state entry on its first batch to a
-//! partition, and every partition and topic when it is created. When the budget is spent, produce
+//! Everything a client can make the broker keep is charged here before it is kept: each batch's
+//! bytes with a per-batch overhead, a producer's state entry on its first batch to a partition,
+//! and every partition and topic when it is created. When the budget is spent, produce
 //! requests and topic creation get STORAGE_FULL; nothing else is refused.
 //!
 //! Partitions take their share in reservations, so most appends touch only their own partition's
@@ -13,11 +13,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Bytes charged for each batch besides its records: its place in the log's index.
+/// Bytes charged for each batch besides its bytes: its place in the log's index. (Each record
+/// already costs at least 7 bytes inside its batch, so empty records are not free.)
 pub const BATCH_OVERHEAD_BYTES: u64 = 128;
-
-/// Bytes charged for each record besides its bytes (its end position in the log).
-pub const RECORD_OVERHEAD_BYTES: u64 = 4;
 
 /// Bytes charged when a producer writes a partition for the first time: its state entry and its
 /// share of the map around it (163-167 bytes measured at 100k and 1M entries with
@@ -34,12 +32,10 @@ pub const TOPIC_BYTES: u64 = 512;
 /// The largest reservation a partition takes at a time.
 pub const MAX_RESERVATION: u64 = 1 << 20;
 
-/// What a batch of records of these lengths counts against the storage limit.
+/// What a batch of `len` bytes counts against the storage limit.
 #[must_use]
-pub fn accounted_bytes(record_lengths: impl Iterator<Item = usize>) -> u64 {
-    record_lengths.fold(BATCH_OVERHEAD_BYTES, |total, len| {
-        total + len as u64 + RECORD_OVERHEAD_BYTES
-    })
+pub fn accounted_bytes(len: usize) -> u64 {
+    BATCH_OVERHEAD_BYTES + len as u64
 }
 
 /// What creating a topic with `partitions` partitions charges.

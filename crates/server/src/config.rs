@@ -99,21 +99,31 @@ impl Config {
     /// Parses TOML; absent keys take their defaults.
     ///
     /// # Errors
-    /// [`ServerError::Config`] for invalid TOML, unknown keys or values that fail [`Self::validate`].
+    /// [`ServerError::ParseConfig`] for invalid TOML or unknown keys; [`ServerError::Config`] for
+    /// values that fail [`Self::validate`].
     pub fn from_toml(text: &str) -> Result<Self, ServerError> {
-        let config: Self = toml::from_str(text).map_err(|e| ServerError::Config(e.to_string()))?;
-        config.validate()?;
-        Ok(config)
+        Self::parse(text, None)
     }
 
     /// Reads and parses a TOML file.
     ///
     /// # Errors
-    /// [`ServerError::Config`] if the file cannot be read or parsed.
+    /// [`ServerError::ReadConfig`] if the file cannot be read; otherwise as [`Self::from_toml`].
     pub fn from_file(path: &Path) -> Result<Self, ServerError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ServerError::Config(format!("cannot read {}: {e}", path.display())))?;
-        Self::from_toml(&text).map_err(|e| ServerError::Config(format!("{}: {e}", path.display())))
+        let text = std::fs::read_to_string(path).map_err(|source| ServerError::ReadConfig {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, Some(path))
+    }
+
+    fn parse(text: &str, path: Option<&Path>) -> Result<Self, ServerError> {
+        let config: Self = toml::from_str(text).map_err(|source| ServerError::ParseConfig {
+            path: path.map(Path::to_owned),
+            source,
+        })?;
+        config.validate()?;
+        Ok(config)
     }
 
     /// Checks that the limits make sense together.

@@ -10,9 +10,7 @@
 //! frees its slot) instead of keeping it until the broker stops.
 
 use futures::{FutureExt, SinkExt, StreamExt};
-use minibroker_protocol::{
-    BadFrame, ErrorCode, ErrorResponse, FrameCodec, ProtocolError, Response, codec,
-};
+use minibroker_protocol::{ErrorCode, ErrorResponse, FrameCodec, ProtocolError, Response};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +19,9 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 
+use crate::Broker;
+use crate::native::NativeFrontEnd;
 use crate::topics::TopicCache;
-use crate::{Broker, RequestError};
 
 /// Everything one connection task needs; each field has one role.
 pub(crate) struct Connection {
@@ -67,7 +66,11 @@ impl Connection {
         writer: &mut Writer,
     ) -> Result<(), ProtocolError> {
         let mut unflushed = 0usize;
-        let mut topics = TopicCache::default();
+        let mut front_end = NativeFrontEnd {
+            broker: &self.broker,
+            topics: TopicCache::default(),
+            max_frame_bytes: self.max_frame_bytes,
+        };
         // One timer for the connection's life instead of one per wait: when it fires, the
         // connection is closed only if nothing was served since it was last armed, so a silent
         // connection closes after one to two idle timeouts.
@@ -115,14 +118,18 @@ impl Connection {
                 }
             };
             served_since_armed = true;
-            let (correlation_id, response) = self.answer(&frame, &mut topics);
+            let (correlation_id, response) = front_end.answer(&frame);
             // Feeding flushes first when the write buffer is full, so it is bounded too.
             match self.bounded(writer.feed((correlation_id, &response))).await {
                 Err(ProtocolError::FrameTooLarge { size, max }) => {
-                    let error = RequestError::Internal(format!(
-                        "the response of {size} bytes exceeds the maximum frame of {max} bytes"
+                    // Answers are sized to fit a frame, so this is a bug; say so, and go on.
+                    tracing::warn!(size, max, "an answer did not fit a frame");
+                    let answer = Response::Error(ErrorResponse::new(
+                        ErrorCode::Internal,
+                        format!(
+                            "internal error: the answer of {size} bytes exceeds the maximum frame of {max} bytes"
+                        ),
                     ));
-                    let answer = Response::Error(error.to_response());
                     self.bounded(writer.feed((correlation_id, &answer))).await?;
                 }
                 other => other?,
@@ -157,32 +164,6 @@ impl Connection {
             () = tokio::time::sleep(self.write_timeout) => Err(stalled()),
             () = self.shutdown.cancelled() => {
                 tokio::time::timeout(FINAL_WRITE_GRACE, write).await.unwrap_or_else(|_| Err(stalled()))
-            }
-        }
-    }
-
-    /// Decodes and serves one frame; a frame that does not decode gets an error answer.
-    fn answer(&self, frame: &[u8], topics: &mut TopicCache) -> (u32, Response) {
-        match codec::decode_request(frame) {
-            Ok((correlation_id, request)) => {
-                tracing::trace!(correlation_id, kind = request.kind(), "request");
-                (correlation_id, self.broker.handle(request, topics))
-            }
-            Err(BadFrame {
-                correlation_id,
-                error,
-            }) => {
-                tracing::debug!(%error, "undecodable request");
-                let error = match error {
-                    ProtocolError::UnsupportedVersion { .. } => {
-                        RequestError::UnsupportedVersion(error.to_string())
-                    }
-                    other => RequestError::Malformed(other.to_string()),
-                };
-                (
-                    correlation_id.unwrap_or(0),
-                    Response::Error(error.to_response()),
-                )
             }
         }
     }

@@ -1,21 +1,23 @@
-//! Errors: [`RequestError`] for a request the broker refuses (it becomes an error response), and
-//! [`ServerError`] for the server itself failing to start or run.
+//! Errors: [`BrokerError`] for a request the broker core refuses, with an [`ErrorKind`] each front
+//! end maps to its wire once; and [`ServerError`] for the server failing to start.
 
-use minibroker_protocol::{ErrorCode, ErrorResponse};
+use minibroker_log::LogError;
+use minibroker_records::RecordsError;
+use minibroker_state::StateError;
+use std::path::PathBuf;
 use thiserror::Error;
 
-/// A request the broker cannot serve. Each maps to one [`ErrorCode`] and is sent back as an
-/// error response; the connection stays open.
+/// A request the broker core cannot serve. The exactly-once rule's refusals (DUPLICATE and so
+/// on) are outcomes, not errors.
 #[derive(Debug, Error)]
-pub enum RequestError {
-    /// The request's body did not decode.
-    #[error("malformed request: {0}")]
-    Malformed(String),
-    /// Wrong protocol version.
-    #[error("{0}")]
-    UnsupportedVersion(String),
-    /// No such topic, and auto-creation is off or does not apply (fetch, describe). Only valid
-    /// names (at most 249 plain characters) get this far.
+pub enum BrokerError {
+    /// A topic name no topic can have; `name` is already quoted and cut short.
+    #[error("invalid topic name {name}: use 1 to 249 of the characters A-Z a-z 0-9 . _ -")]
+    InvalidTopicName {
+        /// A short, escaped prefix of the name.
+        name: String,
+    },
+    /// No such topic, and auto-creation is off or does not apply (fetch, describe).
     #[error("unknown topic {0:?}")]
     UnknownTopic(String),
     /// The partition index is not below the topic's partition count.
@@ -28,77 +30,142 @@ pub enum RequestError {
         /// Partitions the topic has.
         count: u32,
     },
-    /// A field out of range (negative id, epoch or sequence; a bad topic name).
-    #[error("{0}")]
-    InvalidInput(String),
-    /// A produce request with no records.
-    #[error("a produce request must carry at least one record")]
-    EmptyBatch,
-    /// A fetch offset the log does not hold.
-    #[error("{0}")]
-    OffsetOutOfRange(String),
-    /// init-producer for an id the broker never issued.
-    #[error("producer id {0} was never issued by this broker; ask for a new one with no id")]
+    /// A producer id, epoch or sequence outside its range.
+    #[error(transparent)]
+    InvalidField(#[from] StateError),
+    /// A record batch that is damaged or not acceptable.
+    #[error(transparent)]
+    Batch(#[from] RecordsError),
+    /// A transactional or control batch: transactions are not supported yet.
+    #[error("transactional and control batches are not supported by this broker")]
+    TransactionsUnsupported,
+    /// A fetch offset outside the partition's log.
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// init-producer for an id the broker never issued, or has forgotten.
+    #[error(
+        "producer id {0} is not known to this broker (never issued, or forgotten); ask for a new one with no id"
+    )]
     UnknownProducerId(i64),
     /// The epoch of this producer id cannot grow further.
     #[error("producer id {0} has reached the largest epoch; ask for a new producer id")]
     EpochExhausted(i64),
-    /// A storage limit is reached.
-    #[error("{0}")]
-    StorageFull(String),
-    /// The broker is stopping.
-    #[error("the broker is shutting down")]
-    ShuttingDown,
-    /// Something inside the broker failed unexpectedly.
-    #[error("internal error: {0}")]
-    Internal(String),
+    /// Every producer id up to `i64::MAX` has been issued.
+    #[error("every producer id has been issued")]
+    ProducerIdsExhausted,
+    /// The storage budget cannot hold what the request would store.
+    #[error("the broker's store is full ({limit} bytes); {refused} was not stored")]
+    StoreFull {
+        /// The limit (`max_stored_bytes`).
+        limit: u64,
+        /// What was refused, for people.
+        refused: &'static str,
+    },
+    /// The broker holds its maximum of topics.
+    #[error("the broker holds its maximum of {0} topics")]
+    TooManyTopics(usize),
+    /// A new topic's partitions do not fit the broker-wide cap.
+    #[error(
+        "the broker holds {held} of its maximum of {max} partitions; a topic of {wanted} does not fit"
+    )]
+    TooManyPartitions {
+        /// Partitions that exist.
+        held: u32,
+        /// `max_partitions`.
+        max: u32,
+        /// The new topic's partitions.
+        wanted: u32,
+    },
 }
 
-impl RequestError {
-    /// The wire code for this error.
+/// What kind of refusal a [`BrokerError`] is: what a front end maps to its error codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// A field outside its range, or a bad topic name.
+    InvalidInput,
+    /// No such topic.
+    UnknownTopic,
+    /// No such partition.
+    PartitionOutOfRange,
+    /// A record batch with damaged bytes (length, CRC, encoding).
+    CorruptBatch,
+    /// A well-formed record batch that is not acceptable.
+    InvalidBatch,
+    /// Something the broker does not support.
+    Unsupported,
+    /// A fetch offset outside the log.
+    OffsetOutOfRange,
+    /// An unknown producer id.
+    UnknownProducerId,
+    /// An epoch that cannot be bumped.
+    EpochExhausted,
+    /// A storage, topic, partition or id limit.
+    StorageFull,
+}
+
+impl BrokerError {
+    /// The kind of refusal, for the front end's error code.
     #[must_use]
-    pub fn code(&self) -> ErrorCode {
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::Malformed(_) => ErrorCode::MalformedRequest,
-            Self::UnsupportedVersion(_) => ErrorCode::UnsupportedVersion,
-            Self::UnknownTopic(_) => ErrorCode::UnknownTopic,
-            Self::PartitionOutOfRange { .. } => ErrorCode::PartitionOutOfRange,
-            Self::InvalidInput(_) => ErrorCode::InvalidInput,
-            Self::EmptyBatch => ErrorCode::EmptyBatch,
-            Self::OffsetOutOfRange(_) => ErrorCode::OffsetOutOfRange,
-            Self::UnknownProducerId(_) => ErrorCode::UnknownProducerId,
-            Self::EpochExhausted(_) => ErrorCode::EpochExhausted,
-            Self::StorageFull(_) => ErrorCode::StorageFull,
-            Self::ShuttingDown => ErrorCode::ShuttingDown,
-            Self::Internal(_) => ErrorCode::Internal,
+            Self::InvalidTopicName { .. } | Self::InvalidField(_) => ErrorKind::InvalidInput,
+            Self::UnknownTopic(_) => ErrorKind::UnknownTopic,
+            Self::PartitionOutOfRange { .. } => ErrorKind::PartitionOutOfRange,
+            Self::Batch(RecordsError::Corrupt(_) | RecordsError::Decode(_)) => {
+                ErrorKind::CorruptBatch
+            }
+            Self::Batch(_) | Self::Log(LogError::BadBatch { .. }) => ErrorKind::InvalidBatch,
+            Self::TransactionsUnsupported => ErrorKind::Unsupported,
+            Self::Log(LogError::OffsetOutOfRange { .. }) => ErrorKind::OffsetOutOfRange,
+            Self::UnknownProducerId(_) => ErrorKind::UnknownProducerId,
+            Self::EpochExhausted(_) => ErrorKind::EpochExhausted,
+            Self::ProducerIdsExhausted
+            | Self::StoreFull { .. }
+            | Self::TooManyTopics(_)
+            | Self::TooManyPartitions { .. } => ErrorKind::StorageFull,
         }
     }
-
-    /// The error response sent for this error.
-    #[must_use]
-    pub fn to_response(&self) -> ErrorResponse {
-        ErrorResponse::new(self.code(), self.to_string())
-    }
 }
 
-impl From<minibroker_state::StateError> for RequestError {
-    fn from(error: minibroker_state::StateError) -> Self {
-        Self::InvalidInput(error.to_string())
-    }
-}
-
-/// The server could not start or stopped on a failure of its own.
+/// The server could not start.
 #[derive(Debug, Error)]
 pub enum ServerError {
-    /// Configuration is invalid.
+    /// A configuration value that makes no sense.
     #[error("invalid configuration: {0}")]
     Config(String),
-    /// A socket operation failed.
-    #[error("{context}: {source}")]
-    Io {
-        /// What was being done.
-        context: String,
-        /// The underlying error.
+    /// The configuration file could not be read.
+    #[error("cannot read {path}: {source}")]
+    ReadConfig {
+        /// The file.
+        path: PathBuf,
+        /// Why.
         source: std::io::Error,
+    },
+    /// The configuration is not valid TOML, or has unknown keys.
+    #[error("invalid configuration{}: {source}", .path.as_ref().map(|p| format!(" in {}", p.display())).unwrap_or_default())]
+    ParseConfig {
+        /// The file, if it came from one.
+        path: Option<PathBuf>,
+        /// What is wrong.
+        source: toml::de::Error,
+    },
+    /// The listening socket could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The server task ended abnormally.
+    #[error("the server task failed: {0}")]
+    Stopped(String),
+    /// A topic declared in the configuration cannot be created.
+    #[error("invalid configuration: declared topic {name:?}: {source}")]
+    DeclaredTopic {
+        /// The topic.
+        name: String,
+        /// Why.
+        source: BrokerError,
     },
 }

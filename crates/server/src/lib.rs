@@ -1,9 +1,13 @@
 //! The minibroker broker: its core and its TCP server.
 //!
 //! # Layout
-//! - [`Broker`] — topics → partitions → producer state + log; one synchronous `handle` per request.
+//! - [`Broker`] — the core: topics → partitions → producer state + log, in domain terms (a topic
+//!   name, a partition, a record batch, a [`Verdict`], a [`BrokerError`]); no wire type appears in
+//!   its API. Each front end is a thin translation onto it.
+//! - `native` — the native protocol's front end: decode, call the core, encode.
 //! - [`run`] / [`serve`] — the tokio server over an already-bound listener and a shutdown future:
-//!   connection limit, pipelined answers, idle timeout, graceful drain with a deadline.
+//!   connection limit, pipelined answers, idle and write timeouts, graceful drain with a deadline.
+//! - [`budget`] — what everything a client makes the broker keep costs against the storage limit.
 //! - [`Config`] — every limit, from TOML.
 //!
 //! # Example
@@ -22,13 +26,24 @@ mod broker;
 pub mod budget;
 mod config;
 mod connection;
+mod counters;
+mod embedded;
 mod error;
 mod listener;
-pub mod producers;
-pub mod topics;
+mod native;
+mod producers;
+mod topics;
 
-pub use broker::{Broker, ConnectionCounts, OutcomeCounts};
-pub use budget::{BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES, accounted_bytes};
+pub use broker::{
+    Broker, Fetched, MAX_DESCRIBE_PAGE, ProducerIdentity, ProducerSummary, ProducersPage,
+    TopicSummary,
+};
+pub use budget::{BATCH_OVERHEAD_BYTES, accounted_bytes};
 pub use config::{Config, TopicConfig};
-pub use error::{RequestError, ServerError};
+pub use counters::{ConnectionCounts, OutcomeCounts};
+pub use embedded::EmbeddedBroker;
+pub use error::{BrokerError, ErrorKind, ServerError};
 pub use listener::{run, serve};
+pub use minibroker_state::{Outcome, Verdict};
+pub use producers::FIRST_ISSUED_ID;
+pub use topics::{MAX_TOPIC_NAME_LEN, TopicCache};

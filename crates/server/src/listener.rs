@@ -26,13 +26,13 @@ use crate::{Broker, Config, ServerError};
 /// Serves a broker built from `config` on an already-bound `listener` until `shutdown` resolves.
 ///
 /// # Errors
-/// [`ServerError::Config`] when the configuration is invalid.
+/// [`ServerError`] when the configuration is invalid.
 pub async fn run(
     listener: TcpListener,
     config: Config,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
-    let broker = Broker::new(&config).map_err(|e| ServerError::Config(e.to_string()))?;
+    let broker = Broker::new(&config)?;
     serve(listener, Arc::new(broker), &config, shutdown).await
 }
 

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::RequestError;
+use crate::BrokerError;
 
 /// The first producer id the broker issues.
 pub const FIRST_ISSUED_ID: i64 = 1000;
@@ -101,10 +101,10 @@ impl ProducerIds {
     /// A new id at epoch 0, or — given a remembered id — that id at its next epoch.
     ///
     /// # Errors
-    /// [`RequestError::UnknownProducerId`] for an id never issued or forgotten;
-    /// [`RequestError::EpochExhausted`] when the epoch is already `i16::MAX`;
-    /// [`RequestError::StorageFull`] once every id up to `i64::MAX` has been issued.
-    pub fn init(&self, producer_id: Option<i64>) -> Result<(i64, i16), RequestError> {
+    /// [`BrokerError::UnknownProducerId`] for an id never issued or forgotten;
+    /// [`BrokerError::EpochExhausted`] when the epoch is already `i16::MAX`;
+    /// [`BrokerError::ProducerIdsExhausted`] once every id up to `i64::MAX` has been issued.
+    pub fn init(&self, producer_id: Option<i64>) -> Result<(i64, i16), BrokerError> {
         self.init_at(producer_id, Instant::now())
     }
 
@@ -116,26 +116,24 @@ impl ProducerIds {
         &self,
         producer_id: Option<i64>,
         now: Instant,
-    ) -> Result<(i64, i16), RequestError> {
+    ) -> Result<(i64, i16), BrokerError> {
         let mut issued = self.issued.lock().unwrap_or_else(PoisonError::into_inner);
         issued.forget(now, self.expiration, self.max_remembered);
         let (id, epoch) = match producer_id {
             None => {
                 let id = issued.next_id;
-                issued.next_id = id.checked_add(1).ok_or_else(|| {
-                    RequestError::StorageFull("every producer id has been issued".to_owned())
-                })?;
+                issued.next_id = id.checked_add(1).ok_or(BrokerError::ProducerIdsExhausted)?;
                 (id, 0)
             }
             Some(id) => {
                 let epoch = issued
                     .remembered
                     .get(&id)
-                    .ok_or(RequestError::UnknownProducerId(id))?
+                    .ok_or(BrokerError::UnknownProducerId(id))?
                     .epoch;
                 let epoch = epoch
                     .checked_add(1)
-                    .ok_or(RequestError::EpochExhausted(id))?;
+                    .ok_or(BrokerError::EpochExhausted(id))?;
                 (id, epoch)
             }
         };
@@ -188,7 +186,7 @@ mod tests {
         // The oldest id was forgotten, so it cannot be bumped; the newest can.
         assert!(matches!(
             ids.init(Some(first)),
-            Err(RequestError::UnknownProducerId(_))
+            Err(BrokerError::UnknownProducerId(_))
         ));
         let newest = FIRST_ISSUED_ID + 100;
         assert_eq!(ids.init(Some(newest)).unwrap(), (newest, 1));
@@ -214,7 +212,7 @@ mod tests {
         let later = start + Duration::from_secs(61);
         assert!(matches!(
             ids.init_at(Some(old), later),
-            Err(RequestError::UnknownProducerId(_))
+            Err(BrokerError::UnknownProducerId(_))
         ));
         assert_eq!(ids.init_at(Some(kept), later).unwrap(), (kept, 1));
         assert_eq!(ids.remembered(), 1);
@@ -229,7 +227,7 @@ mod tests {
         }
         assert!(matches!(
             ids.init(Some(id)),
-            Err(RequestError::EpochExhausted(_))
+            Err(BrokerError::EpochExhausted(_))
         ));
     }
 
@@ -238,7 +236,7 @@ mod tests {
         let ids = ProducerIds::new(10, DAY);
         assert!(matches!(
             ids.init(Some(5)),
-            Err(RequestError::UnknownProducerId(5))
+            Err(BrokerError::UnknownProducerId(5))
         ));
     }
 }

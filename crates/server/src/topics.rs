@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use crate::budget::{StorageBudget, topic_bytes};
-use crate::{Config, RequestError};
+use crate::{BrokerError, Config, ServerError};
 
 /// Longest topic name, as in Kafka.
 pub const MAX_TOPIC_NAME_LEN: usize = 249;
@@ -68,11 +68,11 @@ impl Topic {
     /// Partition `index`, or a clear error naming the valid range.
     ///
     /// # Errors
-    /// [`RequestError::PartitionOutOfRange`].
-    pub fn partition(&self, index: u32) -> Result<&Partition, RequestError> {
+    /// [`BrokerError::PartitionOutOfRange`].
+    pub fn partition(&self, index: u32) -> Result<&Partition, BrokerError> {
         self.partitions
             .get(index as usize)
-            .ok_or_else(|| RequestError::PartitionOutOfRange {
+            .ok_or_else(|| BrokerError::PartitionOutOfRange {
                 topic: self.name.clone(),
                 partition: index,
                 count: self.partition_count(),
@@ -119,9 +119,8 @@ impl TopicRegistry {
     /// A registry holding the topics declared in `config`, charging them to `budget`.
     ///
     /// # Errors
-    /// [`RequestError::InvalidInput`] for a declared topic with a bad name;
-    /// [`RequestError::StorageFull`] if the declared topics exceed a limit.
-    pub fn new(config: &Config, budget: Arc<StorageBudget>) -> Result<Self, RequestError> {
+    /// [`ServerError::DeclaredTopic`] for a declared topic that cannot be created.
+    pub fn new(config: &Config, budget: Arc<StorageBudget>) -> Result<Self, ServerError> {
         let registry = Self {
             topics: RwLock::new(HashMap::new()),
             next_partition_id: Mutex::new(0),
@@ -132,7 +131,12 @@ impl TopicRegistry {
             max_partitions: config.max_partitions,
         };
         for topic in &config.topics {
-            registry.create(&topic.name, topic.partitions)?;
+            registry
+                .create(&topic.name, topic.partitions)
+                .map_err(|source| ServerError::DeclaredTopic {
+                    name: topic.name.clone(),
+                    source,
+                })?;
         }
         Ok(registry)
     }
@@ -140,81 +144,76 @@ impl TopicRegistry {
     /// The topic named `name`, if it exists.
     ///
     /// # Errors
-    /// [`RequestError::InvalidInput`] for a name no topic can have; [`RequestError::UnknownTopic`]
-    /// if it does not exist.
-    pub fn get(&self, name: &str) -> Result<Arc<Topic>, RequestError> {
+    /// [`BrokerError::InvalidTopicName`] for a name no topic can have;
+    /// [`BrokerError::UnknownTopic`] if it does not exist.
+    pub fn get(&self, name: &str) -> Result<Arc<Topic>, BrokerError> {
         validate_topic_name(name)?;
         self.read()
             .get(name)
             .cloned()
-            .ok_or_else(|| RequestError::UnknownTopic(name.to_owned()))
+            .ok_or_else(|| BrokerError::UnknownTopic(name.to_owned()))
     }
 
     /// The topic named `name`, created with the default partition count if auto-creation is on
     /// and the request passes `check` against the topic it would create.
     ///
     /// # Errors
-    /// [`RequestError::InvalidInput`] for a bad name; [`RequestError::UnknownTopic`] if it does
-    /// not exist and auto-creation is off; [`RequestError::PartitionOutOfRange`] or
-    /// [`RequestError::StorageFull`] if the request would be refused by the new topic (which is
-    /// then not created) or a topic, partition or storage limit is reached.
-    pub fn get_or_create(
-        &self,
-        name: &str,
-        check: CreateCheck,
-    ) -> Result<Arc<Topic>, RequestError> {
+    /// [`BrokerError::InvalidTopicName`] for a bad name; [`BrokerError::UnknownTopic`] if it
+    /// does not exist and auto-creation is off; [`BrokerError::PartitionOutOfRange`] or
+    /// [`BrokerError::StoreFull`] if the request would be refused by the new topic (which is then
+    /// not created); a topic or partition limit error when one is reached.
+    pub fn get_or_create(&self, name: &str, check: CreateCheck) -> Result<Arc<Topic>, BrokerError> {
         validate_topic_name(name)?;
         if let Some(topic) = self.read().get(name) {
             return Ok(Arc::clone(topic));
         }
         if !self.auto_create {
-            return Err(RequestError::UnknownTopic(name.to_owned()));
+            return Err(BrokerError::UnknownTopic(name.to_owned()));
         }
         let partitions = self.default_partitions;
         if check.partition >= partitions {
-            return Err(RequestError::PartitionOutOfRange {
+            return Err(BrokerError::PartitionOutOfRange {
                 topic: name.to_owned(),
                 partition: check.partition,
                 count: partitions,
             });
         }
         if !self.budget.has_room(topic_bytes(partitions) + check.bytes) {
-            return Err(RequestError::StorageFull(format!(
-                "the broker's store is full ({} bytes); topic {name:?} was not created",
-                self.budget.max()
-            )));
+            return Err(self.store_full());
         }
         self.create(name, partitions)
     }
 
+    fn store_full(&self) -> BrokerError {
+        BrokerError::StoreFull {
+            limit: self.budget.max(),
+            refused: "the topic",
+        }
+    }
+
     /// Creates `name` with `partitions` partitions, or returns it if it already exists.
-    fn create(&self, name: &str, partitions: u32) -> Result<Arc<Topic>, RequestError> {
+    fn create(&self, name: &str, partitions: u32) -> Result<Arc<Topic>, BrokerError> {
         validate_topic_name(name)?;
         let mut topics = self.topics.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(topic) = topics.get(name) {
             return Ok(Arc::clone(topic));
         }
         if topics.len() >= self.max_topics {
-            return Err(RequestError::StorageFull(format!(
-                "the broker holds its maximum of {} topics",
-                self.max_topics
-            )));
+            return Err(BrokerError::TooManyTopics(self.max_topics));
         }
         let mut next_id = self
             .next_partition_id
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if next_id.saturating_add(partitions) > self.max_partitions {
-            return Err(RequestError::StorageFull(format!(
-                "the broker holds {} of its maximum of {} partitions; a topic of {partitions} does not fit",
-                *next_id, self.max_partitions
-            )));
+            return Err(BrokerError::TooManyPartitions {
+                held: *next_id,
+                max: self.max_partitions,
+                wanted: partitions,
+            });
         }
         if !self.budget.try_charge(topic_bytes(partitions)) {
-            return Err(RequestError::StorageFull(format!(
-                "the broker's store is full ({} bytes); topic {name:?} was not created",
-                self.budget.max()
-            )));
+            return Err(self.store_full());
         }
         let partitions = (0..partitions)
             .map(|_| {
@@ -282,7 +281,7 @@ impl TopicCache {
         registry: &TopicRegistry,
         name: &str,
         check: CreateCheck,
-    ) -> Result<&'a Topic, RequestError> {
+    ) -> Result<&'a Topic, BrokerError> {
         if let Some(index) = self.topics.iter().position(|t| t.name == name) {
             return Ok(&self.topics[index]);
         }
@@ -298,9 +297,8 @@ impl TopicCache {
 /// Kafka's rule for topic names: 1 to 249 of `[A-Za-z0-9._-]`, and not `.` or `..`.
 ///
 /// # Errors
-/// [`RequestError::InvalidInput`] explaining what is wrong, quoting at most a short, escaped
-/// prefix of the name.
-pub fn validate_topic_name(name: &str) -> Result<(), RequestError> {
+/// [`BrokerError::InvalidTopicName`], quoting at most a short, escaped prefix of the name.
+pub fn validate_topic_name(name: &str) -> Result<(), BrokerError> {
     let valid_chars = name
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
@@ -310,10 +308,9 @@ pub fn validate_topic_name(name: &str) -> Result<(), RequestError> {
         || name == "."
         || name == ".."
     {
-        return Err(RequestError::InvalidInput(format!(
-            "invalid topic name {}: use 1 to {MAX_TOPIC_NAME_LEN} of the characters A-Z a-z 0-9 . _ -",
-            quote_prefix(name)
-        )));
+        return Err(BrokerError::InvalidTopicName {
+            name: quote_prefix(name),
+        });
     }
     Ok(())
 }

@@ -65,6 +65,21 @@ impl SequenceRange {
         self.last
     }
 
+    /// How many sequences the range holds (at least one).
+    #[must_use]
+    pub const fn count(self) -> u32 {
+        let span = self.last as i64 - self.first as i64;
+        let modulus = i32::MAX as i64 + 1;
+        // Between 1 and 2^31, which fits a u32.
+        ((span + modulus) % modulus + 1) as u32
+    }
+
+    /// The sequence right after the range: where the next batch starts.
+    #[must_use]
+    pub const fn following(self) -> i32 {
+        next_sequence(self.last)
+    }
+
     /// Whether the range runs past `i32::MAX` and continues from `0`.
     #[must_use]
     pub const fn wraps(self) -> bool {
@@ -89,6 +104,11 @@ mod tests {
         assert_eq!((r.first(), r.last(), r.wraps()), (10, 14, false));
         let r = SequenceRange::spanning(i32::MAX - 1, 4).unwrap();
         assert_eq!((r.first(), r.last(), r.wraps()), (i32::MAX - 1, 1, true));
+        assert_eq!(r.following(), 2);
+        assert_eq!(r.count(), 4);
+        assert_eq!(SequenceRange::spanning(3, 1 << 31).unwrap().count(), 1 << 31);
+        assert_eq!(SequenceRange::spanning(3, 7).unwrap().count(), 7);
+        assert_eq!(SequenceRange::single(i32::MAX).unwrap().following(), 0);
         assert_eq!(SequenceRange::single(7).unwrap().last(), 7);
     }
 

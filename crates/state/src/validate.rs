@@ -7,7 +7,11 @@ use crate::{ProducerEntry, SequenceRange, next_sequence};
 use std::fmt;
 
 /// The answer to one produce request, as in the mission text.
+///
+/// With the `serde` feature it serializes as its variant's position, so variants are only ever
+/// added at the end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Outcome {
     /// In-order new data: appended, and its sequence recorded.
     Accepted,

@@ -1,5 +1,6 @@
 //! The invariants, checked over logs already read.
 
+use minibroker_state::SequenceRange;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -13,10 +14,17 @@ pub struct StoredBatch {
     pub producer_id: i64,
     /// Its epoch.
     pub epoch: i16,
-    /// Its sequence.
+    /// Its base sequence (its first record's); record `i` has `sequence + i`.
     pub sequence: i32,
-    /// Number of records.
+    /// Number of records (and so of sequences it spans).
     pub records: usize,
+}
+
+impl StoredBatch {
+    /// The sequences the batch spans, or `None` for a record count no batch can have.
+    fn sequences(&self) -> Option<SequenceRange> {
+        SequenceRange::spanning(self.sequence, u32::try_from(self.records).ok()?).ok()
+    }
 }
 
 /// One partition's batches in log order.
@@ -37,7 +45,7 @@ pub struct AckedBatch {
     pub producer_id: i64,
     /// Its epoch.
     pub epoch: i16,
-    /// The batch's sequence.
+    /// The batch's base sequence.
     pub sequence: i32,
     /// The offset the acknowledgement named, if it named one.
     pub offset: Option<i64>,
@@ -232,7 +240,7 @@ pub fn check(topic: &str, logs: &[PartitionLog], acknowledged: Option<&[AckedBat
     // (partition, producer, epoch, sequence) → the stored batch.
     let mut stored: HashMap<(u32, i64, i16, i32), StoredBatch> = HashMap::new();
     for log in logs {
-        // producer → (epoch, last sequence) in this partition.
+        // producer → (epoch, the sequence its next batch must start at) in this partition.
         let mut progress: HashMap<i64, (i16, i32)> = HashMap::new();
         for batch in &log.batches {
             report.batches += 1;
@@ -266,9 +274,7 @@ pub fn check(topic: &str, logs: &[PartitionLog], acknowledged: Option<&[AckedBat
                     });
                     None
                 }
-                Some(&(epoch, last)) if batch.epoch == epoch => {
-                    Some(if last == i32::MAX { 0 } else { last + 1 })
-                }
+                Some(&(epoch, next)) if batch.epoch == epoch => Some(next),
                 // First batch of the producer here, or of a new epoch: it starts at 0.
                 _ => Some(0),
             };
@@ -285,8 +291,10 @@ pub fn check(topic: &str, logs: &[PartitionLog], acknowledged: Option<&[AckedBat
             let newest = progress
                 .get(&batch.producer_id)
                 .map_or(batch.epoch, |p| p.0.max(batch.epoch));
-            if newest == batch.epoch {
-                progress.insert(batch.producer_id, (batch.epoch, batch.sequence));
+            if newest == batch.epoch
+                && let Some(sequences) = batch.sequences()
+            {
+                progress.insert(batch.producer_id, (batch.epoch, sequences.following()));
             }
         }
     }
@@ -403,6 +411,27 @@ mod tests {
         assert!(matches!(
             report.violations[0],
             Violation::NotContiguous { expected: 0, .. }
+        ));
+    }
+
+    #[test]
+    fn batches_span_one_sequence_per_record() {
+        let multi = |base_offset, sequence, records| StoredBatch {
+            records,
+            ..batch(base_offset, 1, 0, sequence)
+        };
+        // 0..=2, then 3..=3, then 4..=5: contiguous.
+        let clean = log(vec![multi(0, 0, 3), multi(3, 3, 1), multi(4, 4, 2)]);
+        assert!(check("t", &clean, None).passed());
+        // A batch starting at 1 after one spanning 0..=2 overlaps it.
+        let overlap = check("t", &log(vec![multi(0, 0, 3), multi(3, 1, 1)]), None);
+        assert!(matches!(
+            overlap.violations[0],
+            Violation::NotContiguous {
+                expected: 3,
+                found: 1,
+                ..
+            }
         ));
     }
 

@@ -3,7 +3,8 @@
 //! Reads every partition of a topic back and checks, from the producer id, epoch and sequence the
 //! log stores with each batch:
 //! 1. no (producer id, epoch, sequence) is stored twice;
-//! 2. each producer's sequences start at 0 and are contiguous within an epoch, in log order;
+//! 2. each producer's sequences start at 0 and are contiguous within an epoch, in log order (a
+//!    batch of `n` records spans `n` sequences);
 //! 3. a producer's epochs never go backwards in a partition (nothing of a fenced instance lands
 //!    after its successor wrote);
 //! 4. given what producers report as acknowledged, every acknowledged batch is stored exactly

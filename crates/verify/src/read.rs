@@ -1,17 +1,14 @@
 //! Reading a whole topic back through the client.
 
-use minibroker_client::{Client, ClientError};
-use std::collections::BTreeMap;
+use minibroker_client::{Client, ClientError, PartitionReader};
 
 use crate::{AckedBatch, PartitionLog, Report, StoredBatch, check};
 
-/// Bytes asked for per fetch.
-const FETCH_BYTES: u32 = 1 << 20;
-
-/// Reads every batch of every partition of `topic`, reassembling batches split across fetches.
+/// Reads every batch of every partition of `topic`.
 ///
 /// # Errors
-/// Transport failures and broker errors (an unknown topic among them).
+/// Transport failures, broker errors (an unknown topic among them) and batches that do not
+/// decode.
 pub async fn read_topic(client: &Client, topic: &str) -> Result<Vec<PartitionLog>, ClientError> {
     let metadata = client.metadata().await?;
     let Some(info) = metadata.topics.iter().find(|t| t.name == topic) else {
@@ -24,31 +21,18 @@ pub async fn read_topic(client: &Client, topic: &str) -> Result<Vec<PartitionLog
     };
     let mut logs = Vec::with_capacity(info.partitions as usize);
     for partition in 0..info.partitions {
-        let mut batches: BTreeMap<i64, StoredBatch> = BTreeMap::new();
-        let mut offset = 0;
-        loop {
-            let fetched = client.fetch(topic, partition, offset, FETCH_BYTES).await?;
-            for part in &fetched.batches {
-                let entry = batches
-                    .entry(part.batch_base_offset)
-                    .or_insert(StoredBatch {
-                        base_offset: part.batch_base_offset,
-                        producer_id: part.producer_id,
-                        epoch: part.epoch,
-                        sequence: part.sequence,
-                        records: 0,
-                    });
-                entry.records += part.records.len();
-                offset = part.first_offset + part.records.len() as i64;
-            }
-            if fetched.batches.is_empty() || offset >= fetched.high_watermark {
-                break;
-            }
+        let mut reader = PartitionReader::new(client, topic, partition, 0);
+        let mut batches = Vec::new();
+        while let Some(batch) = reader.next_batch().await? {
+            batches.push(StoredBatch {
+                base_offset: batch.base_offset,
+                producer_id: batch.info.producer_id,
+                epoch: batch.info.epoch,
+                sequence: batch.info.base_sequence,
+                records: batch.info.record_count as usize,
+            });
         }
-        logs.push(PartitionLog {
-            partition,
-            batches: batches.into_values().collect(),
-        });
+        logs.push(PartitionLog { partition, batches });
     }
     Ok(logs)
 }

@@ -4,51 +4,57 @@ use anyhow::Result;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use minibroker_client::{
-    Client, ClientConfig, ClientError, Producer, ProducerConfig, ProducerError,
+    Client, ClientConfig, ClientError, NewRecord, PartitionReader, Producer, ProducerConfig,
+    ProducerError,
 };
 use minibroker_protocol::{
     ErrorCode, FrameCodec, InitProducerResponse, Outcome, ProduceResponse, Request, Response, codec,
 };
 use minibroker_server::Config;
-use minibroker_tests::TestBroker;
+use minibroker_tests::{TestBroker, start_broker};
 use std::time::Duration;
 use tokio_util::codec::Framed;
 
-fn records(prefix: &str, n: usize) -> Vec<Bytes> {
+fn records(prefix: &str, n: usize) -> Vec<NewRecord> {
     (0..n)
-        .map(|i| Bytes::from(format!("{prefix}-{i}")))
+        .map(|i| NewRecord::value(format!("{prefix}-{i}")))
         .collect()
 }
 
 #[tokio::test]
 async fn producer_batches_are_stored_once_in_order() -> Result<()> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     let mut producer = Producer::connect(&broker.address(), ProducerConfig::default()).await?;
-    let batches: Vec<Vec<Bytes>> = (0..20).map(|b| records(&format!("b{b}"), 3)).collect();
+    let batches: Vec<Vec<NewRecord>> = (0..20).map(|b| records(&format!("b{b}"), 3)).collect();
     let acks = producer.send_batches("orders", 0, batches).await?;
     let offsets: Vec<Option<i64>> = acks.iter().map(|a| a.base_offset).collect();
     let expected: Vec<Option<i64>> = (0..20).map(|b| Some(b * 3)).collect();
     assert_eq!(offsets, expected);
-    assert!(acks.iter().all(|a| !a.duplicate));
+    assert!(acks.iter().all(|a| !a.duplicate && a.records == 3));
+    // Every record takes a sequence: batch b starts at 3b.
     let sequences: Vec<i32> = acks.iter().map(|a| a.sequence).collect();
-    assert_eq!(sequences, (0..20).collect::<Vec<_>>());
-    assert_eq!(producer.next_sequence("orders", 0), 20);
+    assert_eq!(sequences, (0..20).map(|b| b * 3).collect::<Vec<_>>());
+    assert_eq!(producer.next_sequence("orders", 0), 60);
 
     let client = Client::connect(&broker.address(), ClientConfig::default()).await?;
-    let fetched = client.fetch("orders", 0, 0, 1 << 20).await?;
-    assert_eq!(fetched.high_watermark, 60);
-    let values: Vec<Bytes> = fetched
-        .batches
-        .iter()
-        .flat_map(|b| b.records.clone())
-        .collect();
-    assert_eq!(values[4], Bytes::from("b1-1"));
-    assert!(
-        fetched
-            .batches
-            .iter()
-            .all(|b| b.producer_id == producer.producer_id())
+    assert_eq!(
+        client.fetch("orders", 0, 0, 1 << 20).await?.high_watermark,
+        60
     );
+    let mut reader = PartitionReader::new(&client, "orders", 0, 4);
+    let mut values = Vec::new();
+    while let Some(batch) = reader.next_batch().await? {
+        assert_eq!(batch.info.producer_id, producer.producer_id());
+        values.extend(
+            batch
+                .records
+                .into_iter()
+                .map(|r| (r.offset, r.sequence, r.value)),
+        );
+    }
+    // Read from offset 4: the batch holding it is cut to the records from there.
+    assert_eq!(values.len(), 56);
+    assert_eq!(values[0], (4, 4, Some(Bytes::from("b1-1"))));
     Ok(())
 }
 
@@ -58,19 +64,21 @@ async fn sequences_are_numbered_per_partition() -> Result<()> {
         default_partitions: 2,
         ..Config::default()
     };
-    let broker = TestBroker::with_config(config).await?;
+    let broker = TestBroker::start(config).await?;
     let mut producer = Producer::connect(&broker.address(), ProducerConfig::default()).await?;
     producer.send("t", 0, records("a", 1)).await?;
     producer.send("t", 0, records("a", 1)).await?;
     let ack = producer.send("t", 1, records("b", 1)).await?;
     assert_eq!(ack.sequence, 0);
     assert_eq!(producer.next_sequence("t", 0), 2);
+    producer.send("t", 0, records("c", 4)).await?;
+    assert_eq!(producer.next_sequence("t", 0), 6);
     Ok(())
 }
 
 #[tokio::test]
 async fn a_resumed_instance_fences_the_old_one() -> Result<()> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     let mut old = Producer::connect(&broker.address(), ProducerConfig::default()).await?;
     old.send("t", 0, records("old", 1)).await?;
     let mut new = Producer::resume(
@@ -140,7 +148,7 @@ async fn fake_broker(answer: fn(&Request<'_>) -> Response) -> Result<String> {
 
 #[tokio::test]
 async fn broker_errors_reach_the_caller_with_their_code() -> Result<()> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     let client = Client::connect(&broker.address(), ClientConfig::default()).await?;
     match client.describe_producers("missing", 0).await {
         Err(ClientError::Broker(error)) => assert_eq!(error.code, ErrorCode::UnknownTopic),
@@ -151,7 +159,7 @@ async fn broker_errors_reach_the_caller_with_their_code() -> Result<()> {
 
 #[tokio::test]
 async fn describe_producers_and_metadata() -> Result<()> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     let mut producer = Producer::connect(&broker.address(), ProducerConfig::default()).await?;
     producer
         .send_batches("t", 0, vec![records("a", 2), records("b", 1)])
@@ -168,7 +176,8 @@ async fn describe_producers_and_metadata() -> Result<()> {
             state.last_base_offset,
             state.cached_batches
         ),
-        (producer.producer_id(), 0, 1, Some(2), 2)
+        // Sequences count records: "a" took 0 and 1, "b" took 2.
+        (producer.producer_id(), 0, 2, Some(2), 2)
     );
     let metadata = client.metadata().await?;
     assert_eq!(metadata.topics.len(), 1);
@@ -226,7 +235,7 @@ async fn a_dropped_connection_fails_waiting_requests() -> Result<()> {
 
 #[tokio::test]
 async fn producer_gives_up_when_the_broker_is_gone() -> Result<()> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     let address = broker.address();
     let config = ProducerConfig {
         max_retries: 2,

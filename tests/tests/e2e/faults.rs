@@ -2,12 +2,13 @@
 //! retries, zombies, gaps, and a seeded soak — each checked against what the broker stored.
 
 use anyhow::Result;
-use bytes::Bytes;
-use minibroker_client::{Ack, Client, ClientConfig, Producer, ProducerConfig, ProducerError};
+use minibroker_client::{
+    Ack, Client, ClientConfig, NewRecord, Producer, ProducerConfig, ProducerError,
+};
 use minibroker_faults::{Fault, FaultConfig};
-use minibroker_protocol::{Outcome, ProduceRequest, serde_bytes};
+use minibroker_protocol::Outcome;
 use minibroker_server::{Broker, Config};
-use minibroker_tests::{TestBroker, TestProxy};
+use minibroker_tests::{TestBroker, TestProxy, start_broker, stored_batches};
 use minibroker_verify::AckedBatch;
 use std::time::Duration;
 
@@ -22,16 +23,15 @@ fn producer_config(timeout: Duration) -> ProducerConfig {
     }
 }
 
-fn batch(label: &str) -> Vec<Bytes> {
-    vec![Bytes::from(label.to_owned())]
+fn batch(label: &str) -> Vec<NewRecord> {
+    vec![NewRecord::value(label.to_owned())]
 }
 
-/// (epoch, sequence) of every stored batch of partition 0 of `topic`, in log order.
+/// (epoch, base sequence) of every stored batch of partition 0 of `topic`, in log order.
 fn stored(broker: &Broker, topic: &str) -> Vec<(i16, i32)> {
-    let topic = broker.topics().get(topic).expect("topic exists");
-    let log = topic.partition(0).expect("partition 0").log();
-    log.batches()
-        .map(|b| (b.writer().epoch, b.writer().base_sequence))
+    stored_batches(broker, topic, 0)
+        .into_iter()
+        .map(|(_, info)| (info.epoch, info.base_sequence))
         .collect()
 }
 
@@ -41,7 +41,7 @@ async fn through_faults(
     faults: FaultConfig,
     timeout: Duration,
 ) -> Result<(TestBroker, TestProxy, Producer)> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     let proxy = TestProxy::start(broker.addr, faults).await?;
     let producer = Producer::connect(&proxy.address(), producer_config(timeout)).await?;
     Ok((broker, proxy, producer))
@@ -60,6 +60,7 @@ async fn lost_ack_is_resent_and_answered_as_a_duplicate_with_the_original_offset
         ack,
         Ack {
             sequence: 0,
+            records: 1,
             base_offset: Some(0),
             duplicate: true
         }
@@ -86,6 +87,7 @@ async fn lost_request_is_resent_and_accepted_once() -> Result<()> {
     let expected: Vec<Ack> = (0..5)
         .map(|i| Ack {
             sequence: i,
+            records: 1,
             base_offset: Some(i64::from(i)),
             duplicate: false,
         })
@@ -145,14 +147,14 @@ async fn stale_retry_released_after_newer_batches_is_a_duplicate_and_changes_not
     producer.send("t", 0, batch("s0")).await?;
     producer.send("t", 0, batch("s1")).await?;
     producer.send("t", 0, batch("s2")).await?;
-    let before = broker.broker.state().snapshot();
+    let before = broker.broker.producers("t", 0)?;
     assert_eq!(broker.broker.outcome_counts().duplicate, 0);
     // Answers so far: init-producer, the resent s0, s1 and s2. The fifth is the stale copy's.
     assert_eq!(proxy.proxy.counts().responses_received, 4);
     proxy.proxy.release_held();
     proxy.wait_until(|c| c.responses_received == 5).await?;
     assert_eq!(broker.broker.outcome_counts().duplicate, 1);
-    assert_eq!(broker.broker.state().snapshot(), before);
+    assert_eq!(broker.broker.producers("t", 0)?, before);
     assert_eq!(stored(&broker.broker, "t"), vec![(0, 0), (0, 1), (0, 2)]);
     assert_eq!(proxy.proxy.counts().held, 1);
     Ok(())
@@ -160,7 +162,7 @@ async fn stale_retry_released_after_newer_batches_is_a_duplicate_and_changes_not
 
 #[tokio::test]
 async fn zombie_producer_is_fenced_and_nothing_of_it_lands_after_the_new_instance() -> Result<()> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     // Instance A's second batch (request 3) stalls in the network until the test releases it.
     let faults = FaultConfig {
         hold_request: Fault::at(&[3]),
@@ -177,7 +179,7 @@ async fn zombie_producer_is_fenced_and_nothing_of_it_lands_after_the_new_instanc
     });
     // Instance B takes over the same producer id while A's batch is stuck.
     proxy.wait_until(|c| c.held == 1).await?;
-    let id = broker.broker.state().producers(0)[0].producer_id;
+    let id = broker.broker.producers("t", 0)?[0].producer_id;
     let mut b = Producer::resume(&broker.address(), id, ProducerConfig::default()).await?;
     assert_eq!(b.epoch(), 1);
     b.send("t", 0, batch("b0")).await?;
@@ -199,24 +201,19 @@ async fn zombie_producer_is_fenced_and_nothing_of_it_lands_after_the_new_instanc
 
 #[tokio::test]
 async fn gap_is_out_of_order_leaves_state_untouched_and_the_right_sequence_follows() -> Result<()> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     let proxy = TestProxy::start(broker.addr, FaultConfig::default()).await?;
     let client = Client::connect(&proxy.address(), ClientConfig::default()).await?;
     let send = |sequence| {
-        client.produce(ProduceRequest {
-            topic: "t",
-            partition: 0,
-            producer_id: 5,
-            epoch: 0,
-            sequence,
-            records: vec![serde_bytes::Bytes::new(b"r")],
-        })
+        let batch = minibroker_tests::batch(5, 0, sequence, &[b"r"]);
+        let client = &client;
+        async move { client.produce("t", 0, &batch).await }
     };
     assert_eq!(send(0).await?.outcome, Outcome::Accepted);
-    let before = broker.broker.state().snapshot();
+    let before = broker.broker.producers("t", 0)?;
     let gap = send(2).await?;
     assert_eq!((gap.outcome, gap.base_offset), (Outcome::OutOfOrder, None));
-    assert_eq!(broker.broker.state().snapshot(), before);
+    assert_eq!(broker.broker.producers("t", 0)?, before);
     let next = send(1).await?;
     assert_eq!(
         (next.outcome, next.base_offset),
@@ -237,7 +234,7 @@ async fn soak_with_every_fault_at_a_fixed_seed_stays_exactly_once() -> Result<()
         default_partitions: SOAK_PARTITIONS,
         ..Config::default()
     };
-    let broker = TestBroker::with_config(config).await?;
+    let broker = TestBroker::start(config).await?;
     let faults = FaultConfig {
         drop_request: Fault::rate(0.02),
         drop_response: Fault::rate(0.02),
@@ -263,8 +260,8 @@ async fn soak_with_every_fault_at_a_fixed_seed_stays_exactly_once() -> Result<()
                     let batches = (0..SOAK_WINDOW)
                         .map(|i| {
                             vec![
-                                Bytes::from(format!("p{p}-r{round}-{i}-a")),
-                                Bytes::from("b"),
+                                NewRecord::value(format!("p{p}-r{round}-{i}-a")),
+                                NewRecord::value("b"),
                             ]
                         })
                         .collect();
@@ -275,7 +272,7 @@ async fn soak_with_every_fault_at_a_fixed_seed_stays_exactly_once() -> Result<()
                             epoch: producer.epoch(),
                             sequence: ack.sequence,
                             offset: ack.base_offset,
-                            records: 2,
+                            records: ack.records as usize,
                         });
                     }
                 }

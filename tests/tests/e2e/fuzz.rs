@@ -11,20 +11,24 @@ use minibroker_protocol::{
     DescribeProducersRequest, FetchRequest, InitProducerRequest, Request, Response, codec,
 };
 use minibroker_server::Config;
-use minibroker_tests::{RawConnection, TestBroker, produce};
+use minibroker_tests::{AsRequest, RawConnection, TestBroker, produce};
 
 /// Mutated frames sent per seed.
 const FRAMES: usize = 3000;
 /// Frames written before their answers are read.
 const WINDOW: usize = 64;
 
-/// Requests the mutations start from: every kind, with ordinary and extreme fields.
-fn seeds<'a>(records: &'a [Vec<u8>]) -> Vec<Request<'a>> {
+/// The encoded bodies the mutations start from: requests of every kind, with ordinary and
+/// extreme fields, produce requests carrying real batches.
+fn seed_bodies(records: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
     let slices: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
-    vec![
+    let produces = [
         produce("fuzz", 0, 1, 0, 0, &slices),
         produce("fuzz", 3, i64::MAX, i16::MAX, i32::MAX, &slices[..1]),
         produce("a-much-longer.topic_name", 0, 7, 2, 9, &slices[1..]),
+    ];
+    let mut requests: Vec<Request> = produces.iter().map(AsRequest::as_request).collect();
+    requests.extend([
         Request::Fetch(FetchRequest {
             topic: "fuzz",
             partition: 0,
@@ -48,7 +52,11 @@ fn seeds<'a>(records: &'a [Vec<u8>]) -> Vec<Request<'a>> {
             limit: 3,
         }),
         Request::Metadata,
-    ]
+    ]);
+    Ok(requests
+        .iter()
+        .map(|request| codec::encode_body(0, request).map(|body| body.to_vec()))
+        .collect::<Result<_, _>>()?)
 }
 
 /// One to three random mutations of an encoded body (version byte, correlation id, message).
@@ -105,13 +113,9 @@ async fn mutated_requests_get_well_formed_answers_and_never_break_the_connection
         max_stored_bytes: 64 << 20,
         ..Config::default()
     };
-    let broker = TestBroker::with_config(config).await?;
+    let broker = TestBroker::start(config).await?;
     let records = vec![b"value".to_vec(), Vec::new(), vec![0xff; 300]];
-    let seeds = seeds(&records);
-    let bodies: Vec<Vec<u8>> = seeds
-        .iter()
-        .map(|request| codec::encode_body(0, request).map(|body| body.to_vec()))
-        .collect::<Result<_, _>>()?;
+    let bodies = seed_bodies(&records)?;
     for seed in [1u64, 2, 3] {
         let mut rng = SplitMix64::new(seed);
         let mut conn = RawConnection::connect(broker.addr).await?;

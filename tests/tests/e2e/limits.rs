@@ -16,7 +16,7 @@ async fn broker_with_idle_timeout() -> Result<TestBroker> {
         idle_timeout_ms: IDLE.as_millis() as u64,
         ..Config::default()
     };
-    TestBroker::with_config(config).await
+    Ok(TestBroker::start(config).await?)
 }
 
 #[tokio::test(start_paused = true)]

@@ -2,11 +2,11 @@
 
 use anyhow::Result;
 use minibroker_protocol::{Outcome, ProduceResponse, Response};
-use minibroker_tests::{RawConnection, TestBroker, frame, produce};
+use minibroker_tests::{RawConnection, frame, produce, start_broker};
 
 #[tokio::test]
 async fn in_flight_requests_complete_and_new_connections_are_refused() -> Result<()> {
-    let mut broker = TestBroker::start().await?;
+    let mut broker = start_broker().await?;
     let addr = broker.addr;
     let mut conn = RawConnection::connect(addr).await?;
     let mut pipelined = Vec::new();
@@ -34,12 +34,10 @@ async fn in_flight_requests_complete_and_new_connections_are_refused() -> Result
     }
     conn.expect_closed().await?;
     if let Some(server) = server {
-        server.await?;
+        server.await??;
     }
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
-    assert_eq!(
-        broker.broker.state().entry(0, 1).map(|e| e.last_sequence()),
-        Some(99)
-    );
+    let producers = broker.broker.producers("t", 0)?;
+    assert_eq!(producers[0].entry.last_sequence(), 99);
     Ok(())
 }

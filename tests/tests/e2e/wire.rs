@@ -6,8 +6,8 @@ use minibroker_protocol::{
     VERSION,
 };
 use minibroker_server::budget::{PRODUCER_ENTRY_BYTES, topic_bytes};
-use minibroker_server::{BATCH_OVERHEAD_BYTES, Config, RECORD_OVERHEAD_BYTES};
-use minibroker_tests::{RawConnection, TestBroker, frame, produce};
+use minibroker_server::{BATCH_OVERHEAD_BYTES, Config};
+use minibroker_tests::{RawConnection, TestBroker, frame, produce, start_broker};
 
 fn outcome(response: &Response) -> (Outcome, Option<i64>) {
     match response {
@@ -31,7 +31,7 @@ fn error_code(response: &Response) -> ErrorCode {
 
 #[tokio::test]
 async fn seed_example_over_the_wire() -> Result<()> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     let mut conn = RawConnection::connect(broker.addr).await?;
     let steps = [
         (0, 0, Outcome::Accepted, Some(0)),
@@ -51,7 +51,7 @@ async fn seed_example_over_the_wire() -> Result<()> {
 
 #[tokio::test]
 async fn pipelined_requests_are_answered_in_order() -> Result<()> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     let mut conn = RawConnection::connect(broker.addr).await?;
     let mut all = Vec::new();
     for sequence in 0..200 {
@@ -72,7 +72,7 @@ async fn pipelined_requests_are_answered_in_order() -> Result<()> {
 
 #[tokio::test]
 async fn frames_split_into_single_bytes_are_reassembled() -> Result<()> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     let mut conn = RawConnection::connect(broker.addr).await?;
     let bytes = frame(5, &produce("split", 0, 1, 0, 0, &[b"hello"]))?;
     for byte in bytes.iter() {
@@ -86,7 +86,7 @@ async fn frames_split_into_single_bytes_are_reassembled() -> Result<()> {
 
 #[tokio::test]
 async fn garbage_body_gets_an_error_and_the_connection_stays_usable() -> Result<()> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     let mut conn = RawConnection::connect(broker.addr).await?;
     // length 8: version, correlation id 42, then three bytes that are no request.
     conn.write_raw(&[0, 0, 0, 8, VERSION, 0, 0, 0, 42, 0xff, 0xff, 0xff])
@@ -103,7 +103,7 @@ async fn garbage_body_gets_an_error_and_the_connection_stays_usable() -> Result<
 
 #[tokio::test]
 async fn unknown_request_kind_is_malformed() -> Result<()> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     let mut conn = RawConnection::connect(broker.addr).await?;
     conn.write_raw(&[0, 0, 0, 6, VERSION, 0, 0, 0, 9, 77])
         .await?;
@@ -117,7 +117,7 @@ async fn unknown_request_kind_is_malformed() -> Result<()> {
 
 #[tokio::test]
 async fn frame_shorter_than_its_header_gets_an_error_with_id_zero() -> Result<()> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     let mut conn = RawConnection::connect(broker.addr).await?;
     conn.write_raw(&[0, 0, 0, 2, VERSION, 0]).await?;
     let (id, response) = conn.receive().await?;
@@ -134,7 +134,7 @@ async fn frame_shorter_than_its_header_gets_an_error_with_id_zero() -> Result<()
 
 #[tokio::test]
 async fn unsupported_version_is_reported() -> Result<()> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     let mut conn = RawConnection::connect(broker.addr).await?;
     conn.write_raw(&[0, 0, 0, 6, 99, 0, 0, 0, 3, 4]).await?;
     let (id, response) = conn.receive().await?;
@@ -151,7 +151,7 @@ async fn oversize_frame_closes_only_that_connection() -> Result<()> {
         max_frame_bytes: 1024,
         ..Config::default()
     };
-    let broker = TestBroker::with_config(config).await?;
+    let broker = TestBroker::start(config).await?;
     let mut bystander = RawConnection::connect(broker.addr).await?;
     let mut offender = RawConnection::connect(broker.addr).await?;
     // Claims 1 GiB; the broker must refuse it from the length alone.
@@ -170,7 +170,7 @@ async fn oversize_frame_closes_only_that_connection() -> Result<()> {
 
 #[tokio::test]
 async fn truncated_frame_closes_only_that_connection() -> Result<()> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     let mut offender = RawConnection::connect(broker.addr).await?;
     let whole = frame(1, &produce("t", 0, 1, 0, 0, &[b"never stored"]))?;
     offender.write_raw(&whole[..whole.len() - 3]).await?;
@@ -190,7 +190,7 @@ async fn unknown_topic_is_an_error_when_auto_create_is_off() -> Result<()> {
         auto_create_topics: false,
         ..Config::default()
     };
-    let broker = TestBroker::with_config(config).await?;
+    let broker = TestBroker::start(config).await?;
     let mut conn = RawConnection::connect(broker.addr).await?;
     let response = conn.call(1, &produce("nope", 0, 1, 0, 0, &[b"x"])).await?;
     assert_eq!(error_code(&response), ErrorCode::UnknownTopic);
@@ -199,7 +199,7 @@ async fn unknown_topic_is_an_error_when_auto_create_is_off() -> Result<()> {
 
 #[tokio::test]
 async fn fetch_and_describe_never_create_topics() -> Result<()> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     let mut conn = RawConnection::connect(broker.addr).await?;
     let fetch = Request::Fetch(FetchRequest {
         topic: "ghost",
@@ -211,13 +211,13 @@ async fn fetch_and_describe_never_create_topics() -> Result<()> {
         error_code(&conn.call(1, &fetch).await?),
         ErrorCode::UnknownTopic
     );
-    assert!(broker.broker.metadata().topics.is_empty());
+    assert!(broker.broker.metadata().is_empty());
     Ok(())
 }
 
 #[tokio::test]
 async fn partition_out_of_range_is_an_error() -> Result<()> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     let mut conn = RawConnection::connect(broker.addr).await?;
     let response = conn.call(1, &produce("t", 1, 1, 0, 0, &[b"x"])).await?;
     assert_eq!(error_code(&response), ErrorCode::PartitionOutOfRange);
@@ -233,15 +233,13 @@ async fn partition_out_of_range_is_an_error() -> Result<()> {
 
 #[tokio::test]
 async fn negative_fields_are_invalid_and_create_nothing() -> Result<()> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     let mut conn = RawConnection::connect(broker.addr).await?;
+    // Producer id -1 is Kafka's "not idempotent"; below it nothing is valid.
     for (i, request) in [
-        produce("t", 0, -1, 0, 0, &[b"x"]),
+        produce("t", 0, -2, 0, 0, &[b"x"]),
         produce("t", 0, 1, -1, 0, &[b"x"]),
         produce("t", 0, 1, 0, -1, &[b"x"]),
-        Request::InitProducer(InitProducerRequest {
-            producer_id: Some(-5),
-        }),
     ]
     .iter()
     .enumerate()
@@ -253,24 +251,79 @@ async fn negative_fields_are_invalid_and_create_nothing() -> Result<()> {
             "request {i}"
         );
     }
-    assert!(broker.broker.metadata().topics.is_empty());
-    assert!(broker.broker.state().is_empty());
+    let init = Request::InitProducer(InitProducerRequest {
+        producer_id: Some(-5),
+    });
+    assert_eq!(
+        error_code(&conn.call(9, &init).await?),
+        ErrorCode::InvalidInput
+    );
+    assert!(broker.broker.metadata().is_empty());
+    Ok(())
+}
+
+/// A valid one-record batch with its header field at `at` overwritten by `value`, and a CRC
+/// that matches again (so only the field's meaning is wrong).
+fn with_field(at: usize, value: &[u8]) -> Vec<u8> {
+    let mut batch = minibroker_tests::batch(1, 0, 0, &[b"x"]);
+    batch[at..at + value.len()].copy_from_slice(value);
+    let sequence = i32::from_be_bytes(batch[53..57].try_into().expect("4 bytes"));
+    minibroker_records::set_base_sequence(&mut batch, sequence);
+    batch
+}
+
+#[tokio::test]
+async fn bad_batches_are_refused_with_their_codes_and_create_nothing() -> Result<()> {
+    let broker = start_broker().await?;
+    let mut conn = RawConnection::connect(broker.addr).await?;
+    let good = minibroker_tests::batch(1, 0, 0, &[b"x"]);
+    let mut bad_crc = good.clone();
+    let last = bad_crc.len() - 1;
+    bad_crc[last] ^= 0xff;
+    let mut old_magic = good.clone();
+    old_magic[16] = 1;
+    let cases = [
+        (b"not a batch".to_vec(), ErrorCode::CorruptBatch),
+        (good[..good.len() - 1].to_vec(), ErrorCode::CorruptBatch),
+        (bad_crc, ErrorCode::CorruptBatch),
+        (old_magic, ErrorCode::InvalidBatch),
+        // No records.
+        (with_field(57, &0i32.to_be_bytes()), ErrorCode::InvalidBatch),
+        // Transactional (attribute bit 4).
+        (with_field(21, &16i16.to_be_bytes()), ErrorCode::Unsupported),
+    ];
+    for (i, (batch, code)) in cases.into_iter().enumerate() {
+        let request = minibroker_tests::OwnedProduce {
+            topic: "t".into(),
+            partition: 0,
+            batch,
+        };
+        let response = conn.call(i as u32, &request).await?;
+        assert_eq!(error_code(&response), code, "case {i}");
+    }
+    assert!(broker.broker.metadata().is_empty());
+    // The connection is still good.
+    let response = conn.call(99, &produce("t", 0, 1, 0, 0, &[b"x"])).await?;
+    assert_eq!(outcome(&response), (Outcome::Accepted, Some(0)));
     Ok(())
 }
 
 #[tokio::test]
-async fn empty_batch_is_an_error() -> Result<()> {
-    let broker = TestBroker::start().await?;
+async fn a_producer_that_is_not_idempotent_is_appended_without_the_rule() -> Result<()> {
+    let broker = start_broker().await?;
     let mut conn = RawConnection::connect(broker.addr).await?;
-    let response = conn.call(1, &produce("t", 0, 1, 0, 0, &[])).await?;
-    assert_eq!(error_code(&response), ErrorCode::EmptyBatch);
-    assert!(broker.broker.state().is_empty());
+    // Producer id -1: the same batch twice is stored twice, as Kafka does without idempotence.
+    for (i, offset) in [(1, 0), (2, 1)] {
+        let response = conn.call(i, &produce("t", 0, -1, -1, -1, &[b"x"])).await?;
+        assert_eq!(outcome(&response), (Outcome::Accepted, Some(offset)));
+    }
+    assert!(broker.broker.producers("t", 0)?.is_empty());
     Ok(())
 }
 
 #[tokio::test]
 async fn bad_topic_name_is_invalid_input() -> Result<()> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     let mut conn = RawConnection::connect(broker.addr).await?;
     for name in ["", "has space", "..", &"x".repeat(250)] {
         let response = conn.call(1, &produce(name, 0, 1, 0, 0, &[b"x"])).await?;
@@ -281,7 +334,7 @@ async fn bad_topic_name_is_invalid_input() -> Result<()> {
 
 #[tokio::test]
 async fn fetch_offset_out_of_range_is_an_error() -> Result<()> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     let mut conn = RawConnection::connect(broker.addr).await?;
     conn.call(1, &produce("t", 0, 1, 0, 0, &[b"a", b"b"]))
         .await?;
@@ -304,11 +357,17 @@ async fn fetch_offset_out_of_range_is_an_error() -> Result<()> {
     match conn.call(4, &fetch(1)).await? {
         Response::Fetch(fetched) => {
             assert_eq!(fetched.high_watermark, 2);
+            // The whole batch holding offset 1, which starts at 0.
             assert_eq!(fetched.batches.len(), 1);
-            assert_eq!(fetched.batches[0].first_offset, 1);
+            let batch = minibroker_records::decode(&fetched.batches[0])?;
+            assert_eq!(batch.base_offset, 0);
+            let values: Vec<_> = batch.records.iter().map(|r| r.value.clone()).collect();
             assert_eq!(
-                fetched.batches[0].records,
-                vec![bytes::Bytes::from_static(b"b")]
+                values,
+                vec![
+                    Some(bytes::Bytes::from_static(b"a")),
+                    Some(bytes::Bytes::from_static(b"b"))
+                ]
             );
         }
         other => panic!("expected fetch, got {other:?}"),
@@ -318,7 +377,7 @@ async fn fetch_offset_out_of_range_is_an_error() -> Result<()> {
 
 #[tokio::test]
 async fn init_producer_for_an_unknown_id_is_an_error() -> Result<()> {
-    let broker = TestBroker::start().await?;
+    let broker = start_broker().await?;
     let mut conn = RawConnection::connect(broker.addr).await?;
     let request = Request::InitProducer(InitProducerRequest {
         producer_id: Some(12),
@@ -332,23 +391,28 @@ async fn init_producer_for_an_unknown_id_is_an_error() -> Result<()> {
 
 #[tokio::test]
 async fn storage_limit_refuses_the_batch_and_leaves_state_untouched() -> Result<()> {
-    // Room for the topic, the producer's state entry, the first batch (8 bytes) and one more
-    // byte, with their overheads.
-    let charge = |bytes: u64| bytes + BATCH_OVERHEAD_BYTES + RECORD_OVERHEAD_BYTES;
+    // Room for the topic, the producer's state entry, the first batch (8 bytes of value) and a
+    // batch of one byte, with their overheads.
+    let charge = |value: &[u8]| {
+        minibroker_tests::batch(1, 0, 0, &[value]).len() as u64 + BATCH_OVERHEAD_BYTES
+    };
     let config = Config {
-        max_stored_bytes: topic_bytes(1) + PRODUCER_ENTRY_BYTES + charge(8) + charge(1),
+        max_stored_bytes: topic_bytes(1)
+            + PRODUCER_ENTRY_BYTES
+            + charge(b"12345678")
+            + charge(b"9"),
         ..Config::default()
     };
-    let broker = TestBroker::with_config(config).await?;
+    let broker = TestBroker::start(config).await?;
     let mut conn = RawConnection::connect(broker.addr).await?;
     let first = conn
         .call(1, &produce("t", 0, 1, 0, 0, &[b"12345678"]))
         .await?;
     assert_eq!(outcome(&first), (Outcome::Accepted, Some(0)));
-    let before = broker.broker.state().snapshot();
+    let before = broker.broker.producers("t", 0)?;
     let full = conn.call(2, &produce("t", 0, 1, 0, 1, &[b"345"])).await?;
     assert_eq!(error_code(&full), ErrorCode::StorageFull);
-    assert_eq!(broker.broker.state().snapshot(), before);
+    assert_eq!(broker.broker.producers("t", 0)?, before);
     // The refused sequence was not recorded: a smaller batch with it is accepted.
     // (Batches of empty records are charged their overhead too, so they cannot grow memory.)
     let fits = conn.call(3, &produce("t", 0, 1, 0, 1, &[b"9"])).await?;

@@ -9,9 +9,8 @@
 //! partition. The difference between the two is the producer state alone.
 
 use anyhow::{Context, Result, bail};
-use minibroker_protocol::{ProduceRequest, serde_bytes};
-use minibroker_server::topics::TopicCache;
-use minibroker_server::{Broker, Config};
+use minibroker_records::{NewRecord, Writer};
+use minibroker_server::{Broker, Config, Outcome, TopicCache};
 use serde_json::json;
 use std::process::Command;
 
@@ -113,8 +112,10 @@ fn run_case(case: Case) -> Result<()> {
         ..Config::default()
     };
     let broker = Broker::new(&config)?;
-    let small: &[u8] = b"x";
-    let large = vec![b'y'; 1000];
+    let small = [NewRecord::value("x")];
+    let large: Vec<NewRecord> = (0..100)
+        .map(|_| NewRecord::value(vec![b'y'; 1000]))
+        .collect();
     let mut topics = TopicCache::default();
     let before = resident_bytes()?;
     match case {
@@ -122,23 +123,23 @@ fn run_case(case: Case) -> Result<()> {
             for i in 0..n {
                 let partition = (i % u64::from(PARTITIONS)) as u32;
                 let producer_id = (i / u64::from(PARTITIONS)) as i64;
-                produce(&broker, &mut topics, partition, producer_id, 0, &[small])?;
+                produce(&broker, &mut topics, partition, producer_id, 0, &small)?;
             }
         }
         Case::Control(n) => {
             for i in 0..n {
                 let partition = (i % u64::from(PARTITIONS)) as u32;
                 let sequence = (i / u64::from(PARTITIONS)) as i32;
-                produce(&broker, &mut topics, partition, 0, sequence, &[small])?;
+                produce(&broker, &mut topics, partition, 0, sequence, &small)?;
             }
         }
         Case::Bytes(total) => {
-            let batch: Vec<&[u8]> = (0..100).map(|_| large.as_slice()).collect();
             let batches = total / (100 * 1000);
             for i in 0..batches {
                 let partition = (i % u64::from(PARTITIONS)) as u32;
-                let sequence = (i / u64::from(PARTITIONS)) as i32;
-                produce(&broker, &mut topics, partition, 0, sequence, &batch)?;
+                // Each record takes a sequence.
+                let sequence = (i / u64::from(PARTITIONS) * 100) as i32;
+                produce(&broker, &mut topics, partition, 0, sequence, &large)?;
             }
         }
     }
@@ -154,21 +155,17 @@ fn produce(
     partition: u32,
     producer_id: i64,
     sequence: i32,
-    records: &[&[u8]],
+    records: &[NewRecord],
 ) -> Result<()> {
-    let response = broker.produce(
-        &ProduceRequest {
-            topic: TOPIC,
-            partition,
-            producer_id,
-            epoch: 0,
-            sequence,
-            records: records.iter().map(|r| serde_bytes::Bytes::new(r)).collect(),
-        },
-        topics,
-    )?;
-    if response.outcome != minibroker_protocol::Outcome::Accepted {
-        bail!("memory case write was {}", response.outcome);
+    let writer = Writer {
+        producer_id,
+        epoch: 0,
+        base_sequence: sequence,
+    };
+    let batch = minibroker_records::encode(writer, records, 0)?;
+    let verdict = broker.produce(topics, TOPIC, partition, &batch)?;
+    if verdict.outcome != Outcome::Accepted {
+        bail!("memory case write was {}", verdict.outcome);
     }
     Ok(())
 }

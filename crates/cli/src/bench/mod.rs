@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-use crate::embedded::EmbeddedBroker;
 use load::{LoadResult, Workload};
+use minibroker_server::{Config, EmbeddedBroker};
 
 /// Flags of `bench`.
 #[derive(Debug, clap::Args)]
@@ -93,7 +93,9 @@ pub async fn run(args: Args) -> Result<()> {
     let target = match &args.broker {
         Some(addr) => Target::Remote(addr.clone()),
         // Batched phases store several GiB; the default 4 GiB limit would refuse them.
-        None => Target::Embedded(EmbeddedBroker::start(args.partitions, 16 << 30).await?),
+        None => Target::Embedded(
+            EmbeddedBroker::start(embedded_config(args.partitions, Some(16 << 30))).await?,
+        ),
     };
     if !args.json {
         println!(
@@ -145,6 +147,18 @@ pub async fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
+/// The configuration of an in-process broker whose auto-created topics get `partitions`
+/// partitions, storing up to `max_stored_bytes` (the default limit when `None`).
+pub fn embedded_config(partitions: u32, max_stored_bytes: Option<u64>) -> Config {
+    let defaults = Config::default();
+    Config {
+        default_partitions: partitions,
+        max_partitions_per_topic: partitions.max(defaults.max_partitions_per_topic),
+        max_stored_bytes: max_stored_bytes.unwrap_or(defaults.max_stored_bytes),
+        ..defaults
+    }
+}
+
 /// Where the broker under test runs.
 enum Target {
     Remote(String),
@@ -155,7 +169,7 @@ impl Target {
     fn addr(&self) -> String {
         match self {
             Self::Remote(addr) => addr.clone(),
-            Self::Embedded(embedded) => embedded.addr.clone(),
+            Self::Embedded(embedded) => embedded.address(),
         }
     }
 
@@ -169,7 +183,7 @@ impl Target {
     async fn stop(self) -> Result<()> {
         match self {
             Self::Remote(_) => Ok(()),
-            Self::Embedded(embedded) => embedded.stop().await,
+            Self::Embedded(embedded) => Ok(embedded.stop().await?),
         }
     }
 }

@@ -1,0 +1,154 @@
+//! Property tests of the stored format: batches round-trip through encode and decode with their
+//! keys, headers and timestamps; stamping the base offset keeps them valid; and any single
+//! changed byte of a stored batch is detected by the check recovery uses.
+
+use bytes::Bytes;
+use minibroker_records::{
+    HEADER_LEN, NewRecord, RecordsError, Writer, decode, encode, inspect, inspect_stored,
+    set_base_offset, set_base_sequence,
+};
+use proptest::prelude::*;
+
+fn bytes() -> impl Strategy<Value = Option<Bytes>> {
+    prop::option::of(prop::collection::vec(any::<u8>(), 0..24).prop_map(Bytes::from))
+}
+
+fn record() -> impl Strategy<Value = NewRecord> {
+    (
+        bytes(),
+        bytes(),
+        prop::collection::vec(("[a-z]{1,6}", bytes()), 0..3),
+        prop::option::of(0i64..4_000_000_000_000),
+    )
+        .prop_map(|(key, value, headers, timestamp)| {
+            // Header names are unique in the format's map, so keep the first of each name.
+            let mut seen = std::collections::HashSet::new();
+            let headers = headers
+                .into_iter()
+                .filter(|(name, _)| seen.insert(name.clone()))
+                .collect();
+            NewRecord {
+                key,
+                value,
+                headers,
+                timestamp,
+            }
+        })
+}
+
+fn writer() -> impl Strategy<Value = Writer> {
+    (0i64..i64::MAX, 0i16..i16::MAX, 0i32..i32::MAX).prop_map(
+        |(producer_id, epoch, base_sequence)| Writer {
+            producer_id,
+            epoch,
+            base_sequence,
+        },
+    )
+}
+
+proptest! {
+    #[test]
+    fn batches_round_trip_with_keys_headers_and_timestamps(
+        writer in writer(),
+        records in prop::collection::vec(record(), 1..8),
+        now in 0i64..4_000_000_000_000,
+        base_offset in 0i64..i64::MAX / 2,
+    ) {
+        let mut batch = encode(writer, &records, now).unwrap().to_vec();
+        let info = inspect(&batch).unwrap();
+        prop_assert_eq!(info.producer_id, writer.producer_id);
+        prop_assert_eq!(info.epoch, writer.epoch);
+        prop_assert_eq!(info.base_sequence, writer.base_sequence);
+        prop_assert_eq!(info.record_count as usize, records.len());
+        set_base_offset(&mut batch, base_offset);
+        let decoded = decode(&Bytes::from(batch)).unwrap();
+        prop_assert_eq!(decoded.base_offset, base_offset);
+        for (i, (sent, got)) in records.iter().zip(&decoded.records).enumerate() {
+            prop_assert_eq!(got.offset, base_offset + i as i64);
+            prop_assert_eq!(got.sequence, writer.base_sequence.wrapping_add(i as i32));
+            prop_assert_eq!(&got.key, &sent.key);
+            prop_assert_eq!(&got.value, &sent.value);
+            prop_assert_eq!(&got.headers, &sent.headers);
+            prop_assert_eq!(got.timestamp, sent.timestamp.unwrap_or(now));
+        }
+    }
+
+    #[test]
+    fn stamping_the_base_offset_keeps_the_crc_valid(
+        writer in writer(),
+        records in prop::collection::vec(record(), 1..4),
+        base_offset in any::<i64>(),
+    ) {
+        let mut batch = encode(writer, &records, 0).unwrap().to_vec();
+        set_base_offset(&mut batch, base_offset);
+        prop_assert!(inspect(&batch).is_ok());
+        prop_assert!(inspect_stored(&batch, base_offset).is_ok());
+    }
+
+    #[test]
+    fn any_single_changed_byte_of_a_stored_batch_is_detected(
+        writer in writer(),
+        records in prop::collection::vec(record(), 1..4),
+        position in any::<prop::sample::Index>(),
+        flip in 1u8..=255,
+    ) {
+        let mut batch = encode(writer, &records, 0).unwrap().to_vec();
+        set_base_offset(&mut batch, 1000);
+        let at = position.index(batch.len());
+        batch[at] ^= flip;
+        prop_assert!(
+            inspect_stored(&batch, 1000).is_err(),
+            "a change at byte {} of {} went unnoticed", at, batch.len()
+        );
+    }
+
+    #[test]
+    fn a_new_base_sequence_keeps_the_batch_valid(
+        writer in writer(),
+        records in prop::collection::vec(record(), 1..4),
+        sequence in 0i32..i32::MAX,
+    ) {
+        let mut batch = encode(writer, &records, 0).unwrap().to_vec();
+        set_base_sequence(&mut batch, sequence);
+        prop_assert_eq!(inspect(&batch).unwrap().base_sequence, sequence);
+    }
+}
+
+#[test]
+fn bad_batches_are_refused_with_the_right_error() {
+    let writer = Writer {
+        producer_id: 1,
+        epoch: 0,
+        base_sequence: 0,
+    };
+    let batch = encode(writer, &[NewRecord::value("v")], 0)
+        .unwrap()
+        .to_vec();
+    assert!(matches!(
+        inspect(&batch[..HEADER_LEN - 1]),
+        Err(RecordsError::Corrupt(_))
+    ));
+    assert!(matches!(
+        inspect(&batch[..batch.len() - 1]),
+        Err(RecordsError::Corrupt(_))
+    ));
+    let mut magic = batch.clone();
+    magic[16] = 1;
+    assert!(matches!(
+        inspect(&magic),
+        Err(RecordsError::UnsupportedMagic(1))
+    ));
+    let mut crc = batch.clone();
+    let last = crc.len() - 1;
+    crc[last] ^= 1;
+    assert!(matches!(inspect(&crc), Err(RecordsError::Decode(_))));
+    assert!(matches!(
+        encode(writer, &[], 0),
+        Err(RecordsError::Invalid(_))
+    ));
+    // A record count that disagrees with the offsets, with a CRC to match.
+    let mut count = batch.clone();
+    count[57..61].copy_from_slice(&2i32.to_be_bytes());
+    set_base_sequence(&mut count, 0); // recomputes the CRC
+    assert!(matches!(inspect(&count), Err(RecordsError::Invalid(_))));
+}

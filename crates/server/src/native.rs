@@ -1,0 +1,174 @@
+//! The native front end: decode a request frame, call the broker core, encode the answer. The
+//! only place that knows both the native wire types and the core's domain types; every error
+//! kind is mapped to its wire code here, once.
+
+use minibroker_protocol::{
+    BadFrame, DescribeProducersResponse, ErrorCode, ErrorResponse, FetchResponse,
+    InitProducerResponse, MetadataResponse, ProduceResponse, ProducerState, ProtocolError, Request,
+    Response, TopicMetadata, codec,
+};
+
+use crate::broker::{Fetched, ProducersPage};
+use crate::topics::TopicCache;
+use crate::{Broker, BrokerError, ErrorKind};
+
+/// Bytes a native fetch answer spends on each batch besides its bytes (postcard's length prefix).
+const FETCH_BATCH_OVERHEAD: usize = 5;
+
+/// Bytes kept free in an answer frame for everything but batch data, so a fetch answer always
+/// fits one frame.
+const FRAME_SLACK: usize = 4096;
+
+/// Bytes one producer takes in a describe-producers answer, at most.
+const DESCRIBED_PRODUCER_BYTES: usize = 40;
+
+/// One connection's view of the broker through the native protocol.
+pub(crate) struct NativeFrontEnd<'a> {
+    /// The core.
+    pub broker: &'a Broker,
+    /// The connection's topic cache.
+    pub topics: TopicCache,
+    /// The largest answer frame, which bounds fetch and describe answers.
+    pub max_frame_bytes: usize,
+}
+
+impl NativeFrontEnd<'_> {
+    /// Decodes and serves one frame; a frame that does not decode gets an error answer with its
+    /// correlation id (0 when even the header is missing).
+    pub fn answer(&mut self, frame: &[u8]) -> (u32, Response) {
+        match codec::decode_request(frame) {
+            Ok((correlation_id, request)) => {
+                tracing::trace!(correlation_id, kind = request.kind(), "request");
+                let response = self.handle(request).unwrap_or_else(|error| {
+                    tracing::debug!(%error, "request refused");
+                    Response::Error(ErrorResponse::new(
+                        wire_code(error.kind()),
+                        error.to_string(),
+                    ))
+                });
+                (correlation_id, response)
+            }
+            Err(BadFrame {
+                correlation_id,
+                error,
+            }) => {
+                tracing::debug!(%error, "undecodable request");
+                let code = match error {
+                    ProtocolError::UnsupportedVersion { .. } => ErrorCode::UnsupportedVersion,
+                    _ => ErrorCode::MalformedRequest,
+                };
+                let message = match code {
+                    ErrorCode::MalformedRequest => format!("malformed request: {error}"),
+                    _ => error.to_string(),
+                };
+                (
+                    correlation_id.unwrap_or(0),
+                    Response::Error(ErrorResponse::new(code, message)),
+                )
+            }
+        }
+    }
+
+    fn handle(&mut self, request: Request<'_>) -> Result<Response, BrokerError> {
+        let broker = self.broker;
+        let room = self.max_frame_bytes.saturating_sub(FRAME_SLACK).max(1);
+        Ok(match request {
+            Request::Produce(produce) => {
+                let verdict = broker.produce(
+                    &mut self.topics,
+                    produce.topic,
+                    produce.partition,
+                    produce.batch,
+                )?;
+                Response::Produce(ProduceResponse {
+                    outcome: verdict.outcome,
+                    base_offset: verdict.base_offset,
+                })
+            }
+            Request::Fetch(fetch) => {
+                let max_bytes = (fetch.max_bytes as usize).min(room);
+                let fetched = broker.fetch(
+                    fetch.topic,
+                    fetch.partition,
+                    fetch.offset,
+                    max_bytes,
+                    FETCH_BATCH_OVERHEAD,
+                )?;
+                Response::Fetch(fetch_response(fetched))
+            }
+            Request::InitProducer(init) => {
+                let identity = broker.init_producer(init.producer_id)?;
+                Response::InitProducer(InitProducerResponse {
+                    producer_id: identity.producer_id,
+                    epoch: identity.epoch,
+                })
+            }
+            Request::DescribeProducers(describe) => {
+                let fits = (room / DESCRIBED_PRODUCER_BYTES).max(1);
+                let limit = match describe.limit as usize {
+                    0 => fits,
+                    n => n.min(fits),
+                };
+                let page = broker.describe_producers(
+                    describe.topic,
+                    describe.partition,
+                    describe.after_producer_id,
+                    limit,
+                )?;
+                Response::DescribeProducers(describe_response(page))
+            }
+            Request::Metadata => Response::Metadata(MetadataResponse {
+                topics: broker
+                    .metadata()
+                    .into_iter()
+                    .map(|topic| TopicMetadata {
+                        name: topic.name,
+                        partitions: topic.partitions,
+                    })
+                    .collect(),
+            }),
+        })
+    }
+}
+
+fn fetch_response(fetched: Fetched) -> FetchResponse {
+    FetchResponse {
+        high_watermark: fetched.high_watermark,
+        log_start_offset: fetched.log_start_offset,
+        batches: fetched.batches,
+    }
+}
+
+fn describe_response(page: ProducersPage) -> DescribeProducersResponse {
+    DescribeProducersResponse {
+        producers: page
+            .producers
+            .into_iter()
+            .map(|producer| ProducerState {
+                producer_id: producer.producer_id,
+                epoch: producer.entry.epoch(),
+                last_sequence: producer.entry.last_sequence(),
+                last_base_offset: producer.entry.batches().next().and_then(|b| b.base_offset),
+                // At most CACHED_BATCHES (5).
+                cached_batches: producer.entry.batches().len() as u8,
+            })
+            .collect(),
+        next_after: page.next_after,
+    }
+}
+
+/// The native wire code of each kind of refusal.
+fn wire_code(kind: ErrorKind) -> ErrorCode {
+    match kind {
+        ErrorKind::InvalidInput => ErrorCode::InvalidInput,
+        ErrorKind::UnknownTopic => ErrorCode::UnknownTopic,
+        ErrorKind::PartitionOutOfRange => ErrorCode::PartitionOutOfRange,
+        ErrorKind::CorruptBatch => ErrorCode::CorruptBatch,
+        ErrorKind::InvalidBatch => ErrorCode::InvalidBatch,
+        ErrorKind::Unsupported => ErrorCode::Unsupported,
+        ErrorKind::OffsetOutOfRange => ErrorCode::OffsetOutOfRange,
+        ErrorKind::UnknownProducerId => ErrorCode::UnknownProducerId,
+        ErrorKind::EpochExhausted => ErrorCode::EpochExhausted,
+        ErrorKind::StorageFull => ErrorCode::StorageFull,
+    }
+}
