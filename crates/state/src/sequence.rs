@@ -106,7 +106,10 @@ mod tests {
         assert_eq!((r.first(), r.last(), r.wraps()), (i32::MAX - 1, 1, true));
         assert_eq!(r.following(), 2);
         assert_eq!(r.count(), 4);
-        assert_eq!(SequenceRange::spanning(3, 1 << 31).unwrap().count(), 1 << 31);
+        assert_eq!(
+            SequenceRange::spanning(3, 1 << 31).unwrap().count(),
+            1 << 31
+        );
         assert_eq!(SequenceRange::spanning(3, 7).unwrap().count(), 7);
         assert_eq!(SequenceRange::single(i32::MAX).unwrap().following(), 0);
         assert_eq!(SequenceRange::single(7).unwrap().last(), 7);
