@@ -172,8 +172,131 @@ fn bad_input_exits_non_zero_with_a_message() {
         let output = server.run(&args);
         assert!(!output.status.success(), "{args:?} succeeded");
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        // Exactly `error: CODE: message`, on one line.
+        let line = stderr.trim();
+        assert!(
+            line.starts_with(&format!("error: {expected}: ")) && !line.contains('\n'),
+            "{args:?}: {stderr}"
+        );
     }
+}
+
+#[test]
+fn a_record_sent_with_a_key_and_headers_comes_back_with_them() {
+    let server = Server::start(&[]);
+    let sent = server.run_ok(&[
+        "send",
+        "--topic",
+        "keyed",
+        "--partition",
+        "0",
+        "--producer-id",
+        "1",
+        "--epoch",
+        "0",
+        "--sequence",
+        "0",
+        "--value",
+        "v1",
+        "--value",
+        "v2",
+        "--key",
+        "k",
+        "--header",
+        "h=v",
+        "--header",
+        "trace=abc",
+    ]);
+    assert_eq!(sent.trim(), "ACCEPTED offset=0");
+    // Two records took sequences 0 and 1, so the next batch starts at 2.
+    let next = server.run_ok(&[
+        "send",
+        "--topic",
+        "keyed",
+        "--partition",
+        "0",
+        "--producer-id",
+        "1",
+        "--epoch",
+        "0",
+        "--sequence",
+        "2",
+    ]);
+    assert_eq!(next.trim(), "ACCEPTED offset=2");
+    let json = server.run_ok(&["consume", "--topic", "keyed", "--partition", "0", "--json"]);
+    let lines: Vec<serde_json::Value> = json
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("json"))
+        .collect();
+    assert_eq!(lines.len(), 3);
+    for (i, value) in ["v1", "v2"].into_iter().enumerate() {
+        assert_eq!(lines[i]["offset"], i);
+        assert_eq!(lines[i]["sequence"], i);
+        assert_eq!(lines[i]["value"], value);
+        assert_eq!(lines[i]["key"], "k");
+        assert_eq!(lines[i]["headers"]["h"], "v");
+        assert_eq!(lines[i]["headers"]["trace"], "abc");
+        assert!(lines[i]["timestamp"].as_i64().expect("a timestamp") > 1_600_000_000_000);
+    }
+    assert!(lines[2]["key"].is_null());
+    let text = server.run_ok(&["consume", "--topic", "keyed", "--partition", "0"]);
+    assert!(
+        text.lines()
+            .next()
+            .expect("a line")
+            .ends_with("value=v1 key=k header.h=v header.trace=abc"),
+        "{text}"
+    );
+}
+
+#[test]
+fn produce_splits_keys_from_values_at_the_separator() {
+    let server = Server::start(&[]);
+    let mut child = Command::new(BIN)
+        .args([
+            "produce",
+            "--broker",
+            &server.addr,
+            "--topic",
+            "kv",
+            "--key-separator",
+            ":",
+            "--batch-size",
+            "2",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start produce");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"user-1:login\nuser-2:a:b\nno separator\n")
+        .expect("write stdin");
+    let output = child.wait_with_output().expect("produce");
+    assert!(output.status.success());
+    let summary = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        summary.starts_with("produced records=3 batches=2"),
+        "{summary}"
+    );
+    let json = server.run_ok(&["consume", "--topic", "kv", "--partition", "0", "--json"]);
+    let records: Vec<(serde_json::Value, serde_json::Value, serde_json::Value)> = json
+        .lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).expect("json");
+            (v["key"].clone(), v["value"].clone(), v["sequence"].clone())
+        })
+        .collect();
+    assert_eq!(
+        records,
+        vec![
+            ("user-1".into(), "login".into(), 0.into()),
+            ("user-2".into(), "a:b".into(), 1.into()),
+            (serde_json::Value::Null, "no separator".into(), 2.into()),
+        ]
+    );
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 mod client;
 mod faults;
+mod format;
 mod fuzz;
 mod hardening;
 mod limits;
