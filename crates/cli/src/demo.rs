@@ -51,6 +51,23 @@ struct ProducerRun {
     stats: ProducerStats,
 }
 
+/// What all producers did together.
+struct Produced {
+    acked: Vec<AckedBatch>,
+    stats: ProducerStats,
+    failures: Vec<String>,
+    elapsed: Duration,
+}
+
+/// What the demo measured, for its report.
+struct Outcome {
+    total_records: u64,
+    produced: Produced,
+    faults: minibroker_faults::FaultCounts,
+    outcomes: minibroker_server::OutcomeCounts,
+    report: minibroker_verify::Report,
+}
+
 pub async fn run(args: Args) -> Result<()> {
     if args.producers == 0 || args.partitions == 0 || args.records == 0 || args.batch_size == 0 {
         bail!("--producers, --partitions, --records and --batch-size must be at least 1");
@@ -63,39 +80,73 @@ pub async fn run(args: Args) -> Result<()> {
     })?;
     let seed = faults.seed;
 
-    // The broker, in this process, on a free loopback port.
+    // The broker, in this process, on a free loopback port, and the flaky network in front.
     let broker = EmbeddedBroker::start(embedded_config(args.partitions, None)).await?;
     let broker_addr = broker.address();
-
-    // The flaky network in front of it.
-    let proxy = minibroker_faults::Proxy::new(faults);
-    let proxy_listener = TcpListener::bind("127.0.0.1:0").await?;
-    let proxy_addr = proxy_listener.local_addr()?.to_string();
-    let (stop_proxy, proxy_stopped) = oneshot::channel::<()>();
-    let relay = proxy.clone();
-    let upstream = broker_addr.clone();
-    let proxy_task = tokio::spawn(async move {
-        relay
-            .run(proxy_listener, upstream, async move {
-                let _ = proxy_stopped.await;
-            })
-            .await
-    });
-
+    let proxy = FlakyNetwork::start(faults, broker_addr.clone()).await?;
     println!(
         "minibroker demo: {} producers x {} partitions, {} records each, through a faulty network (seed {seed})",
         args.producers, args.partitions, args.records
     );
-    println!("  broker on {broker_addr}, flaky network on {proxy_addr}");
+    println!("  broker on {broker_addr}, flaky network on {}", proxy.addr);
     println!();
 
+    let produced = run_producers(&args, &proxy.addr).await?;
+    eprintln!();
+    // Read back from the broker itself, not through the faulty network.
+    let client = Client::connect(&broker_addr, ClientConfig::default()).await?;
+    let report = minibroker_verify::verify(&client, TOPIC, Some(&produced.acked)).await?;
+    let faults = proxy.stop().await?;
+    let outcomes = broker.broker.outcome_counts();
+    broker.stop().await?;
+    print_report(&Outcome {
+        total_records: (args.producers * args.records) as u64,
+        produced,
+        faults,
+        outcomes,
+        report,
+    })
+}
+
+/// The fault-injecting proxy, in this process.
+struct FlakyNetwork {
+    addr: String,
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<minibroker_faults::FaultCounts>,
+}
+
+impl FlakyNetwork {
+    async fn start(faults: minibroker_faults::FaultConfig, upstream: String) -> Result<Self> {
+        let proxy = minibroker_faults::Proxy::new(faults);
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?.to_string();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            proxy
+                .run(listener, upstream, async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        Ok(Self { addr, stop, task })
+    }
+
+    /// Stops the proxy and returns what it did.
+    async fn stop(self) -> Result<minibroker_faults::FaultCounts> {
+        let _ = self.stop.send(());
+        Ok(self.task.await?)
+    }
+}
+
+/// Runs every producer through `address` at once, with a progress line.
+async fn run_producers(args: &Args, address: &str) -> Result<Produced> {
     let total_records = (args.producers * args.records) as u64;
     let acked_records = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let progress = tokio::spawn(show_progress(Arc::clone(&acked_records), total_records));
     let mut producers = tokio::task::JoinSet::new();
     for index in 0..args.producers {
-        let (address, acked_records) = (proxy_addr.clone(), Arc::clone(&acked_records));
+        let (address, acked_records) = (address.to_owned(), Arc::clone(&acked_records));
         let (records, batch_size, partitions) = (args.records, args.batch_size, args.partitions);
         let config = ProducerConfig {
             client: ClientConfig {
@@ -117,31 +168,36 @@ pub async fn run(args: Args) -> Result<()> {
             .await
         });
     }
-    let mut acked = Vec::new();
-    let mut stats = ProducerStats::default();
-    let mut failures = Vec::new();
+    let mut produced = Produced {
+        acked: Vec::new(),
+        stats: ProducerStats::default(),
+        failures: Vec::new(),
+        elapsed: Duration::ZERO,
+    };
     while let Some(joined) = producers.join_next().await {
         match joined.context("producer task")? {
             Ok(mut run) => {
-                acked.append(&mut run.acked);
-                add_stats(&mut stats, run.stats);
+                produced.acked.append(&mut run.acked);
+                add_stats(&mut produced.stats, run.stats);
             }
-            Err(error) => failures.push(format!("{error:#}")),
+            Err(error) => produced.failures.push(format!("{error:#}")),
         }
     }
     progress.abort();
-    let elapsed = started.elapsed();
-    eprintln!();
+    produced.elapsed = started.elapsed();
+    Ok(produced)
+}
 
-    // Read back from the broker itself, not through the faulty network.
-    let client = Client::connect(&broker_addr, ClientConfig::default()).await?;
-    let report = minibroker_verify::verify(&client, TOPIC, Some(&acked)).await?;
-    let _ = stop_proxy.send(());
-    let faults = proxy_task.await?;
-    let outcomes = broker.broker.outcome_counts();
-    broker.stop().await?;
-
-    let acked_count: usize = acked.iter().map(|a| a.records).sum();
+/// Prints the report and fails unless exactly-once held.
+fn print_report(outcome: &Outcome) -> Result<()> {
+    let Outcome {
+        total_records,
+        produced,
+        faults,
+        outcomes,
+        report,
+    } = outcome;
+    let acked_count: usize = produced.acked.iter().map(|a| a.records).sum();
     println!("  network faults injected");
     println!("    requests lost        {:>8}", faults.requests_dropped);
     println!("    acks lost            {:>8}", faults.responses_dropped);
@@ -149,11 +205,11 @@ pub async fn run(args: Args) -> Result<()> {
     println!("    connection resets    {:>8}", faults.resets);
     println!("    stale retries held   {:>8}", faults.held);
     println!();
-    println!("  producers ({:.1} s)", elapsed.as_secs_f64());
+    println!("  producers ({:.1} s)", produced.elapsed.as_secs_f64());
     println!("    records sent         {total_records:>8}");
     println!("    acknowledged         {acked_count:>8}");
-    println!("    batch resends        {:>8}", stats.retries);
-    println!("    reconnects           {:>8}", stats.reconnects);
+    println!("    batch resends        {:>8}", produced.stats.retries);
+    println!("    reconnects           {:>8}", produced.stats.reconnects);
     println!();
     println!("  broker");
     println!("    records stored       {:>8}", report.records);
@@ -168,14 +224,14 @@ pub async fn run(args: Args) -> Result<()> {
     );
     println!("    fenced               {:>8}", outcomes.fenced_epoch);
     println!();
-    for failure in &failures {
+    for failure in &produced.failures {
         println!("  producer failed: {failure}");
     }
-    let held = report.passed() && failures.is_empty() && acked_count as u64 == total_records;
+    let held =
+        report.passed() && produced.failures.is_empty() && acked_count as u64 == *total_records;
     if held {
         println!(
-            "  verdict: EXACTLY-ONCE HELD - all {} acknowledged records stored exactly once, in order, no gaps",
-            acked_count
+            "  verdict: EXACTLY-ONCE HELD - all {acked_count} acknowledged records stored exactly once, in order, no gaps"
         );
         Ok(())
     } else {

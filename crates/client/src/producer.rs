@@ -79,10 +79,34 @@ pub struct ProducerStats {
     pub out_of_order_resent: u64,
 }
 
+/// One call's batches and how far they got.
+struct Window<'a> {
+    topic: &'a str,
+    partition: u32,
+    /// Each batch's sequences and its encoded bytes, sent as they are every time.
+    batches: Vec<(SequenceRange, Bytes)>,
+    acks: Vec<Ack>,
+    /// Sent and not yet answered, oldest first.
+    in_flight: VecDeque<InFlight>,
+    next_to_send: usize,
+    /// Resend rounds since the last progress.
+    failed_rounds: u32,
+    /// How often each batch was sent.
+    sends: Vec<u32>,
+}
+
+impl Window<'_> {
+    /// Forgets what is in flight and sends again from batch `index`: answers still due on the
+    /// old connection are no longer awaited.
+    fn resend_from(&mut self, index: usize) {
+        self.in_flight.clear();
+        self.next_to_send = index;
+    }
+}
+
 /// One batch of the current window.
 struct InFlight {
     index: usize,
-    sequences: SequenceRange,
     /// Sent while an earlier batch of the window was unanswered, so it may have overtaken it.
     behind_unanswered: bool,
     answer: PendingResponse,
@@ -260,113 +284,132 @@ impl Producer {
         partition: u32,
         batches: &[Vec<NewRecord>],
     ) -> Result<Vec<Ack>, ProducerError> {
-        let key = (topic.to_owned(), partition);
-        let first_sequence = self.next_sequence.get(&key).copied().unwrap_or(0);
-        let batches = self.encode(first_sequence, batches)?;
-        let window_size = self.config.max_in_flight.clamp(1, MAX_IN_FLIGHT);
-        let mut acks = Vec::with_capacity(batches.len());
-        let mut window: VecDeque<InFlight> = VecDeque::new();
-        let mut next_to_send = 0usize;
-        let mut failed_rounds = 0u32;
-        let mut sends = vec![0u32; batches.len()];
-
-        while acks.len() < batches.len() {
-            // Fill the window.
-            while window.len() < window_size && next_to_send < batches.len() {
-                let (sequences, batch) = &batches[next_to_send];
-                let sent = self.send_one(topic, partition, batch).await;
-                match sent {
-                    Ok(answer) => {
-                        sends[next_to_send] += 1;
-                        if sends[next_to_send] > 1 {
-                            self.stats.retries += 1;
-                        }
-                        window.push_back(InFlight {
-                            index: next_to_send,
-                            sequences: *sequences,
-                            behind_unanswered: !window.is_empty(),
-                            answer,
-                        });
-                        next_to_send += 1;
-                    }
-                    Err(error) if error.is_retriable() => {
-                        failed_rounds = self.recover(error, failed_rounds).await?;
-                        window.clear();
-                        next_to_send = acks.len();
-                    }
-                    Err(error) => return Err(error.into()),
-                }
-            }
-            let Some(in_flight) = window.pop_front() else {
+        let first_sequence = self.next_sequence(topic, partition);
+        let mut window = Window {
+            topic,
+            partition,
+            batches: self.encode(first_sequence, batches)?,
+            acks: Vec::with_capacity(batches.len()),
+            in_flight: VecDeque::new(),
+            next_to_send: 0,
+            failed_rounds: 0,
+            sends: vec![0; batches.len()],
+        };
+        while window.acks.len() < window.batches.len() {
+            self.fill(&mut window).await?;
+            let Some(in_flight) = window.in_flight.pop_front() else {
                 break;
             };
             let answer = in_flight.answer.await;
-            match answer {
-                Ok(Response::Produce(response)) => match response.outcome {
-                    Outcome::Accepted | Outcome::Duplicate => {
-                        let duplicate = response.outcome == Outcome::Duplicate;
-                        let records = in_flight.sequences.count();
-                        self.stats.batches += 1;
-                        self.stats.records += u64::from(records);
-                        self.stats.duplicates += u64::from(duplicate);
-                        acks.push(Ack {
-                            sequence: in_flight.sequences.first(),
-                            records,
-                            base_offset: response.base_offset,
-                            duplicate,
-                        });
-                        self.next_sequence
-                            .insert(key.clone(), in_flight.sequences.following());
-                        failed_rounds = 0;
+            self.handle_answer(
+                &mut window,
+                in_flight.index,
+                in_flight.behind_unanswered,
+                answer,
+            )
+            .await?;
+        }
+        Ok(window.acks)
+    }
+
+    /// Sends batches until `max_in_flight` are unanswered or none is left to send.
+    async fn fill(&mut self, window: &mut Window<'_>) -> Result<(), ProducerError> {
+        let size = self.config.max_in_flight.clamp(1, MAX_IN_FLIGHT);
+        while window.in_flight.len() < size && window.next_to_send < window.batches.len() {
+            let index = window.next_to_send;
+            let sent = self
+                .send_one(window.topic, window.partition, &window.batches[index].1)
+                .await;
+            match sent {
+                Ok(answer) => {
+                    window.sends[index] += 1;
+                    if window.sends[index] > 1 {
+                        self.stats.retries += 1;
                     }
-                    Outcome::FencedEpoch => {
-                        return Err(ProducerError::Fenced {
-                            producer_id: self.producer_id,
-                            epoch: self.epoch,
-                        });
-                    }
-                    Outcome::OutOfOrder if in_flight.behind_unanswered => {
-                        // It overtook an earlier batch that has since been acknowledged: resend
-                        // it and everything after it, in order.
-                        self.stats.out_of_order_resent += 1;
-                        failed_rounds += 1;
-                        if failed_rounds > self.config.max_retries {
-                            return Err(out_of_order(topic, partition, in_flight.sequences));
-                        }
-                        window.clear();
-                        next_to_send = in_flight.index;
-                    }
-                    Outcome::OutOfOrder => {
-                        return Err(out_of_order(topic, partition, in_flight.sequences));
-                    }
-                },
-                Ok(Response::Error(error)) => {
-                    let error = ClientError::Broker(error);
-                    if !error.is_retriable() {
-                        return Err(error.into());
-                    }
-                    failed_rounds = self.recover(error, failed_rounds).await?;
-                    window.clear();
-                    next_to_send = in_flight.index;
-                }
-                Ok(other) => {
-                    return Err(ClientError::UnexpectedResponse {
-                        expected: "produce",
-                        got: format!("{other:?}"),
-                    }
-                    .into());
+                    let behind_unanswered = !window.in_flight.is_empty();
+                    window.in_flight.push_back(InFlight {
+                        index,
+                        behind_unanswered,
+                        answer,
+                    });
+                    window.next_to_send += 1;
                 }
                 Err(error) if error.is_retriable() => {
-                    // The batch may or may not be stored; resending it with the same sequence
-                    // is safe either way.
-                    failed_rounds = self.recover(error, failed_rounds).await?;
-                    window.clear();
-                    next_to_send = in_flight.index;
+                    window.failed_rounds = self.recover(error, window.failed_rounds).await?;
+                    window.resend_from(window.acks.len());
                 }
                 Err(error) => return Err(error.into()),
             }
         }
-        Ok(acks)
+        Ok(())
+    }
+
+    /// Acts on the answer to batch `index`: records an acknowledgement, resends from it, or
+    /// stops with the reason.
+    async fn handle_answer(
+        &mut self,
+        window: &mut Window<'_>,
+        index: usize,
+        behind_unanswered: bool,
+        answer: Result<Response, ClientError>,
+    ) -> Result<(), ProducerError> {
+        let sequences = window.batches[index].0;
+        let error = match answer {
+            Ok(Response::Produce(response)) => match response.outcome {
+                Outcome::Accepted | Outcome::Duplicate => {
+                    let duplicate = response.outcome == Outcome::Duplicate;
+                    let records = sequences.count();
+                    self.stats.batches += 1;
+                    self.stats.records += u64::from(records);
+                    self.stats.duplicates += u64::from(duplicate);
+                    window.acks.push(Ack {
+                        sequence: sequences.first(),
+                        records,
+                        base_offset: response.base_offset,
+                        duplicate,
+                    });
+                    self.next_sequence.insert(
+                        (window.topic.to_owned(), window.partition),
+                        sequences.following(),
+                    );
+                    window.failed_rounds = 0;
+                    return Ok(());
+                }
+                Outcome::FencedEpoch => {
+                    return Err(ProducerError::Fenced {
+                        producer_id: self.producer_id,
+                        epoch: self.epoch,
+                    });
+                }
+                Outcome::OutOfOrder if behind_unanswered => {
+                    // It overtook an earlier batch that has since been acknowledged: resend it
+                    // and everything after it, in order.
+                    self.stats.out_of_order_resent += 1;
+                    window.failed_rounds += 1;
+                    if window.failed_rounds > self.config.max_retries {
+                        return Err(out_of_order(window.topic, window.partition, sequences));
+                    }
+                    window.resend_from(index);
+                    return Ok(());
+                }
+                Outcome::OutOfOrder => {
+                    return Err(out_of_order(window.topic, window.partition, sequences));
+                }
+            },
+            Ok(Response::Error(error)) => ClientError::Broker(error),
+            Ok(other) => ClientError::UnexpectedResponse {
+                expected: "produce",
+                got: format!("{other:?}"),
+            },
+            Err(error) => error,
+        };
+        if !error.is_retriable() {
+            return Err(error.into());
+        }
+        // The batch may or may not be stored; resending its very bytes is safe either way.
+        window.failed_rounds = self.recover(error, window.failed_rounds).await?;
+        window.resend_from(index);
+        Ok(())
     }
 
     /// Sends one produce request on the current connection, connecting first if needed.

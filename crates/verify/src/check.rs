@@ -237,90 +237,102 @@ pub fn check(topic: &str, logs: &[PartitionLog], acknowledged: Option<&[AckedBat
         ..Report::default()
     };
     let mut producers = HashSet::new();
-    // (partition, producer, epoch, sequence) → the stored batch.
-    let mut stored: HashMap<(u32, i64, i16, i32), StoredBatch> = HashMap::new();
+    let mut stored = Stored::new();
     for log in logs {
-        // producer → (epoch, the sequence its next batch must start at) in this partition.
-        let mut progress: HashMap<i64, (i16, i32)> = HashMap::new();
-        for batch in &log.batches {
-            report.batches += 1;
-            report.records += batch.records;
-            producers.insert(batch.producer_id);
-            let key = (
-                log.partition,
-                batch.producer_id,
-                batch.epoch,
-                batch.sequence,
-            );
-            if let Some(first) = stored.get(&key) {
-                report.violations.push(Violation::StoredTwice {
-                    partition: log.partition,
-                    producer_id: batch.producer_id,
-                    epoch: batch.epoch,
-                    sequence: batch.sequence,
-                    offsets: (first.base_offset, batch.base_offset),
-                });
-            } else {
-                stored.insert(key, *batch);
-            }
-            let expected = match progress.get(&batch.producer_id) {
-                Some(&(epoch, _)) if batch.epoch < epoch => {
-                    report.violations.push(Violation::EpochWentBack {
-                        partition: log.partition,
-                        producer_id: batch.producer_id,
-                        newer: epoch,
-                        older: batch.epoch,
-                        offset: batch.base_offset,
-                    });
-                    None
-                }
-                Some(&(epoch, next)) if batch.epoch == epoch => Some(next),
-                // First batch of the producer here, or of a new epoch: it starts at 0.
-                _ => Some(0),
-            };
-            if let Some(expected) = expected.filter(|e| *e != batch.sequence) {
-                report.violations.push(Violation::NotContiguous {
-                    partition: log.partition,
-                    producer_id: batch.producer_id,
-                    epoch: batch.epoch,
-                    expected,
-                    found: batch.sequence,
-                    offset: batch.base_offset,
-                });
-            }
-            let newest = progress
-                .get(&batch.producer_id)
-                .map_or(batch.epoch, |p| p.0.max(batch.epoch));
-            if newest == batch.epoch
-                && let Some(sequences) = batch.sequences()
-            {
-                progress.insert(batch.producer_id, (batch.epoch, sequences.following()));
-            }
-        }
+        check_partition(log, &mut stored, &mut report);
+        producers.extend(log.batches.iter().map(|b| b.producer_id));
     }
     report.producers = producers.len();
     for acked in acknowledged.unwrap_or_default() {
-        report.acknowledged_checked += 1;
+        check_acknowledged(acked, &stored, &mut report);
+    }
+    report
+}
+
+/// (partition, producer, epoch, base sequence) → the stored batch.
+type Stored = HashMap<(u32, i64, i16, i32), StoredBatch>;
+
+/// Invariants 1 to 3 over one partition's batches, in log order.
+fn check_partition(log: &PartitionLog, stored: &mut Stored, report: &mut Report) {
+    // producer → (epoch, the sequence its next batch must start at) in this partition.
+    let mut progress: HashMap<i64, (i16, i32)> = HashMap::new();
+    for batch in &log.batches {
+        report.batches += 1;
+        report.records += batch.records;
         let key = (
-            acked.partition,
-            acked.producer_id,
-            acked.epoch,
-            acked.sequence,
+            log.partition,
+            batch.producer_id,
+            batch.epoch,
+            batch.sequence,
         );
-        match stored.get(&key) {
-            None => report.violations.push(Violation::AckedButMissing(*acked)),
-            Some(batch) => {
-                let offset_differs = acked.offset.is_some_and(|o| o != batch.base_offset);
-                if offset_differs || acked.records != batch.records {
-                    report.violations.push(Violation::AckedButDifferent {
-                        acked: *acked,
-                        stored: *batch,
-                    });
-                }
+        if let Some(first) = stored.get(&key) {
+            report.violations.push(Violation::StoredTwice {
+                partition: log.partition,
+                producer_id: batch.producer_id,
+                epoch: batch.epoch,
+                sequence: batch.sequence,
+                offsets: (first.base_offset, batch.base_offset),
+            });
+        } else {
+            stored.insert(key, *batch);
+        }
+        let expected = match progress.get(&batch.producer_id) {
+            Some(&(epoch, _)) if batch.epoch < epoch => {
+                report.violations.push(Violation::EpochWentBack {
+                    partition: log.partition,
+                    producer_id: batch.producer_id,
+                    newer: epoch,
+                    older: batch.epoch,
+                    offset: batch.base_offset,
+                });
+                None
+            }
+            Some(&(epoch, next)) if batch.epoch == epoch => Some(next),
+            // First batch of the producer here, or of a new epoch: it starts at 0.
+            _ => Some(0),
+        };
+        if let Some(expected) = expected.filter(|e| *e != batch.sequence) {
+            report.violations.push(Violation::NotContiguous {
+                partition: log.partition,
+                producer_id: batch.producer_id,
+                epoch: batch.epoch,
+                expected,
+                found: batch.sequence,
+                offset: batch.base_offset,
+            });
+        }
+        let newest = progress
+            .get(&batch.producer_id)
+            .map_or(batch.epoch, |p| p.0.max(batch.epoch));
+        if newest == batch.epoch
+            && let Some(sequences) = batch.sequences()
+        {
+            progress.insert(batch.producer_id, (batch.epoch, sequences.following()));
+        }
+    }
+}
+
+/// Invariant 4 for one acknowledged batch.
+fn check_acknowledged(acked: &AckedBatch, stored: &Stored, report: &mut Report) {
+    report.acknowledged_checked += 1;
+    let key = (
+        acked.partition,
+        acked.producer_id,
+        acked.epoch,
+        acked.sequence,
+    );
+    match stored.get(&key) {
+        None => report.violations.push(Violation::AckedButMissing(*acked)),
+        Some(batch) => {
+            let offset_differs = acked.offset.is_some_and(|o| o != batch.base_offset);
+            if offset_differs || acked.records != batch.records {
+                report.violations.push(Violation::AckedButDifferent {
+                    acked: *acked,
+                    stored: *batch,
+                });
             }
         }
     }
-    report
 }
 
 #[cfg(test)]

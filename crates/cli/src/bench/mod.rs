@@ -244,52 +244,74 @@ fn report(
     phases: &[(&str, LoadResult)],
     outcomes: Option<minibroker_server::OutcomeCounts>,
 ) {
-    let find = |name: &str| phases.iter().find(|(n, _)| *n == name).map(|(_, r)| r);
-    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
     if args.json {
-        let phase_json: Vec<_> = phases
-            .iter()
-            .map(|(name, r)| {
-                json!({
-                    "phase": name,
-                    "requests": r.requests,
-                    "seconds": r.elapsed.as_secs_f64(),
-                    "requests_per_sec": r.requests_per_sec(),
-                    "records_per_sec": r.records_per_sec(),
-                    "mb_per_sec": r.mb_per_sec(),
-                    "p50_us": r.latency_us(0.5),
-                    "p99_us": r.latency_us(0.99),
-                    "p999_us": r.latency_us(0.999),
-                    "outcomes": {"accepted": r.outcomes[0], "duplicate": r.outcomes[1], "out_of_order": r.outcomes[2], "fenced_epoch": r.outcomes[3]},
-                })
-            })
-            .collect();
-        let mut out = json!({
-            "connections": workload.connections,
-            "in_flight": workload.in_flight,
-            "records_per_batch": workload.records_per_batch,
-            "record_size": workload.record_size,
-            "partitions": workload.partitions,
-            "phases": phase_json,
-        });
-        if let (Some(broker), Some(baseline)) = (find("broker"), find("baseline")) {
-            out["broker_over_baseline"] = json!({
-                "requests_per_sec": ratio(broker.requests_per_sec(), baseline.requests_per_sec()),
-                "mb_per_sec": ratio(broker.mb_per_sec(), baseline.mb_per_sec()),
-            });
-        }
-        if let (Some(broker), Some(baseline)) = (find("broker@half"), find("baseline@half")) {
-            out["p99_at_half_load_broker_over_baseline"] = json!(ratio(
-                broker.latency_us(0.99) as f64,
-                baseline.latency_us(0.99) as f64
-            ));
-        }
-        if let Some(o) = outcomes {
-            out["broker_outcomes"] = json!({"accepted": o.accepted, "duplicate": o.duplicate, "out_of_order": o.out_of_order, "fenced_epoch": o.fenced_epoch});
-        }
-        println!("{out}");
-        return;
+        println!("{}", json_report(workload, phases, outcomes));
+    } else {
+        text_report(phases, outcomes);
     }
+}
+
+/// The result of the phase called `name`.
+fn find<'a>(phases: &'a [(&str, LoadResult)], name: &str) -> Option<&'a LoadResult> {
+    phases.iter().find(|(n, _)| *n == name).map(|(_, r)| r)
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { f64::NAN }
+}
+
+fn json_report(
+    workload: &Workload,
+    phases: &[(&str, LoadResult)],
+    outcomes: Option<minibroker_server::OutcomeCounts>,
+) -> serde_json::Value {
+    let phase_json: Vec<_> = phases
+        .iter()
+        .map(|(name, r)| {
+            json!({
+                "phase": name,
+                "requests": r.requests,
+                "seconds": r.elapsed.as_secs_f64(),
+                "requests_per_sec": r.requests_per_sec(),
+                "records_per_sec": r.records_per_sec(),
+                "mb_per_sec": r.mb_per_sec(),
+                "p50_us": r.latency_us(0.5),
+                "p99_us": r.latency_us(0.99),
+                "p999_us": r.latency_us(0.999),
+                "outcomes": {"accepted": r.outcomes[0], "duplicate": r.outcomes[1], "out_of_order": r.outcomes[2], "fenced_epoch": r.outcomes[3]},
+            })
+        })
+        .collect();
+    let mut out = json!({
+        "connections": workload.connections,
+        "in_flight": workload.in_flight,
+        "records_per_batch": workload.records_per_batch,
+        "record_size": workload.record_size,
+        "partitions": workload.partitions,
+        "phases": phase_json,
+    });
+    if let (Some(broker), Some(baseline)) = (find(phases, "broker"), find(phases, "baseline")) {
+        out["broker_over_baseline"] = json!({
+            "requests_per_sec": ratio(broker.requests_per_sec(), baseline.requests_per_sec()),
+            "mb_per_sec": ratio(broker.mb_per_sec(), baseline.mb_per_sec()),
+        });
+    }
+    if let (Some(broker), Some(baseline)) =
+        (find(phases, "broker@half"), find(phases, "baseline@half"))
+    {
+        out["p99_at_half_load_broker_over_baseline"] = json!(ratio(
+            broker.latency_us(0.99) as f64,
+            baseline.latency_us(0.99) as f64
+        ));
+    }
+    if let Some(o) = outcomes {
+        out["broker_outcomes"] = json!({"accepted": o.accepted, "duplicate": o.duplicate, "out_of_order": o.out_of_order, "fenced_epoch": o.fenced_epoch});
+    }
+    out
+}
+
+fn text_report(phases: &[(&str, LoadResult)], outcomes: Option<minibroker_server::OutcomeCounts>) {
+    let find = |name: &str| find(phases, name);
     println!(
         "{:<14} {:>12} {:>12} {:>9} {:>9} {:>9} {:>9}",
         "phase", "requests/s", "records/s", "MB/s", "p50 µs", "p99 µs", "p99.9 µs"
