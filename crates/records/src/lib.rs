@@ -21,8 +21,9 @@
 //!
 //! let writer = Writer { producer_id: 7, epoch: 0, base_sequence: 0 };
 //! let records = [NewRecord::value("hello").with_key("k").with_header("h", "v")];
-//! let mut batch = encode(writer, &records, 1_700_000_000_000)?.to_vec();
+//! let batch = encode(writer, &records, 1_700_000_000_000)?;
 //! let info = inspect(&batch)?;
+//! let mut batch = batch.to_vec();
 //! assert_eq!((info.producer_id, info.base_sequence, info.record_count), (7, 0, 1));
 //! set_base_offset(&mut batch, 42);
 //! let decoded = decode(&batch.into())?;
@@ -255,7 +256,7 @@ pub fn encode(writer: Writer, records: &[NewRecord], now: i64) -> Result<Bytes, 
 /// [`RecordsError::Corrupt`] or [`RecordsError::Decode`] for damaged bytes,
 /// [`RecordsError::UnsupportedMagic`] for an older format, [`RecordsError::Invalid`] for a
 /// well-formed batch that cannot be accepted.
-pub fn inspect(batch: &[u8]) -> Result<BatchInfo, RecordsError> {
+pub fn inspect(batch: &Bytes) -> Result<BatchInfo, RecordsError> {
     if batch.len() < HEADER_LEN {
         return Err(RecordsError::Corrupt(format!(
             "{} bytes, shorter than the {HEADER_LEN}-byte header",
@@ -273,7 +274,8 @@ pub fn inspect(batch: &[u8]) -> Result<BatchInfo, RecordsError> {
             batch.len() - layout::LENGTH_END
         )));
     }
-    let mut bytes = batch;
+    // A `Bytes` buffer lets the decoder slice instead of copying the batch.
+    let mut bytes = batch.clone();
     let infos = RecordBatchDecoder::decode_batch_info(&mut bytes)
         .map_err(|error| RecordsError::Decode(error.into()))?;
     let [info] = infos.as_slice() else {
@@ -340,7 +342,7 @@ pub fn set_base_offset(batch: &mut [u8], base_offset: i64) {
 /// # Errors
 /// As [`inspect`], and [`RecordsError::Corrupt`] for a base offset or leader epoch other than
 /// the log's.
-pub fn inspect_stored(batch: &[u8], base_offset: i64) -> Result<BatchInfo, RecordsError> {
+pub fn inspect_stored(batch: &Bytes, base_offset: i64) -> Result<BatchInfo, RecordsError> {
     let info = inspect(batch)?;
     let found = self::base_offset(batch);
     if found != base_offset {

@@ -54,8 +54,9 @@ proptest! {
         now in 0i64..4_000_000_000_000,
         base_offset in 0i64..i64::MAX / 2,
     ) {
-        let mut batch = encode(writer, &records, now).unwrap().to_vec();
-        let info = inspect(&batch).unwrap();
+        let encoded = encode(writer, &records, now).unwrap();
+        let info = inspect(&encoded).unwrap();
+        let mut batch = encoded.to_vec();
         prop_assert_eq!(info.producer_id, writer.producer_id);
         prop_assert_eq!(info.epoch, writer.epoch);
         prop_assert_eq!(info.base_sequence, writer.base_sequence);
@@ -81,6 +82,7 @@ proptest! {
     ) {
         let mut batch = encode(writer, &records, 0).unwrap().to_vec();
         set_base_offset(&mut batch, base_offset);
+        let batch = Bytes::from(batch);
         prop_assert!(inspect(&batch).is_ok());
         prop_assert!(inspect_stored(&batch, base_offset).is_ok());
     }
@@ -96,9 +98,10 @@ proptest! {
         set_base_offset(&mut batch, 1000);
         let at = position.index(batch.len());
         batch[at] ^= flip;
+        let length = batch.len();
         prop_assert!(
-            inspect_stored(&batch, 1000).is_err(),
-            "a change at byte {} of {} went unnoticed", at, batch.len()
+            inspect_stored(&Bytes::from(batch), 1000).is_err(),
+            "a change at byte {} of {} went unnoticed", at, length
         );
     }
 
@@ -110,7 +113,7 @@ proptest! {
     ) {
         let mut batch = encode(writer, &records, 0).unwrap().to_vec();
         set_base_sequence(&mut batch, sequence);
-        prop_assert_eq!(inspect(&batch).unwrap().base_sequence, sequence);
+        prop_assert_eq!(inspect(&Bytes::from(batch)).unwrap().base_sequence, sequence);
     }
 }
 
@@ -121,34 +124,33 @@ fn bad_batches_are_refused_with_the_right_error() {
         epoch: 0,
         base_sequence: 0,
     };
-    let batch = encode(writer, &[NewRecord::value("v")], 0)
-        .unwrap()
-        .to_vec();
+    let batch = encode(writer, &[NewRecord::value("v")], 0).unwrap();
+    let check = |bytes: Vec<u8>| inspect(&Bytes::from(bytes));
     assert!(matches!(
-        inspect(&batch[..HEADER_LEN - 1]),
+        check(batch[..HEADER_LEN - 1].to_vec()),
         Err(RecordsError::Corrupt(_))
     ));
     assert!(matches!(
-        inspect(&batch[..batch.len() - 1]),
+        check(batch[..batch.len() - 1].to_vec()),
         Err(RecordsError::Corrupt(_))
     ));
-    let mut magic = batch.clone();
+    let mut magic = batch.to_vec();
     magic[16] = 1;
     assert!(matches!(
-        inspect(&magic),
+        check(magic),
         Err(RecordsError::UnsupportedMagic(1))
     ));
-    let mut crc = batch.clone();
+    let mut crc = batch.to_vec();
     let last = crc.len() - 1;
     crc[last] ^= 1;
-    assert!(matches!(inspect(&crc), Err(RecordsError::Decode(_))));
+    assert!(matches!(check(crc), Err(RecordsError::Decode(_))));
     assert!(matches!(
         encode(writer, &[], 0),
         Err(RecordsError::Invalid(_))
     ));
     // A record count that disagrees with the offsets, with a CRC to match.
-    let mut count = batch.clone();
+    let mut count = batch.to_vec();
     count[57..61].copy_from_slice(&2i32.to_be_bytes());
     set_base_sequence(&mut count, 0); // recomputes the CRC
-    assert!(matches!(inspect(&count), Err(RecordsError::Invalid(_))));
+    assert!(matches!(check(count), Err(RecordsError::Invalid(_))));
 }

@@ -125,7 +125,7 @@ impl Broker {
         topics: &mut TopicCache,
         topic: &str,
         partition: u32,
-        batch: &[u8],
+        batch: &Bytes,
     ) -> Result<Verdict, BrokerError> {
         // Check the batch before the topic lookup, so bad input never auto-creates a topic.
         let info = minibroker_records::inspect(batch)?;

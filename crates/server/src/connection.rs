@@ -118,7 +118,7 @@ impl Connection {
                 }
             };
             served_since_armed = true;
-            let (correlation_id, response) = front_end.answer(&frame);
+            let (correlation_id, response) = front_end.answer(&frame.freeze());
             // Feeding flushes first when the write buffer is full, so it is bounded too.
             match self.bounded(writer.feed((correlation_id, &response))).await {
                 Err(ProtocolError::FrameTooLarge { size, max }) => {

@@ -2,6 +2,7 @@
 //! only place that knows both the native wire types and the core's domain types; every error
 //! kind is mapped to its wire code here, once.
 
+use bytes::Bytes;
 use minibroker_protocol::{
     BadFrame, DescribeProducersResponse, ErrorCode, ErrorResponse, FetchResponse,
     InitProducerResponse, MetadataResponse, ProduceResponse, ProducerState, ProtocolError, Request,
@@ -35,11 +36,11 @@ pub(crate) struct NativeFrontEnd<'a> {
 impl NativeFrontEnd<'_> {
     /// Decodes and serves one frame; a frame that does not decode gets an error answer with its
     /// correlation id (0 when even the header is missing).
-    pub fn answer(&mut self, frame: &[u8]) -> (u32, Response) {
+    pub fn answer(&mut self, frame: &Bytes) -> (u32, Response) {
         match codec::decode_request(frame) {
             Ok((correlation_id, request)) => {
                 tracing::trace!(correlation_id, kind = request.kind(), "request");
-                let response = self.handle(request).unwrap_or_else(|error| {
+                let response = self.handle(request, frame).unwrap_or_else(|error| {
                     tracing::debug!(%error, "request refused");
                     Response::Error(ErrorResponse::new(
                         wire_code(error.kind()),
@@ -69,17 +70,17 @@ impl NativeFrontEnd<'_> {
         }
     }
 
-    fn handle(&mut self, request: Request<'_>) -> Result<Response, BrokerError> {
+    /// Serves `request`, decoded from `frame` (so a produce request's batch is shared with the
+    /// frame, not copied, until the log stores it).
+    fn handle(&mut self, request: Request<'_>, frame: &Bytes) -> Result<Response, BrokerError> {
         let broker = self.broker;
         let room = self.max_frame_bytes.saturating_sub(FRAME_SLACK).max(1);
         Ok(match request {
             Request::Produce(produce) => {
-                let verdict = broker.produce(
-                    &mut self.topics,
-                    produce.topic,
-                    produce.partition,
-                    produce.batch,
-                )?;
+                // The decoder borrows the batch from `frame` itself, so this slice is in range.
+                let batch = frame.slice_ref(produce.batch);
+                let verdict =
+                    broker.produce(&mut self.topics, produce.topic, produce.partition, &batch)?;
                 Response::Produce(ProduceResponse {
                     outcome: verdict.outcome,
                     base_offset: verdict.base_offset,
