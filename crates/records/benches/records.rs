@@ -1,0 +1,52 @@
+//! What a Kafka v2 batch costs to build (the producer's side) and to check (the broker's side,
+//! on every produce request), for one record of 100 B and for 100 of them: the figures behind
+//! the choice that clients build batches and the broker only checks them.
+//!
+//! Run with `cargo bench -p minibroker-records`. Figures are printed, never asserted.
+
+use bytes::Bytes;
+use criterion::{Criterion, Throughput};
+use minibroker_records::{NewRecord, Writer, encode, inspect, set_base_sequence};
+use std::hint::black_box;
+
+const WRITER: Writer = Writer {
+    producer_id: 1000,
+    epoch: 0,
+    base_sequence: 0,
+};
+
+fn records(n: usize) -> Vec<NewRecord> {
+    (0..n)
+        .map(|_| NewRecord::value(Bytes::from(vec![b'x'; 100])))
+        .collect()
+}
+
+fn bench(c: &mut Criterion) {
+    for n in [1usize, 100] {
+        let records = records(n);
+        let batch = encode(WRITER, &records, 0).expect("encodes");
+        let mut group = c.benchmark_group(format!("{n}x100B"));
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_function("encode", |b| {
+            b.iter(|| encode(WRITER, black_box(&records), 0).expect("encodes"));
+        });
+        group.bench_function("inspect", |b| {
+            b.iter(|| inspect(black_box(&batch)).expect("valid"));
+        });
+        let mut template = batch.to_vec();
+        let mut sequence = 0;
+        group.bench_function("restamp_sequence", |b| {
+            b.iter(|| {
+                sequence = (sequence + n as i32) & i32::MAX;
+                set_base_sequence(black_box(&mut template), sequence);
+            });
+        });
+        group.finish();
+    }
+}
+
+fn main() {
+    let mut criterion = Criterion::default().configure_from_args();
+    bench(&mut criterion);
+    criterion.final_summary();
+}
