@@ -53,11 +53,37 @@ impl Server {
         String::from_utf8(output.stdout).expect("utf-8 output")
     }
 
+    /// Runs `produce` on this broker with `args`, feeding it `input`; returns its summary line.
+    fn produce(&self, args: &[&str], input: &[u8]) -> String {
+        let mut child = Command::new(BIN)
+            .args(["produce", "--broker", &self.addr])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start produce");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input)
+            .expect("write stdin");
+        let output = child.wait_with_output().expect("produce");
+        assert!(output.status.success(), "produce {args:?} failed");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
     fn send(&self, epoch: &str, sequence: &str, json: bool) -> String {
+        let json: &[&str] = if json { &["--json"] } else { &[] };
+        self.send_to("seed", epoch, sequence, json)
+    }
+
+    /// `send` as producer 1 to partition 0 of `topic`, with `extra` flags.
+    fn send_to(&self, topic: &str, epoch: &str, sequence: &str, extra: &[&str]) -> String {
         let mut args = vec![
             "send",
             "--topic",
-            "seed",
+            topic,
             "--partition",
             "0",
             "--producer-id",
@@ -67,9 +93,7 @@ impl Server {
             "--sequence",
             sequence,
         ];
-        if json {
-            args.push("--json");
-        }
+        args.extend_from_slice(extra);
         self.run_ok(&args).trim().to_owned()
     }
 }
@@ -184,18 +208,7 @@ fn bad_input_exits_non_zero_with_a_message() {
 #[test]
 fn a_record_sent_with_a_key_and_headers_comes_back_with_them() {
     let server = Server::start(&[]);
-    let sent = server.run_ok(&[
-        "send",
-        "--topic",
-        "keyed",
-        "--partition",
-        "0",
-        "--producer-id",
-        "1",
-        "--epoch",
-        "0",
-        "--sequence",
-        "0",
+    let extra = [
         "--value",
         "v1",
         "--value",
@@ -206,23 +219,12 @@ fn a_record_sent_with_a_key_and_headers_comes_back_with_them() {
         "h=v",
         "--header",
         "trace=abc",
-    ]);
-    assert_eq!(sent.trim(), "ACCEPTED offset=0");
+    ];
+    let sent = server.send_to("keyed", "0", "0", &extra);
+    assert_eq!(sent, "ACCEPTED offset=0");
     // Two records took sequences 0 and 1, so the next batch starts at 2.
-    let next = server.run_ok(&[
-        "send",
-        "--topic",
-        "keyed",
-        "--partition",
-        "0",
-        "--producer-id",
-        "1",
-        "--epoch",
-        "0",
-        "--sequence",
-        "2",
-    ]);
-    assert_eq!(next.trim(), "ACCEPTED offset=2");
+    let next = server.send_to("keyed", "0", "2", &[]);
+    assert_eq!(next, "ACCEPTED offset=2");
     let json = server.run_ok(&["consume", "--topic", "keyed", "--partition", "0", "--json"]);
     let lines: Vec<serde_json::Value> = json
         .lines()
@@ -252,31 +254,10 @@ fn a_record_sent_with_a_key_and_headers_comes_back_with_them() {
 #[test]
 fn produce_splits_keys_from_values_at_the_separator() {
     let server = Server::start(&[]);
-    let mut child = Command::new(BIN)
-        .args([
-            "produce",
-            "--broker",
-            &server.addr,
-            "--topic",
-            "kv",
-            "--key-separator",
-            ":",
-            "--batch-size",
-            "2",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start produce");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"user-1:login\nuser-2:a:b\nno separator\n")
-        .expect("write stdin");
-    let output = child.wait_with_output().expect("produce");
-    assert!(output.status.success());
-    let summary = String::from_utf8_lossy(&output.stdout);
+    let summary = server.produce(
+        &["--topic", "kv", "--key-separator", ":", "--batch-size", "2"],
+        b"user-1:login\nuser-2:a:b\nno separator\n",
+    );
     assert!(
         summary.starts_with("produced records=3 batches=2"),
         "{summary}"
@@ -302,21 +283,7 @@ fn produce_splits_keys_from_values_at_the_separator() {
 #[test]
 fn produce_then_consume_round_trip() {
     let server = Server::start(&[]);
-    let mut child = Command::new(BIN)
-        .args(["produce", "--broker", &server.addr, "--topic", "lines"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start produce");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"first\nsecond\nthird\n")
-        .expect("write stdin");
-    let output = child.wait_with_output().expect("produce");
-    assert!(output.status.success());
-    let summary = String::from_utf8_lossy(&output.stdout);
+    let summary = server.produce(&["--topic", "lines"], b"first\nsecond\nthird\n");
     assert!(
         summary.starts_with("produced records=3 batches=3 retries=0 duplicates_acknowledged=0"),
         "{summary}"

@@ -46,7 +46,7 @@ impl ClientError {
         matches!(
             self,
             Self::Connect { .. } | Self::Timeout(_) | Self::ConnectionClosed(_)
-        ) || matches!(self, Self::Broker(e) if e.code == minibroker_protocol::ErrorCode::ShuttingDown)
+        )
     }
 }
 

@@ -214,8 +214,6 @@ pub enum ErrorCode {
     EpochExhausted,
     /// The broker's storage limit (stored bytes or topic count) is reached.
     StorageFull,
-    /// The broker is shutting down.
-    ShuttingDown,
     /// An unexpected failure inside the broker.
     Internal,
     /// The broker already serves its maximum of connections; this one is closed.
@@ -240,7 +238,6 @@ impl fmt::Display for ErrorCode {
             Self::UnknownProducerId => "UNKNOWN_PRODUCER_ID",
             Self::EpochExhausted => "EPOCH_EXHAUSTED",
             Self::StorageFull => "STORAGE_FULL",
-            Self::ShuttingDown => "SHUTTING_DOWN",
             Self::Internal => "INTERNAL",
             Self::TooManyConnections => "TOO_MANY_CONNECTIONS",
             Self::InvalidBatch => "INVALID_BATCH",

@@ -24,6 +24,7 @@ use minibroker_protocol::{
     FrameCodec, Outcome, ProduceRequest, Request, Response, codec, serde_bytes,
 };
 use minibroker_records::{NewRecord, Writer};
+use minibroker_state::SequenceRange;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -202,7 +203,7 @@ impl Connection {
         };
         let template = minibroker_records::encode(writer, &records, 0)?;
         let mut batches: Vec<Vec<u8>> = vec![template.to_vec(); self.partitions.len()];
-        let per_batch = i32::try_from(self.workload.records_per_batch)?;
+        let per_batch = u32::try_from(self.workload.records_per_batch)?;
         let mut result = LoadResult::empty();
         let mut sent = 0u64;
         let mut next_send = Instant::now();
@@ -225,7 +226,7 @@ impl Connection {
                 });
                 correlation_id = correlation_id.wrapping_add(1);
                 encoder.encode((correlation_id, &request), &mut out)?;
-                sequences[slot] += per_batch;
+                sequences[slot] = SequenceRange::spanning(sequences[slot], per_batch)?.following();
                 sent += 1;
                 match self.interval {
                     // Latency counts from when the request was due, not when it went out.
