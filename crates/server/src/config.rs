@@ -53,9 +53,9 @@ pub struct Config {
     pub max_partitions_per_topic: u32,
     /// Most partitions across all topics.
     pub max_partitions: u32,
-    /// Most bytes the broker keeps for clients: each record's bytes plus a fixed overhead per
-    /// batch and per record ([`crate::accounted_bytes`]), each producer's state entry per
-    /// partition, and every topic and partition ([`crate::budget`]). Produce requests and topic
+    /// Most bytes the broker keeps for clients: each batch's bytes plus a fixed overhead
+    /// ([`crate::accounted_bytes`]), each producer's state entry per partition, and every topic
+    /// and partition ([`crate::budget`]). Produce requests and topic
     /// creation beyond it are refused with STORAGE_FULL.
     pub max_stored_bytes: u64,
     /// Most issued producer ids remembered (to bump their epoch on a later init-producer); the
