@@ -1,37 +1,44 @@
-//! One client connection: read frames, answer each in order, flush in batches.
+//! One client connection: read frames, answer each in order, flush in batches — for any
+//! [`FrontEnd`].
 //!
 //! The broker core is synchronous and fast, so a connection answers each request as soon as it is
-//! read; pipelining comes from reading every frame already buffered before flushing the answers
-//! together (one write for many responses). At most `max_in_flight` answers wait unflushed, and
-//! a peer that stops reading is held back by the socket: nothing grows without bound.
+//! read; pipelining comes from reading every frame already buffered before writing the answers
+//! together (one write for many responses). At most `max_in_flight` answers (or
+//! [`FLUSH_BYTES`]) wait unwritten, and a peer that stops reading is held back by the socket:
+//! nothing grows without bound.
 //!
 //! Every write to the socket is bounded by `write_timeout`, and shutdown can cut it short: a
 //! client that pipelines large fetches and never reads the answers loses its connection (and
 //! frees its slot) instead of keeping it until the broker stops.
 
-use futures::{FutureExt, SinkExt, StreamExt};
-use minibroker_protocol::{ErrorCode, ErrorResponse, FrameCodec, ProtocolError, Response};
+use bytes::BytesMut;
+use futures::{FutureExt, StreamExt};
+use minibroker_protocol::{FrameCodec, ProtocolError};
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
-use crate::Broker;
-use crate::native::NativeFrontEnd;
-use crate::topics::TopicCache;
+use crate::front_end::{FrontEnd, Next};
+
+/// Answers buffered beyond this many bytes are written before the next request is read.
+const FLUSH_BYTES: usize = 64 << 10;
+
+/// How long a write may still take once shutdown has begun.
+const FINAL_WRITE_GRACE: Duration = Duration::from_secs(1);
 
 /// Everything one connection task needs; each field has one role.
-pub(crate) struct Connection {
-    /// The shared broker core that answers requests.
-    pub broker: Arc<Broker>,
+pub(crate) struct Connection<F> {
+    /// Translates the connection's protocol to the broker core.
+    pub front_end: F,
     /// Fires when the server stops: finish what has been read, then close.
     pub shutdown: CancellationToken,
-    /// Largest frame read or written.
+    /// Largest frame read.
     pub max_frame_bytes: usize,
-    /// Answers buffered before a forced flush.
+    /// Answers buffered before a forced write.
     pub max_in_flight: usize,
     /// Close after this long without a request.
     pub idle_timeout: Duration,
@@ -39,38 +46,35 @@ pub(crate) struct Connection {
     pub write_timeout: Duration,
 }
 
-/// How long a write may still take once shutdown has begun.
-const FINAL_WRITE_GRACE: Duration = Duration::from_secs(1);
-
-impl Connection {
-    /// Serves the connection until the peer closes it, it idles out, a frame is unrecoverable, or
-    /// the server shuts down.
-    pub async fn run(self, stream: TcpStream) {
+impl<F: FrontEnd> Connection<F> {
+    /// Serves the connection until the peer closes it, it idles out, a frame is unrecoverable, the
+    /// front end says to close, or the server shuts down.
+    pub async fn run(mut self, stream: TcpStream) {
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%error, "could not disable Nagle's algorithm");
         }
-        let (read_half, write_half) = stream.into_split();
+        let (read_half, mut write_half) = stream.into_split();
         let mut reader = FramedRead::new(read_half, FrameCodec::new(self.max_frame_bytes));
-        let mut writer = FramedWrite::new(write_half, FrameCodec::new(self.max_frame_bytes));
-        match self.serve(&mut reader, &mut writer).await {
+        let mut out = BytesMut::with_capacity(8 << 10);
+        match self.serve(&mut reader, &mut write_half, &mut out).await {
             Ok(()) => tracing::debug!("connection closed"),
             Err(error) => tracing::debug!(%error, "connection closed on error"),
         }
         // Best effort: whatever was answered reaches the peer before the socket closes.
-        let _ = tokio::time::timeout(Duration::from_secs(1), close(&mut writer)).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+            write_half.write_all(&out).await?;
+            write_half.shutdown().await
+        })
+        .await;
     }
 
     async fn serve(
-        &self,
+        &mut self,
         reader: &mut FramedRead<OwnedReadHalf, FrameCodec>,
-        writer: &mut Writer,
+        writer: &mut OwnedWriteHalf,
+        out: &mut BytesMut,
     ) -> Result<(), ProtocolError> {
         let mut unflushed = 0usize;
-        let mut front_end = NativeFrontEnd {
-            broker: &self.broker,
-            topics: TopicCache::default(),
-            max_frame_bytes: self.max_frame_bytes,
-        };
         // One timer for the connection's life instead of one per wait: when it fires, the
         // connection is closed only if nothing was served since it was last armed, so a silent
         // connection closes after one to two idle timeouts.
@@ -79,12 +83,12 @@ impl Connection {
         let mut served_since_armed = false;
         loop {
             // Frames already buffered are answered without waiting; only when none is left are
-            // the answers flushed and the socket awaited.
+            // the answers written and the socket awaited.
             let next = match reader.next().now_or_never() {
                 Some(item) => item,
                 None => {
-                    if unflushed > 0 {
-                        self.bounded(flush(writer)).await?;
+                    if !out.is_empty() {
+                        self.write(writer, out).await?;
                         unflushed = 0;
                     }
                     tokio::select! {
@@ -109,42 +113,38 @@ impl Connection {
                 None => return Ok(()),
                 Some(Err(error)) => {
                     // Framing is lost (oversize or truncated frame): say why, then close.
-                    let response = Response::Error(ErrorResponse::new(
-                        ErrorCode::MalformedRequest,
-                        format!("{error}; closing the connection"),
-                    ));
-                    self.bounded(writer.send((0, &response))).await?;
+                    self.front_end.framing_error(&error, out);
+                    self.write(writer, out).await?;
                     return Err(error);
                 }
             };
             served_since_armed = true;
-            let (correlation_id, response) = front_end.answer(&frame.freeze());
-            // Feeding flushes first when the write buffer is full, so it is bounded too.
-            match self.bounded(writer.feed((correlation_id, &response))).await {
-                Err(ProtocolError::FrameTooLarge { size, max }) => {
-                    // Answers are sized to fit a frame, so this is a bug; say so, and go on.
-                    tracing::warn!(size, max, "an answer did not fit a frame");
-                    let answer = Response::Error(ErrorResponse::new(
-                        ErrorCode::Internal,
-                        format!(
-                            "internal error: the answer of {size} bytes exceeds the maximum frame of {max} bytes"
-                        ),
-                    ));
-                    self.bounded(writer.feed((correlation_id, &answer))).await?;
-                }
-                other => other?,
+            if self.front_end.answer(frame.freeze(), out) == Next::Close {
+                return Ok(());
             }
             unflushed += 1;
-            if unflushed >= self.max_in_flight {
-                self.bounded(flush(writer)).await?;
+            if unflushed >= self.max_in_flight || out.len() >= FLUSH_BYTES {
+                self.write(writer, out).await?;
                 unflushed = 0;
             }
         }
     }
 
+    /// Writes every buffered answer, bounded by [`Self::bounded`].
+    async fn write(
+        &self,
+        writer: &mut OwnedWriteHalf,
+        out: &mut BytesMut,
+    ) -> Result<(), ProtocolError> {
+        self.bounded(async { writer.write_all(out).await.map_err(ProtocolError::Io) })
+            .await?;
+        out.clear();
+        Ok(())
+    }
+
     /// Runs a write to the peer, failing it when it does not complete within `write_timeout`, or
-    /// within [`FINAL_WRITE_GRACE`] once shutdown has begun. A write that completes at once (the usual
-    /// case: the socket has room) sets no timer.
+    /// within [`FINAL_WRITE_GRACE`] once shutdown has begun. A write that completes at once (the
+    /// usual case: the socket has room) sets no timer.
     async fn bounded<T>(
         &self,
         write: impl Future<Output = Result<T, ProtocolError>>,
@@ -167,17 +167,4 @@ impl Connection {
             }
         }
     }
-}
-
-type Writer = FramedWrite<OwnedWriteHalf, FrameCodec>;
-
-/// Writes every buffered answer to the socket. (The codec encodes any serde type, so the sink's
-/// item type is named here.)
-async fn flush(writer: &mut Writer) -> Result<(), ProtocolError> {
-    SinkExt::<(u32, &'static Response)>::flush(writer).await
-}
-
-/// Flushes and shuts down the write half.
-async fn close(writer: &mut Writer) -> Result<(), ProtocolError> {
-    SinkExt::<(u32, &'static Response)>::close(writer).await
 }

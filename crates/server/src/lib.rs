@@ -4,7 +4,8 @@
 //! - [`Broker`] — the core: topics → partitions → producer state + log, in domain terms (a topic
 //!   name, a partition, a record batch, a [`Verdict`], a [`BrokerError`]); no wire type appears in
 //!   its API. Each front end is a thin translation onto it.
-//! - `native` — the native protocol's front end: decode, call the core, encode.
+//! - [`FrontEnd`] — what a wire protocol plugs into the shared connection machinery; `native` is
+//!   the native protocol's: decode, call the core, encode.
 //! - [`run`] / [`serve`] — the tokio server over an already-bound listener and a shutdown future:
 //!   connection limit, pipelined answers, idle and write timeouts, graceful drain with a deadline.
 //! - [`budget`] — what everything a client makes the broker keep costs against the storage limit.
@@ -29,6 +30,7 @@ mod connection;
 mod counters;
 mod embedded;
 mod error;
+mod front_end;
 mod listener;
 mod native;
 mod producers;
@@ -43,7 +45,8 @@ pub use config::{Config, TopicConfig};
 pub use counters::{ConnectionCounts, OutcomeCounts};
 pub use embedded::EmbeddedBroker;
 pub use error::{BrokerError, ErrorKind, ServerError};
-pub use listener::{run, serve};
+pub use front_end::{FrontEnd, Next};
+pub use listener::{run, serve, serve_front_end};
 pub use minibroker_state::{Outcome, Verdict};
 pub use producers::FIRST_ISSUED_ID;
 pub use topics::{MAX_TOPIC_NAME_LEN, TopicCache};

@@ -7,7 +7,6 @@
 //! finishes the requests it has read, and the whole drain is bounded by a deadline after which
 //! the stragglers are aborted. A connection task that panics is logged, never dropped silently.
 
-use minibroker_protocol::{ErrorCode, ErrorResponse, FrameCodec, Response};
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -16,11 +15,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::{JoinError, JoinSet};
 use tokio::time::Instant;
-use tokio_util::codec::Encoder;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::connection::Connection;
+use crate::front_end::FrontEnd;
+use crate::native::NativeFrontEnd;
 use crate::{Broker, Config, ServerError};
 
 /// Serves a broker built from `config` on an already-bound `listener` until `shutdown` resolves.
@@ -36,7 +36,8 @@ pub async fn run(
     serve(listener, Arc::new(broker), &config, shutdown).await
 }
 
-/// Like [`run`], with a broker the caller built (and may inspect afterwards).
+/// Like [`run`], with a broker the caller built (and may inspect afterwards): the native
+/// protocol on `listener`.
 ///
 /// # Errors
 /// [`ServerError::Config`] when the configuration is invalid.
@@ -45,6 +46,25 @@ pub async fn serve(
     broker: Arc<Broker>,
     config: &Config,
     shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    let max_frame_bytes = config.max_frame_bytes;
+    serve_front_end(listener, broker, config, shutdown, move |broker| {
+        NativeFrontEnd::new(broker, max_frame_bytes)
+    })
+    .await
+}
+
+/// Serves `broker` on `listener` with the front end `new_front_end` makes for each connection,
+/// under the limits of `config`, until `shutdown` resolves: the machinery every protocol shares.
+///
+/// # Errors
+/// [`ServerError::Config`] when the configuration is invalid.
+pub async fn serve_front_end<F: FrontEnd>(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    config: &Config,
+    shutdown: impl Future<Output = ()>,
+    new_front_end: impl Fn(Arc<Broker>) -> F,
 ) -> Result<(), ServerError> {
     config.validate()?;
     let permits = Arc::new(Semaphore::new(config.max_connections));
@@ -63,12 +83,12 @@ pub async fn serve(
         let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
             broker.connections.refused.fetch_add(1, Ordering::Relaxed);
             refusals.note(peer, config.max_connections);
-            refuse(&stream, config.max_connections);
+            refuse::<F>(&stream, config.max_connections);
             continue;
         };
         broker.connections.accepted.fetch_add(1, Ordering::Relaxed);
         let connection = Connection {
-            broker: Arc::clone(&broker),
+            front_end: new_front_end(Arc::clone(&broker)),
             shutdown: stop_connections.clone(),
             max_frame_bytes: config.max_frame_bytes,
             max_in_flight: config.max_in_flight,
@@ -133,20 +153,12 @@ fn log_panic(done: Result<(), JoinError>) {
     }
 }
 
-/// Tells an over-limit connection why it is closed, without waiting on it: the frame goes out
-/// only if the socket takes it at once (a fresh socket always has room for it).
-fn refuse(stream: &TcpStream, max_connections: usize) {
-    let response = Response::Error(ErrorResponse::new(
-        ErrorCode::TooManyConnections,
-        format!(
-            "the broker already serves its maximum of {max_connections} connections; try again later"
-        ),
-    ));
+/// Tells an over-limit connection why it is closed (if its protocol can), without waiting on
+/// it: the frame goes out only if the socket takes it at once (a fresh socket always has room).
+fn refuse<F: FrontEnd>(stream: &TcpStream, max_connections: usize) {
     let mut frame = bytes::BytesMut::new();
-    if FrameCodec::default()
-        .encode((0, &response), &mut frame)
-        .is_ok()
-    {
+    F::refusal(max_connections, &mut frame);
+    if !frame.is_empty() {
         let _ = stream.try_write(&frame);
     }
 }

@@ -2,14 +2,17 @@
 //! only place that knows both the native wire types and the core's domain types; every error
 //! kind is mapped to its wire code here, once.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use minibroker_protocol::{
-    BadFrame, DescribeProducersResponse, ErrorCode, ErrorResponse, FetchResponse,
+    BadFrame, DescribeProducersResponse, ErrorCode, ErrorResponse, FetchResponse, FrameCodec,
     InitProducerResponse, MetadataResponse, ProduceResponse, ProducerState, ProtocolError, Request,
     Response, TopicMetadata, codec,
 };
+use std::sync::Arc;
+use tokio_util::codec::Encoder;
 
 use crate::broker::{Fetched, ProducersPage};
+use crate::front_end::{FrontEnd, Next};
 use crate::topics::TopicCache;
 use crate::{Broker, BrokerError, ErrorKind};
 
@@ -24,19 +27,80 @@ const FRAME_SLACK: usize = 4096;
 const DESCRIBED_PRODUCER_BYTES: usize = 40;
 
 /// One connection's view of the broker through the native protocol.
-pub(crate) struct NativeFrontEnd<'a> {
+pub(crate) struct NativeFrontEnd {
     /// The core.
-    pub broker: &'a Broker,
+    broker: Arc<Broker>,
     /// The connection's topic cache.
-    pub topics: TopicCache,
+    topics: TopicCache,
     /// The largest answer frame, which bounds fetch and describe answers.
-    pub max_frame_bytes: usize,
+    max_frame_bytes: usize,
+    /// Encodes answers straight into the connection's output buffer.
+    codec: FrameCodec,
 }
 
-impl NativeFrontEnd<'_> {
+impl FrontEnd for NativeFrontEnd {
+    fn answer(&mut self, frame: Bytes, out: &mut BytesMut) -> Next {
+        let (correlation_id, response) = self.respond(&frame);
+        match self.codec.encode((correlation_id, &response), out) {
+            Ok(()) => {}
+            Err(ProtocolError::FrameTooLarge { size, max }) => {
+                // Answers are sized to fit a frame, so this is a bug; say so, and go on.
+                tracing::warn!(size, max, "an answer did not fit a frame");
+                let error = Response::Error(ErrorResponse::new(
+                    ErrorCode::Internal,
+                    format!(
+                        "internal error: the answer of {size} bytes exceeds the maximum frame of {max} bytes"
+                    ),
+                ));
+                self.encode_error(correlation_id, &error, out);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "an answer did not encode");
+                return Next::Close;
+            }
+        }
+        Next::Continue
+    }
+
+    fn framing_error(&mut self, error: &ProtocolError, out: &mut BytesMut) {
+        let response = Response::Error(ErrorResponse::new(
+            ErrorCode::MalformedRequest,
+            format!("{error}; closing the connection"),
+        ));
+        self.encode_error(0, &response, out);
+    }
+
+    fn refusal(max_connections: usize, out: &mut BytesMut) {
+        let response = Response::Error(ErrorResponse::new(
+            ErrorCode::TooManyConnections,
+            format!(
+                "the broker already serves its maximum of {max_connections} connections; try again later"
+            ),
+        ));
+        let _ = FrameCodec::default().encode((0, &response), out);
+    }
+}
+
+impl NativeFrontEnd {
+    /// A front end for one connection to `broker`, with answers of at most `max_frame_bytes`.
+    pub fn new(broker: Arc<Broker>, max_frame_bytes: usize) -> Self {
+        Self {
+            broker,
+            topics: TopicCache::default(),
+            max_frame_bytes,
+            codec: FrameCodec::new(max_frame_bytes),
+        }
+    }
+
+    /// Encodes a short error answer; such answers always fit a frame.
+    fn encode_error(&mut self, correlation_id: u32, response: &Response, out: &mut BytesMut) {
+        if let Err(error) = self.codec.encode((correlation_id, response), out) {
+            tracing::warn!(%error, "an error answer did not encode");
+        }
+    }
     /// Decodes and serves one frame; a frame that does not decode gets an error answer with its
     /// correlation id (0 when even the header is missing).
-    pub fn answer(&mut self, frame: &Bytes) -> (u32, Response) {
+    fn respond(&mut self, frame: &Bytes) -> (u32, Response) {
         match codec::decode_request(frame) {
             Ok((correlation_id, request)) => {
                 tracing::trace!(correlation_id, kind = request.kind(), "request");
@@ -73,7 +137,7 @@ impl NativeFrontEnd<'_> {
     /// Serves `request`, decoded from `frame` (so a produce request's batch is shared with the
     /// frame, not copied, until the log stores it).
     fn handle(&mut self, request: Request<'_>, frame: &Bytes) -> Result<Response, BrokerError> {
-        let broker = self.broker;
+        let broker = &*self.broker;
         let room = self.max_frame_bytes.saturating_sub(FRAME_SLACK).max(1);
         Ok(match request {
             Request::Produce(produce) => {
