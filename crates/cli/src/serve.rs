@@ -1,10 +1,14 @@
-//! `minibroker serve`: bind, announce the address, serve until SIGINT or SIGTERM.
+//! `minibroker serve`: bind both listeners (native, then Kafka), announce their addresses, serve
+//! one broker core on both until SIGINT or SIGTERM.
 
 use anyhow::{Context, Result};
-use minibroker_server::Config;
+use minibroker_kafka::KafkaConfig;
+use minibroker_server::{Broker, Config};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 /// Flags of `serve`; each overrides the matching key of the config file.
 #[derive(Debug, clap::Args)]
@@ -12,9 +16,15 @@ pub struct Args {
     /// TOML configuration file (see config/minibroker.toml); built-in defaults otherwise.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Address to listen on; port 0 picks a free port.
+    /// Address of the native protocol's listener; port 0 picks a free port.
     #[arg(long)]
     listen: Option<SocketAddr>,
+    /// Address of the Kafka protocol's listener; port 0 picks a free port.
+    #[arg(long)]
+    kafka_listen: Option<SocketAddr>,
+    /// HOST:PORT that Kafka Metadata hands to clients (default: the bound Kafka address).
+    #[arg(long)]
+    kafka_advertise: Option<String>,
     /// Partition count of auto-created topics.
     #[arg(long)]
     partitions: Option<u32>,
@@ -28,23 +38,79 @@ pub async fn run(args: Args) -> Result<()> {
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
+    if let Some(listen) = args.kafka_listen {
+        config.kafka_listen = listen;
+    }
+    if let Some(advertise) = args.kafka_advertise {
+        config.kafka_advertise = Some(advertise);
+    }
     if let Some(partitions) = args.partitions {
         config.default_partitions = partitions;
         config.max_partitions_per_topic = config.max_partitions_per_topic.max(partitions);
     }
     config.validate()?;
-    let shutdown = shutdown_signal()?;
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
-    let addr = listener.local_addr()?;
-    // Scripts wait for this line to learn the port.
+    let signal = shutdown_signal()?;
+    let native = bind(config.listen).await?;
+    let kafka = bind(config.kafka_listen).await?;
+    let kafka_addr = kafka.local_addr()?;
+    // Scripts wait for these lines to learn the ports; the native one comes first.
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "listening on {addr}")?;
+    writeln!(stdout, "listening on {}", native.local_addr()?)?;
+    writeln!(stdout, "kafka listening on {kafka_addr}")?;
     stdout.flush()?;
     drop(stdout);
-    minibroker_server::run(listener, config, shutdown).await?;
+
+    let (host, port) = config.kafka_advertised(kafka_addr);
+    let kafka_config = KafkaConfig {
+        node_id: config.node_id,
+        advertised_host: host,
+        advertised_port: i32::from(port),
+        cluster_id: config.cluster_id.clone(),
+        default_partitions: config.default_partitions,
+    };
+    let broker = Arc::new(Broker::new(&config)?);
+    let stop = CancellationToken::new();
+    let signalled = stop.clone();
+    tokio::spawn(async move {
+        signal.await;
+        signalled.cancel();
+    });
+    let native = minibroker_server::serve(
+        native,
+        Arc::clone(&broker),
+        &config,
+        stop.clone().cancelled_owned(),
+    );
+    let kafka = minibroker_kafka::serve(
+        kafka,
+        broker,
+        &config,
+        kafka_config,
+        stop.clone().cancelled_owned(),
+    );
+    // If one listener fails, the other stops too.
+    let stopping = stop.clone();
+    let (native, kafka) = tokio::join!(
+        async {
+            let result = native.await;
+            stopping.cancel();
+            result
+        },
+        async {
+            let result = kafka.await;
+            stop.cancel();
+            result
+        }
+    );
+    native?;
+    kafka?;
     Ok(())
+}
+
+async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))
 }
 
 /// Registers for SIGINT (Ctrl-C) and SIGTERM (what `docker stop` and service managers send) now,

@@ -126,6 +126,32 @@ impl PartitionLog {
         self.segments.iter().flatten()
     }
 
+    /// The offset and timestamp of the first record whose timestamp is at least `timestamp`,
+    /// or `None` if no record is that recent (Kafka's ListOffsets by time). Batches are found by
+    /// the largest timestamp in their headers; only the one that holds the answer is decoded.
+    #[must_use]
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> Option<(i64, i64)> {
+        let batch = self
+            .batches()
+            .find(|batch| minibroker_records::max_timestamp(batch.bytes()) >= timestamp)?;
+        let decoded = minibroker_records::decode(batch.bytes()).ok()?;
+        decoded
+            .records
+            .iter()
+            .find(|record| record.timestamp >= timestamp)
+            .map(|record| (record.offset, record.timestamp))
+    }
+
+    /// The offset and timestamp of the (first) record with the largest timestamp.
+    #[must_use]
+    pub fn offset_of_max_timestamp(&self) -> Option<(i64, i64)> {
+        let newest = self
+            .batches()
+            .map(|batch| minibroker_records::max_timestamp(batch.bytes()))
+            .max()?;
+        self.offset_for_timestamp(newest)
+    }
+
     /// The whole batches holding offsets from `from` onwards, within `limits`: the first one may
     /// begin before `from` (a reader skips the records it did not ask for, as Kafka consumers
     /// do). Reading at the end offset returns nothing.
@@ -260,6 +286,33 @@ mod tests {
             })
         );
         assert!(log.read(-1, ReadLimits::default()).is_err());
+    }
+
+    #[test]
+    fn offsets_are_found_by_timestamp() {
+        let mut log = PartitionLog::new();
+        for (sequence, times) in [(0, [100, 200]), (2, [300, 300]), (4, [400, 500])] {
+            let writer = Writer {
+                producer_id: 1,
+                epoch: 0,
+                base_sequence: sequence,
+            };
+            let records: Vec<NewRecord> = times
+                .iter()
+                .map(|t| NewRecord {
+                    timestamp: Some(*t),
+                    ..NewRecord::value("x")
+                })
+                .collect();
+            log.append(&encode(writer, &records, 0).unwrap(), 2)
+                .unwrap();
+        }
+        assert_eq!(log.offset_for_timestamp(0), Some((0, 100)));
+        assert_eq!(log.offset_for_timestamp(150), Some((1, 200)));
+        assert_eq!(log.offset_for_timestamp(300), Some((2, 300)));
+        assert_eq!(log.offset_for_timestamp(450), Some((5, 500)));
+        assert_eq!(log.offset_for_timestamp(501), None);
+        assert_eq!(log.offset_of_max_timestamp(), Some((5, 500)));
     }
 
     #[test]

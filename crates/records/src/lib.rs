@@ -59,6 +59,7 @@ mod layout {
     /// The CRC covers everything from the attributes to the end.
     pub const CRC_START: usize = 21;
     pub const LAST_OFFSET_DELTA: usize = 23;
+    pub const MAX_TIMESTAMP: usize = 35;
     pub const BASE_SEQUENCE: usize = 53;
 }
 
@@ -322,6 +323,16 @@ pub fn inspect(batch: &Bytes) -> Result<BatchInfo, RecordsError> {
 #[must_use]
 pub fn base_offset(batch: &[u8]) -> i64 {
     i64::from_be_bytes(batch[..8].try_into().expect("8 bytes"))
+}
+
+/// The largest timestamp of a batch's records, from its header (milliseconds since the epoch).
+///
+/// # Panics
+/// If `batch` is shorter than a header.
+#[must_use]
+pub fn max_timestamp(batch: &[u8]) -> i64 {
+    let at = layout::MAX_TIMESTAMP;
+    i64::from_be_bytes(batch[at..at + 8].try_into().expect("8 bytes"))
 }
 
 /// Stamps a batch with its place in the log: the offset of its first record, and

@@ -14,6 +14,7 @@ use minibroker_state::{
     default_shard_count,
 };
 use std::sync::Arc;
+use tokio::sync::Notify;
 
 use crate::budget::{PRODUCER_ENTRY_BYTES, StorageBudget, accounted_bytes};
 use crate::counters::{ConnectionCounters, ConnectionCounts, OutcomeCounters, OutcomeCounts};
@@ -163,6 +164,10 @@ impl Broker {
             },
         };
         self.outcomes.count(target.id, verdict.outcome);
+        if verdict.outcome == Outcome::Accepted {
+            // After every lock is released: wake fetches waiting for data.
+            target.appended.notify_waiters();
+        }
         if verdict.outcome != Outcome::Accepted {
             tracing::debug!(
                 topic,
@@ -301,6 +306,108 @@ impl Broker {
                 None => return Ok(all),
             }
         }
+    }
+
+    /// The partition count of `topic`, creating it with the default count when `auto_create` is
+    /// set and the configuration allows it (Kafka's Metadata request).
+    ///
+    /// # Errors
+    /// A bad or unknown name, or a limit reached by the creation.
+    pub fn topic(&self, topic: &str, auto_create: bool) -> Result<TopicSummary, BrokerError> {
+        let found = if auto_create {
+            let check = CreateCheck {
+                partition: 0,
+                bytes: 0,
+            };
+            self.topics.get_or_create(topic, check)?
+        } else {
+            self.topics.get(topic)?
+        };
+        Ok(TopicSummary {
+            name: found.name.clone(),
+            partitions: found.partition_count(),
+        })
+    }
+
+    /// Creates `topic` with `partitions` partitions.
+    ///
+    /// # Errors
+    /// The topic exists, a bad name or partition count, or a limit.
+    pub fn create_topic(&self, topic: &str, partitions: u32) -> Result<(), BrokerError> {
+        self.topics.create_new(topic, partitions).map(|_| ())
+    }
+
+    /// Deletes `topic` and everything it stores.
+    ///
+    /// # Errors
+    /// An unknown topic.
+    pub fn delete_topic(&self, topic: &str) -> Result<(), BrokerError> {
+        self.topics.delete(topic)
+    }
+
+    /// What wakes when `topic`/`partition` gets an append: for fetches that wait for data
+    /// instead of polling.
+    ///
+    /// # Errors
+    /// Unknown topic or partition out of range.
+    pub fn appends(&self, topic: &str, partition: u32) -> Result<Arc<Notify>, BrokerError> {
+        let topic = self.topics.get(topic)?;
+        Ok(Arc::clone(&topic.partition(partition)?.appended))
+    }
+
+    /// The first offset held and the next offset to be written in `topic`/`partition`.
+    ///
+    /// # Errors
+    /// Unknown topic or partition out of range.
+    pub fn offsets(&self, topic: &str, partition: u32) -> Result<(i64, i64), BrokerError> {
+        let topic = self.topics.get(topic)?;
+        let data = topic.partition(partition)?.log();
+        Ok((data.log.start_offset(), data.log.next_offset()))
+    }
+
+    /// The offset and timestamp of the first record at or after `timestamp` (milliseconds) in
+    /// `topic`/`partition`, if any.
+    ///
+    /// # Errors
+    /// Unknown topic or partition out of range.
+    pub fn offset_for_timestamp(
+        &self,
+        topic: &str,
+        partition: u32,
+        timestamp: i64,
+    ) -> Result<Option<(i64, i64)>, BrokerError> {
+        let topic = self.topics.get(topic)?;
+        let data = topic.partition(partition)?.log();
+        Ok(data.log.offset_for_timestamp(timestamp))
+    }
+
+    /// The offset and timestamp of the record with the largest timestamp, if any.
+    ///
+    /// # Errors
+    /// Unknown topic or partition out of range.
+    pub fn offset_of_max_timestamp(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<Option<(i64, i64)>, BrokerError> {
+        let topic = self.topics.get(topic)?;
+        let data = topic.partition(partition)?.log();
+        Ok(data.log.offset_of_max_timestamp())
+    }
+
+    /// Whether the broker holds state for `producer_id` on `topic`/`partition`.
+    ///
+    /// # Errors
+    /// Unknown topic or partition out of range.
+    pub fn producer_known(
+        &self,
+        topic: &str,
+        partition: u32,
+        producer_id: i64,
+    ) -> Result<bool, BrokerError> {
+        let topic = self.topics.get(topic)?;
+        let partition = topic.partition(partition)?;
+        Ok(self.state.entry(partition.id, producer_id).is_some())
     }
 
     /// Every topic and its partition count, by name.

@@ -94,6 +94,15 @@ impl StorageBudget {
             .is_ok()
     }
 
+    /// Gives back `amount` charged earlier (a deleted topic's).
+    pub fn release(&self, amount: u64) {
+        let _ = self
+            .charged
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |charged| {
+                Some(charged.saturating_sub(amount))
+            });
+    }
+
     /// Reserves room for a partition that needs `wanted` more bytes than it has reserved and
     /// already holds `held` bytes: `wanted`, rounded up to a reservation proportional to `held`
     /// (see the module doc). Returns how much was granted, or `None` if `wanted` does not fit.

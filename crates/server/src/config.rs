@@ -24,8 +24,17 @@ pub struct TopicConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Address to listen on.
+    /// Address of the native protocol's listener.
     pub listen: SocketAddr,
+    /// Address of the Kafka protocol's listener (9092, the port every Kafka tool assumes).
+    pub kafka_listen: SocketAddr,
+    /// `HOST:PORT` that Kafka Metadata hands to clients; the bound address when absent. Needed
+    /// behind a proxy, a NAT or in containers.
+    pub kafka_advertise: Option<String>,
+    /// This broker's Kafka node id.
+    pub node_id: i32,
+    /// The cluster id Kafka clients see.
+    pub cluster_id: String,
     /// Connections served at once; a connection beyond it is accepted, told
     /// TOO_MANY_CONNECTIONS and closed at once.
     pub max_connections: usize,
@@ -73,7 +82,11 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
+            listen: SocketAddr::from(([127, 0, 0, 1], 9093)),
+            kafka_listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
+            kafka_advertise: None,
+            node_id: 1,
+            cluster_id: "minibroker".to_owned(),
             max_connections: 1024,
             max_frame_bytes: minibroker_protocol::DEFAULT_MAX_FRAME_BYTES,
             max_in_flight: 64,
@@ -132,6 +145,13 @@ impl Config {
     /// [`ServerError::Config`] naming the first offending key.
     pub fn validate(&self) -> Result<(), ServerError> {
         let fail = |msg: &str| Err(ServerError::Config(msg.to_owned()));
+        if let Some(advertise) = &self.kafka_advertise
+            && advertise_parts(advertise).is_none()
+        {
+            return Err(ServerError::Config(format!(
+                "kafka_advertise must be HOST:PORT, got {advertise:?}"
+            )));
+        }
         if self.max_connections == 0 {
             return fail("max_connections must be at least 1");
         }
@@ -178,6 +198,16 @@ impl Config {
         Duration::from_millis(self.idle_timeout_ms)
     }
 
+    /// The host and port Kafka clients are told to connect to: `kafka_advertise`, or `bound` (the
+    /// Kafka listener's address).
+    #[must_use]
+    pub fn kafka_advertised(&self, bound: SocketAddr) -> (String, u16) {
+        self.kafka_advertise
+            .as_deref()
+            .and_then(advertise_parts)
+            .unwrap_or_else(|| (bound.ip().to_string(), bound.port()))
+    }
+
     /// [`Self::write_timeout_ms`] as a duration.
     #[must_use]
     pub fn write_timeout(&self) -> Duration {
@@ -195,6 +225,13 @@ impl Config {
     pub fn drain_timeout(&self) -> Duration {
         Duration::from_millis(self.drain_timeout_ms)
     }
+}
+
+/// `HOST:PORT` split, if it is that.
+fn advertise_parts(advertise: &str) -> Option<(String, u16)> {
+    let (host, port) = advertise.rsplit_once(':')?;
+    let port = port.parse().ok()?;
+    (!host.is_empty()).then(|| (host.to_owned(), port))
 }
 
 #[cfg(test)]
@@ -227,6 +264,7 @@ mod tests {
         assert!(Config::from_toml("default_partitions = 0").is_err());
         assert!(Config::from_toml("write_timeout_ms = 0").is_err());
         assert!(Config::from_toml("max_producer_ids = 0").is_err());
+        assert!(Config::from_toml("kafka_advertise = \"no-port\"").is_err());
         assert!(Config::from_toml("[[topics]]\nname = \"a\"\npartitions = 0").is_err());
     }
 }

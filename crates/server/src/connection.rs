@@ -119,7 +119,7 @@ impl<F: FrontEnd> Connection<F> {
                 }
             };
             served_since_armed = true;
-            if self.front_end.answer(frame.freeze(), out) == Next::Close {
+            if self.front_end.answer(frame.freeze(), out).await == Next::Close {
                 return Ok(());
             }
             unflushed += 1;

@@ -61,6 +61,17 @@ pub enum BrokerError {
         /// What was refused, for people.
         refused: &'static str,
     },
+    /// CreateTopics for a topic that exists.
+    #[error("topic {0:?} already exists")]
+    TopicAlreadyExists(String),
+    /// A partition count no topic may have.
+    #[error("a topic needs 1 to {max} partitions, not {partitions}")]
+    InvalidPartitions {
+        /// Asked for.
+        partitions: u32,
+        /// `max_partitions_per_topic`.
+        max: u32,
+    },
     /// The broker holds its maximum of topics.
     #[error("the broker holds its maximum of {0} topics")]
     TooManyTopics(usize),
@@ -101,6 +112,10 @@ pub enum ErrorKind {
     EpochExhausted,
     /// A storage, topic, partition or id limit.
     StorageFull,
+    /// The topic to create exists.
+    TopicAlreadyExists,
+    /// A partition count outside the allowed range.
+    InvalidPartitions,
 }
 
 impl BrokerError {
@@ -118,6 +133,8 @@ impl BrokerError {
             Self::TransactionsUnsupported => ErrorKind::Unsupported,
             Self::Log(LogError::OffsetOutOfRange { .. }) => ErrorKind::OffsetOutOfRange,
             Self::UnknownProducerId(_) => ErrorKind::UnknownProducerId,
+            Self::TopicAlreadyExists(_) => ErrorKind::TopicAlreadyExists,
+            Self::InvalidPartitions { .. } => ErrorKind::InvalidPartitions,
             Self::EpochExhausted(_) => ErrorKind::EpochExhausted,
             Self::ProducerIdsExhausted
             | Self::StoreFull { .. }

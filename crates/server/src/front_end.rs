@@ -7,6 +7,7 @@
 
 use bytes::{Bytes, BytesMut};
 use minibroker_protocol::ProtocolError;
+use std::future::Future;
 
 /// Whether the connection goes on after a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,8 +22,10 @@ pub enum Next {
 /// One connection's translator between a wire protocol and the broker core.
 pub trait FrontEnd: Send + Sync + 'static {
     /// Serves one request frame (its body, without the length prefix), appending whole answer
-    /// frames, length prefix included, to `out` (none for a request that gets no answer).
-    fn answer(&mut self, frame: Bytes, out: &mut BytesMut) -> Next;
+    /// frames, length prefix included, to `out` (none for a request that gets no answer). It may
+    /// wait (a fetch waiting for data); the connection's next request waits behind it, so answers
+    /// stay in request order.
+    fn answer(&mut self, frame: Bytes, out: &mut BytesMut) -> impl Future<Output = Next> + Send;
 
     /// The frame stream broke (an oversize or truncated frame) and the connection will close:
     /// append any last words to `out`.

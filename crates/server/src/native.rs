@@ -39,27 +39,13 @@ pub(crate) struct NativeFrontEnd {
 }
 
 impl FrontEnd for NativeFrontEnd {
-    fn answer(&mut self, frame: Bytes, out: &mut BytesMut) -> Next {
-        let (correlation_id, response) = self.respond(&frame);
-        match self.codec.encode((correlation_id, &response), out) {
-            Ok(()) => {}
-            Err(ProtocolError::FrameTooLarge { size, max }) => {
-                // Answers are sized to fit a frame, so this is a bug; say so, and go on.
-                tracing::warn!(size, max, "an answer did not fit a frame");
-                let error = Response::Error(ErrorResponse::new(
-                    ErrorCode::Internal,
-                    format!(
-                        "internal error: the answer of {size} bytes exceeds the maximum frame of {max} bytes"
-                    ),
-                ));
-                self.encode_error(correlation_id, &error, out);
-            }
-            Err(error) => {
-                tracing::warn!(%error, "an answer did not encode");
-                return Next::Close;
-            }
-        }
-        Next::Continue
+    fn answer(
+        &mut self,
+        frame: Bytes,
+        out: &mut BytesMut,
+    ) -> impl std::future::Future<Output = Next> + Send {
+        // Every native request is answered at once.
+        std::future::ready(self.answer_now(&frame, out))
     }
 
     fn framing_error(&mut self, error: &ProtocolError, out: &mut BytesMut) {
@@ -82,6 +68,30 @@ impl FrontEnd for NativeFrontEnd {
 }
 
 impl NativeFrontEnd {
+    /// Serves one frame and encodes its answer into `out`.
+    fn answer_now(&mut self, frame: &Bytes, out: &mut BytesMut) -> Next {
+        let (correlation_id, response) = self.respond(frame);
+        match self.codec.encode((correlation_id, &response), out) {
+            Ok(()) => {}
+            Err(ProtocolError::FrameTooLarge { size, max }) => {
+                // Answers are sized to fit a frame, so this is a bug; say so, and go on.
+                tracing::warn!(size, max, "an answer did not fit a frame");
+                let error = Response::Error(ErrorResponse::new(
+                    ErrorCode::Internal,
+                    format!(
+                        "internal error: the answer of {size} bytes exceeds the maximum frame of {max} bytes"
+                    ),
+                ));
+                self.encode_error(correlation_id, &error, out);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "an answer did not encode");
+                return Next::Close;
+            }
+        }
+        Next::Continue
+    }
+
     /// A front end for one connection to `broker`, with answers of at most `max_frame_bytes`.
     pub fn new(broker: Arc<Broker>, max_frame_bytes: usize) -> Self {
         Self {
@@ -235,5 +245,7 @@ fn wire_code(kind: ErrorKind) -> ErrorCode {
         ErrorKind::UnknownProducerId => ErrorCode::UnknownProducerId,
         ErrorKind::EpochExhausted => ErrorCode::EpochExhausted,
         ErrorKind::StorageFull => ErrorCode::StorageFull,
+        // The native protocol has no topic administration; these never reach it.
+        ErrorKind::TopicAlreadyExists | ErrorKind::InvalidPartitions => ErrorCode::InvalidInput,
     }
 }

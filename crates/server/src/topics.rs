@@ -11,7 +11,9 @@
 use minibroker_log::PartitionLog;
 use minibroker_state::PartitionId;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use tokio::sync::Notify;
 
 use crate::budget::{StorageBudget, topic_bytes};
 use crate::{BrokerError, Config, ServerError};
@@ -25,6 +27,8 @@ pub struct Partition {
     /// Broker-wide partition id, used as the key of producer state.
     pub id: PartitionId,
     data: Mutex<PartitionData>,
+    /// Woken after every append, for fetches waiting for data.
+    pub appended: Arc<Notify>,
 }
 
 /// What a partition's lock guards.
@@ -62,6 +66,8 @@ pub struct Topic {
     /// The topic's name.
     pub name: String,
     partitions: Box<[Partition]>,
+    /// Set when the topic is deleted, so connections that cached it look it up again.
+    deleted: AtomicBool,
 }
 
 impl Topic {
@@ -97,13 +103,22 @@ impl Topic {
 #[derive(Debug)]
 pub struct TopicRegistry {
     topics: RwLock<HashMap<String, Arc<Topic>>>,
-    /// The next broker-wide partition id; also how many partitions exist (none is ever deleted).
-    next_partition_id: Mutex<PartitionId>,
+    /// Partition ids and how many partitions exist.
+    partition_ids: Mutex<PartitionIds>,
     budget: Arc<StorageBudget>,
     auto_create: bool,
     default_partitions: u32,
     max_topics: usize,
     max_partitions: u32,
+    max_partitions_per_topic: u32,
+}
+
+/// Broker-wide partition ids are never reused, so producer state left by a deleted topic's
+/// partitions can never be mistaken for a new one's.
+#[derive(Debug, Default)]
+struct PartitionIds {
+    next: PartitionId,
+    live: u32,
 }
 
 /// What a request that may auto-create its topic must satisfy before the topic is created.
@@ -123,12 +138,13 @@ impl TopicRegistry {
     pub fn new(config: &Config, budget: Arc<StorageBudget>) -> Result<Self, ServerError> {
         let registry = Self {
             topics: RwLock::new(HashMap::new()),
-            next_partition_id: Mutex::new(0),
+            partition_ids: Mutex::new(PartitionIds::default()),
             budget,
             auto_create: config.auto_create_topics,
             default_partitions: config.default_partitions,
             max_topics: config.max_topics.max(config.topics.len()),
             max_partitions: config.max_partitions,
+            max_partitions_per_topic: config.max_partitions_per_topic,
         };
         for topic in &config.topics {
             registry
@@ -201,13 +217,15 @@ impl TopicRegistry {
         if topics.len() >= self.max_topics {
             return Err(BrokerError::TooManyTopics(self.max_topics));
         }
-        let mut next_id = self
-            .next_partition_id
+        let mut ids = self
+            .partition_ids
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if next_id.saturating_add(partitions) > self.max_partitions {
+        if ids.live.saturating_add(partitions) > self.max_partitions
+            || ids.next.checked_add(partitions).is_none()
+        {
             return Err(BrokerError::TooManyPartitions {
-                held: *next_id,
+                held: ids.live,
                 max: self.max_partitions,
                 wanted: partitions,
             });
@@ -215,19 +233,22 @@ impl TopicRegistry {
         if !self.budget.try_charge(topic_bytes(partitions)) {
             return Err(self.store_full());
         }
+        ids.live += partitions;
         let partitions = (0..partitions)
             .map(|_| {
-                let id = *next_id;
-                *next_id += 1;
+                let id = ids.next;
+                ids.next += 1;
                 Partition {
                     id,
                     data: Mutex::new(PartitionData::default()),
+                    appended: Arc::new(Notify::new()),
                 }
             })
             .collect();
         let topic = Arc::new(Topic {
             name: name.to_owned(),
             partitions,
+            deleted: AtomicBool::new(false),
         });
         topics.insert(name.to_owned(), Arc::clone(&topic));
         tracing::info!(
@@ -241,10 +262,59 @@ impl TopicRegistry {
     /// How many partitions exist across all topics.
     #[must_use]
     pub fn partition_count(&self) -> u32 {
-        *self
-            .next_partition_id
+        self.partition_ids
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .live
+    }
+
+    /// Creates `name` with `partitions` partitions (an admin request, not auto-creation).
+    ///
+    /// # Errors
+    /// [`BrokerError::TopicAlreadyExists`]; [`BrokerError::InvalidPartitions`] outside 1 to
+    /// `max_partitions_per_topic`; a bad name or a limit, as for auto-creation.
+    pub fn create_new(&self, name: &str, partitions: u32) -> Result<Arc<Topic>, BrokerError> {
+        validate_topic_name(name)?;
+        if partitions == 0 || partitions > self.max_partitions_per_topic {
+            return Err(BrokerError::InvalidPartitions {
+                partitions,
+                max: self.max_partitions_per_topic,
+            });
+        }
+        if self.read().contains_key(name) {
+            return Err(BrokerError::TopicAlreadyExists(name.to_owned()));
+        }
+        self.create(name, partitions)
+    }
+
+    /// Deletes `name`: its records are gone, what it was charged is released, and connections
+    /// that cached it find it gone.
+    ///
+    /// # Errors
+    /// [`BrokerError::UnknownTopic`] if it does not exist.
+    pub fn delete(&self, name: &str) -> Result<(), BrokerError> {
+        validate_topic_name(name)?;
+        let topic = self
+            .topics
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name)
+            .ok_or_else(|| BrokerError::UnknownTopic(name.to_owned()))?;
+        topic.deleted.store(true, Ordering::Release);
+        let mut released = topic_bytes(topic.partition_count());
+        for partition in topic.partitions() {
+            let mut data = partition.log();
+            released += data.held + data.allowance;
+            data.held = 0;
+            data.allowance = 0;
+        }
+        self.budget.release(released);
+        self.partition_ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .live -= topic.partition_count();
+        tracing::info!(topic = name, "deleted topic");
+        Ok(())
     }
 
     /// Every topic, by name.
@@ -261,8 +331,8 @@ impl TopicRegistry {
 }
 
 /// The topics one connection has produced to, so finding a request's topic takes no lock, no
-/// hashing and no reference-count update on the registry's shared cache lines. Topics are never
-/// deleted, so a cached topic stays valid for the connection's life.
+/// hashing and no reference-count update on the registry's shared cache lines. A deleted topic is
+/// marked, and dropped from the cache on its next use.
 #[derive(Debug, Default)]
 pub struct TopicCache {
     topics: Vec<Arc<Topic>>,
@@ -283,7 +353,10 @@ impl TopicCache {
         check: CreateCheck,
     ) -> Result<&'a Topic, BrokerError> {
         if let Some(index) = self.topics.iter().position(|t| t.name == name) {
-            return Ok(&self.topics[index]);
+            if !self.topics[index].deleted.load(Ordering::Acquire) {
+                return Ok(&self.topics[index]);
+            }
+            self.topics.remove(index);
         }
         let topic = registry.get_or_create(name, check)?;
         if self.topics.len() == Self::CAPACITY {

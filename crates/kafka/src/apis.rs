@@ -1,0 +1,23 @@
+//! The Kafka APIs this broker implements, and at which versions: advertised by ApiVersions
+//! exactly as implemented, and checked before any other request is decoded.
+
+use kafka_protocol::messages::ApiKey;
+
+/// (API, lowest version, highest version) for every API implemented.
+pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 9),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 7),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::InitProducerId, 0, 4),
+];
+
+/// Whether `version` of `api` is implemented.
+pub(crate) fn supports(api: ApiKey, version: i16) -> bool {
+    SUPPORTED
+        .iter()
+        .any(|(key, min, max)| *key == api && (*min..=*max).contains(&version))
+}

@@ -1,0 +1,196 @@
+//! [`KafkaFrontEnd`]: one Kafka connection's translator — decode a request with the
+//! `kafka-protocol` crate, call the broker core, encode the answer.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsResponse, RequestHeader, RequestKind, ResponseHeader, ResponseKind,
+};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use minibroker_protocol::ProtocolError;
+use minibroker_server::{Broker, FrontEnd, Next, TopicCache};
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::KafkaConfig;
+use crate::apis::{self, SUPPORTED};
+
+/// One Kafka connection's view of the broker.
+pub struct KafkaFrontEnd {
+    pub(crate) broker: Arc<Broker>,
+    pub(crate) topics: TopicCache,
+    pub(crate) config: Arc<KafkaConfig>,
+}
+
+impl KafkaFrontEnd {
+    /// A front end for one connection to `broker`.
+    #[must_use]
+    pub fn new(broker: Arc<Broker>, config: Arc<KafkaConfig>) -> Self {
+        Self {
+            broker,
+            topics: TopicCache::default(),
+            config,
+        }
+    }
+
+    async fn serve(&mut self, mut frame: Bytes, out: &mut BytesMut) -> Next {
+        let Some((api, version)) = peek_api(&frame) else {
+            tracing::debug!("a Kafka request too short for its header; closing");
+            return Next::Close;
+        };
+        let Ok(api) = ApiKey::try_from(api) else {
+            tracing::debug!(api, version, "unknown Kafka API; closing the connection");
+            return Next::Close;
+        };
+        let header = match RequestHeader::decode(&mut frame, api.request_header_version(version)) {
+            Ok(header) => header,
+            Err(error) => {
+                tracing::debug!(%error, "undecodable Kafka request header; closing");
+                return Next::Close;
+            }
+        };
+        if !apis::supports(api, version) {
+            if api == ApiKey::ApiVersions {
+                // Kafka's answer to an ApiVersions it does not speak: v0, with the error and the
+                // versions it does speak, so the client can retry with one of them.
+                let answer = api_versions(UNSUPPORTED_VERSION);
+                return encode(out, header.correlation_id, api, 0, &answer);
+            }
+            tracing::info!(
+                ?api,
+                version,
+                "unsupported Kafka API version; closing the connection"
+            );
+            return Next::Close;
+        }
+        let request = match RequestKind::decode(api, &mut frame, version) {
+            Ok(request) => request,
+            Err(error) => {
+                tracing::debug!(?api, version, %error, "undecodable Kafka request; closing");
+                return Next::Close;
+            }
+        };
+        tracing::trace!(
+            ?api,
+            version,
+            correlation_id = header.correlation_id,
+            "request"
+        );
+        let answer = match request {
+            RequestKind::ApiVersions(_) => Some(ResponseKind::ApiVersions(api_versions(0))),
+            RequestKind::Metadata(request) => {
+                Some(ResponseKind::Metadata(self.metadata(request, version)))
+            }
+            RequestKind::Produce(request) => {
+                self.produce(request, version).map(ResponseKind::Produce)
+            }
+            RequestKind::Fetch(request) => {
+                Some(ResponseKind::Fetch(self.fetch(request, version).await))
+            }
+            RequestKind::ListOffsets(request) => Some(ResponseKind::ListOffsets(
+                self.list_offsets(request, version),
+            )),
+            RequestKind::InitProducerId(request) => {
+                Some(ResponseKind::InitProducerId(self.init_producer_id(request)))
+            }
+            RequestKind::CreateTopics(request) => Some(ResponseKind::CreateTopics(
+                self.create_topics(request, version),
+            )),
+            RequestKind::DeleteTopics(request) => Some(ResponseKind::DeleteTopics(
+                self.delete_topics(request, version),
+            )),
+            _ => {
+                tracing::info!(?api, "unexpected Kafka request; closing the connection");
+                return Next::Close;
+            }
+        };
+        match answer {
+            Some(answer) => encode_kind(out, header.correlation_id, api, version, &answer),
+            // acks=0: the producer expects no answer.
+            None => Next::Continue,
+        }
+    }
+}
+
+/// Kafka's UNSUPPORTED_VERSION.
+const UNSUPPORTED_VERSION: i16 = 35;
+
+impl FrontEnd for KafkaFrontEnd {
+    fn answer(&mut self, frame: Bytes, out: &mut BytesMut) -> impl Future<Output = Next> + Send {
+        self.serve(frame, out)
+    }
+
+    fn framing_error(&mut self, error: &ProtocolError, _out: &mut BytesMut) {
+        // Kafka has no way to answer a broken frame: the connection just closes.
+        tracing::debug!(%error, "Kafka framing lost; closing the connection");
+    }
+}
+
+/// The API key and version at the start of a request header.
+fn peek_api(frame: &[u8]) -> Option<(i16, i16)> {
+    let key = i16::from_be_bytes(frame.get(0..2)?.try_into().ok()?);
+    let version = i16::from_be_bytes(frame.get(2..4)?.try_into().ok()?);
+    Some((key, version))
+}
+
+/// The ApiVersions answer: every API and version implemented.
+fn api_versions(error_code: i16) -> ApiVersionsResponse {
+    let api_keys = SUPPORTED
+        .iter()
+        .map(|(key, min, max)| {
+            kafka_protocol::messages::api_versions_response::ApiVersion::default()
+                .with_api_key(*key as i16)
+                .with_min_version(*min)
+                .with_max_version(*max)
+        })
+        .collect();
+    ApiVersionsResponse::default()
+        .with_error_code(error_code)
+        .with_api_keys(api_keys)
+}
+
+/// Appends one answer frame: length, response header, body.
+fn encode<T: Encodable>(
+    out: &mut BytesMut,
+    correlation_id: i32,
+    api: ApiKey,
+    version: i16,
+    body: &T,
+) -> Next {
+    let start = out.len();
+    out.put_u32(0); // patched below
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    let encoded = header
+        .encode(out, api.response_header_version(version))
+        .and_then(|()| body.encode(out, version));
+    if let Err(error) = encoded {
+        tracing::warn!(?api, version, %error, "a Kafka answer did not encode; closing");
+        out.truncate(start);
+        return Next::Close;
+    }
+    let Ok(length) = u32::try_from(out.len() - start - 4) else {
+        out.truncate(start);
+        return Next::Close;
+    };
+    out[start..start + 4].copy_from_slice(&length.to_be_bytes());
+    Next::Continue
+}
+
+fn encode_kind(
+    out: &mut BytesMut,
+    correlation_id: i32,
+    api: ApiKey,
+    version: i16,
+    answer: &ResponseKind,
+) -> Next {
+    match answer {
+        ResponseKind::ApiVersions(body) => encode(out, correlation_id, api, version, body),
+        ResponseKind::Metadata(body) => encode(out, correlation_id, api, version, body),
+        ResponseKind::Produce(body) => encode(out, correlation_id, api, version, body),
+        ResponseKind::Fetch(body) => encode(out, correlation_id, api, version, body),
+        ResponseKind::ListOffsets(body) => encode(out, correlation_id, api, version, body),
+        ResponseKind::InitProducerId(body) => encode(out, correlation_id, api, version, body),
+        ResponseKind::CreateTopics(body) => encode(out, correlation_id, api, version, body),
+        ResponseKind::DeleteTopics(body) => encode(out, correlation_id, api, version, body),
+        _ => Next::Close,
+    }
+}

@@ -1,0 +1,226 @@
+"""Real Kafka clients against minibroker's Kafka listener, for the project's tests.
+
+Each command runs one client library unchanged: an idempotent producer (acks=all) writes keyed
+records with headers over every partition of a topic, then a consumer (assigned partitions, from
+the beginning) reads them back and the script checks that every record arrived exactly once, in
+order per partition, with its key and headers. It prints one JSON summary line and exits
+non-zero on any failure.
+
+    python clients.py confluent|kafka-python|aiokafka BOOTSTRAP TOPIC PARTITIONS COUNT
+    python clients.py admin BOOTSTRAP TOPIC PARTITIONS
+    python clients.py lossy BOOTSTRAP TOPIC COUNT      (produce only, through a faulty network)
+"""
+
+import asyncio
+import json
+import sys
+import time
+
+
+def expected_records(topic, partitions, count):
+    """(partition, key, value, headers) of every record to write, in order."""
+    return [
+        (i % partitions, f"key-{i}".encode(), f"{topic}-value-{i}".encode(),
+         [("index", str(i).encode()), ("client", b"test")])
+        for i in range(count)
+    ]
+
+
+def check(sent, received):
+    """Every sent record received exactly once, in order per partition, keys and headers intact."""
+    problems = []
+    by_partition = {}
+    for partition, key, value, headers in sent:
+        by_partition.setdefault(partition, []).append((key, value, headers))
+    got = {}
+    for partition, offset, key, value, headers in received:
+        got.setdefault(partition, []).append((offset, key, value, headers))
+    for partition, records in by_partition.items():
+        read = got.get(partition, [])
+        offsets = [r[0] for r in read]
+        if offsets != sorted(offsets) or len(set(offsets)) != len(offsets):
+            problems.append(f"partition {partition}: offsets out of order or repeated")
+        if [(k, v, h) for _, k, v, h in read] != records:
+            problems.append(
+                f"partition {partition}: read {len(read)} records, sent {len(records)}, "
+                "or their keys, values or headers differ")
+    return problems
+
+
+def report(client, sent, received, extra=None):
+    problems = check(sent, received)
+    summary = {"client": client, "sent": len(sent), "received": len(received),
+               "ok": not problems, "problems": problems[:5]}
+    summary.update(extra or {})
+    print(json.dumps(summary))
+    sys.exit(0 if not problems else 1)
+
+
+def run_confluent(bootstrap, topic, partitions, count):
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    sent = expected_records(topic, partitions, count)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "acks": "all", "linger.ms": 5})
+    failures = []
+
+    def delivered(error, _message):
+        if error is not None:
+            failures.append(str(error))
+
+    for partition, key, value, headers in sent:
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, partition=partition,
+                                 headers=headers, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    if producer.flush(30) != 0 or failures:
+        print(json.dumps({"client": "confluent", "ok": False, "problems": failures[:5]}))
+        sys.exit(1)
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    received = []
+    deadline = time.time() + 30
+    while len(received) < count and time.time() < deadline:
+        message = consumer.poll(0.5)
+        if message is None or message.error():
+            continue
+        received.append((message.partition(), message.offset(), message.key(), message.value(),
+                         list(message.headers() or [])))
+    consumer.close()
+    report("confluent", sent, received)
+
+
+def run_kafka_python(bootstrap, topic, partitions, count):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    sent = expected_records(topic, partitions, count)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
+                             linger_ms=5)
+    futures = [producer.send(topic, value=v, key=k, partition=p, headers=h)
+               for p, k, v, h in sent]
+    producer.flush(30)
+    for future in futures:
+        future.get(timeout=30)
+    producer.close()
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             auto_offset_reset="earliest", consumer_timeout_ms=5000)
+    assigned = [TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(assigned)
+    consumer.seek_to_beginning(*assigned)
+    received = []
+    deadline = time.time() + 30
+    while len(received) < count and time.time() < deadline:
+        for records in consumer.poll(timeout_ms=500).values():
+            for r in records:
+                received.append((r.partition, r.offset, r.key, r.value, list(r.headers)))
+    consumer.close()
+    report("kafka-python", sent, received)
+
+
+def run_aiokafka(bootstrap, topic, partitions, count):
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    sent = expected_records(topic, partitions, count)
+
+    async def main():
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True,
+                                    acks="all", linger_ms=5)
+        await producer.start()
+        try:
+            batch = [await producer.send(topic, value=v, key=k, partition=p, headers=h)
+                     for p, k, v, h in sent]
+            await asyncio.gather(*batch)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                    auto_offset_reset="earliest")
+        await consumer.start()
+        received = []
+        try:
+            assigned = [TopicPartition(topic, p) for p in range(partitions)]
+            consumer.assign(assigned)
+            await consumer.seek_to_beginning(*assigned)
+            deadline = time.time() + 30
+            while len(received) < count and time.time() < deadline:
+                got = await consumer.getmany(timeout_ms=500)
+                for records in got.values():
+                    for r in records:
+                        received.append((r.partition, r.offset, r.key, r.value,
+                                         list(r.headers)))
+        finally:
+            await consumer.stop()
+        return received
+
+    report("aiokafka", sent, asyncio.run(main()))
+
+
+def run_admin(bootstrap, topic, partitions):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        future.result(15)
+    metadata = admin.list_topics(timeout=10)
+    created = len(metadata.topics[topic].partitions)
+    for future in admin.delete_topics([topic]).values():
+        future.result(15)
+    gone = topic not in admin.list_topics(timeout=10).topics
+    ok = created == partitions and gone
+    print(json.dumps({"client": "admin", "ok": ok, "partitions": created, "deleted": gone}))
+    sys.exit(0 if ok else 1)
+
+
+def run_lossy(bootstrap, topic, count):
+    """An idempotent producer through a network that loses acks and resets connections: every
+    record must be delivered (the broker deduplicates the retries)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "acks": "all", "linger.ms": 0, "batch.num.messages": 20,
+                         "request.timeout.ms": 1000, "socket.timeout.ms": 2000,
+                         "message.timeout.ms": 60000, "retry.backoff.ms": 50})
+    delivered, failures = [], []
+
+    def on_delivery(error, message):
+        if error is None:
+            delivered.append((message.partition(), message.offset()))
+        else:
+            failures.append(str(error))
+
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, value=f"lossy-{i}".encode(), partition=0,
+                                 on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    remaining = producer.flush(90)
+    ok = remaining == 0 and not failures and len(delivered) == count
+    print(json.dumps({"client": "lossy", "ok": ok, "delivered": len(delivered),
+                      "failures": failures[:5]}))
+    sys.exit(0 if ok else 1)
+
+
+def main():
+    command, bootstrap, topic = sys.argv[1], sys.argv[2], sys.argv[3]
+    if command == "admin":
+        run_admin(bootstrap, topic, int(sys.argv[4]))
+    elif command == "lossy":
+        run_lossy(bootstrap, topic, int(sys.argv[4]))
+    else:
+        runner = {"confluent": run_confluent, "kafka-python": run_kafka_python,
+                  "aiokafka": run_aiokafka}[command]
+        runner(bootstrap, topic, int(sys.argv[4]), int(sys.argv[5]))
+
+
+if __name__ == "__main__":
+    main()
