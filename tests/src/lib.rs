@@ -3,6 +3,7 @@
 
 use anyhow::{Context, Result, bail};
 use bytes::BytesMut;
+use kafka_protocol::protocol::{Decodable as _, Encodable as _};
 use minibroker_protocol::{FrameCodec, Request, Response, codec};
 use minibroker_records::{NewRecord, Writer};
 use minibroker_server::Config;
@@ -181,7 +182,11 @@ impl RawConnection {
         Ok(responses)
     }
 
-    async fn next_frame(&mut self) -> Result<Option<BytesMut>> {
+    /// Reads the next frame's body; `None` when the broker closed the connection.
+    ///
+    /// # Errors
+    /// If the read fails or nothing arrives within [`ANSWER_TIMEOUT`].
+    pub async fn next_frame(&mut self) -> Result<Option<BytesMut>> {
         tokio::time::timeout(ANSWER_TIMEOUT, async {
             loop {
                 if let Some(body) = self.codec.decode(&mut self.buffer)? {
@@ -317,5 +322,154 @@ pub fn produce(
         topic: topic.to_owned(),
         partition,
         batch: batch(producer_id, epoch, sequence, records),
+    }
+}
+
+/// A Kafka listener on an ephemeral loopback port for `broker`, stopped when dropped.
+pub struct TestKafka {
+    /// Where Kafka clients connect.
+    pub addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+}
+
+impl TestKafka {
+    /// Serves the Kafka protocol for `broker` (a [`TestBroker`]'s core) under `config`.
+    ///
+    /// # Errors
+    /// If the port cannot be bound.
+    pub async fn start(broker: &TestBroker, config: Config) -> Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let kafka = minibroker_kafka::KafkaConfig {
+            node_id: 1,
+            advertised_host: addr.ip().to_string(),
+            advertised_port: i32::from(addr.port()),
+            cluster_id: "test".into(),
+            default_partitions: config.default_partitions,
+        };
+        let (shutdown, stop) = oneshot::channel::<()>();
+        let core = std::sync::Arc::clone(&broker.broker);
+        tokio::spawn(async move {
+            let stop = async move {
+                let _ = stop.await;
+            };
+            let _ = minibroker_kafka::serve(listener, core, &config, kafka, stop).await;
+        });
+        Ok(Self {
+            addr,
+            shutdown: Some(shutdown),
+        })
+    }
+}
+
+impl Drop for TestKafka {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}
+
+/// A raw Kafka connection: requests encoded and responses decoded with the `kafka-protocol`
+/// crate, for wire-level tests of the Kafka front end.
+pub struct KafkaConnection {
+    raw: RawConnection,
+    next_correlation_id: i32,
+}
+
+impl KafkaConnection {
+    /// Connects to `addr`.
+    ///
+    /// # Errors
+    /// If the connection fails.
+    pub async fn connect(addr: SocketAddr) -> Result<Self> {
+        Ok(Self {
+            raw: RawConnection::connect(addr).await?,
+            next_correlation_id: 1,
+        })
+    }
+
+    /// Writes one request of `api` at `version`; returns its correlation id.
+    ///
+    /// # Errors
+    /// If it does not encode or the write fails.
+    pub async fn send<R: kafka_protocol::protocol::Encodable>(
+        &mut self,
+        api: kafka_protocol::messages::ApiKey,
+        version: i16,
+        request: &R,
+    ) -> Result<i32> {
+        use bytes::BufMut;
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id += 1;
+        let header = kafka_protocol::messages::RequestHeader::default()
+            .with_request_api_key(api as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(kafka_protocol::protocol::StrBytes::from_static_str(
+                "test",
+            )));
+        let mut body = BytesMut::new();
+        header.encode(&mut body, api.request_header_version(version))?;
+        request.encode(&mut body, version)?;
+        let mut frame = BytesMut::with_capacity(body.len() + 4);
+        frame.put_u32(u32::try_from(body.len())?);
+        frame.extend_from_slice(&body);
+        self.raw.write_raw(&frame).await?;
+        Ok(correlation_id)
+    }
+
+    /// Reads the next response, as `api` at `version`; `None` if the broker closed the
+    /// connection instead.
+    ///
+    /// # Errors
+    /// If the frame does not decode, or nothing arrives in time.
+    pub async fn receive<T: kafka_protocol::protocol::Decodable>(
+        &mut self,
+        api: kafka_protocol::messages::ApiKey,
+        version: i16,
+    ) -> Result<Option<(i32, T)>> {
+        let Some(body) = self.raw.next_frame().await? else {
+            return Ok(None);
+        };
+        let mut body = body.freeze();
+        let header = kafka_protocol::messages::ResponseHeader::decode(
+            &mut body,
+            api.response_header_version(version),
+        )?;
+        Ok(Some((
+            header.correlation_id,
+            T::decode(&mut body, version)?,
+        )))
+    }
+
+    /// Sends a request and reads its response.
+    ///
+    /// # Errors
+    /// As [`Self::send`] and [`Self::receive`], and if the broker closed the connection.
+    pub async fn call<
+        R: kafka_protocol::protocol::Encodable,
+        T: kafka_protocol::protocol::Decodable,
+    >(
+        &mut self,
+        api: kafka_protocol::messages::ApiKey,
+        version: i16,
+        request: &R,
+    ) -> Result<T> {
+        let id = self.send(api, version, request).await?;
+        let (answered, response) = self
+            .receive(api, version)
+            .await?
+            .context("the broker closed the connection")?;
+        anyhow::ensure!(answered == id, "answer {answered} for request {id}");
+        Ok(response)
+    }
+
+    /// Writes `bytes` as they are.
+    ///
+    /// # Errors
+    /// If the write fails.
+    pub async fn write_raw(&mut self, bytes: &[u8]) -> Result<()> {
+        self.raw.write_raw(bytes).await
     }
 }

@@ -5,6 +5,7 @@ mod faults;
 mod format;
 mod fuzz;
 mod hardening;
+mod kafka;
 mod limits;
 mod shutdown;
 mod wire;
