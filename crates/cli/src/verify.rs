@@ -4,14 +4,20 @@ use anyhow::{Context, Result, bail};
 use minibroker_client::{Client, ClientConfig};
 use std::path::PathBuf;
 
-use crate::target::TopicArgs;
-
 /// Flags of `verify`.
 #[derive(Debug, clap::Args)]
+#[command(group = clap::ArgGroup::new("source").required(true).args(["broker", "kafka"]))]
 pub struct Args {
-    /// The broker itself (not a faulty proxy) and the topic to check.
-    #[command(flatten)]
-    target: TopicArgs,
+    /// The broker itself (not a faulty proxy), over the native protocol.
+    #[arg(long)]
+    broker: Option<String>,
+    /// A Kafka-compatible broker (this one's Kafka listener, Apache Kafka, Redpanda), read over
+    /// the Kafka protocol.
+    #[arg(long)]
+    kafka: Option<String>,
+    /// The topic to check.
+    #[arg(long)]
+    topic: String,
     /// Acknowledged batches (JSON lines, as written by `produce --acks`); repeat for several files.
     #[arg(long = "expect")]
     expect: Vec<PathBuf>,
@@ -26,9 +32,15 @@ pub async fn run(args: Args) -> Result<()> {
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         acknowledged.append(&mut acks);
     }
-    let client = Client::connect(&args.target.broker, ClientConfig::default()).await?;
     let expected = (!args.expect.is_empty()).then_some(acknowledged.as_slice());
-    let report = minibroker_verify::verify(&client, &args.target.topic, expected).await?;
+    let report = match (&args.broker, &args.kafka) {
+        (_, Some(kafka)) => minibroker_verify::verify_kafka(kafka, &args.topic, expected).await?,
+        (Some(broker), None) => {
+            let client = Client::connect(broker, ClientConfig::default()).await?;
+            minibroker_verify::verify(&client, &args.topic, expected).await?
+        }
+        (None, None) => bail!("give --broker or --kafka"),
+    };
     println!("{report}");
     if !report.passed() {
         bail!("exactly-once violated");

@@ -68,6 +68,21 @@ impl Server {
         String::from_utf8(output.stdout).expect("utf-8 output")
     }
 
+    /// `verify --kafka` of `topic` on this broker's Kafka listener; returns the report.
+    fn verify_kafka(&self, topic: &str) -> String {
+        let output = Command::new(BIN)
+            .args(["verify", "--kafka", &self.kafka_addr, "--topic", topic])
+            .output()
+            .expect("run verify");
+        let report = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "{report}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        report
+    }
+
     /// Runs `produce` on this broker with `args`, feeding it `input`; returns its summary line.
     fn produce(&self, args: &[&str], input: &[u8]) -> String {
         let mut child = Command::new(BIN)

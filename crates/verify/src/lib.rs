@@ -10,13 +10,31 @@
 //! 4. given what producers report as acknowledged, every acknowledged batch is stored exactly
 //!    once, with its record count, at the offset its acknowledgement named.
 //!
-//! [`check`] is the pure part (tested on hand-made logs); [`read_topic`] does the fetching.
+//! [`check`] is the pure part (tested on hand-made logs); [`read_topic`] does the fetching over
+//! the native protocol, [`read_topic_kafka`] over the Kafka protocol, so the same check runs
+//! against any Kafka-compatible broker.
 
 mod check;
+mod kafka;
 mod read;
 
 pub use check::{AckedBatch, PartitionLog, Report, StoredBatch, Violation, check};
+pub use kafka::{KafkaReadError, read_topic_kafka};
 pub use read::{read_topic, verify};
+
+/// Reads `topic` over the Kafka protocol from `addr` and checks it, against `acknowledged` if
+/// given.
+///
+/// # Errors
+/// As [`read_topic_kafka`].
+pub async fn verify_kafka(
+    addr: &str,
+    topic: &str,
+    acknowledged: Option<&[AckedBatch]>,
+) -> Result<Report, KafkaReadError> {
+    let logs = read_topic_kafka(addr, topic).await?;
+    Ok(check(topic, &logs, acknowledged))
+}
 
 /// Reads acknowledged batches, one JSON object per line (blank lines are skipped).
 ///
