@@ -634,12 +634,16 @@ fn kafka_round_trip(client: &str) {
     let topic = format!("rt-{client}");
     let summary = kafka_client(&[client, &server.kafka_addr, &topic, "3", "2000"]);
     assert_eq!(summary["received"], 2000);
-    // What the client wrote is exactly-once by the broker's own check too.
-    let report = server.run_ok(&["verify", "--topic", &topic]);
-    assert!(
-        report.contains("2000 records") && report.contains("PASS"),
-        "{report}"
-    );
+    // What the client wrote is exactly-once by the verifier too, over either protocol.
+    for report in [
+        server.run_ok(&["verify", "--topic", &topic]),
+        server.verify_kafka(&topic),
+    ] {
+        assert!(
+            report.contains("2000 records") && report.contains("PASS"),
+            "{report}"
+        );
+    }
 }
 
 #[test]
@@ -781,8 +785,8 @@ fn librdkafka_through_a_faulty_network_stores_every_delivered_record_once() {
     assert_eq!(summary["delivered"], 3000);
     let _ = proxy.kill();
     let _ = proxy.wait();
-    // Read back from the broker directly: every delivered record, once.
-    let report = server.run_ok(&["verify", "--topic", "lossy"]);
+    // Read back from the broker directly, over the Kafka protocol: every delivered record, once.
+    let report = server.verify_kafka("lossy");
     assert!(
         report.contains("3000 records") && report.contains("PASS"),
         "{report}"
