@@ -325,49 +325,16 @@ pub fn produce(
     }
 }
 
-/// A Kafka listener on an ephemeral loopback port for `broker`, stopped when dropped.
-pub struct TestKafka {
-    /// Where Kafka clients connect.
-    pub addr: SocketAddr,
-    shutdown: Option<oneshot::Sender<()>>,
-}
+/// A Kafka listener on an ephemeral loopback port for a [`TestBroker`]'s core, stopped when
+/// dropped: the helper `minibroker bench --kafka` uses too.
+pub type TestKafka = minibroker_kafka::EmbeddedKafka;
 
-impl TestKafka {
-    /// Serves the Kafka protocol for `broker` (a [`TestBroker`]'s core) under `config`.
-    ///
-    /// # Errors
-    /// If the port cannot be bound.
-    pub async fn start(broker: &TestBroker, config: Config) -> Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let kafka = minibroker_kafka::KafkaConfig {
-            node_id: 1,
-            advertised_host: addr.ip().to_string(),
-            advertised_port: i32::from(addr.port()),
-            cluster_id: "test".into(),
-            default_partitions: config.default_partitions,
-        };
-        let (shutdown, stop) = oneshot::channel::<()>();
-        let core = std::sync::Arc::clone(&broker.broker);
-        tokio::spawn(async move {
-            let stop = async move {
-                let _ = stop.await;
-            };
-            let _ = minibroker_kafka::serve(listener, core, &config, kafka, stop).await;
-        });
-        Ok(Self {
-            addr,
-            shutdown: Some(shutdown),
-        })
-    }
-}
-
-impl Drop for TestKafka {
-    fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-    }
+/// Starts a Kafka listener for `broker` under `config`.
+///
+/// # Errors
+/// If the port cannot be bound.
+pub async fn start_kafka(broker: &TestBroker, config: Config) -> Result<TestKafka> {
+    Ok(TestKafka::start(std::sync::Arc::clone(&broker.broker), config).await?)
 }
 
 /// A raw Kafka connection: requests encoded and responses decoded with the `kafka-protocol`

@@ -692,6 +692,66 @@ fn kcat(args: &[&str], input: &[u8]) -> String {
 }
 
 #[test]
+fn kcat_produces_idempotently_over_three_partitions_and_reads_back_exactly_once() {
+    let server = Server::start(&["--partitions", "3"]);
+    let lines: String = (0..3000).map(|i| format!("key-{i}:value-{i}\n")).collect();
+    kcat(
+        &[
+            "-b",
+            &server.kafka_addr,
+            "-P",
+            "-t",
+            "many",
+            "-K",
+            ":",
+            "-H",
+            "client=kcat",
+            "-X",
+            "enable.idempotence=true",
+            "-X",
+            "partitioner=murmur2_random",
+        ],
+        lines.as_bytes(),
+    );
+    let mut seen = std::collections::HashSet::new();
+    for partition in ["0", "1", "2"] {
+        let read = kcat(
+            &[
+                "-b",
+                &server.kafka_addr,
+                "-C",
+                "-t",
+                "many",
+                "-p",
+                partition,
+                "-o",
+                "beginning",
+                "-e",
+                "-f",
+                "%o %k %s %h\n",
+            ],
+            b"",
+        );
+        let mut expected_offset = 0;
+        for line in read.lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            assert_eq!(
+                fields[0],
+                expected_offset.to_string(),
+                "in order, no gaps: {line}"
+            );
+            expected_offset += 1;
+            let index = fields[1].strip_prefix("key-").expect("a key");
+            assert_eq!(fields[2], format!("value-{index}"));
+            assert_eq!(fields[3], "client=kcat");
+            assert!(seen.insert(index.to_owned()), "record {index} read twice");
+        }
+        assert!(expected_offset > 0, "partition {partition} got no records");
+    }
+    assert_eq!(seen.len(), 3000);
+}
+
+#[test]
 fn kcat_and_the_native_protocol_read_each_others_records() {
     let server = Server::start(&[]);
     // kcat (librdkafka, idempotent) → minibroker consume.

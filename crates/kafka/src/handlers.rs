@@ -21,7 +21,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use minibroker_records::NO_PRODUCER_ID;
-use minibroker_server::BrokerError;
+use minibroker_server::{BrokerError, Outcome};
 use std::time::Duration;
 
 use crate::errors::{code_of, produce_answer};
@@ -183,22 +183,28 @@ impl KafkaFrontEnd {
             partition: u32::MAX,
             count: 0,
         })?;
-        let info = minibroker_records::inspect(&batch)?;
-        let had_state = info.producer_id == NO_PRODUCER_ID
-            || self
-                .broker
-                .producer_known(topic, partition, info.producer_id)
-                .unwrap_or(false);
         let verdict = self
             .broker
             .produce(&mut self.topics, topic, partition, &batch)?;
-        let (error, base_offset) = produce_answer(verdict, info.base_sequence, had_state);
-        if error.is_some() {
-            tracing::debug!(topic = %topic.as_str(), partition, producer_id = info.producer_id,
-                sequence = info.base_sequence, outcome = %verdict.outcome, "Kafka produce refused");
-        }
-        let log_start = self.broker.offsets(topic, partition).map_or(NONE, |o| o.0);
-        Ok((error, base_offset, log_start))
+        let (error, base_offset) = match (verdict.outcome, verdict.base_offset) {
+            // The usual answers need nothing more.
+            (Outcome::Accepted | Outcome::Duplicate, Some(offset)) => (None, offset),
+            // A refusal left the state as it was, so asking now whether the broker knew this
+            // producer here is asking what the rule saw.
+            _ => {
+                let info = minibroker_records::inspect(&batch)?;
+                let had_state = info.producer_id == NO_PRODUCER_ID
+                    || self
+                        .broker
+                        .producer_known(topic, partition, info.producer_id)
+                        .unwrap_or(false);
+                tracing::debug!(topic = %topic.as_str(), partition, producer_id = info.producer_id,
+                    sequence = info.base_sequence, outcome = %verdict.outcome, "Kafka produce refused");
+                produce_answer(verdict, info.base_sequence, had_state)
+            }
+        };
+        // No retention yet: the log starts at 0 (reported from v5 on).
+        Ok((error, base_offset, 0))
     }
 
     pub(crate) async fn fetch(&mut self, request: FetchRequest, version: i16) -> FetchResponse {

@@ -58,3 +58,61 @@ pub async fn serve(
     })
     .await
 }
+
+/// A Kafka listener inside this process on a free loopback port, for an existing broker core:
+/// what `minibroker bench --kafka` and the tests run against. Stopped when dropped.
+#[derive(Debug)]
+pub struct EmbeddedKafka {
+    /// Where Kafka clients connect.
+    pub addr: std::net::SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl EmbeddedKafka {
+    /// Serves the Kafka protocol for `broker` on `127.0.0.1:0`, under `config`'s limits.
+    ///
+    /// # Errors
+    /// If no port can be bound.
+    pub async fn start(broker: Arc<Broker>, config: Config) -> Result<Self, ServerError> {
+        let bind_error = |source| ServerError::Bind {
+            addr: "127.0.0.1:0".to_owned(),
+            source,
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").await.map_err(bind_error)?;
+        let addr = listener.local_addr().map_err(bind_error)?;
+        let kafka = KafkaConfig {
+            node_id: config.node_id,
+            advertised_host: addr.ip().to_string(),
+            advertised_port: i32::from(addr.port()),
+            cluster_id: config.cluster_id.clone(),
+            default_partitions: config.default_partitions,
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let stopped = async move {
+                let _ = stopped.await;
+            };
+            if let Err(error) = serve(listener, broker, &config, kafka, stopped).await {
+                tracing::warn!(%error, "the embedded Kafka listener stopped");
+            }
+        });
+        Ok(Self {
+            addr,
+            stop: Some(stop),
+        })
+    }
+
+    /// The address as a string, for clients.
+    #[must_use]
+    pub fn address(&self) -> String {
+        self.addr.to_string()
+    }
+}
+
+impl Drop for EmbeddedKafka {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}

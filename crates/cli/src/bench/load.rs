@@ -20,9 +20,7 @@ use anyhow::{Context, Result, bail};
 use bytes::{Bytes, BytesMut};
 use futures::{FutureExt, StreamExt};
 use hdrhistogram::Histogram;
-use minibroker_protocol::{
-    FrameCodec, Outcome, ProduceRequest, Request, Response, codec, serde_bytes,
-};
+use minibroker_protocol::FrameCodec;
 use minibroker_records::{NewRecord, Writer};
 use minibroker_state::SequenceRange;
 use std::collections::VecDeque;
@@ -32,7 +30,9 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
-use tokio_util::codec::{Encoder, FramedRead};
+use tokio_util::codec::FramedRead;
+
+use super::wire::Wire;
 
 /// What to send.
 #[derive(Debug, Clone)]
@@ -55,6 +55,8 @@ pub struct Workload {
     pub rate: Option<f64>,
     /// Topic written.
     pub topic: String,
+    /// The protocol spoken.
+    pub wire: Wire,
     /// First producer id used (connection `c` uses `first_producer_id + c`).
     pub first_producer_id: i64,
 }
@@ -189,7 +191,6 @@ impl Connection {
     async fn run(self) -> Result<LoadResult> {
         let (read_half, mut write_half) = self.stream.into_split();
         let mut responses = FramedRead::new(read_half, FrameCodec::default());
-        let mut encoder = FrameCodec::default();
         let mut out = BytesMut::with_capacity(64 * 1024);
         let mut sent_at: VecDeque<Instant> = VecDeque::with_capacity(self.workload.in_flight);
         let mut sequences = vec![0i32; self.partitions.len()];
@@ -219,13 +220,14 @@ impl Connection {
             {
                 let slot = (sent % self.partitions.len() as u64) as usize;
                 minibroker_records::set_base_sequence(&mut batches[slot], sequences[slot]);
-                let request = Request::Produce(ProduceRequest {
-                    topic: &self.workload.topic,
-                    partition: self.partitions[slot],
-                    batch: serde_bytes::Bytes::new(&batches[slot]),
-                });
                 correlation_id = correlation_id.wrapping_add(1);
-                encoder.encode((correlation_id, &request), &mut out)?;
+                self.workload.wire.encode_produce(
+                    correlation_id,
+                    &self.workload.topic,
+                    self.partitions[slot],
+                    &batches[slot],
+                    &mut out,
+                )?;
                 sequences[slot] = SequenceRange::spanning(sequences[slot], per_batch)?.following();
                 sent += 1;
                 match self.interval {
@@ -275,17 +277,9 @@ impl Connection {
                 result.records += self.workload.records_per_batch as u64;
                 result.record_bytes +=
                     (self.workload.records_per_batch * self.workload.record_size) as u64;
-                match codec::decode_response(&body) {
-                    Ok((_, Response::Produce(produce))) => {
-                        let slot = match produce.outcome {
-                            Outcome::Accepted => 0,
-                            Outcome::Duplicate => 1,
-                            Outcome::OutOfOrder => 2,
-                            Outcome::FencedEpoch => 3,
-                        };
-                        result.outcomes[slot] += 1;
-                    }
-                    _ => result.errors += 1,
+                match self.workload.wire.outcome_slot(body.freeze()) {
+                    Some(slot) => result.outcomes[slot] += 1,
+                    None => result.errors += 1,
                 }
                 self.answered.fetch_add(1, Ordering::Relaxed);
                 if sent_at.is_empty() {

@@ -5,6 +5,7 @@
 mod baseline;
 mod load;
 mod memory;
+mod wire;
 
 use anyhow::{Result, bail};
 use serde_json::json;
@@ -17,6 +18,7 @@ use tokio::sync::oneshot;
 
 use load::{LoadResult, Workload};
 use minibroker_server::{Config, EmbeddedBroker};
+use wire::Wire;
 
 /// Flags of `bench`.
 #[derive(Debug, clap::Args)]
@@ -61,6 +63,11 @@ pub struct Args {
     /// Measure resident memory for 100k and 1M producer-state entries and 1 GiB of records.
     #[arg(long)]
     memory: bool,
+    /// Drive Kafka Produce requests (v2 batches built once) instead: embedded, the same workload
+    /// on the native and the Kafka path in one run; with --broker, against any Kafka-compatible
+    /// broker (whose topic `bench` must have --partitions partitions).
+    #[arg(long, conflicts_with = "baseline")]
+    kafka: bool,
 }
 
 const TOPIC: &str = "bench";
@@ -88,6 +95,11 @@ pub async fn run(args: Args) -> Result<()> {
         count: args.count,
         rate: args.rate,
         topic: TOPIC.to_owned(),
+        wire: if args.kafka && args.broker.is_some() {
+            Wire::Kafka
+        } else {
+            Wire::Native
+        },
         first_producer_id: 1,
     };
     let target = match &args.broker {
@@ -124,6 +136,19 @@ pub async fn run(args: Args) -> Result<()> {
     };
     let broker_peak = phase("broker", target.addr(), workload.clone()).await?;
     phases.push(broker_peak.clone());
+    if args.kafka
+        && let Target::Embedded(embedded) = &target
+    {
+        // The same workload through the Kafka front end of the same broker.
+        let config = embedded_config(args.partitions, Some(16 << 30));
+        let kafka =
+            minibroker_kafka::EmbeddedKafka::start(Arc::clone(&embedded.broker), config).await?;
+        let over_kafka = Workload {
+            wire: Wire::Kafka,
+            ..workload.clone()
+        };
+        phases.push(phase("kafka", kafka.address(), over_kafka).await?);
+    }
     let mut baseline_server = None;
     if args.baseline {
         let (addr, stop) = start_baseline().await?;
@@ -290,6 +315,11 @@ fn json_report(
         "partitions": workload.partitions,
         "phases": phase_json,
     });
+    if let (Some(native), Some(kafka)) = (find(phases, "broker"), find(phases, "kafka")) {
+        out["kafka_over_native"] = json!({
+            "records_per_sec": ratio(kafka.records_per_sec(), native.records_per_sec()),
+        });
+    }
     if let (Some(broker), Some(baseline)) = (find(phases, "broker"), find(phases, "baseline")) {
         out["broker_over_baseline"] = json!({
             "requests_per_sec": ratio(broker.requests_per_sec(), baseline.requests_per_sec()),
@@ -326,6 +356,12 @@ fn text_report(phases: &[(&str, LoadResult)], outcomes: Option<minibroker_server
             r.latency_us(0.5),
             r.latency_us(0.99),
             r.latency_us(0.999)
+        );
+    }
+    if let (Some(native), Some(kafka)) = (find("broker"), find("kafka")) {
+        println!(
+            "kafka/native: records/s {:.2}",
+            ratio(kafka.records_per_sec(), native.records_per_sec())
         );
     }
     if let (Some(broker), Some(baseline)) = (find("broker"), find("baseline")) {

@@ -1,0 +1,111 @@
+//! The load generator's two wires: one produce request and its answer, in the native protocol or
+//! in Kafka's (Produce v9, encoded with the `kafka-protocol` crate), around the same prebuilt
+//! v2 batch — so both front ends, and any Kafka-compatible broker, are measured by one generator.
+
+use anyhow::Result;
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, ProduceRequest as KafkaProduce, ProduceResponse as KafkaAnswer, RequestHeader,
+    ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use minibroker_protocol::{FrameCodec, Outcome, ProduceRequest, Request, Response, codec};
+use tokio_util::codec::Encoder;
+
+/// Which protocol the generator speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// minibroker's native protocol.
+    Native,
+    /// The Kafka protocol.
+    Kafka,
+}
+
+const KAFKA_PRODUCE_VERSION: i16 = 9;
+
+impl Wire {
+    /// Appends one produce request frame for `batch` to `out`.
+    pub fn encode_produce(
+        self,
+        correlation_id: u32,
+        topic: &str,
+        partition: u32,
+        batch: &[u8],
+        out: &mut BytesMut,
+    ) -> Result<()> {
+        match self {
+            Self::Native => {
+                let request = Request::Produce(ProduceRequest {
+                    topic,
+                    partition,
+                    batch: minibroker_protocol::serde_bytes::Bytes::new(batch),
+                });
+                FrameCodec::default().encode((correlation_id, &request), out)?;
+            }
+            Self::Kafka => {
+                let data = PartitionProduceData::default()
+                    .with_index(i32::try_from(partition)?)
+                    .with_records(Some(Bytes::copy_from_slice(batch)));
+                let request = KafkaProduce::default()
+                    .with_acks(-1)
+                    .with_timeout_ms(30_000)
+                    .with_topic_data(vec![
+                        TopicProduceData::default()
+                            .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                            .with_partition_data(vec![data]),
+                    ]);
+                let header = RequestHeader::default()
+                    .with_request_api_key(ApiKey::Produce as i16)
+                    .with_request_api_version(KAFKA_PRODUCE_VERSION)
+                    .with_correlation_id(correlation_id as i32);
+                let start = out.len();
+                out.put_u32(0);
+                header.encode(
+                    out,
+                    ApiKey::Produce.request_header_version(KAFKA_PRODUCE_VERSION),
+                )?;
+                request.encode(out, KAFKA_PRODUCE_VERSION)?;
+                let length = u32::try_from(out.len() - start - 4)?;
+                out[start..start + 4].copy_from_slice(&length.to_be_bytes());
+            }
+        }
+        Ok(())
+    }
+
+    /// The outcome slot (accepted, duplicate, out of order, fenced) of an answer frame's body,
+    /// or `None` for an error answer.
+    pub fn outcome_slot(self, body: Bytes) -> Option<usize> {
+        match self {
+            Self::Native => match codec::decode_response(&body) {
+                Ok((_, Response::Produce(produce))) => Some(match produce.outcome {
+                    Outcome::Accepted => 0,
+                    Outcome::Duplicate => 1,
+                    Outcome::OutOfOrder => 2,
+                    Outcome::FencedEpoch => 3,
+                }),
+                _ => None,
+            },
+            Self::Kafka => {
+                let mut body = body;
+                let version = ApiKey::Produce.response_header_version(KAFKA_PRODUCE_VERSION);
+                ResponseHeader::decode(&mut body, version).ok()?;
+                let answer = KafkaAnswer::decode(&mut body, KAFKA_PRODUCE_VERSION).ok()?;
+                let code = answer
+                    .responses
+                    .first()?
+                    .partition_responses
+                    .first()?
+                    .error_code;
+                // Kafka answers a recognised retry as success: it counts as accepted here.
+                match code {
+                    0 => Some(0),
+                    46 => Some(1),
+                    45 => Some(2),
+                    47 => Some(3),
+                    _ => None,
+                }
+            }
+        }
+    }
+}
