@@ -83,6 +83,9 @@ pub struct Broker {
     budget: Arc<StorageBudget>,
     max_fetch_bytes: usize,
     pub(crate) connections: ConnectionCounters,
+    /// Connection slots, shared by every listener of this broker: `max_connections` is one
+    /// limit whatever the protocols.
+    pub(crate) connection_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl Broker {
@@ -109,6 +112,7 @@ impl Broker {
             budget,
             max_fetch_bytes: config.max_fetch_bytes as usize,
             connections: ConnectionCounters::default(),
+            connection_slots: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
         })
     }
 

@@ -1,6 +1,7 @@
 //! The accept loop and graceful shutdown.
 //!
-//! Every connection is accepted at once. One that finds all `max_connections` slots taken gets a
+//! Every connection is accepted at once. One that finds all `max_connections` slots taken (the
+//! slots are the broker's, shared by all its listeners) gets a
 //! best-effort TOO_MANY_CONNECTIONS error frame and is closed right away, and is counted, so a
 //! client fails fast instead of waiting silently in the kernel's backlog until its connect times
 //! out. On shutdown the listener is dropped first (new connections are refused), every connection
@@ -12,7 +13,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
 use tokio::task::{JoinError, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -67,7 +67,7 @@ pub async fn serve_front_end<F: FrontEnd>(
     new_front_end: impl Fn(Arc<Broker>) -> F,
 ) -> Result<(), ServerError> {
     config.validate()?;
-    let permits = Arc::new(Semaphore::new(config.max_connections));
+    let permits = Arc::clone(&broker.connection_slots);
     let stop_connections = CancellationToken::new();
     let mut connections = JoinSet::new();
     let mut refusals = RefusalLog::default();

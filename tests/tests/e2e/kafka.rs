@@ -363,3 +363,35 @@ fn with_header(api: ApiKey, version: i16, correlation_id: i32, body: &[u8]) -> R
     frame[..4].copy_from_slice(&length.to_be_bytes());
     Ok(frame)
 }
+
+#[tokio::test]
+async fn the_connection_limit_is_shared_by_both_protocols() -> Result<()> {
+    let config = Config {
+        max_connections: 1,
+        ..Config::default()
+    };
+    let broker = TestBroker::start(config.clone()).await?;
+    let kafka = start_kafka(&broker, config).await?;
+    // A native client takes the only slot...
+    let mut native = minibroker_tests::RawConnection::connect(broker.addr).await?;
+    assert!(matches!(
+        native
+            .call(1, &minibroker_protocol::Request::Metadata)
+            .await?,
+        minibroker_protocol::Response::Metadata(_)
+    ));
+    // ...so a Kafka client is closed at once (Kafka has no way to say why).
+    let mut refused = KafkaConnection::connect(kafka.addr).await?;
+    refused
+        .send(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
+        .await
+        .ok();
+    assert!(
+        refused
+            .receive::<ApiVersionsResponse>(ApiKey::ApiVersions, 3)
+            .await?
+            .is_none()
+    );
+    assert_eq!(broker.broker.connection_counts().refused, 1);
+    Ok(())
+}
