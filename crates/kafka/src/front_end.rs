@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use crate::KafkaConfig;
 use crate::apis::{self, SUPPORTED};
+use crate::preflight;
 
 /// One Kafka connection's view of the broker.
 pub struct KafkaFrontEnd {
@@ -59,6 +60,15 @@ impl KafkaFrontEnd {
                 ?api,
                 version,
                 "unsupported Kafka API version; closing the connection"
+            );
+            return Next::Close;
+        }
+        if let Err(refused) = preflight::check(api, version, &frame) {
+            tracing::debug!(
+                ?api,
+                version,
+                reason = refused.0,
+                "malformed Kafka request; closing"
             );
             return Next::Close;
         }

@@ -12,11 +12,13 @@
 //! - `handlers` — one function per API.
 //! - `apis` — the APIs and versions implemented, which ApiVersions advertises exactly.
 //! - `errors` — the Kafka code of every outcome and refusal.
+//! - `preflight` — array counts checked before the decoder allocates for them.
 
 mod apis;
 mod errors;
 mod front_end;
 mod handlers;
+mod preflight;
 
 pub use front_end::KafkaFrontEnd;
 

@@ -128,12 +128,22 @@ impl PartitionLog {
 
     /// The offset and timestamp of the first record whose timestamp is at least `timestamp`,
     /// or `None` if no record is that recent (Kafka's ListOffsets by time). Batches are found by
-    /// the largest timestamp in their headers; only the one that holds the answer is decoded.
+    /// the largest timestamp in their headers; only the one that holds the answer is decoded, and
+    /// only if it is uncompressed (a compressed one answers with its first offset).
     #[must_use]
     pub fn offset_for_timestamp(&self, timestamp: i64) -> Option<(i64, i64)> {
         let batch = self
             .batches()
             .find(|batch| minibroker_records::max_timestamp(batch.bytes()) >= timestamp)?;
+        let info = minibroker_records::inspect(batch.bytes()).ok()?;
+        if info.compressed {
+            // The broker never decompresses (a client's compressed records are decoded only by
+            // consumers): the batch's first offset, with the batch's largest timestamp.
+            return Some((
+                batch.base_offset(),
+                minibroker_records::max_timestamp(batch.bytes()),
+            ));
+        }
         let decoded = minibroker_records::decode(batch.bytes()).ok()?;
         decoded
             .records

@@ -154,3 +154,29 @@ fn bad_batches_are_refused_with_the_right_error() {
     set_base_sequence(&mut count, 0); // recomputes the CRC
     assert!(matches!(check(count), Err(RecordsError::Invalid(_))));
 }
+
+#[test]
+fn a_record_claiming_more_headers_than_bytes_is_refused_before_decoding() {
+    let writer = Writer {
+        producer_id: 1,
+        epoch: 0,
+        base_sequence: 0,
+    };
+    let batch = encode(writer, &[NewRecord::value("v")], 0).unwrap();
+    let mut hostile = batch.to_vec();
+    // The record's last byte is its header count (0): make it a huge zig-zag varint by
+    // rewriting the tail, then fix the lengths and the CRC.
+    let last = hostile.len() - 1;
+    assert_eq!(hostile[last], 0);
+    hostile.truncate(last);
+    hostile.extend_from_slice(&[0xfe, 0xff, 0xff, 0xff, 0x0f]); // 2^31 - 1 headers
+    let record_length_at = HEADER_LEN;
+    hostile[record_length_at] += 8; // the record grew by 4 bytes (zig-zag: +8)
+    let batch_length = (hostile.len() - 12) as i32;
+    hostile[8..12].copy_from_slice(&batch_length.to_be_bytes());
+    set_base_sequence(&mut hostile, 0); // recomputes the CRC
+    assert!(matches!(
+        decode(&Bytes::from(hostile)),
+        Err(RecordsError::Corrupt(_))
+    ));
+}

@@ -395,3 +395,26 @@ async fn the_connection_limit_is_shared_by_both_protocols() -> Result<()> {
     assert_eq!(broker.broker.connection_counts().refused, 1);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_huge_array_count_closes_the_connection_instead_of_exhausting_memory() -> Result<()> {
+    // Metadata v12 claiming 2^31 - 2 topics in 5 bytes: decoded as it is, the decoder reserved
+    // 150 GB for them and the allocation failure aborted the broker.
+    let (_broker, kafka, mut conn) = kafka(Config::default()).await?;
+    let mut frame = header_only_frame(ApiKey::Metadata, 12, 1)?;
+    frame.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x07]);
+    let length = u32::try_from(frame.len() - 4)?;
+    frame[..4].copy_from_slice(&length.to_be_bytes());
+    conn.write_raw(&frame).await?;
+    assert!(
+        conn.receive::<MetadataResponse>(ApiKey::Metadata, 12)
+            .await?
+            .is_none()
+    );
+    let mut other = KafkaConnection::connect(kafka.addr).await?;
+    assert_eq!(
+        produce(&mut other, "t", batch(7, 0, 0, &[b"r"])).await?,
+        (0, 0)
+    );
+    Ok(())
+}

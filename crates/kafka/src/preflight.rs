@@ -1,0 +1,392 @@
+//! A check of every array count in a request body before `kafka-protocol` decodes it.
+//!
+//! The crate's decoder reserves room for an array from its count before reading a single
+//! element (`Vec::with_capacity(n)`), so a 20-byte frame claiming two billion topics made it
+//! allocate 150 GB and abort the whole broker. This walk reads the request's layout (for the APIs
+//! and versions implemented, from Kafka's message schemas) without building anything, and refuses
+//! a body whose array counts are larger than the bytes left could hold. Strings, byte fields and
+//! tagged fields need no check: the decoder bounds those by the bytes present.
+//!
+//! It only walks; it never decides what a field means. A body it passes is then decoded by the
+//! crate as usual.
+
+use kafka_protocol::messages::ApiKey;
+
+/// Why a body was refused.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Refused(pub &'static str);
+
+/// A cursor over a request body.
+struct Walk<'a> {
+    bytes: &'a [u8],
+    flexible: bool,
+}
+
+type Step = Result<(), Refused>;
+
+impl Walk<'_> {
+    fn skip(&mut self, n: usize) -> Step {
+        if self.bytes.len() < n {
+            return Err(Refused("the body ends early"));
+        }
+        self.bytes = &self.bytes[n..];
+        Ok(())
+    }
+
+    fn int(&mut self, width: usize) -> Result<i64, Refused> {
+        let Some(field) = self.bytes.get(..width) else {
+            return Err(Refused("the body ends early"));
+        };
+        let value = field.iter().fold(0i64, |v, b| (v << 8) | i64::from(*b));
+        self.bytes = &self.bytes[width..];
+        // Sign-extend from `width` bytes.
+        let shift = 64 - 8 * width as u32;
+        Ok((value << shift) >> shift)
+    }
+
+    fn uvarint(&mut self) -> Result<u64, Refused> {
+        let mut value = 0u64;
+        for (i, byte) in self.bytes.iter().enumerate().take(10) {
+            value |= u64::from(byte & 0x7f) << (7 * i);
+            if byte & 0x80 == 0 {
+                self.bytes = &self.bytes[i + 1..];
+                return Ok(value);
+            }
+        }
+        Err(Refused("a bad varint"))
+    }
+
+    /// A string or byte field: compact (varint length + 1) or classic (`width`-byte length).
+    fn sized(&mut self, width: usize) -> Step {
+        let length = if self.flexible {
+            self.uvarint()?.checked_sub(1)
+        } else {
+            u64::try_from(self.int(width)?).ok()
+        };
+        match length {
+            None => Ok(()), // null
+            Some(n) => self.skip(usize::try_from(n).map_err(|_| Refused("a huge field"))?),
+        }
+    }
+
+    fn string(&mut self) -> Step {
+        self.sized(2)
+    }
+
+    fn bytes(&mut self) -> Step {
+        self.sized(4)
+    }
+
+    /// An array whose elements each take at least `min_element` bytes, walked with `element`.
+    fn array(&mut self, min_element: usize, mut element: impl FnMut(&mut Self) -> Step) -> Step {
+        let count = if self.flexible {
+            self.uvarint()?.checked_sub(1)
+        } else {
+            u64::try_from(self.int(4)?).ok()
+        };
+        let Some(count) = count else {
+            return Ok(()); // null
+        };
+        let most = (self.bytes.len() / min_element.max(1)) as u64;
+        if count > most {
+            return Err(Refused("an array count larger than the request"));
+        }
+        for _ in 0..count {
+            element(self)?;
+        }
+        Ok(())
+    }
+
+    /// Tagged fields, in flexible versions: each is skipped by its size.
+    fn tags(&mut self) -> Step {
+        if !self.flexible {
+            return Ok(());
+        }
+        let count = self.uvarint()?;
+        if count > self.bytes.len() as u64 {
+            return Err(Refused("more tagged fields than bytes"));
+        }
+        for _ in 0..count {
+            self.uvarint()?;
+            let size = self.uvarint()?;
+            self.skip(usize::try_from(size).map_err(|_| Refused("a huge tagged field"))?)?;
+        }
+        Ok(())
+    }
+}
+
+/// Walks a request body of `api` at `version` (a version this broker implements).
+///
+/// # Errors
+/// [`Refused`] for an array count the bytes cannot hold, or a body that ends early.
+pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<(), Refused> {
+    let flexible = match api {
+        ApiKey::Produce => version >= 9,
+        ApiKey::Fetch => version >= 12,
+        ApiKey::ListOffsets => version >= 6,
+        ApiKey::Metadata => version >= 9,
+        ApiKey::CreateTopics => version >= 5,
+        ApiKey::DeleteTopics => version >= 4,
+        // ApiVersions and InitProducerId have no arrays: nothing to check.
+        _ => return Ok(()),
+    };
+    let mut walk = Walk {
+        bytes: body,
+        flexible,
+    };
+    let w = &mut walk;
+    match api {
+        ApiKey::Produce => produce(w),
+        ApiKey::Fetch => fetch(w, version),
+        ApiKey::ListOffsets => list_offsets(w, version),
+        ApiKey::Metadata => metadata(w, version),
+        ApiKey::CreateTopics => create_topics(w),
+        ApiKey::DeleteTopics => delete_topics(w, version),
+        _ => Ok(()),
+    }
+}
+
+fn produce(w: &mut Walk<'_>) -> Step {
+    w.string()?; // transactional id
+    w.skip(2 + 4)?; // acks, timeout
+    w.array(2, |w| {
+        w.string()?; // topic
+        w.array(2, |w| {
+            w.skip(4)?; // partition
+            w.bytes()?; // records
+            w.tags()
+        })?;
+        w.tags()
+    })?;
+    w.tags()
+}
+
+fn fetch(w: &mut Walk<'_>, version: i16) -> Step {
+    w.skip(4 + 4 + 4 + 4 + 1)?; // replica id, max wait, min bytes, max bytes, isolation level
+    if version >= 7 {
+        w.skip(4 + 4)?; // session id and epoch
+    }
+    w.array(2, |w| {
+        w.string()?; // topic
+        w.array(16, |w| {
+            w.skip(4)?; // partition
+            if version >= 9 {
+                w.skip(4)?; // current leader epoch
+            }
+            w.skip(8)?; // fetch offset
+            if version >= 12 {
+                w.skip(4)?; // last fetched epoch
+            }
+            if version >= 5 {
+                w.skip(8)?; // log start offset
+            }
+            w.skip(4)?; // partition max bytes
+            w.tags()
+        })?;
+        w.tags()
+    })?;
+    if version >= 7 {
+        w.array(2, |w| {
+            w.string()?; // forgotten topic
+            w.array(4, |w| w.skip(4))?;
+            w.tags()
+        })?;
+    }
+    if version >= 11 {
+        w.string()?; // rack id
+    }
+    w.tags()
+}
+
+fn list_offsets(w: &mut Walk<'_>, version: i16) -> Step {
+    w.skip(4)?; // replica id
+    if version >= 2 {
+        w.skip(1)?; // isolation level
+    }
+    w.array(2, |w| {
+        w.string()?; // topic
+        w.array(12, |w| {
+            w.skip(4)?; // partition
+            if version >= 4 {
+                w.skip(4)?; // current leader epoch
+            }
+            w.skip(8)?; // timestamp
+            w.tags()
+        })?;
+        w.tags()
+    })?;
+    w.tags()
+}
+
+fn metadata(w: &mut Walk<'_>, version: i16) -> Step {
+    w.array(1, |w| {
+        if version >= 10 {
+            w.skip(16)?; // topic id
+        }
+        w.string()?; // topic
+        w.tags()
+    })?;
+    if version >= 4 {
+        w.skip(1)?; // allow auto topic creation
+    }
+    if (8..=10).contains(&version) {
+        w.skip(1)?; // include cluster authorized operations
+    }
+    if version >= 8 {
+        w.skip(1)?; // include topic authorized operations
+    }
+    w.tags()
+}
+
+fn create_topics(w: &mut Walk<'_>) -> Step {
+    w.array(4, |w| {
+        w.string()?; // topic
+        w.skip(4 + 2)?; // partitions, replication factor
+        w.array(5, |w| {
+            w.skip(4)?; // partition
+            w.array(4, |w| w.skip(4))?; // broker ids
+            w.tags()
+        })?;
+        w.array(2, |w| {
+            w.string()?; // config name
+            w.string()?; // config value
+            w.tags()
+        })?;
+        w.tags()
+    })?;
+    w.skip(4 + 1)?; // timeout, validate only
+    w.tags()
+}
+
+fn delete_topics(w: &mut Walk<'_>, version: i16) -> Step {
+    if version >= 6 {
+        w.array(17, |w| {
+            w.string()?; // topic
+            w.skip(16)?; // topic id
+            w.tags()
+        })?;
+    } else {
+        w.array(1, Walk::string)?;
+    }
+    w.skip(4)?; // timeout
+    w.tags()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::MetadataRequest;
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+
+    #[test]
+    fn a_count_larger_than_the_request_is_refused() {
+        // Metadata v12 claiming 2^31 - 2 topics in three bytes.
+        let body = [0xff, 0xff, 0xff, 0xff, 0x07];
+        assert!(check(ApiKey::Metadata, 12, &body).is_err());
+        // Classic encoding, v1: an int32 count.
+        let body = 0x7fff_ffffi32.to_be_bytes();
+        assert!(check(ApiKey::Metadata, 1, &body).is_err());
+    }
+
+    fn name(topic: &'static str) -> kafka_protocol::messages::TopicName {
+        kafka_protocol::messages::TopicName(StrBytes::from_static_str(topic))
+    }
+
+    fn passes<R: Encodable>(api: ApiKey, versions: std::ops::RangeInclusive<i16>, request: &R) {
+        for version in versions {
+            let mut body = bytes::BytesMut::new();
+            request.encode(&mut body, version).unwrap();
+            assert_eq!(check(api, version, &body), Ok(()), "{api:?} v{version}");
+            // And one byte short is refused, not read past.
+            if !body.is_empty() {
+                assert!(
+                    check(api, version, &body[..body.len() - 1]).is_err(),
+                    "{api:?} v{version}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_implemented_request_the_crate_encodes_passes() {
+        use kafka_protocol::messages::*;
+        let records = bytes::Bytes::from_static(b"some batch bytes");
+        let produce = ProduceRequest::default()
+            .with_acks(-1)
+            .with_topic_data(vec![
+                produce_request::TopicProduceData::default()
+                    .with_name(name("a"))
+                    .with_partition_data(vec![
+                        produce_request::PartitionProduceData::default()
+                            .with_index(0)
+                            .with_records(Some(records.clone())),
+                        produce_request::PartitionProduceData::default().with_index(1),
+                    ]),
+            ]);
+        passes(ApiKey::Produce, 3..=9, &produce);
+        let fetch = FetchRequest::default().with_topics(vec![
+            fetch_request::FetchTopic::default()
+                .with_topic(name("a"))
+                .with_partitions(vec![fetch_request::FetchPartition::default(); 3]),
+        ]);
+        passes(ApiKey::Fetch, 4..=6, &fetch);
+        let forgotten = fetch.clone().with_forgotten_topics_data(vec![
+            fetch_request::ForgottenTopic::default()
+                .with_topic(name("b"))
+                .with_partitions(vec![1, 2]),
+        ]);
+        passes(ApiKey::Fetch, 7..=12, &forgotten);
+        let list = ListOffsetsRequest::default().with_topics(vec![
+            list_offsets_request::ListOffsetsTopic::default()
+                .with_name(name("a"))
+                .with_partitions(vec![
+                    list_offsets_request::ListOffsetsPartition::default();
+                    2
+                ]),
+        ]);
+        passes(ApiKey::ListOffsets, 1..=7, &list);
+        let create = CreateTopicsRequest::default().with_topics(vec![
+            create_topics_request::CreatableTopic::default()
+                .with_name(name("a"))
+                .with_assignments(vec![
+                    create_topics_request::CreatableReplicaAssignment::default()
+                        .with_broker_ids(vec![BrokerId(1), BrokerId(2)]),
+                ])
+                .with_configs(vec![
+                    create_topics_request::CreatableTopicConfig::default()
+                        .with_name(StrBytes::from_static_str("retention.ms"))
+                        .with_value(Some(StrBytes::from_static_str("1000"))),
+                ]),
+        ]);
+        passes(ApiKey::CreateTopics, 2..=7, &create);
+        let delete_by_name = DeleteTopicsRequest::default().with_topic_names(vec![name("a")]);
+        passes(ApiKey::DeleteTopics, 1..=5, &delete_by_name);
+        let delete = DeleteTopicsRequest::default().with_topics(vec![
+            delete_topics_request::DeleteTopicState::default().with_name(Some(name("a"))),
+        ]);
+        passes(ApiKey::DeleteTopics, 6..=6, &delete);
+    }
+
+    #[test]
+    fn requests_the_crate_encodes_pass_at_every_version() {
+        let topic = MetadataRequestTopic::default().with_name(Some(
+            kafka_protocol::messages::TopicName(StrBytes::from_static_str("orders")),
+        ));
+        let request = MetadataRequest::default().with_topics(Some(vec![topic.clone(), topic]));
+        for version in 0..=12 {
+            let request = if version >= 4 {
+                request.clone().with_allow_auto_topic_creation(true)
+            } else {
+                request.clone()
+            };
+            let mut body = bytes::BytesMut::new();
+            request.encode(&mut body, version).unwrap();
+            assert_eq!(
+                check(ApiKey::Metadata, version, &body),
+                Ok(()),
+                "v{version}"
+            );
+        }
+    }
+}
