@@ -61,13 +61,7 @@ pub async fn run(args: Args) -> Result<()> {
     drop(stdout);
 
     let (host, port) = config.kafka_advertised(kafka_addr);
-    let kafka_config = KafkaConfig {
-        node_id: config.node_id,
-        advertised_host: host,
-        advertised_port: i32::from(port),
-        cluster_id: config.cluster_id.clone(),
-        default_partitions: config.default_partitions,
-    };
+    let kafka_config = KafkaConfig::from_config(&config, host, port);
     let broker = Arc::new(Broker::new(&config)?);
     let stop = CancellationToken::new();
     let signalled = stop.clone();

@@ -242,7 +242,9 @@ impl KafkaFrontEnd {
 
     /// One pass over the requested partitions; returns the answer and its record bytes.
     fn fetch_once(&self, request: &FetchRequest, version: i16) -> (FetchResponse, usize) {
-        let mut room = usize::try_from(request.max_bytes).unwrap_or(0);
+        let mut room = usize::try_from(request.max_bytes)
+            .unwrap_or(0)
+            .min(self.config.max_fetch_response_bytes);
         let mut total = 0usize;
         let responses = request
             .topics
@@ -263,10 +265,12 @@ impl KafkaFrontEnd {
                             return data
                                 .with_error_code(ResponseError::UnknownTopicOrPartition.code());
                         };
-                        // Always at least one batch, for the first partition with data.
+                        // The broker always returns at least one batch; only the first partition
+                        // with data may go past the answer's room with it.
                         let limit = usize::try_from(wanted.partition_max_bytes)
                             .unwrap_or(0)
-                            .min(if total == 0 { usize::MAX } else { room });
+                            .min(room);
+                        let full = total > 0 && limit == 0;
                         match self.broker.fetch(
                             &topic.topic,
                             partition,
@@ -275,7 +279,11 @@ impl KafkaFrontEnd {
                             0,
                         ) {
                             Ok(fetched) => {
-                                let records: Bytes = fetched.batches.concat().into();
+                                let records: Bytes = if full {
+                                    Bytes::new()
+                                } else {
+                                    fetched.batches.concat().into()
+                                };
                                 total += records.len();
                                 room = room.saturating_sub(records.len());
                                 data.with_high_watermark(fetched.high_watermark)

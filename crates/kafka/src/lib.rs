@@ -40,6 +40,25 @@ pub struct KafkaConfig {
     pub cluster_id: String,
     /// Partitions of a topic created with `num_partitions = -1`.
     pub default_partitions: u32,
+    /// Most record bytes in one Fetch answer, whatever the client asks (Kafka's
+    /// `fetch.max.bytes`); at least one batch is always returned.
+    pub max_fetch_response_bytes: usize,
+}
+
+impl KafkaConfig {
+    /// The Kafka listener's settings from the broker's `config`, advertising `host`:`port`.
+    #[must_use]
+    pub fn from_config(config: &Config, host: String, port: u16) -> Self {
+        Self {
+            node_id: config.node_id,
+            advertised_host: host,
+            advertised_port: i32::from(port),
+            cluster_id: config.cluster_id.clone(),
+            default_partitions: config.default_partitions,
+            // Answers stay within the frame size the broker accepts.
+            max_fetch_response_bytes: config.max_frame_bytes.saturating_sub(64 << 10).max(1),
+        }
+    }
 }
 
 /// Serves the Kafka protocol for `broker` on `listener` until `shutdown` resolves, under the
@@ -82,13 +101,7 @@ impl EmbeddedKafka {
         };
         let listener = TcpListener::bind("127.0.0.1:0").await.map_err(bind_error)?;
         let addr = listener.local_addr().map_err(bind_error)?;
-        let kafka = KafkaConfig {
-            node_id: config.node_id,
-            advertised_host: addr.ip().to_string(),
-            advertised_port: i32::from(addr.port()),
-            cluster_id: config.cluster_id.clone(),
-            default_partitions: config.default_partitions,
-        };
+        let kafka = KafkaConfig::from_config(&config, addr.ip().to_string(), addr.port());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
             let stopped = async move {

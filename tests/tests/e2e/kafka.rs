@@ -418,3 +418,42 @@ async fn a_huge_array_count_closes_the_connection_instead_of_exhausting_memory()
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_fetch_answer_holds_one_batch_past_its_limit_and_no_more() -> Result<()> {
+    let config = Config {
+        default_partitions: 2,
+        ..Config::default()
+    };
+    let (_broker, _kafka, mut conn) = kafka(config).await?;
+    let big = vec![b'x'; 1000];
+    for partition in 0..2 {
+        let mut request = produce_request("t", batch(7, 0, 0, &[&big]).into(), -1);
+        request.topic_data[0].partition_data[0].index = partition;
+        let answer: ProduceResponse = conn.call(ApiKey::Produce, PRODUCE, &request).await?;
+        assert_eq!(answer.responses[0].partition_responses[0].error_code, 0);
+    }
+    let partition = |index| {
+        kafka_protocol::messages::fetch_request::FetchPartition::default()
+            .with_partition(index)
+            .with_fetch_offset(0)
+            .with_partition_max_bytes(1 << 20)
+    };
+    let fetch = FetchRequest::default()
+        .with_max_bytes(100)
+        .with_topics(vec![
+            kafka_protocol::messages::fetch_request::FetchTopic::default()
+                .with_topic(name("t"))
+                .with_partitions(vec![partition(0), partition(1)]),
+        ]);
+    let answer: FetchResponse = conn.call(ApiKey::Fetch, 12, &fetch).await?;
+    let sizes: Vec<usize> = answer.responses[0]
+        .partitions
+        .iter()
+        .map(|p| p.records.as_ref().map_or(0, Bytes::len))
+        .collect();
+    assert!(sizes[0] > 1000, "{sizes:?}");
+    assert_eq!(sizes[1], 0, "{sizes:?}");
+    assert_eq!(answer.responses[0].partitions[1].high_watermark, 1);
+    Ok(())
+}
