@@ -85,20 +85,9 @@ impl Server {
 
     /// Runs `produce` on this broker with `args`, feeding it `input`; returns its summary line.
     fn produce(&self, args: &[&str], input: &[u8]) -> String {
-        let mut child = Command::new(BIN)
-            .args(["produce", "--broker", &self.addr])
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start produce");
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(input)
-            .expect("write stdin");
-        let output = child.wait_with_output().expect("produce");
+        let mut command = Command::new(BIN);
+        command.args(["produce", "--broker", &self.addr]).args(args);
+        let output = with_input(command, input);
         assert!(output.status.success(), "produce {args:?} failed");
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
@@ -126,6 +115,23 @@ impl Server {
         args.extend_from_slice(extra);
         self.run_ok(&args).trim().to_owned()
     }
+}
+
+/// Runs `command` with `input` on its stdin and waits for it.
+fn with_input(mut command: Command, input: &[u8]) -> Output {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input)
+        .expect("write stdin");
+    child.wait_with_output().expect("wait for it")
 }
 
 impl Drop for Server {
@@ -669,20 +675,9 @@ fn a_kafka_admin_client_creates_and_deletes_topics() {
 
 /// Runs kcat with `args`, feeding it `input`; returns stdout.
 fn kcat(args: &[&str], input: &[u8]) -> String {
-    let mut child = Command::new("kcat")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kcat is installed by scripts/kafka-clients");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input)
-        .expect("write stdin");
-    let output = child.wait_with_output().expect("kcat");
+    let mut command = Command::new("kcat");
+    command.args(args);
+    let output = with_input(command, input);
     assert!(
         output.status.success(),
         "kcat {args:?}: {}",
