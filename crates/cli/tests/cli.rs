@@ -541,6 +541,42 @@ fn demo_reports_that_exactly_once_held() {
 }
 
 #[test]
+fn bench_over_kafka_reports_both_paths_and_every_request_accepted() {
+    let report = run_json(&[
+        "bench",
+        "--kafka",
+        "--duration",
+        "0.3",
+        "--connections",
+        "2",
+        "--records-per-batch",
+        "10",
+        "--json",
+    ]);
+    let phases = report["phases"].as_array().expect("phases");
+    let names: Vec<&str> = phases
+        .iter()
+        .map(|p| p["phase"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, ["broker", "kafka"]);
+    let requests: u64 = phases
+        .iter()
+        .map(|p| p["requests"].as_u64().expect("requests"))
+        .sum();
+    assert!(phases.iter().all(|p| p["requests"].as_u64() > Some(0)));
+    // Every Kafka answer was a success too (errors would not count as accepted).
+    assert_eq!(
+        report["broker_outcomes"]["accepted"].as_u64(),
+        Some(requests)
+    );
+    assert!(
+        report["kafka_over_native"]["records_per_sec"]
+            .as_f64()
+            .is_some()
+    );
+}
+
+#[test]
 fn bench_smoke_run_reports_every_phase_as_json() {
     // A short run: checks the report's shape and that every request was an in-order append.
     // Timing is never asserted.

@@ -2,8 +2,9 @@
 //! request in an HDR histogram.
 //!
 //! Each connection writes as one producer id to its own partitions, so every request is an
-//! in-order ACCEPTED append. Each partition's Kafka v2 batch is built once; a request restamps
-//! its base sequence (and CRC) in place, so the generator spends no time encoding records.
+//! in-order ACCEPTED append. Each partition's request, with its Kafka v2 batch, is encoded once
+//! (`wire::Prepared`); a send restamps the correlation id and the batch's base sequence (and CRC)
+//! in place, so the generator spends no time encoding, on either wire.
 //! Requests are encoded straight into the socket buffer and written in bursts; up to `in_flight`
 //! are outstanding per connection. With a target rate the sends are
 //! paced and latency is measured from the *intended* send time, so a stall is not hidden
@@ -203,7 +204,15 @@ impl Connection {
             base_sequence: 0,
         };
         let template = minibroker_records::encode(writer, &records, 0)?;
-        let mut batches: Vec<Vec<u8>> = vec![template.to_vec(); self.partitions.len()];
+        let mut requests = self
+            .partitions
+            .iter()
+            .map(|partition| {
+                self.workload
+                    .wire
+                    .prepare(&self.workload.topic, *partition, &template)
+            })
+            .collect::<Result<Vec<_>>>()?;
         let per_batch = u32::try_from(self.workload.records_per_batch)?;
         let mut result = LoadResult::empty();
         let mut sent = 0u64;
@@ -219,15 +228,8 @@ impl Connection {
                 && self.interval.is_none_or(|_| next_send <= now)
             {
                 let slot = (sent % self.partitions.len() as u64) as usize;
-                minibroker_records::set_base_sequence(&mut batches[slot], sequences[slot]);
                 correlation_id = correlation_id.wrapping_add(1);
-                self.workload.wire.encode_produce(
-                    correlation_id,
-                    &self.workload.topic,
-                    self.partitions[slot],
-                    &batches[slot],
-                    &mut out,
-                )?;
+                requests[slot].write(correlation_id, sequences[slot], &mut out);
                 sequences[slot] = SequenceRange::spanning(sequences[slot], per_batch)?.following();
                 sent += 1;
                 match self.interval {

@@ -24,7 +24,47 @@ pub enum Wire {
 
 const KAFKA_PRODUCE_VERSION: i16 = 9;
 
+/// One partition's produce request, encoded once: each send restamps its correlation id and its
+/// batch's base sequence (and CRC) in place and copies the frame out, so the generator spends no
+/// time encoding on either wire.
+pub struct Prepared {
+    frame: Vec<u8>,
+    /// Where the correlation id is in the frame (big-endian u32 or i32).
+    correlation_at: usize,
+    /// Where the batch is in the frame.
+    batch: std::ops::Range<usize>,
+}
+
+impl Prepared {
+    /// Appends the request for `correlation_id`, its batch starting at `sequence`, to `out`.
+    pub fn write(&mut self, correlation_id: u32, sequence: i32, out: &mut BytesMut) {
+        let at = self.correlation_at;
+        self.frame[at..at + 4].copy_from_slice(&correlation_id.to_be_bytes());
+        minibroker_records::set_base_sequence(&mut self.frame[self.batch.clone()], sequence);
+        out.extend_from_slice(&self.frame);
+    }
+}
+
 impl Wire {
+    /// Encodes the produce request of `batch` to `topic`/`partition` once.
+    pub fn prepare(self, topic: &str, partition: u32, batch: &[u8]) -> Result<Prepared> {
+        let mut frame = BytesMut::new();
+        self.encode_produce(0, topic, partition, batch, &mut frame)?;
+        let at = frame
+            .windows(batch.len())
+            .position(|window| window == batch)
+            .ok_or_else(|| anyhow::anyhow!("the batch is not in its request"))?;
+        Ok(Prepared {
+            frame: frame.to_vec(),
+            // Length prefix, then (native) a version byte, or (Kafka) the API key and version.
+            correlation_at: match self {
+                Self::Native => 5,
+                Self::Kafka => 8,
+            },
+            batch: at..at + batch.len(),
+        })
+    }
+
     /// Appends one produce request frame for `batch` to `out`.
     pub fn encode_produce(
         self,
