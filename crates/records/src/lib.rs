@@ -386,9 +386,23 @@ fn i32_at(batch: &[u8], at: usize) -> i32 {
     i32::from_be_bytes(batch[at..at + 4].try_into().expect("4 bytes"))
 }
 
+/// The records of a batch, decompressed by `kafka-protocol`'s own decompressors.
+fn decompress(records: &mut Bytes, compression: Compression) -> Result<Bytes, anyhow::Error> {
+    use bytes::Buf;
+    use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
+    let take = |buf: &mut Bytes| Ok(buf.copy_to_bytes(buf.remaining()));
+    match compression {
+        Compression::None => Ok(std::mem::take(records)),
+        Compression::Gzip => Gzip::decompress(records, take),
+        Compression::Snappy => Snappy::decompress(records, take),
+        Compression::Lz4 => Lz4::decompress(records, take),
+        Compression::Zstd => Zstd::decompress(records, take),
+    }
+}
+
 /// Walks uncompressed records and refuses any whose header count is larger than its bytes could
 /// hold: the decoder would reserve room for that many headers before reading one.
-fn check_header_counts(mut records: &[u8]) -> Result<(), RecordsError> {
+fn check_header_counts(mut records: &[u8]) -> Result<(), anyhow::Error> {
     fn varint(bytes: &mut &[u8]) -> Result<i64, RecordsError> {
         let mut value = 0u64;
         for (i, byte) in bytes.iter().enumerate().take(10) {
@@ -430,7 +444,8 @@ fn check_header_counts(mut records: &[u8]) -> Result<(), RecordsError> {
             return Err(RecordsError::Corrupt(format!(
                 "a record claims {headers} headers in {} bytes",
                 record.len()
-            )));
+            ))
+            .into());
         }
     }
     Ok(())
@@ -471,16 +486,21 @@ pub struct DecodedBatch {
 /// As [`inspect`], and [`RecordsError::Decode`] for records that do not decode.
 pub fn decode(batch: &Bytes) -> Result<DecodedBatch, RecordsError> {
     let info = inspect(batch)?;
-    if info.compressed {
-        // The decoder reserves room for each record's headers from their count before reading
-        // them; only an uncompressed batch can be walked first (below), so a compressed one is
-        // decoded only by those who trust its writer (consumers), never by the broker.
-    } else {
-        check_header_counts(&batch[HEADER_LEN..])?;
-    }
     let mut bytes = batch.clone();
-    let set = RecordBatchDecoder::decode(&mut bytes)
-        .map_err(|error| RecordsError::Decode(error.into()))?;
+    // The decoder reserves room for each record's headers from their count before reading them,
+    // so the records are walked first, after decompression (the decoder hands them over here).
+    let set = RecordBatchDecoder::decode_with_custom_compression(
+        &mut bytes,
+        Some(|records: &mut Bytes, compression: Compression| {
+            let records = decompress(records, compression)?;
+            check_header_counts(&records)?;
+            Ok(records)
+        }),
+    )
+    .map_err(|error| match error.downcast::<RecordsError>() {
+        Ok(refused) => refused,
+        Err(other) => RecordsError::Decode(other.into()),
+    })?;
     let records = set
         .records
         .into_iter()

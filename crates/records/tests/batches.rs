@@ -180,3 +180,47 @@ fn a_record_claiming_more_headers_than_bytes_is_refused_before_decoding() {
         Err(RecordsError::Corrupt(_))
     ));
 }
+
+#[test]
+fn compressed_batches_from_kafka_clients_decode() {
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    let records: Vec<Record> = (0..3)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: 9,
+            producer_epoch: 0,
+            timestamp_type: TimestampType::Creation,
+            offset: i,
+            sequence: i as i32,
+            timestamp: 1000 + i,
+            key: Some(Bytes::from(format!("k{i}"))),
+            value: Some(Bytes::from(format!("value-{i}").repeat(20))),
+            headers: Default::default(),
+        })
+        .collect();
+    for compression in [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ] {
+        let mut batch = bytes::BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression,
+        };
+        RecordBatchEncoder::encode(&mut batch, &records, &options).unwrap();
+        let batch = batch.freeze();
+        let info = inspect(&batch).unwrap();
+        assert!(info.compressed, "{compression:?}");
+        let decoded = decode(&batch).unwrap();
+        let values: Vec<_> = decoded.records.iter().map(|r| r.value.clone()).collect();
+        let sent: Vec<_> = records.iter().map(|r| r.value.clone()).collect();
+        assert_eq!(values, sent, "{compression:?}");
+    }
+}
