@@ -2,6 +2,7 @@
 //! `kafka-protocol` crate, call the broker core, encode the answer.
 
 use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsResponse, RequestHeader, RequestKind, ResponseHeader, ResponseKind,
 };
@@ -53,7 +54,7 @@ impl KafkaFrontEnd {
             if api == ApiKey::ApiVersions {
                 // Kafka's answer to an ApiVersions it does not speak: v0, with the error and the
                 // versions it does speak, so the client can retry with one of them.
-                let answer = api_versions(UNSUPPORTED_VERSION);
+                let answer = api_versions(ResponseError::UnsupportedVersion.code());
                 return encode(out, header.correlation_id, api, 0, &answer);
             }
             tracing::info!(
@@ -120,9 +121,6 @@ impl KafkaFrontEnd {
         }
     }
 }
-
-/// Kafka's UNSUPPORTED_VERSION.
-const UNSUPPORTED_VERSION: i16 = 35;
 
 impl FrontEnd for KafkaFrontEnd {
     fn answer(&mut self, frame: Bytes, out: &mut BytesMut) -> impl Future<Output = Next> + Send {
