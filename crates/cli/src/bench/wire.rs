@@ -139,12 +139,12 @@ impl Wire {
                     .first()?
                     .error_code;
                 // Kafka answers a recognised retry as success: it counts as accepted here.
-                match code {
-                    0 => Some(0),
-                    46 => Some(1),
-                    45 => Some(2),
-                    47 => Some(3),
-                    _ => None,
+                match ResponseError::try_from_code(code) {
+                    None => Some(0),
+                    Some(ResponseError::DuplicateSequenceNumber) => Some(1),
+                    Some(ResponseError::OutOfOrderSequenceNumber) => Some(2),
+                    Some(ResponseError::InvalidProducerEpoch) => Some(3),
+                    Some(_) => None,
                 }
             }
         }
