@@ -10,8 +10,8 @@ use bytes::Bytes;
 use minibroker_log::ReadLimits;
 use minibroker_records::{BatchInfo, NO_PRODUCER_ID};
 use minibroker_state::{
-    BatchHeader, NewEntry, Outcome, ProducerEntry, ProducerStateManager, SequenceRange, Verdict,
-    default_shard_count,
+    BatchHeader, NewEntry, Outcome, ProducerEntry, ProducerStateManager, ProducerView,
+    SequenceRange, Verdict, default_shard_count,
 };
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -53,6 +53,15 @@ pub struct ProducerSummary {
     pub producer_id: i64,
     /// Its stored state.
     pub entry: ProducerEntry,
+}
+
+impl From<ProducerView> for ProducerSummary {
+    fn from(view: ProducerView) -> Self {
+        Self {
+            producer_id: view.producer_id,
+            entry: view.entry,
+        }
+    }
 }
 
 /// One page of a partition's producers, in producer id order.
@@ -282,10 +291,7 @@ impl Broker {
             producers: page
                 .producers
                 .into_iter()
-                .map(|view| ProducerSummary {
-                    producer_id: view.producer_id,
-                    entry: view.entry,
-                })
+                .map(ProducerSummary::from)
                 .collect(),
             next_after: page.next_after,
         })
@@ -300,16 +306,13 @@ impl Broker {
         topic: &str,
         partition: u32,
     ) -> Result<Vec<ProducerSummary>, BrokerError> {
-        let mut all = Vec::new();
-        let mut after = None;
-        loop {
-            let page = self.describe_producers(topic, partition, after, MAX_DESCRIBE_PAGE)?;
-            all.extend(page.producers);
-            match page.next_after {
-                Some(next) => after = Some(next),
-                None => return Ok(all),
-            }
-        }
+        let partition = self.topics.get(topic)?.partition(partition)?.id;
+        Ok(self
+            .state
+            .producers(partition)
+            .into_iter()
+            .map(ProducerSummary::from)
+            .collect())
     }
 
     /// The partition count of `topic`, creating it with the default count when `auto_create` is

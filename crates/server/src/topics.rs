@@ -43,13 +43,6 @@ pub struct PartitionData {
     pub held: u64,
 }
 
-impl std::ops::Deref for PartitionData {
-    type Target = PartitionLog;
-    fn deref(&self) -> &PartitionLog {
-        &self.log
-    }
-}
-
 impl Partition {
     /// Locks the partition's log. Appends happen under the state shard lock, then this one;
     /// reads take only this one.
