@@ -20,6 +20,7 @@
 use crate::entry::NO_OFFSET;
 use crate::{Decision, Outcome, ProducerEntry, SequenceRange, StateError, validate};
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::convert::Infallible;
 use std::ops::Bound;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -239,18 +240,31 @@ impl ProducerStateManager {
     ) -> Result<Verdict, E> {
         let key = (header.partition, header.producer_id);
         let mut shard = self.lock(header.partition);
-        let stored = shard.get(&key);
+        // One walk of the shard: the entry found is both what the rule reads and what an
+        // accepted batch updates.
+        let slot = shard.entry(key);
+        let stored = match &slot {
+            Entry::Occupied(entry) => Some(entry.get()),
+            Entry::Vacant(_) => None,
+        };
         let decision = validate(stored, header.epoch, header.sequences);
         let base_offset = match decision {
             Decision::Accept => {
-                let new_entry = NewEntry(stored.is_none());
-                let base_offset = append(new_entry)?;
-                shard
-                    .entry(key)
-                    .and_modify(|entry| entry.record(header.epoch, header.sequences, base_offset))
-                    .or_insert_with(|| {
-                        ProducerEntry::new(header.epoch, header.sequences, base_offset)
-                    });
+                let base_offset = append(NewEntry(stored.is_none()))?;
+                match slot {
+                    Entry::Occupied(mut entry) => {
+                        entry
+                            .get_mut()
+                            .record(header.epoch, header.sequences, base_offset);
+                    }
+                    Entry::Vacant(entry) => {
+                        entry.insert(ProducerEntry::new(
+                            header.epoch,
+                            header.sequences,
+                            base_offset,
+                        ));
+                    }
+                }
                 (base_offset != NO_OFFSET).then_some(base_offset)
             }
             Decision::Duplicate { base_offset } => base_offset,
