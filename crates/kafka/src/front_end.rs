@@ -55,7 +55,13 @@ impl KafkaFrontEnd {
                 // Kafka's answer to an ApiVersions it does not speak: v0, with the error and the
                 // versions it does speak, so the client can retry with one of them.
                 let answer = api_versions(ResponseError::UnsupportedVersion.code());
-                return encode(out, header.correlation_id, api, 0, &answer);
+                return encode(
+                    out,
+                    header.correlation_id,
+                    api,
+                    0,
+                    &ResponseKind::ApiVersions(answer),
+                );
             }
             tracing::info!(
                 ?api,
@@ -115,7 +121,7 @@ impl KafkaFrontEnd {
             }
         };
         match answer {
-            Some(answer) => encode_kind(out, header.correlation_id, api, version, &answer),
+            Some(answer) => encode(out, header.correlation_id, api, version, &answer),
             // acks=0: the producer expects no answer.
             None => Next::Continue,
         }
@@ -157,12 +163,12 @@ fn api_versions(error_code: i16) -> ApiVersionsResponse {
 }
 
 /// Appends one answer frame: length, response header, body.
-fn encode<T: Encodable>(
+fn encode(
     out: &mut BytesMut,
     correlation_id: i32,
     api: ApiKey,
     version: i16,
-    body: &T,
+    body: &ResponseKind,
 ) -> Next {
     let start = out.len();
     out.put_u32(0); // patched below
@@ -181,24 +187,4 @@ fn encode<T: Encodable>(
     };
     out[start..start + 4].copy_from_slice(&length.to_be_bytes());
     Next::Continue
-}
-
-fn encode_kind(
-    out: &mut BytesMut,
-    correlation_id: i32,
-    api: ApiKey,
-    version: i16,
-    answer: &ResponseKind,
-) -> Next {
-    match answer {
-        ResponseKind::ApiVersions(body) => encode(out, correlation_id, api, version, body),
-        ResponseKind::Metadata(body) => encode(out, correlation_id, api, version, body),
-        ResponseKind::Produce(body) => encode(out, correlation_id, api, version, body),
-        ResponseKind::Fetch(body) => encode(out, correlation_id, api, version, body),
-        ResponseKind::ListOffsets(body) => encode(out, correlation_id, api, version, body),
-        ResponseKind::InitProducerId(body) => encode(out, correlation_id, api, version, body),
-        ResponseKind::CreateTopics(body) => encode(out, correlation_id, api, version, body),
-        ResponseKind::DeleteTopics(body) => encode(out, correlation_id, api, version, body),
-        _ => Next::Close,
-    }
 }

@@ -212,18 +212,18 @@ impl KafkaFrontEnd {
             .min(MAX_FETCH_WAIT);
         let deadline = tokio::time::Instant::now() + wait;
         let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
+        let notifiers: Vec<_> = request
+            .topics
+            .iter()
+            .flat_map(|topic| {
+                topic.partitions.iter().filter_map(|p| {
+                    let partition = u32::try_from(p.partition).ok()?;
+                    self.broker.appends(&topic.topic, partition).ok()
+                })
+            })
+            .collect();
         loop {
             // Register for appends before reading, so one that lands in between still wakes us.
-            let notifiers: Vec<_> = request
-                .topics
-                .iter()
-                .flat_map(|topic| {
-                    topic.partitions.iter().filter_map(|p| {
-                        let partition = u32::try_from(p.partition).ok()?;
-                        self.broker.appends(&topic.topic, partition).ok()
-                    })
-                })
-                .collect();
             let mut waits: Vec<_> = notifiers.iter().map(|n| Box::pin(n.notified())).collect();
             for wait in &mut waits {
                 wait.as_mut().enable();
@@ -279,10 +279,11 @@ impl KafkaFrontEnd {
                             0,
                         ) {
                             Ok(fetched) => {
-                                let records: Bytes = if full {
-                                    Bytes::new()
-                                } else {
-                                    fetched.batches.concat().into()
+                                let records: Bytes = match fetched.batches.as_slice() {
+                                    _ if full => Bytes::new(),
+                                    // One batch, the usual tail read, goes out without a copy.
+                                    [one] => one.clone(),
+                                    many => many.concat().into(),
                                 };
                                 total += records.len();
                                 room = room.saturating_sub(records.len());

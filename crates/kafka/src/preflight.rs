@@ -120,19 +120,11 @@ impl Walk<'_> {
 /// # Errors
 /// [`Refused`] for an array count the bytes cannot hold, or a body that ends early.
 pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<(), Refused> {
-    let flexible = match api {
-        ApiKey::Produce => version >= 9,
-        ApiKey::Fetch => version >= 12,
-        ApiKey::ListOffsets => version >= 6,
-        ApiKey::Metadata => version >= 9,
-        ApiKey::CreateTopics => version >= 5,
-        ApiKey::DeleteTopics => version >= 4,
-        // ApiVersions and InitProducerId have no arrays: nothing to check.
-        _ => return Ok(()),
-    };
+    // A flexible version (compact arrays and strings, tagged fields) is one whose request
+    // header is v2.
     let mut walk = Walk {
         bytes: body,
-        flexible,
+        flexible: api.request_header_version(version) >= 2,
     };
     let w = &mut walk;
     match api {
@@ -142,6 +134,7 @@ pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<(), Refuse
         ApiKey::Metadata => metadata(w, version),
         ApiKey::CreateTopics => create_topics(w),
         ApiKey::DeleteTopics => delete_topics(w, version),
+        // ApiVersions and InitProducerId have no arrays: nothing to check.
         _ => Ok(()),
     }
 }
