@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result, bail};
 use bytes::BytesMut;
-use kafka_protocol::protocol::{Decodable as _, Encodable as _};
+use kafka_protocol::protocol::Decodable as _;
 use minibroker_protocol::{FrameCodec, Request, Response, codec};
 use minibroker_records::{NewRecord, Writer};
 use minibroker_server::Config;
@@ -366,22 +366,17 @@ impl KafkaConnection {
         version: i16,
         request: &R,
     ) -> Result<i32> {
-        use bytes::BufMut;
         let correlation_id = self.next_correlation_id;
         self.next_correlation_id += 1;
-        let header = kafka_protocol::messages::RequestHeader::default()
-            .with_request_api_key(api as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation_id)
-            .with_client_id(Some(kafka_protocol::protocol::StrBytes::from_static_str(
-                "test",
-            )));
-        let mut body = BytesMut::new();
-        header.encode(&mut body, api.request_header_version(version))?;
-        request.encode(&mut body, version)?;
-        let mut frame = BytesMut::with_capacity(body.len() + 4);
-        frame.put_u32(u32::try_from(body.len())?);
-        frame.extend_from_slice(&body);
+        let mut frame = BytesMut::new();
+        minibroker_records::encode_request(
+            &mut frame,
+            api,
+            version,
+            correlation_id,
+            Some("test"),
+            request,
+        )?;
         self.raw.write_raw(&frame).await?;
         Ok(correlation_id)
     }

@@ -3,14 +3,14 @@
 //! v2 batch — so both front ends, and any Kafka-compatible broker, are measured by one generator.
 
 use anyhow::Result;
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ProduceRequest as KafkaProduce, ProduceResponse as KafkaAnswer, RequestHeader,
-    ResponseHeader, TopicName,
+    ApiKey, ProduceRequest as KafkaProduce, ProduceResponse as KafkaAnswer, ResponseHeader,
+    TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::{Decodable, StrBytes};
 use minibroker_protocol::{FrameCodec, Outcome, ProduceRequest, Request, Response, codec};
 use tokio_util::codec::Encoder;
 
@@ -67,7 +67,7 @@ impl Wire {
     }
 
     /// Appends one produce request frame for `batch` to `out`.
-    pub fn encode_produce(
+    fn encode_produce(
         self,
         correlation_id: u32,
         topic: &str,
@@ -96,19 +96,14 @@ impl Wire {
                             .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
                             .with_partition_data(vec![data]),
                     ]);
-                let header = RequestHeader::default()
-                    .with_request_api_key(ApiKey::Produce as i16)
-                    .with_request_api_version(KAFKA_PRODUCE_VERSION)
-                    .with_correlation_id(correlation_id as i32);
-                let start = out.len();
-                out.put_u32(0);
-                header.encode(
+                minibroker_records::encode_request(
                     out,
-                    ApiKey::Produce.request_header_version(KAFKA_PRODUCE_VERSION),
+                    ApiKey::Produce,
+                    KAFKA_PRODUCE_VERSION,
+                    correlation_id as i32,
+                    None,
+                    &request,
                 )?;
-                request.encode(out, KAFKA_PRODUCE_VERSION)?;
-                let length = u32::try_from(out.len() - start - 4)?;
-                out[start..start + 4].copy_from_slice(&length.to_be_bytes());
             }
         }
         Ok(())

@@ -1,0 +1,50 @@
+//! One Kafka request frame, for the code that talks to a broker as a Kafka client (the verifier,
+//! the benchmark, the tests): the 4-byte length, the request header, then the body, each encoded
+//! by `kafka-protocol`.
+
+use bytes::{BufMut, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader};
+use kafka_protocol::protocol::{Encodable, StrBytes};
+
+use crate::RecordsError;
+
+/// Appends the frame of `request`, sent as `api` at `version` with `correlation_id` (and
+/// `client_id`, if any), to `out`. On an error `out` is left as it was.
+///
+/// # Errors
+/// [`RecordsError::Request`] if the header or the body does not encode at `version`, or the frame
+/// is longer than its length field can say.
+pub fn encode_request<R: Encodable>(
+    out: &mut BytesMut,
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    client_id: Option<&'static str>,
+    request: &R,
+) -> Result<(), RecordsError> {
+    let start = out.len();
+    out.put_u32(0); // patched below
+    let header = RequestHeader::default()
+        .with_request_api_key(api as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(client_id.map(StrBytes::from_static_str));
+    let encoded = header
+        .encode(out, api.request_header_version(version))
+        .and_then(|()| request.encode(out, version))
+        .map_err(|error| RecordsError::Request(error.into()))
+        .and_then(|()| {
+            u32::try_from(out.len() - start - 4)
+                .map_err(|error| RecordsError::Request(Box::new(error)))
+        });
+    match encoded {
+        Ok(length) => {
+            out[start..start + 4].copy_from_slice(&length.to_be_bytes());
+            Ok(())
+        }
+        Err(error) => {
+            out.truncate(start);
+            Err(error)
+        }
+    }
+}
