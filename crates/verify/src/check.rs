@@ -21,6 +21,18 @@ pub struct StoredBatch {
 }
 
 impl StoredBatch {
+    /// The batch at `base_offset` whose header reads `info`.
+    #[must_use]
+    pub fn new(base_offset: i64, info: &minibroker_records::BatchInfo) -> Self {
+        Self {
+            base_offset,
+            producer_id: info.producer_id,
+            epoch: info.epoch,
+            sequence: info.base_sequence,
+            records: info.record_count as usize,
+        }
+    }
+
     /// The sequences the batch spans, or `None` for a record count no batch can have.
     fn sequences(&self) -> Option<SequenceRange> {
         SequenceRange::spanning(self.sequence, u32::try_from(self.records).ok()?).ok()

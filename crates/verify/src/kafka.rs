@@ -3,12 +3,12 @@
 //! partition count, then Fetch from the log start to the high watermark, batch by batch, with
 //! the producer metadata every v2 batch header carries.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
-    ApiKey, FetchRequest, FetchResponse, MetadataRequest, MetadataResponse, RequestHeader,
-    ResponseHeader, TopicName,
+    ApiKey, FetchRequest, FetchResponse, MetadataRequest, MetadataResponse, ResponseHeader,
+    TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use thiserror::Error;
@@ -75,19 +75,16 @@ impl Connection {
         let protocol = |error: anyhow::Error| KafkaReadError::Protocol(format!("{error:#}"));
         let correlation_id = self.next_correlation_id;
         self.next_correlation_id += 1;
-        let header = RequestHeader::default()
-            .with_request_api_key(api as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str("minibroker-verify")));
-        let mut body = BytesMut::new();
-        header
-            .encode(&mut body, api.request_header_version(version))
-            .map_err(protocol)?;
-        request.encode(&mut body, version).map_err(protocol)?;
-        let mut frame = BytesMut::with_capacity(body.len() + 4);
-        frame.put_u32(u32::try_from(body.len()).map_err(|e| protocol(e.into()))?);
-        frame.extend_from_slice(&body);
+        let mut frame = BytesMut::new();
+        minibroker_records::encode_request(
+            &mut frame,
+            api,
+            version,
+            correlation_id,
+            Some("minibroker-verify"),
+            request,
+        )
+        .map_err(|error| KafkaReadError::Protocol(error.to_string()))?;
         self.stream
             .write_all(&frame)
             .await
@@ -211,13 +208,7 @@ async fn read_partition(
         for batch in whole_batches(data.records.clone().unwrap_or_default()) {
             let decoded = minibroker_records::decode(&batch)?;
             offset = decoded.base_offset + i64::from(decoded.info.record_count);
-            batches.push(StoredBatch {
-                base_offset: decoded.base_offset,
-                producer_id: decoded.info.producer_id,
-                epoch: decoded.info.epoch,
-                sequence: decoded.info.base_sequence,
-                records: decoded.info.record_count as usize,
-            });
+            batches.push(StoredBatch::new(decoded.base_offset, &decoded.info));
         }
         if offset >= data.high_watermark || offset == before {
             break;

@@ -24,13 +24,7 @@ pub async fn read_topic(client: &Client, topic: &str) -> Result<Vec<PartitionLog
         let mut reader = PartitionReader::new(client, topic, partition, 0);
         let mut batches = Vec::new();
         while let Some(batch) = reader.next_batch().await? {
-            batches.push(StoredBatch {
-                base_offset: batch.base_offset,
-                producer_id: batch.info.producer_id,
-                epoch: batch.info.epoch,
-                sequence: batch.info.base_sequence,
-                records: batch.info.record_count as usize,
-            });
+            batches.push(StoredBatch::new(batch.base_offset, &batch.info));
         }
         logs.push(PartitionLog { partition, batches });
     }
