@@ -1,10 +1,11 @@
 //! What the broker counts: produce outcomes and connections.
 
 use minibroker_state::{Outcome, PartitionId};
+use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// How many produce requests got each outcome since the broker started.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// How many produce requests got each outcome (since the broker started, for the broker's own).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct OutcomeCounts {
     /// Appended.
     pub accepted: u64,
@@ -14,6 +15,31 @@ pub struct OutcomeCounts {
     pub out_of_order: u64,
     /// Zombie writes refused.
     pub fenced_epoch: u64,
+}
+
+impl OutcomeCounts {
+    /// Counts one more answer of `outcome`.
+    pub fn add(&mut self, outcome: Outcome) {
+        let count = match outcome {
+            Outcome::Accepted => &mut self.accepted,
+            Outcome::Duplicate => &mut self.duplicate,
+            Outcome::OutOfOrder => &mut self.out_of_order,
+            Outcome::FencedEpoch => &mut self.fenced_epoch,
+        };
+        *count += 1;
+    }
+}
+
+impl std::ops::Add for OutcomeCounts {
+    type Output = Self;
+    fn add(self, other: Self) -> Self {
+        Self {
+            accepted: self.accepted + other.accepted,
+            duplicate: self.duplicate + other.duplicate,
+            out_of_order: self.out_of_order + other.out_of_order,
+            fenced_epoch: self.fenced_epoch + other.fenced_epoch,
+        }
+    }
 }
 
 /// Outcome counters, split by partition over cache-line-sized slots so that cores writing
@@ -79,5 +105,46 @@ impl ConnectionCounters {
             refused: self.refused.load(Ordering::Relaxed),
             open: accepted.saturating_sub(self.closed.load(Ordering::Relaxed)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_counts_add_up_by_outcome() {
+        let mut one = OutcomeCounts::default();
+        for outcome in [
+            Outcome::Accepted,
+            Outcome::Accepted,
+            Outcome::Duplicate,
+            Outcome::OutOfOrder,
+            Outcome::FencedEpoch,
+        ] {
+            one.add(outcome);
+        }
+        let expected = OutcomeCounts {
+            accepted: 2,
+            duplicate: 1,
+            out_of_order: 1,
+            fenced_epoch: 1,
+        };
+        assert_eq!(one, expected);
+        let counters = OutcomeCounters::default();
+        counters.count(3, Outcome::Duplicate);
+        counters.count(40, Outcome::Duplicate);
+        let two = OutcomeCounts {
+            duplicate: 2,
+            ..OutcomeCounts::default()
+        };
+        assert_eq!(counters.get(), two);
+        assert_eq!(
+            one + two,
+            OutcomeCounts {
+                duplicate: 3,
+                ..expected
+            }
+        );
     }
 }

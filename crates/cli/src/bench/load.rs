@@ -23,6 +23,7 @@ use futures::{FutureExt, StreamExt};
 use hdrhistogram::Histogram;
 use minibroker_protocol::FrameCodec;
 use minibroker_records::{NewRecord, Writer};
+use minibroker_server::OutcomeCounts;
 use minibroker_state::SequenceRange;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -75,8 +76,8 @@ pub struct LoadResult {
     pub elapsed: Duration,
     /// Request latency in microseconds.
     pub latency: Histogram<u64>,
-    /// Answers by outcome: accepted, duplicate, out of order, fenced.
-    pub outcomes: [u64; 4],
+    /// Answers by outcome.
+    pub outcomes: OutcomeCounts,
     /// Error responses.
     pub errors: u64,
 }
@@ -91,7 +92,7 @@ impl LoadResult {
             elapsed: Duration::ZERO,
             // 1 µs to 60 s with 3 significant digits.
             latency: Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds"),
-            outcomes: [0; 4],
+            outcomes: OutcomeCounts::default(),
             errors: 0,
         }
     }
@@ -151,9 +152,7 @@ pub async fn run(addr: &str, workload: &Workload, answered: Arc<AtomicU64>) -> R
         total.records += part.records;
         total.record_bytes += part.record_bytes;
         total.errors += part.errors;
-        for (sum, n) in total.outcomes.iter_mut().zip(part.outcomes) {
-            *sum += n;
-        }
+        total.outcomes = total.outcomes + part.outcomes;
         total
             .latency
             .add(&part.latency)
@@ -279,8 +278,8 @@ impl Connection {
                 result.records += self.workload.records_per_batch as u64;
                 result.record_bytes +=
                     (self.workload.records_per_batch * self.workload.record_size) as u64;
-                match self.workload.wire.outcome_slot(body.freeze()) {
-                    Some(slot) => result.outcomes[slot] += 1,
+                match self.workload.wire.outcome(body.freeze()) {
+                    Some(outcome) => result.outcomes.add(outcome),
                     None => result.errors += 1,
                 }
                 self.answered.fetch_add(1, Ordering::Relaxed);

@@ -157,7 +157,7 @@ pub async fn run(args: Args) -> Result<()> {
             &args,
             &workload,
             &phases,
-            sum_outcomes(native_outcomes, kafka_outcomes),
+            Some(native_outcomes.unwrap_or_default() + kafka_outcomes),
         );
         return Ok(());
     }
@@ -182,20 +182,6 @@ pub async fn run(args: Args) -> Result<()> {
     }
     target.stop().await?;
     Ok(())
-}
-
-/// Outcome counts of two brokers together.
-fn sum_outcomes(
-    first: Option<minibroker_server::OutcomeCounts>,
-    second: minibroker_server::OutcomeCounts,
-) -> Option<minibroker_server::OutcomeCounts> {
-    let first = first.unwrap_or_default();
-    Some(minibroker_server::OutcomeCounts {
-        accepted: first.accepted + second.accepted,
-        duplicate: first.duplicate + second.duplicate,
-        out_of_order: first.out_of_order + second.out_of_order,
-        fenced_epoch: first.fenced_epoch + second.fenced_epoch,
-    })
 }
 
 /// The configuration of an in-process broker whose auto-created topics get `partitions`
@@ -329,7 +315,7 @@ fn json_report(
                 "p50_us": r.latency_us(0.5),
                 "p99_us": r.latency_us(0.99),
                 "p999_us": r.latency_us(0.999),
-                "outcomes": {"accepted": r.outcomes[0], "duplicate": r.outcomes[1], "out_of_order": r.outcomes[2], "fenced_epoch": r.outcomes[3]},
+                "outcomes": r.outcomes,
             })
         })
         .collect();
@@ -361,7 +347,7 @@ fn json_report(
         ));
     }
     if let Some(o) = outcomes {
-        out["broker_outcomes"] = json!({"accepted": o.accepted, "duplicate": o.duplicate, "out_of_order": o.out_of_order, "fenced_epoch": o.fenced_epoch});
+        out["broker_outcomes"] = json!(o);
     }
     out
 }

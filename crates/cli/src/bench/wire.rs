@@ -111,15 +111,10 @@ impl Wire {
 
     /// The outcome slot (accepted, duplicate, out of order, fenced) of an answer frame's body,
     /// or `None` for an error answer.
-    pub fn outcome_slot(self, body: Bytes) -> Option<usize> {
+    pub fn outcome(self, body: Bytes) -> Option<Outcome> {
         match self {
             Self::Native => match codec::decode_response(&body) {
-                Ok((_, Response::Produce(produce))) => Some(match produce.outcome {
-                    Outcome::Accepted => 0,
-                    Outcome::Duplicate => 1,
-                    Outcome::OutOfOrder => 2,
-                    Outcome::FencedEpoch => 3,
-                }),
+                Ok((_, Response::Produce(produce))) => Some(produce.outcome),
                 _ => None,
             },
             Self::Kafka => {
@@ -135,10 +130,10 @@ impl Wire {
                     .error_code;
                 // Kafka answers a recognised retry as success: it counts as accepted here.
                 match ResponseError::try_from_code(code) {
-                    None => Some(0),
-                    Some(ResponseError::DuplicateSequenceNumber) => Some(1),
-                    Some(ResponseError::OutOfOrderSequenceNumber) => Some(2),
-                    Some(ResponseError::InvalidProducerEpoch) => Some(3),
+                    None => Some(Outcome::Accepted),
+                    Some(ResponseError::DuplicateSequenceNumber) => Some(Outcome::Duplicate),
+                    Some(ResponseError::OutOfOrderSequenceNumber) => Some(Outcome::OutOfOrder),
+                    Some(ResponseError::InvalidProducerEpoch) => Some(Outcome::FencedEpoch),
                     Some(_) => None,
                 }
             }
