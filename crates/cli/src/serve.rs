@@ -45,8 +45,7 @@ pub async fn run(args: Args) -> Result<()> {
         config.kafka_advertise = Some(advertise);
     }
     if let Some(partitions) = args.partitions {
-        config.default_partitions = partitions;
-        config.max_partitions_per_topic = config.max_partitions_per_topic.max(partitions);
+        config = config.with_default_partitions(partitions);
     }
     config.validate()?;
     let signal = shutdown_signal()?;

@@ -109,6 +109,15 @@ impl Default for Config {
 }
 
 impl Config {
+    /// This configuration with auto-created topics of `partitions` partitions, raising
+    /// `max_partitions_per_topic` to that if it is lower.
+    #[must_use]
+    pub fn with_default_partitions(mut self, partitions: u32) -> Self {
+        self.default_partitions = partitions;
+        self.max_partitions_per_topic = self.max_partitions_per_topic.max(partitions);
+        self
+    }
+
     /// Parses TOML; absent keys take their defaults.
     ///
     /// # Errors
@@ -249,6 +258,21 @@ mod tests {
     #[test]
     fn empty_text_gives_defaults() {
         assert_eq!(Config::from_toml("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn default_partitions_raise_the_per_topic_cap_only_when_needed() {
+        let few = Config::default().with_default_partitions(4);
+        assert_eq!(
+            (few.default_partitions, few.max_partitions_per_topic),
+            (4, 1_024)
+        );
+        let many = Config::default().with_default_partitions(2_000);
+        assert_eq!(
+            (many.default_partitions, many.max_partitions_per_topic),
+            (2_000, 2_000)
+        );
+        assert!(many.validate().is_ok());
     }
 
     #[test]

@@ -187,10 +187,8 @@ pub async fn run(args: Args) -> Result<()> {
 /// The configuration of an in-process broker whose auto-created topics get `partitions`
 /// partitions, storing up to `max_stored_bytes` (the default limit when `None`).
 pub fn embedded_config(partitions: u32, max_stored_bytes: Option<u64>) -> Config {
-    let defaults = Config::default();
+    let defaults = Config::default().with_default_partitions(partitions);
     Config {
-        default_partitions: partitions,
-        max_partitions_per_topic: partitions.max(defaults.max_partitions_per_topic),
         max_stored_bytes: max_stored_bytes.unwrap_or(defaults.max_stored_bytes),
         ..defaults
     }
