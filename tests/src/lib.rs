@@ -10,8 +10,7 @@ use minibroker_server::Config;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
+use tokio::net::TcpStream;
 use tokio_util::codec::{Decoder, Encoder};
 
 /// How long a test waits for any single answer before failing.
@@ -29,14 +28,9 @@ pub async fn start_broker() -> Result<TestBroker> {
     Ok(TestBroker::start(Config::default()).await?)
 }
 
-/// A fault-injecting proxy in front of a broker, stopped when dropped.
-pub struct TestProxy {
-    /// Where clients connect.
-    pub addr: SocketAddr,
-    /// The proxy, for its counts.
-    pub proxy: minibroker_faults::Proxy,
-    shutdown: Option<oneshot::Sender<()>>,
-}
+/// A fault-injecting proxy in front of a broker, stopped when dropped; an
+/// [`minibroker_faults::EmbeddedProxy`] that can also wait for its counts.
+pub struct TestProxy(minibroker_faults::EmbeddedProxy);
 
 impl TestProxy {
     /// Starts a proxy on an ephemeral loopback port relaying to `upstream`.
@@ -47,29 +41,9 @@ impl TestProxy {
         upstream: SocketAddr,
         faults: minibroker_faults::FaultConfig,
     ) -> Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let proxy = minibroker_faults::Proxy::new(faults);
-        let (shutdown, stop) = oneshot::channel::<()>();
-        let running = proxy.clone();
-        tokio::spawn(async move {
-            running
-                .run(listener, upstream.to_string(), async move {
-                    let _ = stop.await;
-                })
-                .await
-        });
-        Ok(Self {
-            addr,
-            proxy,
-            shutdown: Some(shutdown),
-        })
-    }
-
-    /// The address as a string, for clients.
-    #[must_use]
-    pub fn address(&self) -> String {
-        self.addr.to_string()
+        Ok(Self(
+            minibroker_faults::EmbeddedProxy::start(upstream, faults).await?,
+        ))
     }
 
     /// Waits until the proxy's counts satisfy `condition`.
@@ -80,17 +54,16 @@ impl TestProxy {
         &self,
         condition: impl FnMut(&minibroker_faults::FaultCounts) -> bool,
     ) -> Result<minibroker_faults::FaultCounts> {
-        tokio::time::timeout(ANSWER_TIMEOUT, self.proxy.wait_until(condition))
+        tokio::time::timeout(ANSWER_TIMEOUT, self.0.proxy.wait_until(condition))
             .await
             .context("the proxy never got there")
     }
 }
 
-impl Drop for TestProxy {
-    fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
+impl std::ops::Deref for TestProxy {
+    type Target = minibroker_faults::EmbeddedProxy;
+    fn deref(&self) -> &Self::Target {
+        &self.0
     }
 }
 

@@ -11,8 +11,6 @@ use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tokio::net::TcpListener;
-use tokio::sync::oneshot;
 
 use crate::acks::acked_batches;
 use crate::bench::embedded_config;
@@ -83,7 +81,7 @@ pub async fn run(args: Args) -> Result<()> {
     // The broker, in this process, on a free loopback port, and the flaky network in front.
     let broker = EmbeddedBroker::start(embedded_config(args.partitions, None)).await?;
     let broker_addr = broker.address();
-    let proxy = FlakyNetwork::start(faults, broker_addr.clone()).await?;
+    let proxy = minibroker_faults::EmbeddedProxy::start(&broker_addr, faults).await?;
     println!(
         "minibroker demo: {} producers x {} partitions, {} records each, through a faulty network (seed {seed})",
         args.producers, args.partitions, args.records
@@ -91,7 +89,7 @@ pub async fn run(args: Args) -> Result<()> {
     println!("  broker on {broker_addr}, flaky network on {}", proxy.addr);
     println!();
 
-    let produced = run_producers(&args, &proxy.addr).await?;
+    let produced = run_producers(&args, &proxy.address()).await?;
     eprintln!();
     // Read back from the broker itself, not through the faulty network.
     let client = Client::connect(&broker_addr, ClientConfig::default()).await?;
@@ -106,36 +104,6 @@ pub async fn run(args: Args) -> Result<()> {
         outcomes,
         report,
     })
-}
-
-/// The fault-injecting proxy, in this process.
-struct FlakyNetwork {
-    addr: String,
-    stop: oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<minibroker_faults::FaultCounts>,
-}
-
-impl FlakyNetwork {
-    async fn start(faults: minibroker_faults::FaultConfig, upstream: String) -> Result<Self> {
-        let proxy = minibroker_faults::Proxy::new(faults);
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?.to_string();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            proxy
-                .run(listener, upstream, async move {
-                    let _ = stopped.await;
-                })
-                .await
-        });
-        Ok(Self { addr, stop, task })
-    }
-
-    /// Stops the proxy and returns what it did.
-    async fn stop(self) -> Result<minibroker_faults::FaultCounts> {
-        let _ = self.stop.send(());
-        Ok(self.task.await?)
-    }
 }
 
 /// Runs every producer through `address` at once, with a progress line.

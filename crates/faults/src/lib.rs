@@ -16,9 +16,11 @@
 //! starting at 1) for tests that need one exact fault.
 
 mod config;
+mod embedded;
 mod proxy;
 mod rng;
 
 pub use config::{Fault, FaultConfig, FaultError};
+pub use embedded::EmbeddedProxy;
 pub use proxy::{FaultCounts, Proxy};
 pub use rng::SplitMix64;
