@@ -41,6 +41,15 @@ fn topic_name(name: &str) -> TopicName {
     TopicName(StrBytes::from_string(name.to_owned()))
 }
 
+/// A Kafka partition index as the broker's: a negative one is out of range of every topic.
+fn partition_index(topic: &str, index: i32) -> Result<u32, BrokerError> {
+    u32::try_from(index).map_err(|_| BrokerError::PartitionOutOfRange {
+        topic: topic.to_owned(),
+        partition: u32::MAX,
+        count: 0,
+    })
+}
+
 impl KafkaFrontEnd {
     fn node(&self) -> BrokerId {
         BrokerId(self.config.node_id)
@@ -178,11 +187,7 @@ impl KafkaFrontEnd {
         index: i32,
         batch: Bytes,
     ) -> Result<(Option<ResponseError>, i64, i64), BrokerError> {
-        let partition = u32::try_from(index).map_err(|_| BrokerError::PartitionOutOfRange {
-            topic: topic.to_string(),
-            partition: u32::MAX,
-            count: 0,
-        })?;
+        let partition = partition_index(topic, index)?;
         let verdict = self
             .broker
             .produce(&mut self.topics, topic, partition, &batch)?;
@@ -360,11 +365,7 @@ impl KafkaFrontEnd {
         partition: i32,
         timestamp: i64,
     ) -> Result<(i64, i64), BrokerError> {
-        let partition = u32::try_from(partition).map_err(|_| BrokerError::PartitionOutOfRange {
-            topic: topic.to_owned(),
-            partition: u32::MAX,
-            count: 0,
-        })?;
+        let partition = partition_index(topic, partition)?;
         let (start, end) = self.broker.offsets(topic, partition)?;
         Ok(match timestamp {
             -2 => (start, NONE),
