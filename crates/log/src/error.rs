@@ -27,4 +27,14 @@ pub enum LogError {
         /// The next offset to be written.
         end: i64,
     },
+    /// A write, sync or read of the log's files failed; after a failed write or sync the
+    /// partition is read-only.
+    #[error("storage error: {0}")]
+    Storage(String),
+    /// The partition stopped taking writes after a storage error.
+    #[error("the partition is read-only after a storage error: {0}")]
+    ReadOnly(String),
+    /// The files on disk cannot be served as a log (a damaged sealed segment, a missing one).
+    #[error("the log's files are damaged: {0}")]
+    Damaged(String),
 }

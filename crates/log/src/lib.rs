@@ -7,8 +7,15 @@
 //! rebuild producer state from it. Reads hand out whole stored batches; whoever needs the records
 //! decodes them.
 //!
-//! Memory is what is stored: batch bytes are copied into large chunks, and each batch costs a
-//! small index entry beside its bytes.
+//! A [`PartitionLog`] is either a [`MemoryLog`] (batch bytes copied into large chunks, each batch
+//! a small index entry beside its bytes) or a [`DurableLog`] (segment files in a directory, with
+//! crash recovery). Every file operation of the durable log goes through the [`Storage`] trait,
+//! so tests can run it on [`sim::SimStorage`], which forgets unsynced bytes on a simulated crash.
+//!
+//! # Layout
+//! - `memory` — the in-memory log; `durable` and `segment` — the segment files, their index and
+//!   recovery; `partition` — the enum the broker uses.
+//! - `storage` — the file-system trait and the real file system; `sim` — the crashing one.
 //!
 //! # Example
 //! ```
@@ -18,16 +25,26 @@
 //! let writer = Writer { producer_id: 1, epoch: 0, base_sequence: 0 };
 //! let batch = encode(writer, &[NewRecord::value("a"), NewRecord::value("b")], 0)?;
 //! let mut log = PartitionLog::new();
-//! assert_eq!(log.append(&batch, inspect(&batch)?.record_count)?, 0);
+//! assert_eq!(log.append(&batch, inspect(&batch)?.record_count, 0)?.base_offset, 0);
 //! let read = log.read(1, ReadLimits::default())?;
 //! assert_eq!(minibroker_records::base_offset(&read[0]), 0); // the whole batch holding offset 1
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 mod batch;
+mod durable;
 mod error;
+mod memory;
 mod partition;
+mod segment;
+pub mod sim;
+pub mod storage;
 
 pub use batch::StoredBatch;
+pub use durable::{
+    Appended, DurableLog, Opened, Retention, SegmentConfig, SnapshotStore, SyncPoint,
+};
 pub use error::LogError;
-pub use partition::{PartitionLog, ReadLimits};
+pub use memory::{MemoryLog, ReadLimits};
+pub use partition::PartitionLog;
+pub use storage::{FsStorage, Storage, StorageFile};

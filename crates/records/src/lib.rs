@@ -343,6 +343,27 @@ pub fn max_timestamp(batch: &[u8]) -> i64 {
     i64::from_be_bytes(batch[at..at + 8].try_into().expect("8 bytes"))
 }
 
+/// The whole length of the batch that `header` begins (its length field plus the 12 bytes
+/// before it), or `None` if the field says less than a header. Reads the first 12 bytes.
+///
+/// # Panics
+/// If `header` is shorter than 12 bytes.
+#[must_use]
+pub fn batch_len(header: &[u8]) -> Option<usize> {
+    let length = usize::try_from(i32_at(header, layout::LENGTH)).ok()?;
+    let whole = length.checked_add(layout::LENGTH_END)?;
+    (whole >= HEADER_LEN).then_some(whole)
+}
+
+/// One past the offset of a stored batch's last record, from its header.
+///
+/// # Panics
+/// If `batch` is shorter than a header.
+#[must_use]
+pub fn end_offset(batch: &[u8]) -> i64 {
+    base_offset(batch) + i64::from(i32_at(batch, layout::LAST_OFFSET_DELTA)) + 1
+}
+
 /// Stamps a batch with its place in the log: the offset of its first record, and
 /// [`LEADER_EPOCH`]. Both lie outside the CRC, so the batch stays valid.
 ///

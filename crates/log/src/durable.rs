@@ -1,0 +1,586 @@
+//! [`DurableLog`]: one partition's batches in segment files, in one directory.
+//!
+//! The directory holds segment files named by their base offset (`00000000000000000000.log`),
+//! each the stored batches back to back exactly as the memory log keeps them; an index file
+//! beside each sealed segment; and producer-state snapshots (`<offset>.snapshot`, opaque bytes
+//! to this crate, see [`SnapshotStore`]).
+//!
+//! Appends go to the last (active) segment. It rolls, once it holds a batch, when the next batch
+//! would take it past `segment_bytes` or its first batch is older than `segment_ms`; a rolling
+//! segment is synced and its index written before the next one is created, so every sealed
+//! segment is durable whatever the flush policy, and only the active segment can have a torn
+//! tail after a crash.
+//!
+//! Opening recovers: sealed segments come from their index files (or a header walk when one is
+//! missing), must follow each other without a gap, and are never truncated; the active segment
+//! is checked batch by batch, CRC included, and cut at the first batch that is torn or damaged.
+//! A failed write or sync makes the log read-only: it never retries a sync and pretends.
+
+use bytes::Bytes;
+use std::collections::VecDeque;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::batch::{check_appendable, first_record_at_or_after};
+use crate::segment::{Damage, Segment};
+use crate::storage::{Storage, StorageFile, TEMPORARY_SUFFIX, read_whole, write_atomically};
+use crate::{LogError, ReadLimits};
+
+/// When segments roll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentConfig {
+    /// A segment holding a batch rolls before a batch that would take it past this size.
+    pub segment_bytes: u64,
+    /// A segment whose first batch is this old (milliseconds) rolls on the next append.
+    pub segment_ms: i64,
+}
+
+impl Default for SegmentConfig {
+    fn default() -> Self {
+        Self {
+            segment_bytes: 256 << 20,
+            segment_ms: 7 * 24 * 3600 * 1000,
+        }
+    }
+}
+
+/// How much of a partition's history is kept; whole sealed segments beyond it are deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Delete the oldest segment while the log would still hold this many bytes without it.
+    pub bytes: Option<u64>,
+    /// Delete a segment once its newest record is older than this (milliseconds).
+    pub ms: Option<i64>,
+}
+
+/// Where an append landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    /// The batch's base offset.
+    pub base_offset: i64,
+    /// Whether a new segment was started for it (the moment to snapshot producer state).
+    pub rolled: bool,
+}
+
+/// What must be synced for everything appended so far to be durable.
+#[derive(Debug, Clone)]
+pub struct SyncPoint {
+    /// The active segment's file (sealed ones were synced when they rolled).
+    pub file: Arc<dyn StorageFile>,
+    /// The offsets below this are covered once `file` is synced.
+    pub through: i64,
+}
+
+/// A partition log in segment files.
+#[derive(Debug)]
+pub struct DurableLog {
+    dir: PathBuf,
+    storage: Arc<dyn Storage>,
+    config: SegmentConfig,
+    sealed: VecDeque<Segment>,
+    active: Segment,
+    stored_bytes: u64,
+    batch_count: u64,
+    failure: Option<String>,
+    scratch: Vec<u8>,
+}
+
+/// A log opened from its directory, and what recovery cut off its tail.
+#[derive(Debug)]
+pub struct Opened {
+    /// The log.
+    pub log: DurableLog,
+    /// The torn or damaged bytes cut from the active segment: how many, and why.
+    pub truncated: Option<(u64, String)>,
+}
+
+const LOG_SUFFIX: &str = ".log";
+const INDEX_SUFFIX: &str = ".index";
+const SNAPSHOT_SUFFIX: &str = ".snapshot";
+
+/// `00000000000000000042.log` and the like.
+fn file_name(offset: i64, suffix: &str) -> String {
+    format!("{offset:020}{suffix}")
+}
+
+fn parse_name(name: &str, suffix: &str) -> Option<i64> {
+    let digits = name.strip_suffix(suffix)?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+impl DurableLog {
+    /// Opens (and recovers) the log in `dir`, creating it if it does not exist.
+    ///
+    /// # Errors
+    /// [`LogError::Storage`] when the files cannot be read; [`LogError::Damaged`] for a sealed
+    /// segment that is damaged or a segment missing between two others (serving the log would
+    /// serve a hole).
+    pub fn open(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        config: SegmentConfig,
+    ) -> Result<Opened, LogError> {
+        let io_error = |what: &str, error: io::Error| {
+            LogError::Storage(format!("{what} in {}: {error}", dir.display()))
+        };
+        storage
+            .create_dir_all(dir)
+            .map_err(|e| io_error("creating the directory", e))?;
+        let names = storage
+            .list(dir)
+            .map_err(|e| io_error("listing the directory", e))?;
+        let mut bases = Vec::new();
+        for name in &names {
+            if name.ends_with(TEMPORARY_SUFFIX) {
+                // An atomic write that did not finish: the file it was replacing still stands.
+                let _ = storage.remove_file(&dir.join(name));
+            } else if let Some(base) = parse_name(name, LOG_SUFFIX) {
+                bases.push(base);
+            }
+        }
+        bases.sort_unstable();
+        let open_file = |base: i64| {
+            storage
+                .open(&dir.join(file_name(base, LOG_SUFFIX)))
+                .map_err(|e| io_error(&format!("opening {}", file_name(base, LOG_SUFFIX)), e))
+        };
+        let mut sealed = VecDeque::new();
+        let Some((&last, older)) = bases.split_last() else {
+            let file = storage
+                .create(&dir.join(file_name(0, LOG_SUFFIX)))
+                .map_err(|e| io_error("creating the first segment", e))?;
+            storage
+                .sync_dir(dir)
+                .map_err(|e| io_error("syncing the directory", e))?;
+            let log = Self::assemble(storage, dir, config, sealed, Segment::empty(0, file));
+            return Ok(Opened {
+                log,
+                truncated: None,
+            });
+        };
+        for &base in older {
+            let file = open_file(base)?;
+            let index = read_whole(&*storage, &dir.join(file_name(base, INDEX_SUFFIX))).ok();
+            let segment = match index.and_then(|i| Segment::from_index(base, Arc::clone(&file), &i))
+            {
+                Some(segment) => segment,
+                None => match Segment::scan(base, file, false)
+                    .map_err(|e| io_error(&format!("reading {}", file_name(base, LOG_SUFFIX)), e))?
+                {
+                    (segment, None) => segment,
+                    (_, Some(Damage { reason, .. })) => {
+                        return Err(LogError::Damaged(format!(
+                            "sealed segment {} holds {reason}; it is never truncated (that would leave a hole)",
+                            dir.join(file_name(base, LOG_SUFFIX)).display()
+                        )));
+                    }
+                },
+            };
+            sealed.push_back(segment);
+        }
+        let (active, damage) = Segment::scan(last, open_file(last)?, true)
+            .map_err(|e| io_error(&format!("reading {}", file_name(last, LOG_SUFFIX)), e))?;
+        let mut truncated = None;
+        if let Some(Damage { dropped, reason }) = damage {
+            active
+                .file
+                .truncate(active.size)
+                .and_then(|()| active.file.sync())
+                .map_err(|e| io_error("truncating the torn tail", e))?;
+            truncated = Some((dropped, reason));
+        }
+        let mut expected: Option<(i64, i64)> = None;
+        for segment in sealed.iter().chain(std::iter::once(&active)) {
+            if let Some((previous_base, next)) = expected
+                && next != segment.base_offset
+            {
+                return Err(LogError::Damaged(format!(
+                    "segment {} ends at offset {next} but the next one is {}: the segment file {} is missing",
+                    dir.join(file_name(previous_base, LOG_SUFFIX)).display(),
+                    file_name(segment.base_offset, LOG_SUFFIX),
+                    dir.join(file_name(next, LOG_SUFFIX)).display(),
+                )));
+            }
+            expected = Some((segment.base_offset, segment.next_offset));
+        }
+        Ok(Opened {
+            log: Self::assemble(storage, dir, config, sealed, active),
+            truncated,
+        })
+    }
+
+    fn assemble(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        config: SegmentConfig,
+        sealed: VecDeque<Segment>,
+        active: Segment,
+    ) -> Self {
+        let segments = || sealed.iter().chain(std::iter::once(&active));
+        let stored_bytes = segments().map(|s| s.size).sum();
+        let batch_count = segments().map(|s| s.batches).sum();
+        Self {
+            dir: dir.to_owned(),
+            storage,
+            config,
+            sealed,
+            active,
+            stored_bytes,
+            batch_count,
+            failure: None,
+            scratch: Vec::new(),
+        }
+    }
+
+    fn segments(&self) -> impl Iterator<Item = &Segment> {
+        self.sealed.iter().chain(std::iter::once(&self.active))
+    }
+
+    /// Makes the log read-only after a failed write or sync, and says why.
+    fn fail(&mut self, what: &str, error: &io::Error) -> LogError {
+        let reason = format!("{what} in {} failed: {error}", self.dir.display());
+        self.failure = Some(reason.clone());
+        LogError::Storage(reason)
+    }
+
+    /// Marks the log read-only (a sync of it failed elsewhere), with the reason.
+    pub fn set_failed(&mut self, reason: String) {
+        self.failure.get_or_insert(reason);
+    }
+
+    /// Why the log is read-only, if it is.
+    #[must_use]
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
+    /// Appends a batch of `record_count` records at the end, stamped with its base offset;
+    /// `now_ms` decides whether the active segment is old enough to roll first.
+    ///
+    /// # Errors
+    /// [`LogError::BadBatch`] as for the memory log; [`LogError::ReadOnly`] after an earlier
+    /// failure; [`LogError::Storage`] when the write fails (the log is read-only from then on).
+    pub fn append(
+        &mut self,
+        batch: &[u8],
+        record_count: u32,
+        now_ms: i64,
+    ) -> Result<Appended, LogError> {
+        if let Some(reason) = &self.failure {
+            return Err(LogError::ReadOnly(reason.clone()));
+        }
+        check_appendable(batch, record_count)?;
+        let len = batch.len() as u64;
+        let too_big = self.active.size + len > self.config.segment_bytes;
+        let too_old = self
+            .active
+            .first_append_ms
+            .is_some_and(|first| now_ms.saturating_sub(first) >= self.config.segment_ms);
+        let rolled = self.active.batches > 0 && (too_big || too_old);
+        if rolled {
+            self.roll()?;
+        }
+        let base_offset = self.active.next_offset;
+        self.scratch.clear();
+        self.scratch.extend_from_slice(batch);
+        minibroker_records::set_base_offset(&mut self.scratch, base_offset);
+        if let Err(error) = self.active.file.append(&self.scratch) {
+            // Cut any part that was written; the log stays read-only either way.
+            let _ = self.active.file.truncate(self.active.size);
+            return Err(self.fail("writing a batch", &error));
+        }
+        let end = base_offset + i64::from(record_count);
+        let timestamp = minibroker_records::max_timestamp(batch);
+        self.active.note(base_offset, len, end, timestamp);
+        self.active.first_append_ms.get_or_insert(now_ms);
+        self.stored_bytes += len;
+        self.batch_count += 1;
+        Ok(Appended {
+            base_offset,
+            rolled,
+        })
+    }
+
+    /// Seals the active segment (synced, index written) and starts the next.
+    fn roll(&mut self) -> Result<(), LogError> {
+        if let Err(error) = self.active.file.sync() {
+            return Err(self.fail("syncing a segment", &error));
+        }
+        let index = self
+            .dir
+            .join(file_name(self.active.base_offset, INDEX_SUFFIX));
+        if let Err(error) = write_atomically(&*self.storage, &index, &self.active.encode_index()) {
+            return Err(self.fail("writing a segment index", &error));
+        }
+        let next = self.active.next_offset;
+        let created = self
+            .storage
+            .create(&self.dir.join(file_name(next, LOG_SUFFIX)))
+            .and_then(|file| self.storage.sync_dir(&self.dir).map(|()| file));
+        match created {
+            Ok(file) => {
+                let sealed = std::mem::replace(&mut self.active, Segment::empty(next, file));
+                self.sealed.push_back(sealed);
+                Ok(())
+            }
+            Err(error) => Err(self.fail("creating a segment", &error)),
+        }
+    }
+
+    /// What to sync for everything appended so far to be durable.
+    #[must_use]
+    pub fn sync_point(&self) -> SyncPoint {
+        SyncPoint {
+            file: Arc::clone(&self.active.file),
+            through: self.active.next_offset,
+        }
+    }
+
+    /// Syncs the active segment now (clean shutdown, the interval flush).
+    ///
+    /// # Errors
+    /// [`LogError::Storage`] when the sync fails; the log is read-only from then on.
+    pub fn sync(&mut self) -> Result<(), LogError> {
+        if let Some(reason) = &self.failure {
+            return Err(LogError::ReadOnly(reason.clone()));
+        }
+        match self.active.file.sync() {
+            Ok(()) => Ok(()),
+            Err(error) => Err(self.fail("syncing a segment", &error)),
+        }
+    }
+
+    /// The offset the next record will get.
+    #[must_use]
+    pub fn next_offset(&self) -> i64 {
+        self.active.next_offset
+    }
+
+    /// The first offset held: the base of the oldest segment retention left.
+    #[must_use]
+    pub fn start_offset(&self) -> i64 {
+        self.sealed
+            .front()
+            .map_or(self.active.base_offset, |s| s.base_offset)
+    }
+
+    /// Bytes of batches stored.
+    #[must_use]
+    pub fn stored_bytes(&self) -> u64 {
+        self.stored_bytes
+    }
+
+    /// Number of stored batches.
+    #[must_use]
+    pub fn batch_count(&self) -> u64 {
+        self.batch_count
+    }
+
+    /// How many segment files the log has.
+    #[must_use]
+    pub fn segment_count(&self) -> usize {
+        self.sealed.len() + 1
+    }
+
+    /// The whole batches holding offsets from `from` onwards, within `limits`, from the one
+    /// segment that holds `from`.
+    ///
+    /// # Errors
+    /// [`LogError::OffsetOutOfRange`] outside the log; [`LogError::Storage`] if a read fails.
+    pub fn read(&self, from: i64, limits: ReadLimits) -> Result<Vec<Bytes>, LogError> {
+        let (start, end) = (self.start_offset(), self.next_offset());
+        if from < start || from > end {
+            return Err(LogError::OffsetOutOfRange {
+                requested: from,
+                start,
+                end,
+            });
+        }
+        let segment = if from >= self.active.base_offset {
+            &self.active
+        } else {
+            let at = self.sealed.partition_point(|s| s.next_offset <= from);
+            &self.sealed[at]
+        };
+        segment.read(from, limits).map_err(|error| {
+            LogError::Storage(format!(
+                "reading segment {} in {}: {error}",
+                file_name(segment.base_offset, LOG_SUFFIX),
+                self.dir.display()
+            ))
+        })
+    }
+
+    /// Calls `each` with every batch from the one holding `from` to the end, in order, until it
+    /// returns `false` (recovery replays producer state with it).
+    ///
+    /// # Errors
+    /// As [`Self::read`].
+    pub fn for_each_batch(
+        &self,
+        from: i64,
+        mut each: impl FnMut(&Bytes) -> bool,
+    ) -> Result<(), LogError> {
+        let limits = ReadLimits {
+            max_bytes: 8 << 20,
+            batch_overhead: 0,
+        };
+        let mut at = from.max(self.start_offset());
+        while at < self.next_offset() {
+            let batches = self.read(at, limits)?;
+            let Some(last) = batches.last() else { break };
+            at = minibroker_records::end_offset(last);
+            if !batches.iter().all(&mut each) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The offset and timestamp of the first record at or after `timestamp`, as the memory log
+    /// answers it; segments are skipped by their largest timestamp.
+    ///
+    /// # Errors
+    /// [`LogError::Storage`] if a read fails.
+    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>, LogError> {
+        let Some(segment) = self.segments().find(|s| s.max_timestamp >= timestamp) else {
+            return Ok(None);
+        };
+        let mut found = None;
+        self.for_each_batch(segment.base_offset, |batch| {
+            if minibroker_records::max_timestamp(batch) >= timestamp {
+                found = Some(batch.clone());
+            }
+            found.is_none()
+        })?;
+        Ok(found.and_then(|batch| first_record_at_or_after(&batch, timestamp)))
+    }
+
+    /// The offset and timestamp of the (first) record with the largest timestamp.
+    ///
+    /// # Errors
+    /// [`LogError::Storage`] if a read fails.
+    pub fn offset_of_max_timestamp(&self) -> Result<Option<(i64, i64)>, LogError> {
+        match self
+            .segments()
+            .filter(|s| s.batches > 0)
+            .map(|s| s.max_timestamp)
+            .max()
+        {
+            Some(newest) => self.offset_for_timestamp(newest),
+            None => Ok(None),
+        }
+    }
+
+    /// Deletes the oldest sealed segments that `retention` no longer keeps (never the active
+    /// one), advancing the start offset; returns how many.
+    ///
+    /// # Errors
+    /// [`LogError::Storage`] if a file cannot be deleted (what was deleted stays deleted).
+    pub fn apply_retention(
+        &mut self,
+        retention: Retention,
+        now_ms: i64,
+    ) -> Result<usize, LogError> {
+        let mut removed = 0;
+        while let Some(oldest) = self.sealed.front() {
+            let too_big = retention
+                .bytes
+                .is_some_and(|max| self.stored_bytes - oldest.size >= max);
+            let too_old = retention
+                .ms
+                .is_some_and(|ms| oldest.max_timestamp < now_ms.saturating_sub(ms));
+            if !too_big && !too_old {
+                break;
+            }
+            let base = oldest.base_offset;
+            self.storage
+                .remove_file(&self.dir.join(file_name(base, LOG_SUFFIX)))
+                .map_err(|e| LogError::Storage(format!("deleting an old segment: {e}")))?;
+            let _ = self
+                .storage
+                .remove_file(&self.dir.join(file_name(base, INDEX_SUFFIX)));
+            // Synced one deletion at a time, so a crash can never bring back an older segment
+            // without the newer ones after it (that would be a hole).
+            self.storage
+                .sync_dir(&self.dir)
+                .map_err(|e| LogError::Storage(format!("syncing {}: {e}", self.dir.display())))?;
+            if let Some(segment) = self.sealed.pop_front() {
+                self.stored_bytes -= segment.size;
+                self.batch_count -= segment.batches;
+            }
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
+    /// The producer-state snapshots of this partition.
+    #[must_use]
+    pub fn snapshots(&self) -> SnapshotStore {
+        SnapshotStore {
+            storage: Arc::clone(&self.storage),
+            dir: self.dir.clone(),
+        }
+    }
+}
+
+/// A partition's snapshot files: opaque bytes (the state crate's encoding) named by the offset
+/// they cover up to. Written atomically; the newest [`SnapshotStore::KEPT`] are kept.
+#[derive(Debug, Clone)]
+pub struct SnapshotStore {
+    storage: Arc<dyn Storage>,
+    dir: PathBuf,
+}
+
+impl SnapshotStore {
+    /// Snapshots kept: the newest, and one before it in case the newest is damaged.
+    pub const KEPT: usize = 2;
+
+    fn offsets(&self) -> io::Result<Vec<i64>> {
+        let mut offsets: Vec<i64> = self
+            .storage
+            .list(&self.dir)?
+            .iter()
+            .filter_map(|name| parse_name(name, SNAPSHOT_SUFFIX))
+            .collect();
+        offsets.sort_unstable_by(|a, b| b.cmp(a));
+        Ok(offsets)
+    }
+
+    /// Writes the snapshot covering every batch below `offset`, then deletes older ones beyond
+    /// [`Self::KEPT`].
+    ///
+    /// # Errors
+    /// As the file system reports.
+    pub fn write(&self, offset: i64, data: &[u8]) -> io::Result<()> {
+        let path = self.dir.join(file_name(offset, SNAPSHOT_SUFFIX));
+        write_atomically(&*self.storage, &path, data)?;
+        for old in self.offsets()?.into_iter().skip(Self::KEPT) {
+            self.storage
+                .remove_file(&self.dir.join(file_name(old, SNAPSHOT_SUFFIX)))?;
+        }
+        Ok(())
+    }
+
+    /// The snapshots at or below `max_offset`, newest first, as (offset, bytes); one that
+    /// cannot be read is left out.
+    ///
+    /// # Errors
+    /// If the directory cannot be listed.
+    pub fn newest_first(&self, max_offset: i64) -> io::Result<Vec<(i64, Vec<u8>)>> {
+        Ok(self
+            .offsets()?
+            .into_iter()
+            .filter(|offset| *offset <= max_offset)
+            .filter_map(|offset| {
+                let path = self.dir.join(file_name(offset, SNAPSHOT_SUFFIX));
+                read_whole(&*self.storage, &path)
+                    .ok()
+                    .map(|data| (offset, data))
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,296 @@
+//! One segment file: stored batches back to back, found through a sparse offset index.
+//!
+//! The index holds one entry (offset, position) per [`INDEX_INTERVAL`] bytes of batches, as
+//! Kafka's does, so it costs about 8 bytes per 4 KiB stored rather than an entry per batch: a read
+//! starts at the entry at or before its offset and walks the batch headers from there. A sealed
+//! segment's index is written beside it (`.index`) when the segment rolls, so recovery need not
+//! walk sealed segments again; the active segment's index lives in memory and is rebuilt by the
+//! recovery scan.
+
+use bytes::Bytes;
+use minibroker_records::HEADER_LEN;
+use std::io;
+use std::sync::Arc;
+
+use crate::ReadLimits;
+use crate::storage::StorageFile;
+
+/// Bytes of batches between two index entries.
+pub const INDEX_INTERVAL: u64 = 4096;
+
+/// The most bytes one read of a segment file asks for at once.
+const MAX_READ_CHUNK: usize = 16 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct IndexEntry {
+    /// Offset of a batch's first record, relative to the segment's base offset.
+    offset_delta: u32,
+    /// Where that batch starts in the file.
+    position: u32,
+}
+
+/// A segment: its file and what is known about the batches in it.
+#[derive(Debug)]
+pub(crate) struct Segment {
+    pub(crate) base_offset: i64,
+    /// One past the last record's offset.
+    pub(crate) next_offset: i64,
+    pub(crate) file: Arc<dyn StorageFile>,
+    /// Bytes of whole batches (the file holds exactly these once recovered).
+    pub(crate) size: u64,
+    pub(crate) batches: u64,
+    /// The largest record timestamp, `i64::MIN` while empty.
+    pub(crate) max_timestamp: i64,
+    /// When the segment got its first batch (broker clock, milliseconds), for rolling by age.
+    pub(crate) first_append_ms: Option<i64>,
+    index: Vec<IndexEntry>,
+    unindexed: u64,
+}
+
+/// What a recovery scan found wrong at the end of a segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Damage {
+    /// Bytes past the last whole, valid batch.
+    pub(crate) dropped: u64,
+    /// Why the first of them is not a valid batch.
+    pub(crate) reason: String,
+}
+
+impl Segment {
+    pub(crate) fn empty(base_offset: i64, file: Arc<dyn StorageFile>) -> Self {
+        Self {
+            base_offset,
+            next_offset: base_offset,
+            file,
+            size: 0,
+            batches: 0,
+            max_timestamp: i64::MIN,
+            first_append_ms: None,
+            index: Vec::new(),
+            unindexed: 0,
+        }
+    }
+
+    /// Records a batch just appended at the end of the file.
+    pub(crate) fn note(&mut self, base_offset: i64, len: u64, end_offset: i64, timestamp: i64) {
+        if self.index.is_empty() || self.unindexed >= INDEX_INTERVAL {
+            // Offsets within a segment fit u32 (at most a byte per record and segments below
+            // 4 GiB), as do positions.
+            self.index.push(IndexEntry {
+                offset_delta: (base_offset - self.base_offset) as u32,
+                position: self.size as u32,
+            });
+            self.unindexed = 0;
+        }
+        self.size += len;
+        self.unindexed += len;
+        self.next_offset = end_offset;
+        self.batches += 1;
+        self.max_timestamp = self.max_timestamp.max(timestamp);
+    }
+
+    /// Where to start walking for `offset`: the last indexed batch at or before it.
+    fn locate(&self, offset: i64) -> u64 {
+        let delta = offset
+            .saturating_sub(self.base_offset)
+            .clamp(0, i64::from(u32::MAX)) as u32;
+        let after = self
+            .index
+            .partition_point(|entry| entry.offset_delta <= delta);
+        after
+            .checked_sub(1)
+            .map_or(0, |at| u64::from(self.index[at].position))
+    }
+
+    /// The whole batches holding `from` and after, within `limits` (at least one if any).
+    pub(crate) fn read(&self, from: i64, limits: ReadLimits) -> io::Result<Vec<Bytes>> {
+        let chunk = limits
+            .max_bytes
+            .saturating_add(2 * INDEX_INTERVAL as usize)
+            .min(MAX_READ_CHUNK);
+        let mut reader = ChunkReader::new(&*self.file, self.size, chunk);
+        let mut position = self.locate(from);
+        let mut batches = Vec::new();
+        let mut cost = 0usize;
+        while position < self.size {
+            let header = reader.bytes(position, HEADER_LEN)?;
+            let len = minibroker_records::batch_len(&header).ok_or_else(corrupt)?;
+            if minibroker_records::end_offset(&header) <= from {
+                position += len as u64;
+                continue;
+            }
+            let next = cost.saturating_add(len + limits.batch_overhead);
+            if !batches.is_empty() && next > limits.max_bytes {
+                break;
+            }
+            batches.push(reader.bytes(position, len)?);
+            cost = next;
+            position += len as u64;
+        }
+        Ok(batches)
+    }
+
+    /// Walks the file from its start, keeping every batch up to the first that is torn or (with
+    /// `check` set) fails [`minibroker_records::inspect_stored`]. Returns the segment as far as it
+    /// is sound, and what lies beyond, if anything.
+    pub(crate) fn scan(
+        base_offset: i64,
+        file: Arc<dyn StorageFile>,
+        check: bool,
+    ) -> io::Result<(Self, Option<Damage>)> {
+        let file_len = file.len()?;
+        let mut segment = Self::empty(base_offset, Arc::clone(&file));
+        let mut reader = ChunkReader::new(&*file, file_len, 4 << 20);
+        let mut reason = None;
+        while segment.size < file_len && reason.is_none() {
+            reason = segment.scan_one(&mut reader, file_len, check)?;
+        }
+        let damage = reason.map(|reason| Damage {
+            dropped: file_len - segment.size,
+            reason,
+        });
+        Ok((segment, damage))
+    }
+
+    /// Checks the batch at the end of what the scan has kept and keeps it, or says why not.
+    fn scan_one(
+        &mut self,
+        reader: &mut ChunkReader<'_>,
+        file_len: u64,
+        check: bool,
+    ) -> io::Result<Option<String>> {
+        let position = self.size;
+        if file_len - position < HEADER_LEN as u64 {
+            return Ok(Some("a torn header".into()));
+        }
+        let header = reader.bytes(position, HEADER_LEN)?;
+        let Some(len) = minibroker_records::batch_len(&header) else {
+            return Ok(Some("a bad length".into()));
+        };
+        if file_len - position < len as u64 {
+            return Ok(Some(format!("a torn batch of {len} bytes")));
+        }
+        let expected = self.next_offset;
+        let batch = reader.bytes(position, len)?;
+        let end = minibroker_records::end_offset(&batch);
+        if check {
+            if let Err(error) = minibroker_records::inspect_stored(&batch, expected) {
+                return Ok(Some(error.to_string()));
+            }
+        } else if minibroker_records::base_offset(&batch) != expected || end <= expected {
+            return Ok(Some(format!(
+                "a batch that does not follow offset {expected}"
+            )));
+        }
+        let timestamp = minibroker_records::max_timestamp(&batch);
+        self.note(expected, len as u64, end, timestamp);
+        Ok(None)
+    }
+
+    /// The sealed segment's index file: its summary and sparse index, with a CRC-32C.
+    pub(crate) fn encode_index(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(48 + self.index.len() * 8);
+        out.extend_from_slice(INDEX_MAGIC);
+        out.extend_from_slice(&self.base_offset.to_be_bytes());
+        out.extend_from_slice(&self.next_offset.to_be_bytes());
+        out.extend_from_slice(&self.size.to_be_bytes());
+        out.extend_from_slice(&self.batches.to_be_bytes());
+        out.extend_from_slice(&self.max_timestamp.to_be_bytes());
+        for entry in &self.index {
+            out.extend_from_slice(&entry.offset_delta.to_be_bytes());
+            out.extend_from_slice(&entry.position.to_be_bytes());
+        }
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_be_bytes());
+        out
+    }
+
+    /// A sealed segment from its index file, if the file is intact and describes exactly
+    /// `file` (a segment whose index does not match is scanned instead).
+    pub(crate) fn from_index(
+        base_offset: i64,
+        file: Arc<dyn StorageFile>,
+        index: &[u8],
+    ) -> Option<Self> {
+        const FIXED: usize = 4 + 5 * 8;
+        if index.len() < FIXED + 4 || !(index.len() - FIXED - 4).is_multiple_of(8) {
+            return None;
+        }
+        let (body, crc) = index.split_at(index.len() - 4);
+        if crc32c::crc32c(body).to_be_bytes() != crc || &body[..4] != INDEX_MAGIC {
+            return None;
+        }
+        let field = |at: usize| u64::from_be_bytes(body[at..at + 8].try_into().unwrap_or([0; 8]));
+        let size = field(20);
+        if field(4) as i64 != base_offset || file.len().ok()? != size {
+            return None;
+        }
+        let entries = body[FIXED..]
+            .chunks_exact(8)
+            .map(|entry| IndexEntry {
+                offset_delta: u32::from_be_bytes([entry[0], entry[1], entry[2], entry[3]]),
+                position: u32::from_be_bytes([entry[4], entry[5], entry[6], entry[7]]),
+            })
+            .collect();
+        Some(Self {
+            base_offset,
+            next_offset: field(12) as i64,
+            file,
+            size,
+            batches: field(28),
+            max_timestamp: field(36) as i64,
+            first_append_ms: None,
+            index: entries,
+            unindexed: 0,
+        })
+    }
+}
+
+const INDEX_MAGIC: &[u8; 4] = b"MBX1";
+
+fn corrupt() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        "a stored batch has a bad length",
+    )
+}
+
+/// Reads a file a large chunk at a time and hands out slices of the chunk, so walking many small
+/// batches costs a few reads, not one per batch.
+struct ChunkReader<'a> {
+    file: &'a dyn StorageFile,
+    file_len: u64,
+    chunk: usize,
+    buffer: Bytes,
+    start: u64,
+}
+
+impl<'a> ChunkReader<'a> {
+    fn new(file: &'a dyn StorageFile, file_len: u64, chunk: usize) -> Self {
+        Self {
+            file,
+            file_len,
+            chunk,
+            buffer: Bytes::new(),
+            start: 0,
+        }
+    }
+
+    /// `len` bytes at `position`, from the current chunk or a new one read from `position`.
+    fn bytes(&mut self, position: u64, len: usize) -> io::Result<Bytes> {
+        let end = position + len as u64;
+        if position < self.start || end > self.start + self.buffer.len() as u64 {
+            let available = self.file_len.saturating_sub(position);
+            let size = (len.max(self.chunk) as u64).min(available) as usize;
+            if size < len {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            let mut data = vec![0; size];
+            self.file.read_at(&mut data, position)?;
+            self.buffer = Bytes::from(data);
+            self.start = position;
+        }
+        let at = (position - self.start) as usize;
+        Ok(self.buffer.slice(at..at + len))
+    }
+}

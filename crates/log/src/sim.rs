@@ -1,0 +1,223 @@
+//! [`SimStorage`]: an in-memory file system that can crash, for testing what survives.
+//!
+//! Each file keeps two images: what has been written, and what the last sync made durable. A
+//! [`SimStorage::crash`] returns the file system a restarted machine would find: every file as
+//! of its last sync plus, chosen by a seed, some prefix of the bytes appended since (a kernel may
+//! have written any part of its page cache back before the power went). Writes and syncs can be
+//! made to fail with ENOSPC and EIO, as a full or failing disk does.
+//!
+//! Directory operations (create, rename, delete) are durable at once: the durable log syncs its
+//! directory after each of them, so the model does not need to forget them.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::storage::{Storage, StorageFile};
+
+/// Faults to inject, shared by a storage and its files.
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// Appends fail with ENOSPC (no byte is written).
+    pub full: AtomicBool,
+    /// Syncs fail with EIO.
+    pub failing_sync: AtomicBool,
+    /// Syncs done, for tests that count them.
+    pub syncs: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Images {
+    written: Vec<u8>,
+    durable: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct SimFile {
+    images: Mutex<Images>,
+    faults: Arc<Faults>,
+}
+
+impl SimFile {
+    fn images(&self) -> MutexGuard<'_, Images> {
+        self.images.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+const ENOSPC: i32 = 28;
+const EIO: i32 = 5;
+
+impl StorageFile for SimFile {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.images().written.len() as u64)
+    }
+
+    fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<()> {
+        let images = self.images();
+        let start = usize::try_from(position).map_err(|_| io::ErrorKind::UnexpectedEof)?;
+        let end = start
+            .checked_add(buf.len())
+            .filter(|end| *end <= images.written.len())
+            .ok_or(io::ErrorKind::UnexpectedEof)?;
+        buf.copy_from_slice(&images.written[start..end]);
+        Ok(())
+    }
+
+    fn append(&self, data: &[u8]) -> io::Result<()> {
+        if self.faults.full.load(Ordering::Relaxed) {
+            return Err(io::Error::from_raw_os_error(ENOSPC));
+        }
+        self.images().written.extend_from_slice(data);
+        Ok(())
+    }
+
+    fn truncate(&self, len: u64) -> io::Result<()> {
+        let len = usize::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
+        let mut images = self.images();
+        images.written.truncate(len);
+        images.durable.truncate(len);
+        Ok(())
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        if self.faults.failing_sync.load(Ordering::Relaxed) {
+            return Err(io::Error::from_raw_os_error(EIO));
+        }
+        self.faults.syncs.fetch_add(1, Ordering::Relaxed);
+        let mut images = self.images();
+        images.durable = images.written.clone();
+        Ok(())
+    }
+}
+
+/// An in-memory file system with crashes and injected faults.
+#[derive(Debug, Default, Clone)]
+pub struct SimStorage {
+    files: Arc<Mutex<BTreeMap<PathBuf, Arc<SimFile>>>>,
+    /// The faults its files obey.
+    pub faults: Arc<Faults>,
+}
+
+impl SimStorage {
+    /// An empty file system.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn files(&self) -> MutexGuard<'_, BTreeMap<PathBuf, Arc<SimFile>>> {
+        self.files.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The file system after a crash: every file's durable image plus a prefix, chosen by
+    /// `seed`, of what was appended to it since its last sync. Faults start cleared.
+    #[must_use]
+    pub fn crash(&self, seed: u64) -> Self {
+        let mut random = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let crashed = Self::new();
+        for (path, file) in self.files().iter() {
+            let images = file.images();
+            let mut survived = images.durable.clone();
+            if images.written.starts_with(&images.durable) {
+                let unsynced = &images.written[images.durable.len()..];
+                // xorshift: a prefix of any length, including none and all of it.
+                random ^= random << 13;
+                random ^= random >> 7;
+                random ^= random << 17;
+                let kept = (random % (unsynced.len() as u64 + 1)) as usize;
+                survived.extend_from_slice(&unsynced[..kept]);
+            }
+            crashed.insert(path, survived);
+        }
+        crashed
+    }
+
+    fn insert(&self, path: &Path, durable: Vec<u8>) -> Arc<SimFile> {
+        let file = Arc::new(SimFile {
+            images: Mutex::new(Images {
+                written: durable.clone(),
+                durable,
+            }),
+            faults: Arc::clone(&self.faults),
+        });
+        self.files().insert(path.to_owned(), Arc::clone(&file));
+        file
+    }
+
+    /// The current (written) content of a file, if it exists.
+    #[must_use]
+    pub fn contents(&self, path: &Path) -> Option<Vec<u8>> {
+        self.files()
+            .get(path)
+            .map(|file| file.images().written.clone())
+    }
+
+    /// Replaces a file's content (written and durable), as a test damaging a disk does.
+    pub fn set_contents(&self, path: &Path, data: Vec<u8>) {
+        self.insert(path, data);
+    }
+
+    /// Every file's path.
+    #[must_use]
+    pub fn paths(&self) -> Vec<PathBuf> {
+        self.files().keys().cloned().collect()
+    }
+}
+
+impl Storage for SimStorage {
+    fn create_dir_all(&self, _dir: &Path) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names: Vec<String> = self
+            .files()
+            .keys()
+            .filter_map(|path| {
+                let relative = path.strip_prefix(dir).ok()?;
+                let first = relative.components().next()?;
+                Some(first.as_os_str().to_string_lossy().into_owned())
+            })
+            .collect();
+        names.dedup();
+        Ok(names)
+    }
+
+    fn open(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
+        let file = self
+            .files()
+            .get(path)
+            .cloned()
+            .ok_or(io::ErrorKind::NotFound)?;
+        Ok(file)
+    }
+
+    fn create(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
+        Ok(self.insert(path, Vec::new()))
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.files()
+            .remove(path)
+            .map(|_| ())
+            .ok_or_else(|| io::ErrorKind::NotFound.into())
+    }
+
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.files().retain(|path, _| !path.starts_with(dir));
+        Ok(())
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut files = self.files();
+        let file = files.remove(from).ok_or(io::ErrorKind::NotFound)?;
+        files.insert(to.to_owned(), file);
+        Ok(())
+    }
+
+    fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
+        Ok(())
+    }
+}

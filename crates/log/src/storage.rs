@@ -1,0 +1,257 @@
+//! The file system as the durable log sees it: a few operations behind a trait.
+//!
+//! Everything the durable log does to disk goes through [`Storage`] and [`StorageFile`], so a
+//! test can swap the real file system ([`FsStorage`]) for one that forgets unsynced bytes on a
+//! simulated crash or fails a write with ENOSPC ([`crate::sim::SimStorage`]), and drive thousands
+//! of crash points in memory. The operations are the ones a log needs and no more: append at the
+//! end, read at a position, truncate a torn tail, sync, and the directory operations that create,
+//! rename and delete whole files.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// One file of the log: appended at its end, read anywhere.
+pub trait StorageFile: Send + Sync + fmt::Debug {
+    /// The file's length in bytes.
+    ///
+    /// # Errors
+    /// As the file system reports.
+    fn len(&self) -> io::Result<u64>;
+
+    /// Whether the file is empty.
+    ///
+    /// # Errors
+    /// As [`Self::len`].
+    fn is_empty(&self) -> io::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Fills `buf` from `position`; reading past the end is an error.
+    ///
+    /// # Errors
+    /// As the file system reports; [`io::ErrorKind::UnexpectedEof`] past the end.
+    fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<()>;
+
+    /// Appends `data` at the end of the file.
+    ///
+    /// # Errors
+    /// As the file system reports (ENOSPC, EIO); part of `data` may have been written then.
+    fn append(&self, data: &[u8]) -> io::Result<()>;
+
+    /// Cuts the file to `len` bytes.
+    ///
+    /// # Errors
+    /// As the file system reports.
+    fn truncate(&self, len: u64) -> io::Result<()>;
+
+    /// Makes everything written so far durable (fdatasync).
+    ///
+    /// # Errors
+    /// As the file system reports; after a failed sync nothing written since the last good one
+    /// may be assumed durable.
+    fn sync(&self) -> io::Result<()>;
+}
+
+/// The directory operations of the log.
+pub trait Storage: Send + Sync + fmt::Debug {
+    /// Creates `dir` and its parents.
+    ///
+    /// # Errors
+    /// As the file system reports.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+
+    /// The names of the entries of `dir` (files and directories), in no particular order.
+    ///
+    /// # Errors
+    /// As the file system reports ([`io::ErrorKind::NotFound`] for a missing directory).
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+
+    /// Opens an existing file for reading and appending.
+    ///
+    /// # Errors
+    /// As the file system reports ([`io::ErrorKind::NotFound`] for a missing file).
+    fn open(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>>;
+
+    /// Creates `path` empty (truncating any file of that name), for reading and appending.
+    ///
+    /// # Errors
+    /// As the file system reports.
+    fn create(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>>;
+
+    /// Deletes a file.
+    ///
+    /// # Errors
+    /// As the file system reports.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+
+    /// Deletes a directory and everything in it.
+    ///
+    /// # Errors
+    /// As the file system reports.
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()>;
+
+    /// Renames a file, replacing `to` if it exists.
+    ///
+    /// # Errors
+    /// As the file system reports.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+
+    /// Makes the directory's entries (files created, renamed, deleted) durable.
+    ///
+    /// # Errors
+    /// As the file system reports.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// Writes `data` to `path` so that a crash leaves either the old file or the whole new one: a
+/// temporary file is written and synced, renamed over `path`, and the directory synced.
+///
+/// # Errors
+/// As the file system reports; `path` is unchanged then.
+pub fn write_atomically(storage: &dyn Storage, path: &Path, data: &[u8]) -> io::Result<()> {
+    let temporary = temporary_path(path);
+    let file = storage.create(&temporary)?;
+    file.append(data)?;
+    file.sync()?;
+    drop(file);
+    storage.rename(&temporary, path)?;
+    match path.parent() {
+        Some(dir) => storage.sync_dir(dir),
+        None => Ok(()),
+    }
+}
+
+/// The whole content of the file at `path`.
+///
+/// # Errors
+/// As the file system reports.
+pub fn read_whole(storage: &dyn Storage, path: &Path) -> io::Result<Vec<u8>> {
+    let file = storage.open(path)?;
+    let len = usize::try_from(file.len()?)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file too large"))?;
+    let mut data = vec![0; len];
+    file.read_at(&mut data, 0)?;
+    Ok(data)
+}
+
+/// Where [`write_atomically`] writes before renaming: the name with `.tmp` added.
+#[must_use]
+pub fn temporary_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(TEMPORARY_SUFFIX);
+    PathBuf::from(name)
+}
+
+/// The suffix of files [`write_atomically`] had not finished; recovery deletes them.
+pub const TEMPORARY_SUFFIX: &str = ".tmp";
+
+/// The real file system.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FsStorage;
+
+#[derive(Debug)]
+struct FsFile(File);
+
+impl StorageFile for FsFile {
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+
+    fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<()> {
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::FileExt::read_exact_at(&self.0, buf, position)
+        }
+        #[cfg(not(unix))]
+        {
+            let mut done = 0;
+            while done < buf.len() {
+                let read = std::os::windows::fs::FileExt::seek_read(
+                    &self.0,
+                    &mut buf[done..],
+                    position + done as u64,
+                )?;
+                if read == 0 {
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+                done += read;
+            }
+            Ok(())
+        }
+    }
+
+    fn append(&self, data: &[u8]) -> io::Result<()> {
+        // Opened with O_APPEND: every write lands at the end.
+        (&self.0).write_all(data)
+    }
+
+    fn truncate(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+}
+
+impl FsStorage {
+    fn open_with(path: &Path, create: bool) -> io::Result<Arc<dyn StorageFile>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(create)
+            .truncate(false)
+            .open(path)?;
+        if create {
+            file.set_len(0)?;
+        }
+        Ok(Arc::new(FsFile(file)))
+    }
+}
+
+impl Storage for FsStorage {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        std::fs::read_dir(dir)?
+            .map(|entry| Ok(entry?.file_name().to_string_lossy().into_owned()))
+            .collect()
+    }
+
+    fn open(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
+        Self::open_with(path, false)
+    }
+
+    fn create(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
+        Self::open_with(path, true)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::remove_dir_all(dir)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        #[cfg(unix)]
+        {
+            File::open(dir)?.sync_all()
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = dir;
+            Ok(())
+        }
+    }
+}
