@@ -29,7 +29,7 @@ pub struct BatchMetadata {
 ///
 /// Within an epoch the accepted batches are contiguous (each starts right after the one
 /// before), so only each batch's *last* sequence is stored, plus the first sequence of the oldest
-/// cached batch; the others' first sequences follow. That keeps an entry at 72 bytes.
+/// cached batch; the others' first sequences follow. That keeps an entry at 80 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ProducerEntry {
     /// Base offsets of the cached batches, newest first ([`NO_OFFSET`] when appended without a
@@ -37,6 +37,8 @@ pub struct ProducerEntry {
     base_offsets: [i64; CACHED_BATCHES],
     /// Last sequences of the cached batches, newest first.
     last_sequences: [i32; CACHED_BATCHES],
+    /// When the last batch was accepted (the broker's clock, milliseconds): idle entries expire.
+    last_timestamp: i64,
     /// First sequence of the oldest cached batch.
     oldest_first_sequence: i32,
     epoch: i16,
@@ -46,10 +48,11 @@ pub struct ProducerEntry {
 
 impl ProducerEntry {
     /// The entry created by a producer's first accepted batch on a partition.
-    pub(crate) fn new(epoch: i16, batch: SequenceRange, base_offset: i64) -> Self {
+    pub(crate) fn new(epoch: i16, batch: SequenceRange, base_offset: i64, now_ms: i64) -> Self {
         let mut entry = Self {
             base_offsets: [NO_OFFSET; CACHED_BATCHES],
             last_sequences: [0; CACHED_BATCHES],
+            last_timestamp: now_ms,
             oldest_first_sequence: batch.first(),
             epoch,
             cached: 0,
@@ -59,12 +62,55 @@ impl ProducerEntry {
     }
 
     /// Records an accepted batch. A new epoch starts a new session, whose cache starts empty.
-    pub(crate) fn record(&mut self, epoch: i16, batch: SequenceRange, base_offset: i64) {
+    pub(crate) fn record(
+        &mut self,
+        epoch: i16,
+        batch: SequenceRange,
+        base_offset: i64,
+        now_ms: i64,
+    ) {
         if epoch != self.epoch {
+            // Cleared, not just emptied: equal entries are then equal in every slot.
             self.epoch = epoch;
             self.cached = 0;
+            self.base_offsets = [NO_OFFSET; CACHED_BATCHES];
+            self.last_sequences = [0; CACHED_BATCHES];
         }
+        self.last_timestamp = self.last_timestamp.max(now_ms);
         self.push(batch, base_offset);
+    }
+
+    /// An entry rebuilt from its parts (a snapshot), newest batch first; `None` unless the parts
+    /// describe an entry the rule could have made: one to [`CACHED_BATCHES`] batches of non-negative
+    /// sequences, each beginning right after the one before.
+    #[must_use]
+    pub fn from_parts(epoch: i16, last_timestamp: i64, batches: &[BatchMetadata]) -> Option<Self> {
+        if epoch < 0 || batches.is_empty() || batches.len() > CACHED_BATCHES {
+            return None;
+        }
+        let oldest = batches[batches.len() - 1];
+        let mut entry = Self {
+            base_offsets: [NO_OFFSET; CACHED_BATCHES],
+            last_sequences: [0; CACHED_BATCHES],
+            last_timestamp,
+            oldest_first_sequence: oldest.first_sequence,
+            epoch,
+            cached: 0,
+        };
+        for batch in batches.iter().rev() {
+            let range = SequenceRange::between(batch.first_sequence, batch.last_sequence)?;
+            if entry.cached > 0 && batch.first_sequence != next_sequence(entry.last_sequence()) {
+                return None;
+            }
+            entry.push(range, batch.base_offset.unwrap_or(NO_OFFSET));
+        }
+        Some(entry)
+    }
+
+    /// When the producer's last batch here was accepted (the broker's clock, milliseconds).
+    #[must_use]
+    pub fn last_timestamp(&self) -> i64 {
+        self.last_timestamp
     }
 
     fn push(&mut self, batch: SequenceRange, base_offset: i64) {
@@ -129,9 +175,9 @@ mod tests {
 
     #[test]
     fn cache_keeps_the_last_five_newest_first() {
-        let mut entry = ProducerEntry::new(0, seq(0), 100);
+        let mut entry = ProducerEntry::new(0, seq(0), 100, 0);
         for s in 1..8 {
-            entry.record(0, seq(s), 100 + i64::from(s));
+            entry.record(0, seq(s), 100 + i64::from(s), 0);
         }
         let firsts: Vec<i32> = entry.batches().map(|b| b.first_sequence).collect();
         assert_eq!(firsts, vec![7, 6, 5, 4, 3]);
@@ -142,9 +188,9 @@ mod tests {
 
     #[test]
     fn new_epoch_clears_the_cache() {
-        let mut entry = ProducerEntry::new(0, seq(0), 0);
-        entry.record(0, seq(1), 1);
-        entry.record(1, seq(0), 2);
+        let mut entry = ProducerEntry::new(0, seq(0), 0, 0);
+        entry.record(0, seq(1), 1, 0);
+        entry.record(1, seq(0), 2, 0);
         assert_eq!(entry.epoch(), 1);
         assert_eq!(entry.batches().len(), 1);
         assert_eq!(entry.cached_batch(seq(1)), None);
@@ -152,22 +198,22 @@ mod tests {
 
     #[test]
     fn no_offset_is_reported_as_none() {
-        let entry = ProducerEntry::new(0, seq(0), NO_OFFSET);
+        let entry = ProducerEntry::new(0, seq(0), NO_OFFSET, 0);
         assert_eq!(entry.batches().next().unwrap().base_offset, None);
     }
 
     #[test]
     fn entry_is_compact() {
-        assert_eq!(std::mem::size_of::<ProducerEntry>(), 72);
+        assert_eq!(std::mem::size_of::<ProducerEntry>(), 80);
     }
 
     #[test]
     fn multi_sequence_batches_keep_their_first_sequences_as_they_age() {
         let span = |first, count| SequenceRange::spanning(first, count).unwrap();
-        let mut entry = ProducerEntry::new(0, span(0, 3), 0); // 0..=2
+        let mut entry = ProducerEntry::new(0, span(0, 3), 0, 0); // 0..=2
         let mut next = 3;
         for count in [2, 4, 1, 5, 3, 2] {
-            entry.record(0, span(next, count), i64::from(next));
+            entry.record(0, span(next, count), i64::from(next), 0);
             next += count as i32;
         }
         let ranges: Vec<(i32, i32)> = entry

@@ -36,6 +36,7 @@ mod entry;
 mod error;
 mod manager;
 mod sequence;
+mod snapshot;
 mod validate;
 
 pub use entry::{BatchMetadata, CACHED_BATCHES, ProducerEntry};
@@ -45,4 +46,5 @@ pub use manager::{
     default_shard_count,
 };
 pub use sequence::{SequenceRange, next_sequence};
+pub use snapshot::{SnapshotError, decode_snapshot, encode_snapshot};
 pub use validate::{Decision, Outcome, validate};

@@ -48,6 +48,9 @@ pub struct BatchHeader {
     partition: PartitionId,
     epoch: i16,
     sequences: SequenceRange,
+    /// When the batch arrives (the broker's clock, milliseconds); 0 unless set with
+    /// [`BatchHeader::at`].
+    timestamp_ms: i64,
 }
 
 impl BatchHeader {
@@ -73,7 +76,18 @@ impl BatchHeader {
             partition,
             epoch,
             sequences,
+            timestamp_ms: 0,
         })
+    }
+
+    /// The same batch header, arriving at `timestamp_ms` (what an accepted batch records as its
+    /// producer's last activity, for expiry).
+    #[must_use]
+    pub fn at(self, timestamp_ms: i64) -> Self {
+        Self {
+            timestamp_ms,
+            ..self
+        }
     }
 
     /// The same batch header for another partition (the fields are already validated).
@@ -253,15 +267,19 @@ impl ProducerStateManager {
                 let base_offset = append(NewEntry(stored.is_none()))?;
                 match slot {
                     Entry::Occupied(mut entry) => {
-                        entry
-                            .get_mut()
-                            .record(header.epoch, header.sequences, base_offset);
+                        entry.get_mut().record(
+                            header.epoch,
+                            header.sequences,
+                            base_offset,
+                            header.timestamp_ms,
+                        );
                     }
                     Entry::Vacant(entry) => {
                         entry.insert(ProducerEntry::new(
                             header.epoch,
                             header.sequences,
                             base_offset,
+                            header.timestamp_ms,
                         ));
                     }
                 }
@@ -274,6 +292,85 @@ impl ProducerStateManager {
             outcome: decision.outcome(),
             base_offset,
         })
+    }
+
+    /// Records a batch read back from the log during recovery, without deciding it: the log
+    /// holds only batches the rule accepted, in the order it accepted them, so replaying them
+    /// rebuilds exactly the state they left.
+    pub fn replay(&self, header: &BatchHeader, base_offset: i64) {
+        let key = (header.partition, header.producer_id);
+        let mut shard = self.lock(header.partition);
+        match shard.entry(key) {
+            Entry::Occupied(mut entry) => entry.get_mut().record(
+                header.epoch,
+                header.sequences,
+                base_offset,
+                header.timestamp_ms,
+            ),
+            Entry::Vacant(entry) => {
+                entry.insert(ProducerEntry::new(
+                    header.epoch,
+                    header.sequences,
+                    base_offset,
+                    header.timestamp_ms,
+                ));
+            }
+        }
+    }
+
+    /// Puts back the entries of `partition` saved by a snapshot, replacing what it held.
+    pub fn restore(
+        &self,
+        partition: PartitionId,
+        producers: impl IntoIterator<Item = (i64, ProducerEntry)>,
+    ) {
+        let mut shard = self.lock(partition);
+        shard.retain(|(p, _), _| *p != partition);
+        shard.extend(
+            producers
+                .into_iter()
+                .map(|(producer_id, entry)| ((partition, producer_id), entry)),
+        );
+    }
+
+    /// Every entry of `partition`, copied under its shard lock together with `at()`, which the
+    /// caller uses to read where its log ends: no batch of an idempotent producer can be appended
+    /// between the two, so the copy is exactly the state of the log below that point.
+    pub fn partition_snapshot<T>(
+        &self,
+        partition: PartitionId,
+        at: impl FnOnce() -> T,
+    ) -> (Vec<(i64, ProducerEntry)>, T) {
+        let shard = self.lock(partition);
+        let entries = shard
+            .range((partition, i64::MIN)..=(partition, i64::MAX))
+            .map(|((_, producer_id), entry)| (*producer_id, *entry))
+            .collect();
+        (entries, at())
+    }
+
+    /// Forgets every producer whose last batch was accepted longer than `expiration_ms` before
+    /// `now_ms` (Kafka's `producer.id.expiration.ms`), one shard at a time; returns how many. An
+    /// expired producer's next batch is judged as a new producer's.
+    pub fn expire(&self, now_ms: i64, expiration_ms: i64) -> usize {
+        let oldest_kept = now_ms.saturating_sub(expiration_ms);
+        self.shards
+            .iter()
+            .map(|shard| {
+                let mut shard = shard.0.lock().unwrap_or_else(PoisonError::into_inner);
+                let before = shard.len();
+                shard.retain(|_, entry| entry.last_timestamp() >= oldest_kept);
+                before - shard.len()
+            })
+            .sum()
+    }
+
+    /// Drops every entry of `partition` (its topic was deleted); returns how many.
+    pub fn forget_partition(&self, partition: PartitionId) -> usize {
+        let mut shard = self.lock(partition);
+        let before = shard.len();
+        shard.retain(|(p, _), _| *p != partition);
+        before - shard.len()
     }
 
     /// The stored state of one producer on one partition.

@@ -53,6 +53,16 @@ impl SequenceRange {
         Ok(Self { first, last })
     }
 
+    /// The range from `first` to `last` inclusive (wrapping past `i32::MAX` when `last` is
+    /// smaller), or `None` if either is negative.
+    #[must_use]
+    pub const fn between(first: i32, last: i32) -> Option<Self> {
+        if first < 0 || last < 0 {
+            return None;
+        }
+        Some(Self { first, last })
+    }
+
     /// The first sequence of the batch.
     #[must_use]
     pub const fn first(self) -> i32 {

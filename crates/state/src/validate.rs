@@ -144,9 +144,9 @@ mod tests {
     /// 100, 101, ...
     fn entry(epoch: i16, batches: &[SequenceRange]) -> ProducerEntry {
         let (first, rest) = batches.split_first().unwrap();
-        let mut entry = ProducerEntry::new(epoch, *first, 100);
+        let mut entry = ProducerEntry::new(epoch, *first, 100, 0);
         for (i, batch) in rest.iter().enumerate() {
-            entry.record(epoch, *batch, 101 + i as i64);
+            entry.record(epoch, *batch, 101 + i as i64, 0);
         }
         entry
     }
@@ -244,22 +244,22 @@ mod tests {
 
     #[test]
     fn sequence_wraps_from_max_to_zero() {
-        let mut e2 = ProducerEntry::new(0, one(i32::MAX), 200);
+        let mut e2 = ProducerEntry::new(0, one(i32::MAX), 200, 0);
         assert_eq!(validate(Some(&e2), 0, one(0)), Decision::Accept);
         // The rule compares numerically: 1 <= i32::MAX, so it is an (old) duplicate, not a gap.
         assert_eq!(
             validate(Some(&e2), 0, one(1)),
             Decision::Duplicate { base_offset: None }
         );
-        e2.record(0, one(0), 201);
+        e2.record(0, one(0), 201, 0);
         assert_eq!(validate(Some(&e2), 0, one(1)), Decision::Accept);
         assert_eq!(validate(Some(&e2), 0, one(2)), Decision::OutOfOrder);
     }
 
     #[test]
     fn retry_across_the_wrap_is_recognised_from_the_cache() {
-        let mut e = ProducerEntry::new(0, one(i32::MAX - 1), 10);
-        e.record(0, span(i32::MAX, 2), 11); // MAX, 0
+        let mut e = ProducerEntry::new(0, one(i32::MAX - 1), 10, 0);
+        e.record(0, span(i32::MAX, 2), 11, 0); // MAX, 0
         assert_eq!(validate(Some(&e), 0, one(1)), Decision::Accept);
         assert_eq!(
             validate(Some(&e), 0, span(i32::MAX, 2)),

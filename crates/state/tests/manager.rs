@@ -193,3 +193,66 @@ fn the_append_closure_is_told_when_a_producer_is_new_on_the_partition() {
     .unwrap();
     assert_eq!(seen, vec![true, false, true]);
 }
+
+/// Recovery's view: a snapshot taken part-way, restored into a fresh manager, plus a replay of
+/// the batches accepted after it, is the state the live manager ended with — and it answers a
+/// retry of the last batch DUPLICATE with its offset, as the live one does.
+#[test]
+fn restore_plus_replay_rebuilds_the_live_state() {
+    let live = ProducerStateManager::with_shards(2);
+    let mut accepted = Vec::new();
+    for (i, (producer, epoch, seq)) in [(1, 0, 0), (2, 0, 0), (1, 0, 1), (1, 1, 0), (2, 0, 1)]
+        .into_iter()
+        .enumerate()
+    {
+        let request = header(producer, 0, epoch, seq).at(100 + i as i64);
+        let verdict = live
+            .append_batch(&request, |_| Ok::<_, ()>(i as i64))
+            .unwrap();
+        assert_eq!(verdict.outcome, Outcome::Accepted);
+        accepted.push((request, i as i64));
+    }
+    for split in 0..=accepted.len() {
+        let early = ProducerStateManager::with_shards(2);
+        for (request, offset) in &accepted[..split] {
+            early.replay(request, *offset);
+        }
+        let (saved, ()) = early.partition_snapshot(0, || ());
+        let recovered = ProducerStateManager::with_shards(3);
+        recovered.restore(0, saved);
+        for (request, offset) in &accepted[split..] {
+            recovered.replay(request, *offset);
+        }
+        assert_eq!(recovered.snapshot(), live.snapshot(), "split at {split}");
+        let retry = recovered
+            .append_batch(&header(2, 0, 0, 1), |_| Ok::<_, ()>(99))
+            .unwrap();
+        assert_eq!(
+            retry,
+            Verdict {
+                outcome: Outcome::Duplicate,
+                base_offset: Some(4)
+            }
+        );
+    }
+}
+
+#[test]
+fn idle_producers_expire_and_start_over() {
+    let mgr = ProducerStateManager::with_shards(2);
+    mgr.append_batch(&header(1, 0, 0, 0).at(1_000), |_| Ok::<_, ()>(0))
+        .unwrap();
+    mgr.append_batch(&header(2, 1, 0, 0).at(5_000), |_| Ok::<_, ()>(0))
+        .unwrap();
+    assert_eq!(mgr.expire(6_000, 5_000), 0);
+    assert_eq!(mgr.expire(6_001, 5_000), 1);
+    assert!(mgr.entry(0, 1).is_none());
+    assert!(mgr.entry(1, 2).is_some());
+    // Forgotten: its next batch is judged as a new producer's.
+    let again = mgr
+        .append_batch(&header(1, 0, 0, 1), |_| Ok::<_, ()>(1))
+        .unwrap();
+    assert_eq!(again.outcome, Outcome::OutOfOrder);
+    assert_eq!(mgr.forget_partition(1), 1);
+    assert!(mgr.is_empty());
+}
