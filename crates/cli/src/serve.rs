@@ -28,6 +28,15 @@ pub struct Args {
     /// Partition count of auto-created topics.
     #[arg(long)]
     partitions: Option<u32>,
+    /// Keep partitions in segment files in DIR (created if missing), with producer-state
+    /// snapshots: a restarted broker keeps every acknowledged batch and keeps deduplicating.
+    /// In memory when absent.
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// With --data-dir, when a produce is acknowledged: always (after an fsync covering it),
+    /// interval:<ms> (after the write; fsync every <ms>), os (after the write).
+    #[arg(long, value_name = "POLICY")]
+    flush: Option<minibroker_server::FlushPolicy>,
 }
 
 pub async fn run(args: Args) -> Result<()> {
@@ -47,8 +56,27 @@ pub async fn run(args: Args) -> Result<()> {
     if let Some(partitions) = args.partitions {
         config = config.with_default_partitions(partitions);
     }
+    if let Some(dir) = args.data_dir {
+        config.data_dir = Some(dir);
+    }
+    if let Some(flush) = args.flush {
+        config.flush = flush;
+    }
     config.validate()?;
     let signal = shutdown_signal()?;
+    // Recovery happens here, before the listeners exist: once the addresses are announced, the
+    // broker serves everything it stored.
+    let started = std::time::Instant::now();
+    let broker = Arc::new(Broker::new(&config)?);
+    if let Some(dir) = &config.data_dir {
+        tracing::info!(
+            data_dir = %dir.display(),
+            flush = %config.flush,
+            recovery_ms = started.elapsed().as_millis() as u64,
+            "opened the data directory"
+        );
+    }
+    let maintenance = broker.spawn_maintenance();
     let native = bind(config.listen).await?;
     let kafka = bind(config.kafka_listen).await?;
     let kafka_addr = kafka.local_addr()?;
@@ -61,7 +89,6 @@ pub async fn run(args: Args) -> Result<()> {
 
     let (host, port) = config.kafka_advertised(kafka_addr);
     let kafka_config = KafkaConfig::from_config(&config, host, port);
-    let broker = Arc::new(Broker::new(&config)?);
     let stop = CancellationToken::new();
     let signalled = stop.clone();
     tokio::spawn(async move {
@@ -76,7 +103,7 @@ pub async fn run(args: Args) -> Result<()> {
     );
     let kafka = minibroker_kafka::serve(
         kafka,
-        broker,
+        Arc::clone(&broker),
         &config,
         kafka_config,
         stop.clone().cancelled_owned(),
@@ -95,6 +122,8 @@ pub async fn run(args: Args) -> Result<()> {
             result
         }
     );
+    maintenance.abort();
+    broker.close();
     native?;
     kafka?;
     Ok(())

@@ -21,6 +21,7 @@ pub(crate) fn code_of(error: &BrokerError) -> ResponseError {
         ErrorKind::EpochExhausted => ResponseError::InvalidProducerEpoch,
         // Not retriable: a full store does not empty itself while a producer retries.
         ErrorKind::StorageFull => ResponseError::PolicyViolation,
+        ErrorKind::Storage => ResponseError::KafkaStorageError,
         ErrorKind::TopicAlreadyExists => ResponseError::TopicAlreadyExists,
         ErrorKind::InvalidPartitions => ResponseError::InvalidPartitions,
     }

@@ -97,9 +97,10 @@ impl KafkaFrontEnd {
             RequestKind::Metadata(request) => {
                 Some(ResponseKind::Metadata(self.metadata(request, version)))
             }
-            RequestKind::Produce(request) => {
-                self.produce(request, version).map(ResponseKind::Produce)
-            }
+            RequestKind::Produce(request) => self
+                .produce(request, version)
+                .await
+                .map(ResponseKind::Produce),
             RequestKind::Fetch(request) => {
                 Some(ResponseKind::Fetch(self.fetch(request, version).await))
             }

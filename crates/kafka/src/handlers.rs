@@ -114,74 +114,71 @@ impl KafkaFrontEnd {
         }
     }
 
-    /// `None` for acks=0, which gets no answer.
-    pub(crate) fn produce(
+    /// `None` for acks=0, which gets no answer. Partitions are served one after another; with
+    /// the `always` flush policy each waits for the fsync that covers it.
+    pub(crate) async fn produce(
         &mut self,
         request: ProduceRequest,
         version: i16,
     ) -> Option<ProduceResponse> {
         let valid_acks = matches!(request.acks, -1..=1);
         let transactional = request.transactional_id.is_some();
-        let responses = request
-            .topic_data
-            .into_iter()
-            .map(|topic| {
-                let partitions = topic
-                    .partition_data
-                    .into_iter()
-                    .map(|data| {
-                        let index = data.index;
-                        let response = PartitionProduceResponse::default().with_index(index);
-                        let refused = |error: ResponseError, message: &str| {
-                            let refused = PartitionProduceResponse::default()
+        let mut responses = Vec::with_capacity(request.topic_data.len());
+        for topic in request.topic_data {
+            let mut partitions = Vec::with_capacity(topic.partition_data.len());
+            for data in topic.partition_data {
+                let index = data.index;
+                let refused = |error: ResponseError, message: &str| {
+                    let refused = PartitionProduceResponse::default()
+                        .with_index(index)
+                        .with_error_code(error.code())
+                        .with_base_offset(NONE);
+                    if version >= 8 {
+                        refused.with_error_message(Some(StrBytes::from_string(message.into())))
+                    } else {
+                        refused
+                    }
+                };
+                let response = if !valid_acks {
+                    refused(
+                        ResponseError::InvalidRequiredAcks,
+                        "acks must be -1, 0 or 1",
+                    )
+                } else if transactional {
+                    refused(
+                        ResponseError::TransactionalIdAuthorizationFailed,
+                        "transactions are not supported by this broker",
+                    )
+                } else {
+                    let records = data.records.unwrap_or_default();
+                    match self.produce_one(&topic.name, index, records).await {
+                        Ok((error, base_offset, log_start)) => {
+                            let response = PartitionProduceResponse::default()
                                 .with_index(index)
-                                .with_error_code(error.code())
-                                .with_base_offset(NONE);
-                            if version >= 8 {
-                                refused
-                                    .with_error_message(Some(StrBytes::from_string(message.into())))
+                                .with_error_code(code(error))
+                                .with_base_offset(base_offset);
+                            if version >= 5 {
+                                response.with_log_start_offset(log_start)
                             } else {
-                                refused
+                                response
                             }
-                        };
-                        if !valid_acks {
-                            return refused(
-                                ResponseError::InvalidRequiredAcks,
-                                "acks must be -1, 0 or 1",
-                            );
                         }
-                        if transactional {
-                            return refused(
-                                ResponseError::TransactionalIdAuthorizationFailed,
-                                "transactions are not supported by this broker",
-                            );
-                        }
-                        let records = data.records.unwrap_or_default();
-                        match self.produce_one(&topic.name, index, records) {
-                            Ok((error, base_offset, log_start)) => {
-                                let response = response
-                                    .with_error_code(code(error))
-                                    .with_base_offset(base_offset);
-                                if version >= 5 {
-                                    response.with_log_start_offset(log_start)
-                                } else {
-                                    response
-                                }
-                            }
-                            Err(error) => refused(code_of(&error), &error.to_string()),
-                        }
-                    })
-                    .collect();
+                        Err(error) => refused(code_of(&error), &error.to_string()),
+                    }
+                };
+                partitions.push(response);
+            }
+            responses.push(
                 TopicProduceResponse::default()
                     .with_name(topic.name)
-                    .with_partition_responses(partitions)
-            })
-            .collect();
+                    .with_partition_responses(partitions),
+            );
+        }
         (request.acks != 0).then(|| ProduceResponse::default().with_responses(responses))
     }
 
     /// Runs the rule on one partition's batch: (error, base offset, log start offset).
-    fn produce_one(
+    async fn produce_one(
         &mut self,
         topic: &TopicName,
         index: i32,
@@ -190,7 +187,8 @@ impl KafkaFrontEnd {
         let partition = partition_index(topic, index)?;
         let verdict = self
             .broker
-            .produce(&mut self.topics, topic, partition, &batch)?;
+            .produce(&mut self.topics, topic, partition, &batch)
+            .await?;
         let (error, base_offset) = match (verdict.outcome, verdict.base_offset) {
             // The usual answers need nothing more.
             (Outcome::Accepted | Outcome::Duplicate, Some(offset)) => (None, offset),
@@ -208,8 +206,9 @@ impl KafkaFrontEnd {
                 produce_answer(verdict, info.base_sequence, had_state)
             }
         };
-        // No retention yet: the log starts at 0 (reported from v5 on).
-        Ok((error, base_offset, 0))
+        // Reported from v5 on.
+        let (log_start, _) = self.broker.offsets(topic, partition)?;
+        Ok((error, base_offset, log_start))
     }
 
     pub(crate) async fn fetch(&mut self, request: FetchRequest, version: i16) -> FetchResponse {

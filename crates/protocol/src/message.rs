@@ -223,6 +223,9 @@ pub enum ErrorCode {
     InvalidBatch,
     /// Something this broker does not do (yet): transactional batches.
     Unsupported,
+    /// The broker could not write or sync the partition's files; the partition is read-only
+    /// until the broker is restarted. Nothing of the refused batch was acknowledged.
+    StorageError,
 }
 
 impl fmt::Display for ErrorCode {
@@ -242,6 +245,7 @@ impl fmt::Display for ErrorCode {
             Self::TooManyConnections => "TOO_MANY_CONNECTIONS",
             Self::InvalidBatch => "INVALID_BATCH",
             Self::Unsupported => "UNSUPPORTED",
+            Self::StorageError => "STORAGE_ERROR",
         };
         f.write_str(name)
     }

@@ -5,9 +5,16 @@
 //! Producing checks the batch, takes the partition's state shard lock, validates, and — only for
 //! ACCEPTED — appends to the partition log under that same lock (see `minibroker_state`), so a
 //! retry racing its original can never be stored twice.
+//!
+//! With a data directory the logs are segment files: a produce waits, after every lock is
+//! released, for the fsync that covers it when the flush policy says so (`crate::flush`), and
+//! `durability` recovers state at start, snapshots it, and runs retention and expiry.
+
+mod durability;
 
 use bytes::Bytes;
 use minibroker_log::ReadLimits;
+use minibroker_log::{FsStorage, LogError, Storage};
 use minibroker_records::{BatchInfo, NO_PRODUCER_ID};
 use minibroker_state::{
     BatchHeader, NewEntry, Outcome, ProducerEntry, ProducerStateManager, ProducerView,
@@ -17,7 +24,9 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 use crate::budget::{PRODUCER_ENTRY_BYTES, StorageBudget, accounted_bytes};
+use crate::config::FlushPolicy;
 use crate::counters::{ConnectionCounters, ConnectionCounts, OutcomeCounters, OutcomeCounts};
+use crate::data_dir::DataDir;
 use crate::producers::ProducerIds;
 use crate::topics::{CreateCheck, Partition, TopicCache, TopicRegistry};
 use crate::{BrokerError, Config, ServerError};
@@ -91,6 +100,10 @@ pub struct Broker {
     producer_ids: ProducerIds,
     budget: Arc<StorageBudget>,
     max_fetch_bytes: usize,
+    /// The data directory, for a durable broker.
+    data: Option<Arc<DataDir>>,
+    /// The configuration, for what durability and maintenance read from it.
+    config: Config,
     pub(crate) connections: ConnectionCounters,
     /// Connection slots, shared by every listener of this broker: `max_connections` is one
     /// limit whatever the protocols.
@@ -104,25 +117,53 @@ impl Broker {
     /// [`ServerError::Config`] for limits that make no sense together;
     /// [`ServerError::DeclaredTopic`] for a declared topic that cannot be created.
     pub fn new(config: &Config) -> Result<Self, ServerError> {
+        Self::build(config, Arc::new(FsStorage), true)
+    }
+
+    /// A broker whose data directory (`config.data_dir`, if set) lives on `storage` instead of
+    /// the real file system: tests use it to crash the storage under the broker.
+    ///
+    /// # Errors
+    /// As [`Self::new`].
+    pub fn with_storage(config: &Config, storage: Arc<dyn Storage>) -> Result<Self, ServerError> {
+        Self::build(config, storage, false)
+    }
+
+    fn build(config: &Config, storage: Arc<dyn Storage>, lock: bool) -> Result<Self, ServerError> {
         config.validate()?;
         let shards = match config.state_shards {
             0 => default_shard_count(),
             n => n,
         };
         let budget = Arc::new(StorageBudget::new(config.max_stored_bytes));
-        Ok(Self {
+        let data = match &config.data_dir {
+            Some(root) => Some(Arc::new(DataDir::open(
+                root,
+                storage,
+                config.segments(),
+                lock,
+            )?)),
+            None => None,
+        };
+        let mut producer_ids =
+            ProducerIds::new(config.max_producer_ids, config.producer_id_expiration());
+        if let Some(data) = &data {
+            producer_ids = producer_ids.reserving_in(Arc::clone(data))?;
+        }
+        let broker = Self {
             outcomes: OutcomeCounters::default(),
-            topics: TopicRegistry::new(config, Arc::clone(&budget))?,
+            topics: TopicRegistry::new(config, Arc::clone(&budget), data.clone())?,
             state: ProducerStateManager::with_shards(shards),
-            producer_ids: ProducerIds::new(
-                config.max_producer_ids,
-                config.producer_id_expiration(),
-            ),
+            producer_ids,
             budget,
             max_fetch_bytes: config.max_fetch_bytes as usize,
+            data,
+            config: config.clone(),
             connections: ConnectionCounters::default(),
             connection_slots: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
-        })
+        };
+        broker.recover()?;
+        Ok(broker)
     }
 
     /// Appends one Kafka v2 record batch to `topic`/`partition` if the exactly-once rule accepts
@@ -131,22 +172,42 @@ impl Broker {
     /// that is not idempotent (producer id -1) is appended without the rule. `topics` is the
     /// caller's cache of topics (one per connection).
     ///
+    /// With a data directory and the `always` flush policy, an ACCEPTED or DUPLICATE verdict is
+    /// returned only once the batch is synced to disk.
+    ///
     /// # Errors
     /// A damaged or unacceptable batch, a transactional one, negative producer fields, a bad
-    /// topic or partition, or a full store. Nothing is stored or created then.
-    pub fn produce(
+    /// topic or partition, or a full store. Nothing is stored or created then. A storage error
+    /// when the disk fails (the partition is read-only from then on).
+    pub async fn produce(
         &self,
         topics: &mut TopicCache,
         topic: &str,
         partition: u32,
         batch: &Bytes,
     ) -> Result<Verdict, BrokerError> {
+        let (verdict, target, through) = self.produce_now(topics, topic, partition, batch)?;
+        if let Some(through) = through {
+            target.flush.wait_durable(target, through).await?;
+        }
+        Ok(verdict)
+    }
+
+    /// The synchronous part of [`Self::produce`]: the verdict, the partition, and — when the
+    /// answer must wait for a sync — the offset the sync must cover.
+    fn produce_now<'a>(
+        &self,
+        topics: &'a mut TopicCache,
+        topic: &str,
+        partition: u32,
+        batch: &Bytes,
+    ) -> Result<(Verdict, &'a Partition, Option<i64>), BrokerError> {
         // Check the batch before the topic lookup, so bad input never auto-creates a topic.
         let info = minibroker_records::inspect(batch)?;
         if info.transactional || info.control {
             return Err(BrokerError::TransactionsUnsupported);
         }
-        let size = accounted_bytes(batch.len());
+        let size = self.batch_charge(batch.len());
         let idempotent = info.producer_id != NO_PRODUCER_ID;
         let header = if idempotent {
             let sequences = SequenceRange::spanning(info.base_sequence, info.record_count)?;
@@ -165,17 +226,33 @@ impl Broker {
         };
         let resolved = topics.get_or_create(&self.topics, topic, check)?;
         let target = resolved.partition(partition)?;
+        if target.flush.is_read_only() {
+            return Err(crate::flush::read_only(target));
+        }
+        let now_ms = minibroker_records::now_millis();
+        let mut rolled = false;
         let verdict = match header {
             Some(header) => self
                 .state
-                .append_batch(&header.on_partition(target.id), |new_entry| {
-                    self.append(target, batch, &info, new_entry)
+                .append_batch(&header.on_partition(target.id).at(now_ms), |new_entry| {
+                    self.append(target, batch, &info, new_entry, now_ms, &mut rolled)
                 })?,
             None => Verdict {
                 outcome: Outcome::Accepted,
-                base_offset: Some(self.append(target, batch, &info, NewEntry(false))?),
+                base_offset: Some(self.append(
+                    target,
+                    batch,
+                    &info,
+                    NewEntry(false),
+                    now_ms,
+                    &mut rolled,
+                )?),
             },
         };
+        if rolled {
+            // A new segment: snapshot producer state, so recovery replays only what follows.
+            self.save_snapshot(target);
+        }
         self.outcomes.count(target.id, verdict.outcome);
         if verdict.outcome == Outcome::Accepted {
             // After every lock is released: wake fetches waiting for data.
@@ -193,7 +270,15 @@ impl Broker {
                 "produce not appended"
             );
         }
-        Ok(verdict)
+        let through = match (verdict.outcome, verdict.base_offset) {
+            _ if self.data.is_none() || self.config.flush != FlushPolicy::Always => None,
+            (Outcome::Accepted, Some(offset)) => Some(offset + i64::from(info.record_count)),
+            // A retry acknowledged only once its original is durable.
+            (Outcome::Duplicate, Some(offset)) => Some(offset + 1),
+            (Outcome::Duplicate, None) => Some(target.log().log.next_offset()),
+            _ => None,
+        };
+        Ok((verdict, target, through))
     }
 
     /// Appends under the caller's shard lock, within the broker's storage limit: the batch and,
@@ -207,9 +292,11 @@ impl Broker {
         batch: &[u8],
         info: &BatchInfo,
         new_entry: NewEntry,
+        now_ms: i64,
+        rolled: &mut bool,
     ) -> Result<i64, BrokerError> {
         let charge =
-            accounted_bytes(batch.len()) + if new_entry.0 { PRODUCER_ENTRY_BYTES } else { 0 };
+            self.batch_charge(batch.len()) + if new_entry.0 { PRODUCER_ENTRY_BYTES } else { 0 };
         let mut data = partition.log();
         if data.allowance < charge {
             let wanted = charge - data.allowance;
@@ -221,10 +308,29 @@ impl Broker {
             )?;
             data.allowance += granted;
         }
-        let base_offset = data.log.append(batch, info.record_count)?;
+        let appended = match data.log.append(batch, info.record_count, now_ms) {
+            Ok(appended) => appended,
+            Err(error @ (LogError::Storage(_) | LogError::ReadOnly(_))) => {
+                tracing::error!(%error, "a write failed; the partition is read-only from now on");
+                partition.flush.set_read_only();
+                return Err(error.into());
+            }
+            Err(error) => return Err(error.into()),
+        };
+        *rolled = appended.rolled;
         data.allowance -= charge;
         data.held += charge;
-        Ok(base_offset)
+        Ok(appended.base_offset)
+    }
+
+    /// What a batch of `len` bytes costs the storage limit: its bytes and index entry in memory,
+    /// nothing when it is kept on disk (retention bounds that).
+    fn batch_charge(&self, len: usize) -> u64 {
+        if self.data.is_some() {
+            0
+        } else {
+            accounted_bytes(len)
+        }
     }
 
     /// The whole batches holding `offset` and after, up to about `max_bytes` (capped by
@@ -349,7 +455,11 @@ impl Broker {
     /// # Errors
     /// An unknown topic.
     pub fn delete_topic(&self, topic: &str) -> Result<(), BrokerError> {
-        self.topics.delete(topic)
+        let deleted = self.topics.delete(topic)?;
+        for partition in deleted.partitions() {
+            self.state.forget_partition(partition.id);
+        }
+        Ok(())
     }
 
     /// What wakes when `topic`/`partition` gets an append: for fetches that wait for data
@@ -385,7 +495,7 @@ impl Broker {
     ) -> Result<Option<(i64, i64)>, BrokerError> {
         let topic = self.topics.get(topic)?;
         let data = topic.partition(partition)?.log();
-        Ok(data.log.offset_for_timestamp(timestamp))
+        Ok(data.log.offset_for_timestamp(timestamp)?)
     }
 
     /// The offset and timestamp of the record with the largest timestamp, if any.
@@ -399,7 +509,7 @@ impl Broker {
     ) -> Result<Option<(i64, i64)>, BrokerError> {
         let topic = self.topics.get(topic)?;
         let data = topic.partition(partition)?.log();
-        Ok(data.log.offset_of_max_timestamp())
+        Ok(data.log.offset_of_max_timestamp()?)
     }
 
     /// Whether the broker holds state for `producer_id` on `topic`/`partition`.
@@ -471,7 +581,7 @@ impl Broker {
                 topic
                     .partitions()
                     .iter()
-                    .map(|p| p.log().log.stored_bytes() as u64)
+                    .map(|p| p.log().log.stored_bytes())
             })
             .sum()
     }

@@ -4,8 +4,10 @@
 //! with flags. Unknown keys are an error, so a typo never silently falls back to a default.
 
 use serde::Deserialize;
+use std::fmt;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::time::Duration;
 
 use crate::ServerError;
@@ -18,6 +20,65 @@ pub struct TopicConfig {
     pub name: String,
     /// Number of partitions.
     pub partitions: u32,
+    /// This topic's `retention_bytes`, instead of the broker's.
+    #[serde(default)]
+    pub retention_bytes: Option<u64>,
+    /// This topic's `retention_ms`, instead of the broker's.
+    #[serde(default)]
+    pub retention_ms: Option<u64>,
+}
+
+/// When a durable broker syncs what it wrote, and so when a produce is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(try_from = "String")]
+pub enum FlushPolicy {
+    /// Acknowledge a produce only after an fsync that covers its bytes; concurrent produces
+    /// share one fsync (group commit). Survives a power loss.
+    #[default]
+    Always,
+    /// Acknowledge after the write; sync every this many milliseconds. A process crash loses
+    /// nothing acknowledged; a power loss, up to one interval.
+    Interval(u64),
+    /// Acknowledge after the write; leave syncing to the operating system. A process crash
+    /// loses nothing acknowledged; a power loss, whatever the kernel had not written back.
+    Os,
+}
+
+impl FromStr for FlushPolicy {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "always" => Ok(Self::Always),
+            "os" => Ok(Self::Os),
+            _ => text
+                .strip_prefix("interval:")
+                .and_then(|ms| ms.parse().ok())
+                .filter(|ms| *ms > 0)
+                .map(Self::Interval)
+                .ok_or_else(|| {
+                    format!("flush policy must be always, os or interval:<ms>, got {text:?}")
+                }),
+        }
+    }
+}
+
+impl TryFrom<String> for FlushPolicy {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        text.parse()
+    }
+}
+
+impl fmt::Display for FlushPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Always => f.write_str("always"),
+            Self::Interval(ms) => write!(f, "interval:{ms}"),
+            Self::Os => f.write_str("os"),
+        }
+    }
 }
 
 /// Everything the broker and its listener need to know.
@@ -77,6 +138,23 @@ pub struct Config {
     pub max_fetch_bytes: u32,
     /// Shards of producer state; 0 picks a small multiple of the core count.
     pub state_shards: usize,
+    /// Where partitions are stored as segment files, with producer-state snapshots, the topic
+    /// list and the producer-id counter; in memory (lost on exit) when absent.
+    pub data_dir: Option<PathBuf>,
+    /// With a data directory: when a produce is acknowledged (`always`, `interval:<ms>`, `os`).
+    pub flush: FlushPolicy,
+    /// A segment file rolls before it grows past this many bytes.
+    pub segment_bytes: u64,
+    /// A segment file rolls once its first batch is this old.
+    pub segment_ms: u64,
+    /// Old segments are deleted while a partition would still hold this many bytes without
+    /// them; unlimited when absent. Per topic in `[[topics]]`.
+    pub retention_bytes: Option<u64>,
+    /// Segments whose newest record is older than this are deleted; kept forever when absent.
+    /// Per topic in `[[topics]]`.
+    pub retention_ms: Option<u64>,
+    /// How often retention and producer-state expiry run.
+    pub maintenance_interval_ms: u64,
 }
 
 impl Default for Config {
@@ -104,6 +182,13 @@ impl Default for Config {
             producer_id_expiration_ms: 86_400_000,
             max_fetch_bytes: 1 << 20,
             state_shards: 0,
+            data_dir: None,
+            flush: FlushPolicy::Always,
+            segment_bytes: 256 << 20,
+            segment_ms: 7 * 24 * 3_600_000,
+            retention_bytes: None,
+            retention_ms: None,
+            maintenance_interval_ms: 60_000,
         }
     }
 }
@@ -190,6 +275,18 @@ impl Config {
         if self.default_partitions == 0 || self.default_partitions > self.max_partitions_per_topic {
             return fail("default_partitions must be between 1 and max_partitions_per_topic");
         }
+        if self.segment_bytes < 4096 || self.segment_bytes > 1 << 30 {
+            return fail("segment_bytes must be between 4096 and 1073741824 (1 GiB)");
+        }
+        if self.segment_ms == 0 || self.segment_ms > MAX_TIMEOUT_MS {
+            return fail("segment_ms must be between 1 and 31536000000 (a year)");
+        }
+        if self.maintenance_interval_ms == 0 || self.maintenance_interval_ms > MAX_TIMEOUT_MS {
+            return fail("maintenance_interval_ms must be between 1 and 31536000000 (a year)");
+        }
+        if matches!(self.flush, FlushPolicy::Interval(ms) if ms > MAX_TIMEOUT_MS) {
+            return fail("the flush interval must be at most 31536000000 ms (a year)");
+        }
         for topic in &self.topics {
             if topic.partitions == 0 || topic.partitions > self.max_partitions_per_topic {
                 return Err(ServerError::Config(format!(
@@ -227,6 +324,28 @@ impl Config {
     #[must_use]
     pub fn producer_id_expiration(&self) -> Duration {
         Duration::from_millis(self.producer_id_expiration_ms)
+    }
+
+    /// How much of `topic` retention keeps: its own settings, else the broker's.
+    #[must_use]
+    pub fn retention(&self, topic: &str) -> minibroker_log::Retention {
+        let declared = self.topics.iter().find(|t| t.name == topic);
+        let ms = declared.and_then(|t| t.retention_ms).or(self.retention_ms);
+        minibroker_log::Retention {
+            bytes: declared
+                .and_then(|t| t.retention_bytes)
+                .or(self.retention_bytes),
+            ms: ms.map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
+        }
+    }
+
+    /// When segments roll.
+    #[must_use]
+    pub fn segments(&self) -> minibroker_log::SegmentConfig {
+        minibroker_log::SegmentConfig {
+            segment_bytes: self.segment_bytes,
+            segment_ms: i64::try_from(self.segment_ms).unwrap_or(i64::MAX),
+        }
     }
 
     /// [`Self::drain_timeout_ms`] as a duration.
@@ -290,5 +409,34 @@ mod tests {
         assert!(Config::from_toml("max_producer_ids = 0").is_err());
         assert!(Config::from_toml("kafka_advertise = \"no-port\"").is_err());
         assert!(Config::from_toml("[[topics]]\nname = \"a\"\npartitions = 0").is_err());
+        assert!(Config::from_toml("flush = \"sometimes\"").is_err());
+        assert!(Config::from_toml("flush = \"interval:0\"").is_err());
+        assert!(Config::from_toml("segment_bytes = 10").is_err());
+    }
+
+    #[test]
+    fn flush_policies_parse_and_print_back() {
+        for text in ["always", "os", "interval:250"] {
+            let policy: FlushPolicy = text.parse().unwrap();
+            assert_eq!(policy.to_string(), text);
+        }
+        let config = Config::from_toml("flush = \"interval:5\"\ndata_dir = \"/tmp/x\"").unwrap();
+        assert_eq!(config.flush, FlushPolicy::Interval(5));
+    }
+
+    #[test]
+    fn a_topic_overrides_the_brokers_retention() {
+        let config = Config::from_toml(
+            "retention_ms = 1000\n[[topics]]\nname = \"a\"\npartitions = 1\nretention_bytes = 5",
+        )
+        .unwrap();
+        assert_eq!(
+            config.retention("a"),
+            minibroker_log::Retention {
+                bytes: Some(5),
+                ms: Some(1000)
+            }
+        );
+        assert_eq!(config.retention("b").bytes, None);
     }
 }

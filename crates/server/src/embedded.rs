@@ -42,10 +42,14 @@ impl EmbeddedBroker {
         let (stop, stopped) = oneshot::channel::<()>();
         let served = Arc::clone(&broker);
         let task = tokio::spawn(async move {
-            crate::serve(listener, served, &config, async move {
+            let maintenance = served.spawn_maintenance();
+            let result = crate::serve(listener, Arc::clone(&served), &config, async move {
                 let _ = stopped.await;
             })
-            .await
+            .await;
+            maintenance.abort();
+            served.close();
+            result
         });
         Ok(Self {
             addr,

@@ -87,6 +87,10 @@ pub enum BrokerError {
         /// The new topic's partitions.
         wanted: u32,
     },
+    /// Writing or syncing to disk failed; the partition (or data directory) takes no more
+    /// writes.
+    #[error("storage error: {0}")]
+    Storage(String),
 }
 
 /// What kind of refusal a [`BrokerError`] is: what a front end maps to its error codes.
@@ -116,6 +120,8 @@ pub enum ErrorKind {
     TopicAlreadyExists,
     /// A partition count outside the allowed range.
     InvalidPartitions,
+    /// A disk write, sync or read failed; the partition is read-only.
+    Storage,
 }
 
 impl BrokerError {
@@ -136,6 +142,10 @@ impl BrokerError {
             Self::TopicAlreadyExists(_) => ErrorKind::TopicAlreadyExists,
             Self::InvalidPartitions { .. } => ErrorKind::InvalidPartitions,
             Self::EpochExhausted(_) => ErrorKind::EpochExhausted,
+            Self::Storage(_)
+            | Self::Log(LogError::Storage(_) | LogError::ReadOnly(_) | LogError::Damaged(_)) => {
+                ErrorKind::Storage
+            }
             Self::ProducerIdsExhausted
             | Self::StoreFull { .. }
             | Self::TooManyTopics(_)
@@ -177,6 +187,15 @@ pub enum ServerError {
     /// The server task ended abnormally.
     #[error("the server task failed: {0}")]
     Stopped(String),
+    /// The data directory cannot be used: its files cannot be read or written, or they do not
+    /// form a log that can be served.
+    #[error("cannot use the data directory {path}: {reason}")]
+    DataDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// A topic declared in the configuration cannot be created.
     #[error("invalid configuration: declared topic {name:?}: {source}")]
     DeclaredTopic {

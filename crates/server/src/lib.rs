@@ -10,6 +10,8 @@
 //!   connection limit, pipelined answers, idle and write timeouts, graceful drain with a deadline.
 //! - [`budget`] — what everything a client makes the broker keep costs against the storage limit.
 //! - [`Config`] — every limit, from TOML.
+//! - [`data_dir`] — a durable broker's directory: topics, producer-id reservations, and the
+//!   partitions' segment files (`minibroker_log`); `flush` — group commit of fsyncs.
 //!
 //! # Example
 //! ```no_run
@@ -28,8 +30,10 @@ pub mod budget;
 mod config;
 mod connection;
 mod counters;
+pub mod data_dir;
 mod embedded;
 mod error;
+mod flush;
 mod front_end;
 mod listener;
 mod native;
@@ -41,7 +45,7 @@ pub use broker::{
     TopicSummary,
 };
 pub use budget::{BATCH_OVERHEAD_BYTES, accounted_bytes};
-pub use config::{Config, TopicConfig};
+pub use config::{Config, FlushPolicy, TopicConfig};
 pub use counters::{ConnectionCounts, OutcomeCounts};
 pub use embedded::EmbeddedBroker;
 pub use error::{BrokerError, ErrorKind, ServerError};

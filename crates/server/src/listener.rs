@@ -23,7 +23,8 @@ use crate::front_end::FrontEnd;
 use crate::native::NativeFrontEnd;
 use crate::{Broker, Config, ServerError};
 
-/// Serves a broker built from `config` on an already-bound `listener` until `shutdown` resolves.
+/// Serves a broker built from `config` on an already-bound `listener` until `shutdown` resolves,
+/// with its periodic maintenance, then closes it (a durable broker syncs and snapshots).
 ///
 /// # Errors
 /// [`ServerError`] when the configuration is invalid.
@@ -32,8 +33,12 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
-    let broker = Broker::new(&config)?;
-    serve(listener, Arc::new(broker), &config, shutdown).await
+    let broker = Arc::new(Broker::new(&config)?);
+    let maintenance = broker.spawn_maintenance();
+    let result = serve(listener, Arc::clone(&broker), &config, shutdown).await;
+    maintenance.abort();
+    broker.close();
+    result
 }
 
 /// Like [`run`], with a broker the caller built (and may inspect afterwards): the native

@@ -39,13 +39,9 @@ pub(crate) struct NativeFrontEnd {
 }
 
 impl FrontEnd for NativeFrontEnd {
-    fn answer(
-        &mut self,
-        frame: Bytes,
-        out: &mut BytesMut,
-    ) -> impl std::future::Future<Output = Next> + Send {
-        // Every native request is answered at once.
-        std::future::ready(self.answer_now(&frame, out))
+    async fn answer(&mut self, frame: Bytes, out: &mut BytesMut) -> Next {
+        // Answered as soon as it is served (a produce may wait for its fsync).
+        self.answer_now(&frame, out).await
     }
 
     fn framing_error(&mut self, error: &ProtocolError, out: &mut BytesMut) {
@@ -69,8 +65,8 @@ impl FrontEnd for NativeFrontEnd {
 
 impl NativeFrontEnd {
     /// Serves one frame and encodes its answer into `out`.
-    fn answer_now(&mut self, frame: &Bytes, out: &mut BytesMut) -> Next {
-        let (correlation_id, response) = self.respond(frame);
+    async fn answer_now(&mut self, frame: &Bytes, out: &mut BytesMut) -> Next {
+        let (correlation_id, response) = self.respond(frame).await;
         match self.codec.encode((correlation_id, &response), out) {
             Ok(()) => {}
             Err(ProtocolError::FrameTooLarge { size, max }) => {
@@ -110,11 +106,11 @@ impl NativeFrontEnd {
     }
     /// Decodes and serves one frame; a frame that does not decode gets an error answer with its
     /// correlation id (0 when even the header is missing).
-    fn respond(&mut self, frame: &Bytes) -> (u32, Response) {
+    async fn respond(&mut self, frame: &Bytes) -> (u32, Response) {
         match codec::decode_request(frame) {
             Ok((correlation_id, request)) => {
                 tracing::trace!(correlation_id, kind = request.kind(), "request");
-                let response = self.handle(request, frame).unwrap_or_else(|error| {
+                let response = self.handle(request, frame).await.unwrap_or_else(|error| {
                     tracing::debug!(%error, "request refused");
                     Response::Error(ErrorResponse::new(
                         wire_code(error.kind()),
@@ -146,15 +142,20 @@ impl NativeFrontEnd {
 
     /// Serves `request`, decoded from `frame` (so a produce request's batch is shared with the
     /// frame, not copied, until the log stores it).
-    fn handle(&mut self, request: Request<'_>, frame: &Bytes) -> Result<Response, BrokerError> {
+    async fn handle(
+        &mut self,
+        request: Request<'_>,
+        frame: &Bytes,
+    ) -> Result<Response, BrokerError> {
         let broker = &*self.broker;
         let room = self.max_frame_bytes.saturating_sub(FRAME_SLACK).max(1);
         Ok(match request {
             Request::Produce(produce) => {
                 // The decoder borrows the batch from `frame` itself, so this slice is in range.
                 let batch = frame.slice_ref(produce.batch);
-                let verdict =
-                    broker.produce(&mut self.topics, produce.topic, produce.partition, &batch)?;
+                let verdict = broker
+                    .produce(&mut self.topics, produce.topic, produce.partition, &batch)
+                    .await?;
                 Response::Produce(ProduceResponse {
                     outcome: verdict.outcome,
                     base_offset: verdict.base_offset,
@@ -245,6 +246,7 @@ fn wire_code(kind: ErrorKind) -> ErrorCode {
         ErrorKind::UnknownProducerId => ErrorCode::UnknownProducerId,
         ErrorKind::EpochExhausted => ErrorCode::EpochExhausted,
         ErrorKind::StorageFull => ErrorCode::StorageFull,
+        ErrorKind::Storage => ErrorCode::StorageError,
         // The native protocol has no topic administration; these never reach it.
         ErrorKind::TopicAlreadyExists | ErrorKind::InvalidPartitions => ErrorCode::InvalidInput,
     }

@@ -12,10 +12,11 @@
 //! which does the fencing, is not affected.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::BrokerError;
+use crate::data_dir::{DataDir, PRODUCER_ID_BLOCK};
+use crate::{BrokerError, ServerError};
 
 /// The first producer id the broker issues.
 pub const FIRST_ISSUED_ID: i64 = 1000;
@@ -24,6 +25,9 @@ pub const FIRST_ISSUED_ID: i64 = 1000;
 #[derive(Debug)]
 pub struct ProducerIds {
     issued: Mutex<Issued>,
+    /// Where a durable broker reserves ids, a block at a time, so none is issued twice across
+    /// restarts.
+    reservations: Option<Arc<DataDir>>,
     max_remembered: usize,
     expiration: Duration,
 }
@@ -31,6 +35,8 @@ pub struct ProducerIds {
 #[derive(Debug)]
 struct Issued {
     next_id: i64,
+    /// Ids below this are reserved on disk (durable brokers only).
+    reserved_until: i64,
     /// Id → (epoch, when last initialised, its place in `by_age`).
     remembered: HashMap<i64, Remembered>,
     /// Ids by when they were last initialised, oldest first; the key is a running count, so
@@ -89,13 +95,34 @@ impl ProducerIds {
         Self {
             issued: Mutex::new(Issued {
                 next_id: FIRST_ISSUED_ID,
+                reserved_until: FIRST_ISSUED_ID,
                 remembered: HashMap::new(),
                 by_age: BTreeMap::new(),
                 touches: 0,
             }),
+            reservations: None,
             max_remembered: max_remembered.max(1),
             expiration,
         }
+    }
+
+    /// This registry, issuing ids after the last block `data` reserved and reserving new blocks
+    /// there. Epochs are not kept across restarts: a restarted broker answers an epoch bump for
+    /// an older id UNKNOWN_PRODUCER_ID, and that producer asks for a new id.
+    ///
+    /// # Errors
+    /// [`ServerError::DataDir`] if the reservation cannot be read.
+    pub fn reserving_in(self, data: Arc<DataDir>) -> Result<Self, ServerError> {
+        let start = data.reserved_producer_ids()?.unwrap_or(FIRST_ISSUED_ID);
+        {
+            let mut issued = self.issued.lock().unwrap_or_else(PoisonError::into_inner);
+            issued.next_id = start.max(FIRST_ISSUED_ID);
+            issued.reserved_until = issued.next_id;
+        }
+        Ok(Self {
+            reservations: Some(data),
+            ..self
+        })
     }
 
     /// A new id at epoch 0, or — given a remembered id — that id at its next epoch.
@@ -122,7 +149,17 @@ impl ProducerIds {
         let (id, epoch) = match producer_id {
             None => {
                 let id = issued.next_id;
-                issued.next_id = id.checked_add(1).ok_or(BrokerError::ProducerIdsExhausted)?;
+                let next = id.checked_add(1).ok_or(BrokerError::ProducerIdsExhausted)?;
+                if let Some(data) = &self.reservations
+                    && id >= issued.reserved_until
+                {
+                    let until = id.saturating_add(PRODUCER_ID_BLOCK);
+                    data.reserve_producer_ids(until).map_err(|error| {
+                        BrokerError::Storage(format!("reserving producer ids: {error}"))
+                    })?;
+                    issued.reserved_until = until;
+                }
+                issued.next_id = next;
                 (id, 0)
             }
             Some(id) => {

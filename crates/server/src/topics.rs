@@ -11,11 +11,14 @@
 use minibroker_log::PartitionLog;
 use minibroker_state::PartitionId;
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use tokio::sync::Notify;
 
 use crate::budget::{StorageBudget, topic_bytes};
+use crate::data_dir::DataDir;
+use crate::flush::FlushGate;
 use crate::{BrokerError, Config, ServerError};
 
 /// Longest topic name, as in Kafka.
@@ -29,6 +32,8 @@ pub struct Partition {
     data: Mutex<PartitionData>,
     /// Woken after every append, for fetches waiting for data.
     pub appended: Arc<Notify>,
+    /// Group commit for a durable log, and whether the partition is read-only.
+    pub flush: FlushGate,
 }
 
 /// What a partition's lock guards.
@@ -99,6 +104,8 @@ pub struct TopicRegistry {
     /// Partition ids and how many partitions exist.
     partition_ids: Mutex<PartitionIds>,
     budget: Arc<StorageBudget>,
+    /// Where topics are stored, for a durable broker.
+    data: Option<Arc<DataDir>>,
     auto_create: bool,
     default_partitions: u32,
     max_topics: usize,
@@ -114,6 +121,13 @@ struct PartitionIds {
     live: u32,
 }
 
+/// Whether a topic is being created or recovered from the data directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    New,
+    Stored,
+}
+
 /// What a request that may auto-create its topic must satisfy before the topic is created.
 #[derive(Debug, Clone, Copy)]
 pub struct CreateCheck {
@@ -124,21 +138,54 @@ pub struct CreateCheck {
 }
 
 impl TopicRegistry {
-    /// A registry holding the topics declared in `config`, charging them to `budget`.
+    /// A registry holding the topics stored in `data` (recovered from their files) and those
+    /// declared in `config`, charging them to `budget`.
     ///
     /// # Errors
+    /// [`ServerError::DataDir`] for stored topics that cannot be recovered;
     /// [`ServerError::DeclaredTopic`] for a declared topic that cannot be created.
-    pub fn new(config: &Config, budget: Arc<StorageBudget>) -> Result<Self, ServerError> {
+    pub fn new(
+        config: &Config,
+        budget: Arc<StorageBudget>,
+        data: Option<Arc<DataDir>>,
+    ) -> Result<Self, ServerError> {
+        let stored = match &data {
+            Some(data) => {
+                let stored = data.topics()?;
+                data.remove_unknown_topics(&stored)
+                    .map_err(|error| ServerError::DataDir {
+                        path: data.root().to_owned(),
+                        reason: error.to_string(),
+                    })?;
+                stored
+            }
+            None => Vec::new(),
+        };
         let registry = Self {
             topics: RwLock::new(HashMap::new()),
             partition_ids: Mutex::new(PartitionIds::default()),
             budget,
+            data,
             auto_create: config.auto_create_topics,
             default_partitions: config.default_partitions,
-            max_topics: config.max_topics.max(config.topics.len()),
+            max_topics: config.max_topics.max(config.topics.len() + stored.len()),
             max_partitions: config.max_partitions,
             max_partitions_per_topic: config.max_partitions_per_topic,
         };
+        for (name, partitions) in &stored {
+            registry
+                .insert(name, *partitions, Origin::Stored)
+                .map_err(|source| match source {
+                    BrokerError::Storage(reason) => ServerError::DataDir {
+                        path: PathBuf::from(name),
+                        reason,
+                    },
+                    source => ServerError::DeclaredTopic {
+                        name: name.clone(),
+                        source,
+                    },
+                })?;
+        }
         for topic in &config.topics {
             registry
                 .create(&topic.name, topic.partitions)
@@ -202,6 +249,63 @@ impl TopicRegistry {
 
     /// Creates `name` with `partitions` partitions, or returns it if it already exists.
     fn create(&self, name: &str, partitions: u32) -> Result<Arc<Topic>, BrokerError> {
+        self.insert(name, partitions, Origin::New)
+    }
+
+    /// The partitions' logs: in memory, or opened (and recovered) from the data directory. A
+    /// new topic's directory is cleared first, so it never inherits files left behind.
+    fn open_logs(
+        &self,
+        name: &str,
+        partitions: u32,
+        origin: Origin,
+    ) -> Result<Vec<PartitionLog>, BrokerError> {
+        let Some(data) = &self.data else {
+            return Ok((0..partitions).map(|_| PartitionLog::new()).collect());
+        };
+        let storage_error = |error: ServerError| BrokerError::Storage(error.to_string());
+        if origin == Origin::New {
+            data.remove_topic(name)
+                .map_err(|error| BrokerError::Storage(error.to_string()))?;
+        }
+        (0..partitions)
+            .map(|index| {
+                let opened = data.open_partition(name, index).map_err(storage_error)?;
+                if let Some((bytes, reason)) = opened.truncated {
+                    tracing::warn!(
+                        topic = name,
+                        partition = index,
+                        bytes,
+                        reason,
+                        "cut a torn or damaged tail from the log"
+                    );
+                }
+                Ok(PartitionLog::Durable(opened.log))
+            })
+            .collect()
+    }
+
+    /// Saves the topic list, for a durable broker.
+    fn save(&self, topics: &HashMap<String, Arc<Topic>>) -> Result<(), BrokerError> {
+        let Some(data) = &self.data else {
+            return Ok(());
+        };
+        let mut list: Vec<(&str, u32)> = topics
+            .values()
+            .map(|topic| (topic.name.as_str(), topic.partition_count()))
+            .collect();
+        list.sort_unstable();
+        data.save_topics(list)
+            .map_err(|error| BrokerError::Storage(format!("saving the topic list: {error}")))
+    }
+
+    /// Creates `name` (new, or recovered from the data directory), or returns it if it exists.
+    fn insert(
+        &self,
+        name: &str,
+        partitions: u32,
+        origin: Origin,
+    ) -> Result<Arc<Topic>, BrokerError> {
         validate_topic_name(name)?;
         let mut topics = self.topics.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(topic) = topics.get(name) {
@@ -226,15 +330,27 @@ impl TopicRegistry {
         if !self.budget.try_charge(topic_bytes(partitions)) {
             return Err(self.store_full());
         }
+        let logs = match self.open_logs(name, partitions, origin) {
+            Ok(logs) => logs,
+            Err(error) => {
+                self.budget.release(topic_bytes(partitions));
+                return Err(error);
+            }
+        };
         ids.live += partitions;
-        let partitions = (0..partitions)
-            .map(|_| {
+        let partitions = logs
+            .into_iter()
+            .map(|log| {
                 let id = ids.next;
                 ids.next += 1;
                 Partition {
                     id,
-                    data: Mutex::new(PartitionData::default()),
+                    data: Mutex::new(PartitionData {
+                        log,
+                        ..PartitionData::default()
+                    }),
                     appended: Arc::new(Notify::new()),
+                    flush: FlushGate::default(),
                 }
             })
             .collect();
@@ -244,10 +360,22 @@ impl TopicRegistry {
             deleted: AtomicBool::new(false),
         });
         topics.insert(name.to_owned(), Arc::clone(&topic));
+        if origin == Origin::New
+            && let Err(error) = self.save(&topics)
+        {
+            topics.remove(name);
+            ids.live -= topic.partition_count();
+            self.budget.release(topic_bytes(topic.partition_count()));
+            return Err(error);
+        }
         tracing::info!(
             topic = name,
             partitions = topic.partition_count(),
-            "created topic"
+            "{}",
+            match origin {
+                Origin::New => "created topic",
+                Origin::Stored => "opened stored topic",
+            }
         );
         Ok(topic)
     }
@@ -285,14 +413,23 @@ impl TopicRegistry {
     ///
     /// # Errors
     /// [`BrokerError::UnknownTopic`] if it does not exist.
-    pub fn delete(&self, name: &str) -> Result<(), BrokerError> {
+    pub fn delete(&self, name: &str) -> Result<Arc<Topic>, BrokerError> {
         validate_topic_name(name)?;
-        let topic = self
-            .topics
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
+        let mut topics = self.topics.write().unwrap_or_else(PoisonError::into_inner);
+        let topic = topics
             .remove(name)
             .ok_or_else(|| BrokerError::UnknownTopic(name.to_owned()))?;
+        if let Err(error) = self.save(&topics) {
+            topics.insert(name.to_owned(), topic);
+            return Err(error);
+        }
+        drop(topics);
+        if let Some(data) = &self.data
+            && let Err(error) = data.remove_topic(name)
+        {
+            // The topic is gone from the list; its files are deleted at the next start.
+            tracing::warn!(topic = name, %error, "could not delete the topic's files");
+        }
         topic.deleted.store(true, Ordering::Release);
         let mut released = topic_bytes(topic.partition_count());
         for partition in topic.partitions() {
@@ -307,7 +444,7 @@ impl TopicRegistry {
             .unwrap_or_else(PoisonError::into_inner)
             .live -= topic.partition_count();
         tracing::info!(topic = name, "deleted topic");
-        Ok(())
+        Ok(topic)
     }
 
     /// Every topic, by name.

@@ -1,0 +1,245 @@
+//! What a durable broker does besides serving requests: rebuild producer state at start,
+//! snapshot it, sync and snapshot at clean shutdown, and the periodic work (the interval flush,
+//! retention, expiry of idle producers).
+//!
+//! Recovery follows Kafka's `ProducerStateManager`: a partition loads its newest valid snapshot
+//! (a damaged one is skipped for the one before, or for none) and replays the batches stored
+//! after it. The log is the truth — it holds only batches the rule accepted, in the order it
+//! accepted them — so replay records each batch without judging it, and the state ends exactly as
+//! it was when the last surviving batch was appended. A batch acknowledged before a crash and
+//! resent after it is then answered DUPLICATE with its original offset.
+
+use minibroker_records::{NO_PRODUCER_ID, now_millis};
+use minibroker_state::{BatchHeader, SequenceRange, decode_snapshot, encode_snapshot};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::budget::PRODUCER_ENTRY_BYTES;
+use crate::config::FlushPolicy;
+use crate::topics::Partition;
+use crate::{Broker, ServerError};
+
+impl Broker {
+    /// Rebuilds every durable partition's producer state.
+    pub(super) fn recover(&self) -> Result<(), ServerError> {
+        if self.data.is_none() {
+            return Ok(());
+        }
+        for topic in self.topics.list() {
+            for (index, partition) in topic.partitions().iter().enumerate() {
+                let replayed =
+                    self.recover_partition(partition)
+                        .map_err(|reason| ServerError::DataDir {
+                            path: format!("{}/{index}", topic.name).into(),
+                            reason,
+                        })?;
+                tracing::info!(topic = topic.name, partition = index, replayed, "recovered");
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads the partition's newest valid snapshot and replays the batches after it; returns how
+    /// many batches were replayed. Runs before the broker serves anyone, so holding the
+    /// partition's lock while replaying into the state's shard (the reverse of the append path's
+    /// order) cannot deadlock.
+    fn recover_partition(&self, partition: &Partition) -> Result<u64, String> {
+        let now_ms = now_millis();
+        let mut data = partition.log();
+        let Some(log) = data.log.durable() else {
+            return Ok(0);
+        };
+        let mut from = log.start_offset();
+        let snapshots = log
+            .snapshots()
+            .newest_first(log.next_offset())
+            .map_err(|error| format!("listing snapshots: {error}"))?;
+        for (offset, bytes) in snapshots {
+            match decode_snapshot(&bytes) {
+                Ok(producers) => {
+                    self.state.restore(partition.id, producers);
+                    from = offset.max(from);
+                    break;
+                }
+                Err(error) => tracing::warn!(offset, %error, "skipping a damaged snapshot"),
+            }
+        }
+        let mut replayed = 0u64;
+        let mut bad = None;
+        log.for_each_batch(from, |batch| {
+            let Ok(info) = minibroker_records::inspect(batch) else {
+                bad = Some(minibroker_records::base_offset(batch));
+                return false;
+            };
+            replayed += 1;
+            if info.producer_id == NO_PRODUCER_ID {
+                return true;
+            }
+            let header = SequenceRange::spanning(info.base_sequence, info.record_count)
+                .ok()
+                .and_then(|sequences| {
+                    BatchHeader::new(info.producer_id, partition.id, info.epoch, sequences).ok()
+                });
+            match header {
+                // Replayed producers count as active now: a restart never expires anyone.
+                Some(header) => self
+                    .state
+                    .replay(&header.at(now_ms), minibroker_records::base_offset(batch)),
+                None => bad = Some(minibroker_records::base_offset(batch)),
+            }
+            bad.is_none()
+        })
+        .map_err(|error| error.to_string())?;
+        if let Some(offset) = bad {
+            return Err(format!(
+                "the stored batch at offset {offset} has impossible producer fields"
+            ));
+        }
+        drop(data);
+        let (producers, ()) = self.state.partition_snapshot(partition.id, || ());
+        let charge = producers.len() as u64 * PRODUCER_ENTRY_BYTES;
+        let mut data = partition.log();
+        if !self.budget.try_charge(charge) {
+            tracing::warn!(
+                producers = producers.len(),
+                "recovered producer state exceeds max_stored_bytes"
+            );
+        } else {
+            data.held += charge;
+        }
+        Ok(replayed)
+    }
+
+    /// Writes the partition's producer state to a snapshot file named by the offset it covers
+    /// up to. A failure is logged: recovery then replays from an older snapshot.
+    pub(super) fn save_snapshot(&self, partition: &Partition) {
+        let (producers, at) = self.state.partition_snapshot(partition.id, || {
+            let data = partition.log();
+            data.log
+                .as_durable()
+                .map(|log| (log.next_offset(), log.snapshots()))
+        });
+        let Some((offset, store)) = at else {
+            return;
+        };
+        if let Err(error) = store.write(offset, &encode_snapshot(&producers)) {
+            tracing::warn!(offset, %error, "could not write a producer-state snapshot");
+        }
+    }
+
+    /// Clean shutdown of a durable broker: syncs every partition and snapshots its producer
+    /// state, so the next start replays nothing. Call it once the listeners have stopped.
+    pub fn close(&self) {
+        if self.data.is_none() {
+            return;
+        }
+        for topic in self.topics.list() {
+            for partition in topic.partitions() {
+                self.sync_partition(partition);
+                self.save_snapshot(partition);
+            }
+        }
+        tracing::info!("synced every partition and saved producer state");
+    }
+
+    /// Syncs one partition now (outside the `always` policy's group commit).
+    fn sync_partition(&self, partition: &Partition) {
+        let point = partition.log().log.as_durable().map(|log| log.sync_point());
+        let Some(point) = point else { return };
+        match point.file.sync() {
+            Ok(()) => partition.flush.synced(point.through),
+            Err(error) => {
+                tracing::error!(%error, "fsync failed; the partition is read-only from now on");
+                if let Some(log) = partition.log().log.durable() {
+                    log.set_failed(format!("fsync failed: {error}"));
+                }
+                partition.flush.set_read_only();
+            }
+        }
+    }
+
+    /// Runs retention on every durable partition and forgets producers idle for longer than
+    /// `producer_id_expiration_ms`, as of `now_ms`.
+    pub fn run_maintenance(&self, now_ms: i64) {
+        let expiration = i64::try_from(self.config.producer_id_expiration_ms).unwrap_or(i64::MAX);
+        let expired = self.state.expire(now_ms, expiration);
+        if expired > 0 {
+            tracing::debug!(expired, "forgot idle producers");
+        }
+        if self.data.is_none() {
+            return;
+        }
+        for topic in self.topics.list() {
+            let retention = self.config.retention(&topic.name);
+            if retention == minibroker_log::Retention::default() {
+                continue;
+            }
+            for (index, partition) in topic.partitions().iter().enumerate() {
+                let mut data = partition.log();
+                let Some(log) = data.log.durable() else {
+                    continue;
+                };
+                match log.apply_retention(retention, now_ms) {
+                    Ok(0) => {}
+                    Ok(removed) => tracing::info!(
+                        topic = topic.name,
+                        partition = index,
+                        removed,
+                        start_offset = log.start_offset(),
+                        "retention deleted old segments"
+                    ),
+                    Err(error) => tracing::warn!(topic = topic.name, %error, "retention failed"),
+                }
+            }
+        }
+    }
+
+    /// Syncs every durable partition (the `interval` flush policy's tick).
+    pub fn flush_all(&self) {
+        for topic in self.topics.list() {
+            for partition in topic.partitions() {
+                if !partition.flush.is_read_only() {
+                    self.sync_partition(partition);
+                }
+            }
+        }
+    }
+
+    /// The periodic work, until the returned task is aborted: retention and expiry every
+    /// `maintenance_interval_ms`, and with `flush = "interval:<ms>"` a sync of every partition
+    /// each interval. Blocking file work runs on tokio's blocking threads.
+    #[must_use]
+    pub fn spawn_maintenance(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let broker = Arc::clone(self);
+        tokio::spawn(async move {
+            let maintenance = Duration::from_millis(broker.config.maintenance_interval_ms);
+            let flush = match broker.config.flush {
+                FlushPolicy::Interval(ms) if broker.data.is_some() => Duration::from_millis(ms),
+                _ => maintenance,
+            };
+            let mut last_maintenance = tokio::time::Instant::now();
+            let mut ticks = tokio::time::interval(flush.min(maintenance));
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticks.tick().await;
+            loop {
+                ticks.tick().await;
+                let due = last_maintenance.elapsed() >= maintenance;
+                if due {
+                    last_maintenance = tokio::time::Instant::now();
+                }
+                let worker = Arc::clone(&broker);
+                let work = tokio::task::spawn_blocking(move || {
+                    if matches!(worker.config.flush, FlushPolicy::Interval(_)) {
+                        worker.flush_all();
+                    }
+                    if due {
+                        worker.run_maintenance(now_millis());
+                    }
+                });
+                if let Err(error) = work.await {
+                    tracing::error!(%error, "maintenance panicked");
+                }
+            }
+        })
+    }
+}

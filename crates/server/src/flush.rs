@@ -1,0 +1,167 @@
+//! Group commit: produces waiting for the fsync that covers their batch share one fsync.
+//!
+//! With the `always` flush policy a produce is acknowledged only once its bytes are synced. The
+//! batch is appended (and its offset fixed) under the partition's locks; then, with no lock held,
+//! the request waits here. The first waiter to find no sync running becomes the leader: it takes
+//! the partition's sync point (the active segment and the offset it covers up to), syncs it on
+//! a blocking thread, and wakes everyone. Whoever was appended meanwhile is covered by the next
+//! sync, which one of them leads; so while one fsync runs, every produce that arrives queues for
+//! the next, and one fsync acknowledges them all.
+//!
+//! A failed fsync is never retried: the partition is marked read-only and every waiter, and every
+//! later produce, gets a storage error (after a failed fsync the kernel may have dropped the
+//! dirty pages, so a retry that succeeds would prove nothing).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use tokio::sync::Notify;
+use tokio::sync::futures::Notified;
+
+use crate::BrokerError;
+use crate::topics::Partition;
+
+/// One partition's group-commit state.
+#[derive(Debug)]
+pub struct FlushGate {
+    state: Mutex<GateState>,
+    synced: Notify,
+    /// Set once a write or sync of the partition failed: it takes no more produces.
+    read_only: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct GateState {
+    /// Every offset below this is durable.
+    synced_through: i64,
+    /// A leader is syncing.
+    syncing: bool,
+}
+
+impl Default for FlushGate {
+    fn default() -> Self {
+        Self {
+            state: Mutex::new(GateState::default()),
+            synced: Notify::new(),
+            read_only: AtomicBool::new(false),
+        }
+    }
+}
+
+/// Resets `syncing` however the leader's sync ends, including its future being dropped (a
+/// connection closed mid-request), so the next waiter can lead.
+struct Leading<'a>(&'a FlushGate);
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        self.0.state().syncing = false;
+        self.0.synced.notify_waiters();
+    }
+}
+
+impl FlushGate {
+    fn state(&self) -> MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the partition stopped taking writes after a storage error.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only.load(Ordering::Acquire)
+    }
+
+    /// Marks the partition read-only.
+    pub fn set_read_only(&self) {
+        self.read_only.store(true, Ordering::Release);
+    }
+
+    /// Records that every offset below `through` is durable (a sync done elsewhere).
+    pub fn synced(&self, through: i64) {
+        let mut state = self.state();
+        state.synced_through = state.synced_through.max(through);
+    }
+
+    /// Waits until every offset of `partition` below `through` is durable, leading a sync if
+    /// none is running.
+    ///
+    /// # Errors
+    /// [`BrokerError::Storage`] when the partition is read-only or the sync fails.
+    pub async fn wait_durable(
+        &self,
+        partition: &Partition,
+        through: i64,
+    ) -> Result<(), BrokerError> {
+        loop {
+            if self.is_read_only() {
+                return Err(read_only(partition));
+            }
+            let waiting = self.synced.notified();
+            tokio::pin!(waiting);
+            match self.next_step(through, waiting.as_mut()) {
+                Step::Done => return Ok(()),
+                Step::Wait => {
+                    waiting.await;
+                    continue;
+                }
+                Step::Lead => {}
+            }
+            let leading = Leading(self);
+            let point = partition.log().log.durable().map(|log| log.sync_point());
+            let Some(point) = point else {
+                return Ok(());
+            };
+            let file = point.file;
+            let synced = tokio::task::spawn_blocking(move || file.sync())
+                .await
+                .unwrap_or_else(|error| Err(std::io::Error::other(error.to_string())));
+            match synced {
+                Ok(()) => self.synced(point.through),
+                Err(error) => {
+                    let reason = format!("fsync failed: {error}");
+                    tracing::error!(%error, "fsync failed; the partition is read-only from now on");
+                    if let Some(log) = partition.log().log.durable() {
+                        log.set_failed(reason);
+                    }
+                    self.set_read_only();
+                }
+            }
+            drop(leading);
+        }
+    }
+}
+
+/// What a waiter does next.
+enum Step {
+    Done,
+    Wait,
+    Lead,
+}
+
+impl FlushGate {
+    /// Decides under the state lock: done, wait for the running sync (registered on `waiting`
+    /// before the lock is released, so the leader's wake-up, which takes the lock first, cannot
+    /// be missed), or lead the next sync.
+    fn next_step(&self, through: i64, waiting: std::pin::Pin<&mut Notified<'_>>) -> Step {
+        let mut state = self.state();
+        if state.synced_through >= through {
+            Step::Done
+        } else if state.syncing {
+            waiting.enable();
+            Step::Wait
+        } else {
+            state.syncing = true;
+            Step::Lead
+        }
+    }
+}
+
+/// The error for a produce to a read-only partition.
+pub(crate) fn read_only(partition: &Partition) -> BrokerError {
+    let reason = partition
+        .log()
+        .log
+        .durable()
+        .and_then(|log| log.failure().map(str::to_owned))
+        .unwrap_or_else(|| "a write or sync failed".to_owned());
+    BrokerError::Storage(format!(
+        "the partition is read-only after a storage error ({reason}); restart the broker once the disk is fixed"
+    ))
+}
