@@ -1,6 +1,6 @@
 //! Client and producer errors.
 
-use minibroker_protocol::{ErrorResponse, ProtocolError};
+use minibroker_protocol::{ErrorCode, ErrorResponse, ProtocolError};
 use thiserror::Error;
 
 /// A request that did not get a usable answer.
@@ -40,13 +40,16 @@ pub enum ClientError {
 }
 
 impl ClientError {
-    /// Whether resending on a new connection may succeed: timeouts and lost connections.
+    /// Whether resending on a new connection may succeed: timeouts, lost connections, and a
+    /// partition made read-only by a disk error (a restarted broker serves it again).
     #[must_use]
     pub fn is_retriable(&self) -> bool {
-        matches!(
-            self,
-            Self::Connect { .. } | Self::Timeout(_) | Self::ConnectionClosed(_)
-        )
+        match self {
+            Self::Connect { .. } | Self::Timeout(_) | Self::ConnectionClosed(_) => true,
+            // The partition went read-only after a disk error; a restarted broker takes it again.
+            Self::Broker(error) => error.code == ErrorCode::StorageError,
+            _ => false,
+        }
     }
 }
 
@@ -75,8 +78,8 @@ pub enum ProducerError {
         /// The refused sequence.
         sequence: i32,
     },
-    /// Retries ran out.
-    #[error("gave up after {attempts} attempts: {last}")]
+    /// The delivery timeout passed without the broker acknowledging anything.
+    #[error("gave up after {attempts} rounds of resending without an acknowledgement: {last}")]
     RetriesExhausted {
         /// Attempts made.
         attempts: u32,

@@ -17,7 +17,7 @@ use minibroker_protocol::{Outcome, ProduceRequest, Request, Response};
 use minibroker_records::{NewRecord, Writer};
 use minibroker_state::SequenceRange;
 use std::collections::{HashMap, VecDeque};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::{Client, ClientConfig, ClientError, PendingResponse, ProducerError};
 
@@ -32,8 +32,13 @@ pub struct ProducerConfig {
     pub client: ClientConfig,
     /// Batches in flight per partition, 1 to [`MAX_IN_FLIGHT`].
     pub max_in_flight: usize,
-    /// Resend rounds without progress before giving up.
+    /// Resends of a batch that overtook an earlier one (an OUT_OF_ORDER answer while the earlier
+    /// one was unanswered) before the OUT_OF_ORDER is reported.
     pub max_retries: u32,
+    /// How long the producer keeps reconnecting and resending without any batch being
+    /// acknowledged before it gives up (Kafka's `delivery.timeout.ms`): long enough to ride
+    /// through a broker restart.
+    pub delivery_timeout: Duration,
     /// Pause before reconnecting, doubled on each failed round up to one second.
     pub retry_backoff: Duration,
 }
@@ -44,6 +49,7 @@ impl Default for ProducerConfig {
             client: ClientConfig::default(),
             max_in_flight: MAX_IN_FLIGHT,
             max_retries: 20,
+            delivery_timeout: Duration::from_secs(120),
             retry_backoff: Duration::from_millis(20),
         }
     }
@@ -91,6 +97,8 @@ struct Window<'a> {
     next_to_send: usize,
     /// Resend rounds since the last progress.
     failed_rounds: u32,
+    /// When the first of those rounds began.
+    failing_since: Option<Instant>,
     /// How often each batch was sent.
     sends: Vec<u32>,
 }
@@ -154,6 +162,7 @@ impl Producer {
         // A lost init answer is retried like a lost batch: a second new id, or a second epoch
         // bump, only ever fences this very instance's unused identity.
         let mut attempts = 0u32;
+        let started = Instant::now();
         let (client, identity) = loop {
             let attempt = async {
                 let client = Client::connect(addr, config.client.clone()).await?;
@@ -162,7 +171,9 @@ impl Producer {
             };
             match attempt.await {
                 Ok(done) => break done,
-                Err(error) if error.is_retriable() && attempts < config.max_retries => {
+                Err(error)
+                    if error.is_retriable() && started.elapsed() < config.delivery_timeout =>
+                {
                     attempts += 1;
                     tracing::debug!(%error, attempts, "retrying init-producer");
                     tokio::time::sleep(backoff(&config, attempts)).await;
@@ -293,6 +304,7 @@ impl Producer {
             in_flight: VecDeque::new(),
             next_to_send: 0,
             failed_rounds: 0,
+            failing_since: None,
             sends: vec![0; batches.len()],
         };
         while window.acks.len() < window.batches.len() {
@@ -335,7 +347,7 @@ impl Producer {
                     window.next_to_send += 1;
                 }
                 Err(error) if error.is_retriable() => {
-                    window.failed_rounds = self.recover(error, window.failed_rounds).await?;
+                    self.recover(error, window).await?;
                     window.resend_from(window.acks.len());
                 }
                 Err(error) => return Err(error.into()),
@@ -373,6 +385,7 @@ impl Producer {
                         sequences.following(),
                     );
                     window.failed_rounds = 0;
+                    window.failing_since = None;
                     return Ok(());
                 }
                 Outcome::FencedEpoch => {
@@ -407,7 +420,7 @@ impl Producer {
             return Err(error.into());
         }
         // The batch may or may not be stored; resending its very bytes is safe either way.
-        window.failed_rounds = self.recover(error, window.failed_rounds).await?;
+        self.recover(error, window).await?;
         window.resend_from(index);
         Ok(())
     }
@@ -435,23 +448,24 @@ impl Producer {
     }
 
     /// Drops the connection (answers on it can no longer be trusted to arrive) and waits before
-    /// the next round; gives up after `max_retries` rounds without progress.
+    /// the next round; gives up once `delivery_timeout` has passed without progress.
     async fn recover(
         &mut self,
         error: ClientError,
-        failed_rounds: u32,
-    ) -> Result<u32, ProducerError> {
-        let failed_rounds = failed_rounds + 1;
-        if failed_rounds > self.config.max_retries {
+        window: &mut Window<'_>,
+    ) -> Result<(), ProducerError> {
+        window.failed_rounds += 1;
+        let since = *window.failing_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= self.config.delivery_timeout {
             return Err(ProducerError::RetriesExhausted {
-                attempts: failed_rounds,
+                attempts: window.failed_rounds,
                 last: error,
             });
         }
-        tracing::debug!(%error, failed_rounds, "resending unacknowledged batches");
+        tracing::debug!(%error, rounds = window.failed_rounds, "resending unacknowledged batches");
         self.client = None;
-        tokio::time::sleep(backoff(&self.config, failed_rounds)).await;
-        Ok(failed_rounds)
+        tokio::time::sleep(backoff(&self.config, window.failed_rounds)).await;
+        Ok(())
     }
 }
 

@@ -238,7 +238,7 @@ async fn producer_gives_up_when_the_broker_is_gone() -> Result<()> {
     let broker = start_broker().await?;
     let address = broker.address();
     let config = ProducerConfig {
-        max_retries: 2,
+        delivery_timeout: Duration::from_millis(500),
         retry_backoff: Duration::from_millis(1),
         client: ClientConfig {
             request_timeout: Duration::from_millis(200),
