@@ -1,0 +1,352 @@
+//! `minibroker serve --data-dir` as a real process, killed with SIGKILL: producers running
+//! `produce --acks` ride through several crashes of the broker on the same address, and the
+//! verifier finds every acknowledged batch stored exactly once; a batch acknowledged before a
+//! crash and resent after it is a DUPLICATE with its original offset; a clean restart (SIGTERM)
+//! keeps everything; a torn tail is cut and the producer state matches what is left.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_minibroker");
+
+/// A `minibroker serve --data-dir` process on a fixed native address, killed when dropped.
+struct DurableServer {
+    child: Child,
+    addr: String,
+    data_dir: PathBuf,
+    /// What it logged (stderr), for the assertions on recovery.
+    log: PathBuf,
+}
+
+impl DurableServer {
+    /// Starts on `addr` (restarts reuse it), logging at info to a file in the data dir's parent.
+    fn start(addr: &str, data_dir: &Path, flush: &str) -> Self {
+        Self::spawn(&mut Self::command(addr, data_dir, flush), addr, data_dir)
+    }
+
+    /// The `serve` command line for `addr`, `data_dir` and `flush`.
+    fn command(addr: &str, data_dir: &Path, flush: &str) -> Command {
+        let mut command = Command::new(BIN);
+        command
+            .args(["serve", "--listen", addr, "--kafka-listen", "127.0.0.1:0"])
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(["--flush", flush, "--partitions", "2"])
+            .env("RUST_LOG", "info");
+        command
+    }
+
+    /// Spawns `command` and waits until it listens on `addr`.
+    fn spawn(command: &mut Command, addr: &str, data_dir: &Path) -> Self {
+        let log = data_dir.with_extension(format!("log-{}", unique()));
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("start minibroker serve");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read the address");
+        assert_eq!(line.trim(), format!("listening on {addr}"), "{line:?}");
+        // Keep reading (and dropping) its output so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in stdout.lines() {});
+        Self {
+            child,
+            addr: addr.to_owned(),
+            data_dir: data_dir.to_owned(),
+            log,
+        }
+    }
+
+    /// SIGKILL: no drain, no sync, no snapshot.
+    fn kill(mut self) -> PathBuf {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reap");
+        self.data_dir.clone()
+    }
+
+    /// SIGTERM, and wait for the clean exit.
+    fn terminate(mut self) -> PathBuf {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(sent.success());
+        assert!(self.child.wait().expect("exit").success());
+        self.data_dir.clone()
+    }
+
+    fn logged(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let mut full: Vec<&str> = vec![args[0], "--broker", &self.addr];
+        full.extend_from_slice(&args[1..]);
+        let output = Command::new(BIN).args(&full).output().expect("run");
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    /// `send` one batch as producer 7, epoch 0, at `sequence`; returns (outcome, offset).
+    fn send(&self, sequence: i32) -> (String, Option<i64>) {
+        let sequence = sequence.to_string();
+        let line = self.run(&[
+            "send",
+            "--topic",
+            "dedup",
+            "--partition",
+            "0",
+            "--producer-id",
+            "7",
+            "--epoch",
+            "0",
+            "--sequence",
+            &sequence,
+            "--json",
+        ]);
+        let answer: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+        (
+            answer["outcome"].as_str().unwrap().to_owned(),
+            answer["offset"].as_i64(),
+        )
+    }
+}
+
+impl Drop for DurableServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn unique() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A loopback address nobody listens on right now.
+fn free_addr() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
+#[test]
+fn producers_ride_through_sigkills_and_every_acknowledged_batch_is_stored_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let addr = free_addr();
+    let mut server = DurableServer::start(&addr, &data, "always");
+    let mut producers: Vec<(Child, PathBuf)> = (0..3)
+        .map(|i| {
+            let acks = dir.path().join(format!("acks-{i}.jsonl"));
+            let partition = (i % 2).to_string();
+            let child = Command::new(BIN)
+                .args(["produce", "--broker", &addr, "--topic", "crash"])
+                .args([
+                    "--partition",
+                    &partition,
+                    "--count",
+                    "30000",
+                    "--batch-size",
+                    "10",
+                ])
+                .args(["--timeout-ms", "1000", "--acks"])
+                .arg(&acks)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start produce");
+            (child, acks)
+        })
+        .collect();
+    let mut kills_mid_run = 0;
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(400));
+        let running = producers.iter_mut().any(|(child, acks)| {
+            std::fs::metadata(acks).is_ok_and(|m| m.len() > 0)
+                && child.try_wait().expect("poll producer").is_none()
+        });
+        let data = server.kill();
+        if running {
+            kills_mid_run += 1;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        server = DurableServer::start(&addr, &data, "always");
+    }
+    let mut acked_files = Vec::new();
+    let mut resent = 0;
+    for (child, acks) in producers {
+        let output = child.wait_with_output().unwrap();
+        let summary = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "a producer failed: {summary}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        resent += summary
+            .split_whitespace()
+            .find_map(|field| field.strip_prefix("retries="))
+            .and_then(|n| n.parse::<u64>().ok())
+            .expect("a retries= field");
+        acked_files.push(acks);
+    }
+    assert!(resent > 0, "the producers never had to resend");
+    assert!(
+        kills_mid_run >= 2,
+        "only {kills_mid_run} kills came mid-run"
+    );
+    let acked: usize = acked_files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap().lines().count())
+        .sum();
+    assert_eq!(acked, 3 * 3000, "every batch acknowledged once");
+    let mut args = vec!["verify", "--topic", "crash"];
+    let names: Vec<String> = acked_files
+        .iter()
+        .map(|f| f.display().to_string())
+        .collect();
+    for name in &names {
+        args.extend(["--expect", name]);
+    }
+    let report = server.run(&args);
+    assert!(report.contains("PASS"), "{report}");
+    // Stored exactly what was acknowledged: 9,000 batches of 10 records.
+    assert!(report.contains("9000 batches, 90000 records"), "{report}");
+    assert!(
+        report.contains("acknowledged batches checked: 9000"),
+        "{report}"
+    );
+    assert!(
+        server.logged().contains("recovered"),
+        "the restarted broker recovered its partitions"
+    );
+}
+
+#[test]
+fn a_batch_acknowledged_before_a_crash_is_a_duplicate_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let addr = free_addr();
+    let server = DurableServer::start(&addr, &data, "always");
+    for sequence in 0..5 {
+        assert_eq!(
+            server.send(sequence),
+            ("ACCEPTED".into(), Some(sequence.into()))
+        );
+    }
+    let data = server.kill();
+    let server = DurableServer::start(&addr, &data, "always");
+    // The retry of an acknowledged batch is recognised, with its original offset.
+    assert_eq!(server.send(4), ("DUPLICATE".into(), Some(4)));
+    assert_eq!(server.send(2), ("DUPLICATE".into(), Some(2)));
+    // A gap is still a gap, and the next sequence goes on at the next offset.
+    assert_eq!(server.send(7).0, "OUT_OF_ORDER");
+    assert_eq!(server.send(5), ("ACCEPTED".into(), Some(5)));
+    // A clean stop snapshots state: the next start replays no batch and keeps everything.
+    let data = server.terminate();
+    let server = DurableServer::start(&addr, &data, "os");
+    assert_eq!(server.send(5), ("DUPLICATE".into(), Some(5)));
+    assert_eq!(server.send(6), ("ACCEPTED".into(), Some(6)));
+    let logged = server.logged();
+    assert!(logged.contains("replayed=0"), "{logged}");
+    let consumed = server.run(&["consume", "--topic", "dedup", "--partition", "0"]);
+    assert_eq!(consumed.lines().count(), 7, "{consumed}");
+}
+
+#[test]
+fn a_torn_or_damaged_tail_is_cut_and_producer_state_matches_what_is_left() {
+    for damage in ["truncate", "garbage", "flip"] {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let addr = free_addr();
+        let server = DurableServer::start(&addr, &data, "always");
+        for sequence in 0..10 {
+            server.send(sequence);
+        }
+        let data = server.kill();
+        let segment = data.join("logs/dedup/0/00000000000000000000.log");
+        let mut bytes = std::fs::read(&segment).unwrap();
+        let whole = bytes.len();
+        match damage {
+            // Into the last batch: it is torn.
+            "truncate" => bytes.truncate(whole - 7),
+            "garbage" => bytes.extend_from_slice(&[0xAB; 100]),
+            // A byte of the last batch's records: its CRC fails.
+            _ => bytes[whole - 3] ^= 0xFF,
+        }
+        std::fs::write(&segment, &bytes).unwrap();
+        let server = DurableServer::start(&addr, &data, "always");
+        let logged = server.logged();
+        assert!(
+            logged.contains("cut a torn or damaged tail"),
+            "{damage}: {logged}"
+        );
+        if damage == "garbage" {
+            // All ten batches survive; only the garbage went.
+            assert_eq!(server.send(9), ("DUPLICATE".into(), Some(9)), "{damage}");
+            assert_eq!(server.send(10), ("ACCEPTED".into(), Some(10)), "{damage}");
+        } else {
+            // The last batch is gone, and the producer state says so: its resend is accepted
+            // at the same offset, and the one before it is a duplicate.
+            assert_eq!(server.send(8), ("DUPLICATE".into(), Some(8)), "{damage}");
+            assert_eq!(server.send(9), ("ACCEPTED".into(), Some(9)), "{damage}");
+        }
+        drop(server);
+    }
+}
+
+#[test]
+fn a_missing_segment_refuses_to_start_and_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = dir.path().join("small-segments.toml");
+    std::fs::write(&config, "segment_bytes = 4096\n").unwrap();
+    let addr = free_addr();
+    let mut command = DurableServer::command(&addr, &data, "os");
+    let server = DurableServer::spawn(command.arg("--config").arg(&config), &addr, &data);
+    let value = "v".repeat(1000);
+    for sequence in 0..20 {
+        let sequence = sequence.to_string();
+        server.run(&[
+            "send",
+            "--topic",
+            "gap",
+            "--partition",
+            "0",
+            "--producer-id",
+            "1",
+            "--epoch",
+            "0",
+            "--sequence",
+            &sequence,
+            "--value",
+            &value,
+        ]);
+    }
+    let data = server.kill();
+    let partition = data.join("logs/gap/0");
+    let mut segments: Vec<String> = std::fs::read_dir(&partition)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".log"))
+        .collect();
+    segments.sort();
+    assert!(segments.len() >= 3, "{segments:?}");
+    std::fs::remove_file(partition.join(&segments[1])).unwrap();
+    let output = DurableServer::command(&addr, &data, "os").output().unwrap();
+    assert!(!output.status.success());
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(error.contains(&segments[1]), "{error}");
+    assert!(error.contains("missing"), "{error}");
+}
