@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The compose demo from a fresh clone, with no registry: build the release binary, build a local
 # base image holding only its shared libraries, build the minibroker image on it, run the compose
-# project until the verifier has spoken, print the report, clean up, and exit with the verifier's
-# status.
+# project (killing the durable broker with SIGKILL mid-run and starting it again) until the
+# verifier has spoken, print the report, clean up, and exit with the verifier's status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +22,7 @@ cargo build --release --locked -p minibroker-cli
 
 stage=target/docker
 rm -rf "$stage"
-mkdir -p "$stage/base" "$stage/image/acks"
+mkdir -p "$stage/base" "$stage/image/acks" "$stage/image/data"
 cp target/release/minibroker "$stage/image/minibroker"
 
 echo "== building the base image (the binary's shared libraries only)"
@@ -45,6 +45,20 @@ cleanup
 
 echo "== running broker, flaky-net, 3 producers and the verifier"
 run_compose up --detach broker flaky-net producer-1 producer-2 producer-3
+
+echo "== killing the broker with SIGKILL mid-run, then starting it again"
+sleep 3
+running=0
+for producer in producer-1 producer-2 producer-3; do
+  if [ "$(docker inspect -f '{{.State.Running}}' "$(run_compose ps -aq "$producer")")" = true ]; then
+    running=$((running + 1))
+  fi
+done
+docker kill --signal KILL "$(run_compose ps -aq broker)" >/dev/null
+crash_report="broker killed with SIGKILL while $running of 3 producers were running"
+echo "$crash_report"
+sleep 1
+run_compose start broker >/dev/null
 # 'up verifier' waits until every producer has completed successfully, then starts it; it fails
 # if a producer failed.
 verifier_status=1
@@ -63,6 +77,11 @@ echo
 echo "== flaky-net"
 run_compose stop flaky-net >/dev/null 2>&1
 run_compose logs --no-color flaky-net 2>/dev/null | grep 'proxy faults' || true
+echo
+echo "== broker crash and recovery"
+echo "$crash_report; restarted on the same data volume"
+run_compose logs --no-color broker 2>/dev/null \
+  | grep -E 'recovered|cut a torn|opened the data directory' | sed 's/^broker[^|]*| //' || true
 echo
 echo "== verifier"
 run_compose logs --no-color verifier 2>/dev/null | grep '|' | sed 's/^verifier[^|]*| //'
