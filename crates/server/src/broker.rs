@@ -559,6 +559,16 @@ impl Broker {
         (self.budget.charged(), self.budget.max())
     }
 
+    /// How many fsyncs of partition logs were done (each may cover many produces).
+    #[must_use]
+    pub fn fsyncs(&self) -> u64 {
+        self.topics
+            .list()
+            .iter()
+            .flat_map(|topic| topic.partitions().iter().map(|p| p.flush.sync_count()))
+            .sum()
+    }
+
     /// How many connections were accepted and refused, and how many are open.
     #[must_use]
     pub fn connection_counts(&self) -> ConnectionCounts {

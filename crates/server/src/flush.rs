@@ -12,7 +12,7 @@
 //! later produce, gets a storage error (after a failed fsync the kernel may have dropped the
 //! dirty pages, so a retry that succeeds would prove nothing).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
@@ -27,6 +27,8 @@ pub struct FlushGate {
     synced: Notify,
     /// Set once a write or sync of the partition failed: it takes no more produces.
     read_only: AtomicBool,
+    /// Syncs done for the partition's produces, shutdown and interval flushes.
+    syncs: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -43,6 +45,7 @@ impl Default for FlushGate {
             state: Mutex::new(GateState::default()),
             synced: Notify::new(),
             read_only: AtomicBool::new(false),
+            syncs: AtomicU64::new(0),
         }
     }
 }
@@ -73,8 +76,14 @@ impl FlushGate {
         self.read_only.store(true, Ordering::Release);
     }
 
-    /// Records that every offset below `through` is durable (a sync done elsewhere).
+    /// How many syncs of the partition were done.
+    pub fn sync_count(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Records that every offset below `through` is durable (after a sync).
     pub fn synced(&self, through: i64) {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
         let mut state = self.state();
         state.synced_through = state.synced_through.max(through);
     }

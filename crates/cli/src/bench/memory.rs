@@ -174,7 +174,7 @@ fn produce(
 }
 
 /// Resident memory of this process, from /proc/self/statm (Linux).
-fn resident_bytes() -> Result<u64> {
+pub(super) fn resident_bytes() -> Result<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm")
         .context("reading /proc/self/statm (Linux only)")?;
     let pages: u64 = statm

@@ -1,8 +1,10 @@
 //! `minibroker bench`: throughput and latency of produce requests, against a broker and — in the
 //! same run, with the identical workload — against a baseline server that does no work, so the
-//! headline is a ratio that survives a noisy machine. `--memory` measures resident memory instead.
+//! headline is a ratio that survives a noisy machine. `--memory` measures resident memory instead;
+//! `--data-dir` measures the durable broker (see `durable`).
 
 mod baseline;
+mod durable;
 mod load;
 mod memory;
 mod wire;
@@ -68,6 +70,14 @@ pub struct Args {
     /// broker (whose topic `bench` must have --partitions partitions).
     #[arg(long, conflicts_with = "baseline")]
     kafka: bool,
+    /// Measure a durable broker storing in DIR (its `bench-broker` and `bench-raw` folders are
+    /// cleared first and deleted after), against the in-memory broker and raw file writes with
+    /// the same fsync cadence, in one run; also recovery time and resident memory.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["broker", "kafka", "baseline", "memory"])]
+    data_dir: Option<std::path::PathBuf>,
+    /// With --data-dir: always, interval:<ms> or os.
+    #[arg(long, default_value = "always", requires = "data_dir")]
+    flush: minibroker_server::FlushPolicy,
 }
 
 const TOPIC: &str = "bench";
@@ -102,6 +112,9 @@ pub async fn run(args: Args) -> Result<()> {
         },
         first_producer_id: 1,
     };
+    if let Some(dir) = &args.data_dir {
+        return durable::run(workload, dir, args.flush, args.json).await;
+    }
     let target = match &args.broker {
         Some(addr) => Target::Remote(addr.clone()),
         // Batched phases store several GiB; the default 4 GiB limit would refuse them.
