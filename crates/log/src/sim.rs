@@ -26,6 +26,8 @@ pub struct Faults {
     pub failing_sync: AtomicBool,
     /// Syncs done, for tests that count them.
     pub syncs: AtomicU64,
+    /// How long each sync takes, in microseconds (a real disk's fsync is not instant).
+    pub sync_micros: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -86,6 +88,10 @@ impl StorageFile for SimFile {
             return Err(io::Error::from_raw_os_error(EIO));
         }
         self.faults.syncs.fetch_add(1, Ordering::Relaxed);
+        let delay = self.faults.sync_micros.load(Ordering::Relaxed);
+        if delay > 0 {
+            std::thread::sleep(std::time::Duration::from_micros(delay));
+        }
         let mut images = self.images();
         images.durable = images.written.clone();
         Ok(())

@@ -366,6 +366,8 @@ async fn a_failed_fsync_is_never_acknowledged_nor_retried() {
 async fn concurrent_produces_share_fsyncs() {
     let storage = SimStorage::new();
     let broker = Arc::new(open(&storage, FlushPolicy::Always));
+    // A fsync as slow as a fast disk's, so produces arriving meanwhile have to queue for it.
+    storage.faults.sync_micros.store(2_000, Ordering::Relaxed);
     let before = storage.faults.syncs.load(Ordering::Relaxed);
     let mut tasks = Vec::new();
     for producer_id in 1..=32 {
@@ -385,8 +387,9 @@ async fn concurrent_produces_share_fsyncs() {
         task.await.unwrap();
     }
     let syncs = storage.faults.syncs.load(Ordering::Relaxed) - before;
-    // 640 acknowledged produces; far fewer fsyncs (each roll adds a few of its own).
-    assert!(syncs < 400, "{syncs} syncs for 640 produces");
+    // 640 acknowledged produces; at most a quarter as many syncs, those of segment rolls and
+    // snapshots included.
+    assert!(syncs < 160, "{syncs} syncs for 640 produces");
     assert_eq!(stored(&broker, 0).len(), 640);
 }
 

@@ -167,7 +167,8 @@ fn report(
     let raw_mb_per_sec = d.record_bytes as f64 / 1e6 / raw.as_secs_f64().max(1e-9);
     let gib = durable.stored_bytes as f64 / f64::from(1u32 << 30);
     let recovery_s_per_gib = durable.recovery.as_secs_f64() / gib.max(1e-9);
-    let per_fsync = d.requests as f64 / durable.fsyncs.max(1) as f64;
+    // Requests acknowledged per fsync; none when the policy never syncs.
+    let per_fsync = (durable.fsyncs > 0).then(|| d.requests as f64 / durable.fsyncs as f64);
     let growth_per_gib = durable.resident_growth as f64 / gib.max(1e-9);
     if json_out {
         let phase = |r: &LoadResult| {
@@ -219,10 +220,13 @@ fn report(
         "{:<10} {:>12} {:>12} {:>9.1}",
         "raw files", "", "", raw_mb_per_sec
     );
-    println!(
-        "flush {flush}: {} fsyncs for {} requests ({per_fsync:.1} requests per fsync)",
-        durable.fsyncs, d.requests
-    );
+    match per_fsync {
+        Some(per_fsync) => println!(
+            "flush {flush}: {} fsyncs for {} requests ({per_fsync:.1} requests per fsync)",
+            durable.fsyncs, d.requests
+        ),
+        None => println!("flush {flush}: no fsync for {} requests", d.requests),
+    }
     println!(
         "durable/memory: records/s {:.2}; durable/raw files: MB/s {:.2}",
         d.records_per_sec() / memory.records_per_sec(),
