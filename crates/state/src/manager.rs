@@ -151,6 +151,30 @@ pub struct ProducerPage {
     pub next_after: Option<i64>,
 }
 
+/// Records an accepted batch in its producer's entry, creating the entry for a first batch.
+fn record(
+    slot: Entry<'_, (PartitionId, i64), ProducerEntry>,
+    header: &BatchHeader,
+    base_offset: i64,
+) {
+    match slot {
+        Entry::Occupied(mut entry) => entry.get_mut().record(
+            header.epoch,
+            header.sequences,
+            base_offset,
+            header.timestamp_ms,
+        ),
+        Entry::Vacant(entry) => {
+            entry.insert(ProducerEntry::new(
+                header.epoch,
+                header.sequences,
+                base_offset,
+                header.timestamp_ms,
+            ));
+        }
+    }
+}
+
 /// Default shard count: a small multiple of the cores, so two busy partitions rarely share a lock.
 #[must_use]
 pub fn default_shard_count() -> usize {
@@ -265,24 +289,7 @@ impl ProducerStateManager {
         let base_offset = match decision {
             Decision::Accept => {
                 let base_offset = append(NewEntry(stored.is_none()))?;
-                match slot {
-                    Entry::Occupied(mut entry) => {
-                        entry.get_mut().record(
-                            header.epoch,
-                            header.sequences,
-                            base_offset,
-                            header.timestamp_ms,
-                        );
-                    }
-                    Entry::Vacant(entry) => {
-                        entry.insert(ProducerEntry::new(
-                            header.epoch,
-                            header.sequences,
-                            base_offset,
-                            header.timestamp_ms,
-                        ));
-                    }
-                }
+                record(slot, header, base_offset);
                 (base_offset != NO_OFFSET).then_some(base_offset)
             }
             Decision::Duplicate { base_offset } => base_offset,
@@ -300,22 +307,7 @@ impl ProducerStateManager {
     pub fn replay(&self, header: &BatchHeader, base_offset: i64) {
         let key = (header.partition, header.producer_id);
         let mut shard = self.lock(header.partition);
-        match shard.entry(key) {
-            Entry::Occupied(mut entry) => entry.get_mut().record(
-                header.epoch,
-                header.sequences,
-                base_offset,
-                header.timestamp_ms,
-            ),
-            Entry::Vacant(entry) => {
-                entry.insert(ProducerEntry::new(
-                    header.epoch,
-                    header.sequences,
-                    base_offset,
-                    header.timestamp_ms,
-                ));
-            }
-        }
+        record(shard.entry(key), header, base_offset);
     }
 
     /// Puts back the entries of `partition` saved by a snapshot, replacing what it held.
