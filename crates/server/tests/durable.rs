@@ -1,0 +1,162 @@
+//! What a durable broker keeps besides batches, on a simulated disk: topics (created and
+//! deleted), producer ids that are never issued twice, retention, and the interval flush.
+
+use bytes::Bytes;
+use minibroker_log::sim::SimStorage;
+use minibroker_records::{NewRecord, Writer};
+use minibroker_server::{Broker, Config, ErrorKind, FlushPolicy, Outcome, TopicCache, TopicConfig};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+fn config() -> Config {
+    Config {
+        data_dir: Some("/data".into()),
+        segment_bytes: 4096,
+        ..Config::default()
+    }
+}
+
+fn open(storage: &SimStorage, config: &Config) -> Broker {
+    Broker::with_storage(config, Arc::new(storage.clone())).expect("open")
+}
+
+fn batch(producer_id: i64, sequence: i32, timestamp: i64) -> Bytes {
+    let writer = Writer {
+        producer_id,
+        epoch: 0,
+        base_sequence: sequence,
+    };
+    let record = NewRecord {
+        timestamp: Some(timestamp),
+        ..NewRecord::value("v".repeat(500))
+    };
+    minibroker_records::encode(writer, &[record], 0).unwrap()
+}
+
+#[tokio::test]
+async fn topics_survive_restarts_and_a_deleted_topic_stays_deleted() {
+    let storage = SimStorage::new();
+    let broker = open(&storage, &config());
+    broker.create_topic("kept", 3).unwrap();
+    broker.create_topic("dropped", 1).unwrap();
+    let mut topics = TopicCache::default();
+    broker
+        .produce(&mut topics, "dropped", 0, &batch(1, 0, 0))
+        .await
+        .unwrap();
+    broker.delete_topic("dropped").unwrap();
+    drop(broker);
+    let restarted = open(&storage.crash(1), &config());
+    let names: Vec<(String, u32)> = restarted
+        .metadata()
+        .into_iter()
+        .map(|t| (t.name, t.partitions))
+        .collect();
+    assert_eq!(names, vec![("kept".to_owned(), 3)]);
+    // Recreated under the same name, it starts empty: no batch, no producer state.
+    restarted.create_topic("dropped", 1).unwrap();
+    assert_eq!(restarted.offsets("dropped", 0).unwrap(), (0, 0));
+    let mut topics = TopicCache::default();
+    let verdict = restarted
+        .produce(&mut topics, "dropped", 0, &batch(1, 0, 0))
+        .await
+        .unwrap();
+    assert_eq!(verdict.outcome, Outcome::Accepted);
+    assert_eq!(verdict.base_offset, Some(0));
+}
+
+#[tokio::test]
+async fn producer_ids_are_never_issued_twice_across_crashes() {
+    let storage = SimStorage::new();
+    let mut issued = Vec::new();
+    let mut disk = storage;
+    for round in 0..4 {
+        let broker = open(&disk, &config());
+        for _ in 0..700 {
+            issued.push(broker.init_producer(None).unwrap().producer_id);
+        }
+        drop(broker);
+        disk = disk.crash(round);
+    }
+    let mut unique = issued.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), issued.len());
+}
+
+#[tokio::test]
+async fn retention_deletes_old_segments_and_reads_below_the_start_are_out_of_range() {
+    let storage = SimStorage::new();
+    let config = Config {
+        topics: vec![TopicConfig {
+            name: "short".into(),
+            partitions: 1,
+            retention_bytes: None,
+            retention_ms: Some(60_000),
+        }],
+        ..config()
+    };
+    let broker = open(&storage, &config);
+    let mut topics = TopicCache::default();
+    let now = minibroker_records::now_millis();
+    // Old records, then new ones: the old segments go, the new stay.
+    for sequence in 0..40 {
+        let timestamp = if sequence < 30 { now - 3_600_000 } else { now };
+        broker
+            .produce(&mut topics, "short", 0, &batch(1, sequence, timestamp))
+            .await
+            .unwrap();
+    }
+    broker.run_maintenance(now);
+    let (start, end) = broker.offsets("short", 0).unwrap();
+    assert!(start > 0 && start <= 30, "start {start}");
+    assert_eq!(end, 40);
+    let below = broker.fetch("short", 0, 0, 1 << 20, 0).unwrap_err();
+    assert_eq!(below.kind(), ErrorKind::OffsetOutOfRange);
+    assert!(
+        !broker
+            .fetch("short", 0, start, 1 << 20, 0)
+            .unwrap()
+            .batches
+            .is_empty()
+    );
+    drop(broker);
+    let restarted = open(&storage.crash(0), &config);
+    assert_eq!(restarted.offsets("short", 0).unwrap(), (start, end));
+    // The producer carries on after retention and a restart.
+    let mut topics = TopicCache::default();
+    let next = restarted
+        .produce(&mut topics, "short", 0, &batch(1, 40, now))
+        .await
+        .unwrap();
+    assert_eq!(next.outcome, Outcome::Accepted);
+}
+
+#[tokio::test]
+async fn the_interval_policy_acknowledges_at_once_and_syncs_on_its_tick() {
+    let storage = SimStorage::new();
+    let config = Config {
+        flush: FlushPolicy::Interval(50),
+        ..config()
+    };
+    let broker = open(&storage, &config);
+    let mut topics = TopicCache::default();
+    // The first produce creates the topic, which syncs the topic list.
+    broker
+        .produce(&mut topics, "t", 0, &batch(1, 0, 0))
+        .await
+        .unwrap();
+    let before = storage.faults.syncs.load(Ordering::Relaxed);
+    for sequence in 1..4 {
+        broker
+            .produce(&mut topics, "t", 0, &batch(1, sequence, 0))
+            .await
+            .unwrap();
+    }
+    assert_eq!(storage.faults.syncs.load(Ordering::Relaxed), before);
+    // Nothing synced yet: a crash may lose the tail (the policy's promise is a process crash).
+    broker.flush_all();
+    assert!(storage.faults.syncs.load(Ordering::Relaxed) > before);
+    let crashed = open(&storage.crash(0), &config);
+    assert_eq!(crashed.offsets("t", 0).unwrap(), (0, 4));
+}
