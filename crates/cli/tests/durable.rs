@@ -4,93 +4,60 @@
 //! crash and resent after it is a DUPLICATE with its original offset; a clean restart (SIGTERM)
 //! keeps everything; a torn tail is cut and the producer state matches what is left.
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-
-const BIN: &str = env!("CARGO_BIN_EXE_minibroker");
+use support::{BIN, ServeProcess, free_addr, serve_command};
 
 /// A `minibroker serve --data-dir` process on a fixed native address, killed when dropped.
 struct DurableServer {
-    child: Child,
-    addr: String,
+    process: ServeProcess,
     data_dir: PathBuf,
-    /// What it logged (stderr), for the assertions on recovery.
-    log: PathBuf,
 }
 
 impl DurableServer {
-    /// Starts on `addr` (restarts reuse it), logging at info to a file in the data dir's parent.
+    /// Starts on `addr` (restarts reuse it).
     fn start(addr: &str, data_dir: &Path, flush: &str) -> Self {
-        Self::spawn(&mut Self::command(addr, data_dir, flush), addr, data_dir)
+        Self::spawn(&mut Self::command(addr, data_dir, flush), data_dir)
     }
 
     /// The `serve` command line for `addr`, `data_dir` and `flush`.
     fn command(addr: &str, data_dir: &Path, flush: &str) -> Command {
-        let mut command = Command::new(BIN);
+        let mut command = serve_command(addr, "127.0.0.1:0");
         command
-            .args(["serve", "--listen", addr, "--kafka-listen", "127.0.0.1:0"])
             .arg("--data-dir")
             .arg(data_dir)
-            .args(["--flush", flush, "--partitions", "2"])
-            .env("RUST_LOG", "info");
+            .args(["--flush", flush, "--partitions", "2"]);
         command
     }
 
-    /// Spawns `command` and waits until it listens on `addr`.
-    fn spawn(command: &mut Command, addr: &str, data_dir: &Path) -> Self {
-        let log = data_dir.with_extension(format!("log-{}", unique()));
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).expect("log file"))
-            .spawn()
-            .expect("start minibroker serve");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("read the address");
-        assert_eq!(line.trim(), format!("listening on {addr}"), "{line:?}");
-        // Keep reading (and dropping) its output so it never blocks on a full pipe.
-        std::thread::spawn(move || for _ in stdout.lines() {});
+    fn spawn(command: &mut Command, data_dir: &Path) -> Self {
         Self {
-            child,
-            addr: addr.to_owned(),
+            process: ServeProcess::spawn(command),
             data_dir: data_dir.to_owned(),
-            log,
         }
     }
 
     /// SIGKILL: no drain, no sync, no snapshot.
-    fn kill(mut self) -> PathBuf {
-        self.child.kill().expect("SIGKILL");
-        self.child.wait().expect("reap");
-        self.data_dir.clone()
+    fn kill(self) -> PathBuf {
+        self.process.kill();
+        self.data_dir
     }
 
     /// SIGTERM, and wait for the clean exit.
-    fn terminate(mut self) -> PathBuf {
-        let pid = self.child.id().to_string();
-        let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        assert!(sent.success());
-        assert!(self.child.wait().expect("exit").success());
-        self.data_dir.clone()
+    fn terminate(self) -> PathBuf {
+        self.process.terminate();
+        self.data_dir
     }
 
     fn logged(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.process.logged()
     }
 
     fn run(&self, args: &[&str]) -> String {
-        let mut full: Vec<&str> = vec![args[0], "--broker", &self.addr];
-        full.extend_from_slice(&args[1..]);
-        let output = Command::new(BIN).args(&full).output().expect("run");
-        assert!(
-            output.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8(output.stdout).unwrap()
+        self.process.run(args)
     }
 
     /// `send` one batch as producer 7, epoch 0, at `sequence`; returns (outcome, offset).
@@ -116,29 +83,6 @@ impl DurableServer {
             answer["offset"].as_i64(),
         )
     }
-}
-
-impl Drop for DurableServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn unique() -> String {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// A loopback address nobody listens on right now.
-fn free_addr() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().to_string()
 }
 
 #[test]
@@ -314,7 +258,7 @@ fn a_missing_segment_refuses_to_start_and_names_the_file() {
     std::fs::write(&config, "segment_bytes = 4096\n").unwrap();
     let addr = free_addr();
     let mut command = DurableServer::command(&addr, &data, "os");
-    let server = DurableServer::spawn(command.arg("--config").arg(&config), &addr, &data);
+    let server = DurableServer::spawn(command.arg("--config").arg(&config), &data);
     let value = "v".repeat(1000);
     for sequence in 0..20 {
         let sequence = sequence.to_string();

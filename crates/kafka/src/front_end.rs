@@ -116,6 +116,39 @@ impl KafkaFrontEnd {
             RequestKind::DeleteTopics(request) => Some(ResponseKind::DeleteTopics(
                 self.delete_topics(request, version),
             )),
+            RequestKind::FindCoordinator(request) => Some(ResponseKind::FindCoordinator(
+                self.find_coordinator(request),
+            )),
+            RequestKind::JoinGroup(request) => {
+                let client_id = header.client_id.as_deref().unwrap_or_default().to_owned();
+                Some(ResponseKind::JoinGroup(
+                    self.join_group(request, version, &client_id).await,
+                ))
+            }
+            RequestKind::SyncGroup(request) => {
+                Some(ResponseKind::SyncGroup(self.sync_group(request).await))
+            }
+            RequestKind::Heartbeat(request) => {
+                Some(ResponseKind::Heartbeat(self.heartbeat(request)))
+            }
+            RequestKind::LeaveGroup(request) => {
+                Some(ResponseKind::LeaveGroup(self.leave_group(request, version)))
+            }
+            RequestKind::OffsetCommit(request) => Some(ResponseKind::OffsetCommit(
+                self.offset_commit(request).await,
+            )),
+            RequestKind::OffsetFetch(request) => Some(ResponseKind::OffsetFetch(
+                self.offset_fetch(request, version),
+            )),
+            RequestKind::ListGroups(request) => {
+                Some(ResponseKind::ListGroups(self.list_groups(request)))
+            }
+            RequestKind::DescribeGroups(request) => {
+                Some(ResponseKind::DescribeGroups(self.describe_groups(request)))
+            }
+            RequestKind::DeleteGroups(request) => Some(ResponseKind::DeleteGroups(
+                self.delete_groups(request).await,
+            )),
             _ => {
                 tracing::info!(?api, "unexpected Kafka request; closing the connection");
                 return Next::Close;

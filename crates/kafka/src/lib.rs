@@ -9,7 +9,7 @@
 //! # Layout
 //! - [`serve`] — a Kafka listener on the shared machinery.
 //! - `front_end` — [`KafkaFrontEnd`]: header, version check, dispatch, answer framing.
-//! - `handlers` — one function per API.
+//! - `handlers` — one function per API; `groups` — the consumer-group APIs.
 //! - `apis` — the APIs and versions implemented, which ApiVersions advertises exactly.
 //! - `errors` — the Kafka code of every outcome and refusal.
 //! - `preflight` — array counts checked before the decoder allocates for them.
@@ -17,6 +17,7 @@
 mod apis;
 mod errors;
 mod front_end;
+mod groups;
 mod handlers;
 mod preflight;
 

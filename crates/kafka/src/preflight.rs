@@ -134,7 +134,16 @@ pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<(), Refuse
         ApiKey::Metadata => metadata(w, version),
         ApiKey::CreateTopics => create_topics(w),
         ApiKey::DeleteTopics => delete_topics(w, version),
-        // ApiVersions and InitProducerId have no arrays: nothing to check.
+        ApiKey::JoinGroup => join_group(w, version),
+        ApiKey::SyncGroup => sync_group(w, version),
+        ApiKey::LeaveGroup => leave_group(w, version),
+        ApiKey::OffsetCommit => offset_commit(w, version),
+        ApiKey::OffsetFetch => offset_fetch(w, version),
+        ApiKey::ListGroups => list_groups(w, version),
+        ApiKey::DescribeGroups => describe_groups(w, version),
+        ApiKey::DeleteGroups => w.array(1, Walk::string),
+        // ApiVersions, InitProducerId, FindCoordinator (below v4) and Heartbeat have no arrays:
+        // nothing to check.
         _ => Ok(()),
     }
 }
@@ -265,6 +274,109 @@ fn delete_topics(w: &mut Walk<'_>, version: i16) -> Step {
     w.tags()
 }
 
+fn join_group(w: &mut Walk<'_>, version: i16) -> Step {
+    w.string()?; // group id
+    w.skip(4)?; // session timeout
+    if version >= 1 {
+        w.skip(4)?; // rebalance timeout
+    }
+    w.string()?; // member id
+    if version >= 5 {
+        w.string()?; // group instance id
+    }
+    w.string()?; // protocol type
+    w.array(2, |w| {
+        w.string()?; // protocol name
+        w.bytes()?; // metadata
+        w.tags()
+    })?;
+    w.tags()
+}
+
+fn sync_group(w: &mut Walk<'_>, version: i16) -> Step {
+    w.string()?; // group id
+    w.skip(4)?; // generation
+    w.string()?; // member id
+    if version >= 3 {
+        w.string()?; // group instance id
+    }
+    w.array(2, |w| {
+        w.string()?; // member id
+        w.bytes()?; // assignment
+        w.tags()
+    })?;
+    w.tags()
+}
+
+fn leave_group(w: &mut Walk<'_>, version: i16) -> Step {
+    w.string()?; // group id
+    if version >= 3 {
+        w.array(2, |w| {
+            w.string()?; // member id
+            w.string()?; // group instance id
+            w.tags()
+        })?;
+    } else {
+        w.string()?; // member id
+    }
+    w.tags()
+}
+
+fn offset_commit(w: &mut Walk<'_>, version: i16) -> Step {
+    w.string()?; // group id
+    if version >= 1 {
+        w.skip(4)?; // generation
+        w.string()?; // member id
+    }
+    if version >= 7 {
+        w.string()?; // group instance id
+    }
+    if (2..=4).contains(&version) {
+        w.skip(8)?; // retention time
+    }
+    w.array(2, |w| {
+        w.string()?; // topic
+        w.array(13, |w| {
+            w.skip(4 + 8)?; // partition, offset
+            if version >= 6 {
+                w.skip(4)?; // leader epoch
+            }
+            w.string()?; // metadata
+            w.tags()
+        })?;
+        w.tags()
+    })?;
+    w.tags()
+}
+
+fn offset_fetch(w: &mut Walk<'_>, version: i16) -> Step {
+    w.string()?; // group id
+    w.array(2, |w| {
+        w.string()?; // topic
+        w.array(4, |w| w.skip(4))?; // partitions
+        w.tags()
+    })?;
+    if version >= 7 {
+        w.skip(1)?; // require stable
+    }
+    w.tags()
+}
+
+fn list_groups(w: &mut Walk<'_>, version: i16) -> Step {
+    if version >= 4 {
+        w.array(1, Walk::string)?; // states filter
+    }
+    w.tags()
+}
+
+fn describe_groups(w: &mut Walk<'_>, version: i16) -> Step {
+    w.array(1, Walk::string)?; // group ids
+    if version >= 3 {
+        w.skip(1)?; // include authorized operations
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,6 +430,86 @@ mod tests {
                     ]),
             ]);
         passes(ApiKey::Produce, 3..=9, &produce);
+        let group = || GroupId(StrBytes::from_static_str("g"));
+        let member = StrBytes::from_static_str("m");
+        let join = JoinGroupRequest::default()
+            .with_group_id(group())
+            .with_member_id(member.clone())
+            .with_protocol_type(StrBytes::from_static_str("consumer"))
+            .with_protocols(vec![
+                join_group_request::JoinGroupRequestProtocol::default()
+                    .with_name(StrBytes::from_static_str("range"))
+                    .with_metadata(records.clone());
+                2
+            ]);
+        passes(ApiKey::JoinGroup, 0..=5, &join);
+        let sync = SyncGroupRequest::default()
+            .with_group_id(group())
+            .with_member_id(member.clone())
+            .with_assignments(vec![
+                sync_group_request::SyncGroupRequestAssignment::default(
+                )
+                .with_member_id(member.clone())
+                .with_assignment(records.clone());
+                2
+            ]);
+        passes(ApiKey::SyncGroup, 0..=3, &sync);
+        let leave = LeaveGroupRequest::default()
+            .with_group_id(group())
+            .with_member_id(member.clone());
+        passes(ApiKey::LeaveGroup, 0..=2, &leave);
+        let leave_many = LeaveGroupRequest::default()
+            .with_group_id(group())
+            .with_members(vec![
+                leave_group_request::MemberIdentity::default()
+                    .with_member_id(member.clone());
+                2
+            ]);
+        passes(ApiKey::LeaveGroup, 3..=3, &leave_many);
+        let commit = OffsetCommitRequest::default()
+            .with_group_id(group())
+            .with_member_id(member.clone())
+            .with_topics(vec![
+                offset_commit_request::OffsetCommitRequestTopic::default()
+                    .with_name(name("a"))
+                    .with_partitions(vec![
+                        offset_commit_request::OffsetCommitRequestPartition::default();
+                        3
+                    ]),
+            ]);
+        passes(ApiKey::OffsetCommit, 2..=7, &commit);
+        let fetch_offsets = OffsetFetchRequest::default()
+            .with_group_id(group())
+            .with_topics(Some(vec![
+                offset_fetch_request::OffsetFetchRequestTopic::default()
+                    .with_name(name("a"))
+                    .with_partition_indexes(vec![0, 1, 2]),
+            ]));
+        passes(ApiKey::OffsetFetch, 1..=7, &fetch_offsets);
+        passes(
+            ApiKey::OffsetFetch,
+            2..=7,
+            &OffsetFetchRequest::default()
+                .with_group_id(group())
+                .with_topics(None),
+        );
+        passes(ApiKey::ListGroups, 0..=3, &ListGroupsRequest::default());
+        passes(
+            ApiKey::ListGroups,
+            4..=4,
+            &ListGroupsRequest::default()
+                .with_states_filter(vec![StrBytes::from_static_str("Stable")]),
+        );
+        passes(
+            ApiKey::DescribeGroups,
+            0..=4,
+            &DescribeGroupsRequest::default().with_groups(vec![group(), group()]),
+        );
+        passes(
+            ApiKey::DeleteGroups,
+            0..=1,
+            &DeleteGroupsRequest::default().with_groups_names(vec![group()]),
+        );
         let fetch = FetchRequest::default().with_topics(vec![
             fetch_request::FetchTopic::default()
                 .with_topic(name("a"))

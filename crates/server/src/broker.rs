@@ -27,6 +27,7 @@ use crate::budget::{PRODUCER_ENTRY_BYTES, StorageBudget, accounted_bytes};
 use crate::config::FlushPolicy;
 use crate::counters::{ConnectionCounters, ConnectionCounts, OutcomeCounters, OutcomeCounts};
 use crate::data_dir::DataDir;
+use crate::groups::GroupCoordinator;
 use crate::producers::ProducerIds;
 use crate::topics::{CreateCheck, Partition, TopicCache, TopicRegistry};
 use crate::{BrokerError, Config, ServerError};
@@ -102,6 +103,8 @@ pub struct Broker {
     max_fetch_bytes: usize,
     /// The data directory, for a durable broker.
     data: Option<Arc<DataDir>>,
+    /// Consumer groups and their committed offsets.
+    groups: GroupCoordinator,
     /// The configuration, for what durability and maintenance read from it.
     config: Config,
     pub(crate) connections: ConnectionCounters,
@@ -157,6 +160,7 @@ impl Broker {
             producer_ids,
             budget,
             max_fetch_bytes: config.max_fetch_bytes as usize,
+            groups: GroupCoordinator::new(config, data.clone())?,
             data,
             config: config.clone(),
             connections: ConnectionCounters::default(),
@@ -557,6 +561,12 @@ impl Broker {
     #[must_use]
     pub fn storage_charged(&self) -> (u64, u64) {
         (self.budget.charged(), self.budget.max())
+    }
+
+    /// The consumer-group coordinator.
+    #[must_use]
+    pub fn groups(&self) -> &GroupCoordinator {
+        &self.groups
     }
 
     /// How many fsyncs of partition logs were done (each may cover many produces).

@@ -4,6 +4,7 @@
 //! DIR/lock                         held (flock) while a broker uses DIR
 //! DIR/topics                       one line per topic: "<name> <partitions>"
 //! DIR/producer-ids                 the first producer id not yet reserved
+//! DIR/group-offsets                consumer groups' committed offsets (`crate::groups`)
 //! DIR/logs/<topic>/<partition>/    a partition's segment files and snapshots (minibroker_log)
 //! ```
 //!
@@ -147,6 +148,26 @@ impl DataDir {
             &self.root.join("producer-ids"),
             format!("{until}\n").as_bytes(),
         )
+    }
+
+    /// The content of the file `name` in the directory, if it exists.
+    ///
+    /// # Errors
+    /// As the file system reports.
+    pub fn read_file(&self, name: &str) -> io::Result<Option<Vec<u8>>> {
+        match read_whole(&*self.storage, &self.root.join(name)) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Replaces the file `name` in the directory atomically.
+    ///
+    /// # Errors
+    /// As the file system reports.
+    pub fn write_file(&self, name: &str, data: &[u8]) -> io::Result<()> {
+        write_atomically(&*self.storage, &self.root.join(name), data)
     }
 
     fn topic_dir(&self, topic: &str) -> PathBuf {

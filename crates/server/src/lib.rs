@@ -10,6 +10,8 @@
 //!   connection limit, pipelined answers, idle and write timeouts, graceful drain with a deadline.
 //! - [`budget`] — what everything a client makes the broker keep costs against the storage limit.
 //! - [`Config`] — every limit, from TOML.
+//! - [`groups`] — the consumer-group coordinator and committed offsets (Kafka's classic
+//!   protocol, in domain terms).
 //! - [`data_dir`] — a durable broker's directory: topics, producer-id reservations, and the
 //!   partitions' segment files (`minibroker_log`); `flush` — group commit of fsyncs.
 //!
@@ -35,6 +37,7 @@ mod embedded;
 mod error;
 mod flush;
 mod front_end;
+pub mod groups;
 mod listener;
 mod native;
 mod producers;

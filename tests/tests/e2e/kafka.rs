@@ -290,7 +290,7 @@ async fn a_fetch_waits_for_an_append_instead_of_polling() -> Result<()> {
 async fn mutated_kafka_requests_get_answers_or_a_clean_close() -> Result<()> {
     use minibroker_faults::SplitMix64;
     let (_broker, kafka, _conn) = kafka(Config::default()).await?;
-    let seeds: Vec<(ApiKey, i16, Vec<u8>)> = vec![
+    let mut seeds: Vec<(ApiKey, i16, Vec<u8>)> = vec![
         (
             ApiKey::Produce,
             PRODUCE,
@@ -310,9 +310,10 @@ async fn mutated_kafka_requests_get_answers_or_a_clean_close() -> Result<()> {
             encode_body(&ApiVersionsRequest::default(), 3)?,
         ),
     ];
+    seeds.extend(group_requests()?);
     let mut rng = SplitMix64::new(5);
     let (mut answered, mut closed) = (0, 0);
-    for round in 0..600u32 {
+    for round in 0..1200u32 {
         let (api, version, body) = &seeds[round as usize % seeds.len()];
         let mut body = body.clone();
         for _ in 0..1 + rng.next_u64() % 3 {
@@ -348,6 +349,86 @@ async fn mutated_kafka_requests_get_answers_or_a_clean_close() -> Result<()> {
         (0, 0)
     );
     Ok(())
+}
+
+/// One request of each consumer-group API, for the mutation test.
+fn group_requests() -> Result<Vec<(ApiKey, i16, Vec<u8>)>> {
+    use kafka_protocol::messages::*;
+    let group = || GroupId(StrBytes::from_static_str("fz-group"));
+    let text = StrBytes::from_static_str;
+    let join = JoinGroupRequest::default()
+        .with_group_id(group())
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(10_000)
+        .with_protocol_type(text("consumer"))
+        .with_protocols(vec![
+            join_group_request::JoinGroupRequestProtocol::default()
+                .with_name(text("range"))
+                .with_metadata(Bytes::from_static(b"meta")),
+        ]);
+    let sync = SyncGroupRequest::default()
+        .with_group_id(group())
+        .with_generation_id(1)
+        .with_member_id(text("m"))
+        .with_assignments(vec![
+            sync_group_request::SyncGroupRequestAssignment::default()
+                .with_member_id(text("m"))
+                .with_assignment(Bytes::from_static(b"plan")),
+        ]);
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(group())
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![
+            offset_commit_request::OffsetCommitRequestTopic::default()
+                .with_name(name("fz"))
+                .with_partitions(vec![
+                    offset_commit_request::OffsetCommitRequestPartition::default()
+                        .with_committed_offset(1),
+                ]),
+        ]);
+    let fetch = OffsetFetchRequest::default()
+        .with_group_id(group())
+        .with_topics(Some(vec![
+            offset_fetch_request::OffsetFetchRequestTopic::default()
+                .with_name(name("fz"))
+                .with_partition_indexes(vec![0]),
+        ]));
+    let leave = LeaveGroupRequest::default()
+        .with_group_id(group())
+        .with_members(vec![
+            leave_group_request::MemberIdentity::default().with_member_id(text("m")),
+        ]);
+    Ok(vec![
+        (ApiKey::JoinGroup, 5, encode_body(&join, 5)?),
+        (ApiKey::SyncGroup, 3, encode_body(&sync, 3)?),
+        (ApiKey::OffsetCommit, 7, encode_body(&commit, 7)?),
+        (ApiKey::OffsetFetch, 7, encode_body(&fetch, 7)?),
+        (ApiKey::LeaveGroup, 3, encode_body(&leave, 3)?),
+        (
+            ApiKey::DescribeGroups,
+            4,
+            encode_body(
+                &DescribeGroupsRequest::default().with_groups(vec![group()]),
+                4,
+            )?,
+        ),
+        (
+            ApiKey::ListGroups,
+            4,
+            encode_body(
+                &ListGroupsRequest::default().with_states_filter(vec![text("Stable")]),
+                4,
+            )?,
+        ),
+        (
+            ApiKey::FindCoordinator,
+            3,
+            encode_body(
+                &FindCoordinatorRequest::default().with_key(text("fz-group")),
+                3,
+            )?,
+        ),
+    ])
 }
 
 /// A request body (without header) encoded at `version`.

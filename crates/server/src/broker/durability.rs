@@ -19,6 +19,9 @@ use crate::config::FlushPolicy;
 use crate::topics::Partition;
 use crate::{Broker, ServerError};
 
+/// How often group members' sessions and rebalance deadlines are checked.
+const GROUP_TICK: Duration = Duration::from_millis(100);
+
 impl Broker {
     /// Rebuilds every durable partition's producer state.
     pub(super) fn recover(&self) -> Result<(), ServerError> {
@@ -166,6 +169,7 @@ impl Broker {
         if expired > 0 {
             tracing::debug!(expired, "forgot idle producers");
         }
+
         if self.data.is_none() {
             return;
         }
@@ -205,8 +209,8 @@ impl Broker {
         }
     }
 
-    /// The periodic work, until the returned task is aborted: retention and expiry every
-    /// `maintenance_interval_ms`, and with `flush = "interval:<ms>"` a sync of every partition
+    /// The periodic work, until the returned task is aborted: group sessions and rebalance
+    /// deadlines every 100 ms; retention and expiry every `maintenance_interval_ms`, and with `flush = "interval:<ms>"` a sync of every partition
     /// each interval. Blocking file work runs on tokio's blocking threads.
     #[must_use]
     pub fn spawn_maintenance(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
@@ -221,8 +225,17 @@ impl Broker {
             let mut ticks = tokio::time::interval(flush.min(maintenance));
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             ticks.tick().await;
+            // Group sessions and rebalance deadlines are checked much more often.
+            let mut group_ticks = tokio::time::interval(GROUP_TICK);
+            group_ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                ticks.tick().await;
+                tokio::select! {
+                    _ = ticks.tick() => {}
+                    _ = group_ticks.tick() => {
+                        broker.groups.tick();
+                        continue;
+                    }
+                }
                 let due = last_maintenance.elapsed() >= maintenance;
                 if due {
                     last_maintenance = tokio::time::Instant::now();
@@ -238,6 +251,12 @@ impl Broker {
                 });
                 if let Err(error) = work.await {
                     tracing::error!(%error, "maintenance panicked");
+                }
+                if due {
+                    let groups = broker.groups.expire_offsets(now_millis()).await;
+                    if groups > 0 {
+                        tracing::info!(groups, "forgot idle groups and their committed offsets");
+                    }
                 }
             }
         })

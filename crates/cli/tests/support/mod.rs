@@ -1,0 +1,151 @@
+//! What the process-level tests share: a `minibroker serve` child process on known addresses,
+//! killed when dropped, and the Kafka-client scripts (the virtualenv scripts/kafka-clients set
+//! up).
+
+#![allow(dead_code)] // each test binary uses its own part of this
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_minibroker");
+
+/// A `minibroker serve` process, killed when dropped.
+pub struct ServeProcess {
+    child: Child,
+    /// The native listener.
+    pub addr: String,
+    /// The Kafka listener.
+    pub kafka_addr: String,
+    /// What it logged (stderr, at info), for assertions on what it did.
+    log: PathBuf,
+}
+
+/// `minibroker serve` on `listen` and `kafka_listen`, logging at info.
+pub fn serve_command(listen: &str, kafka_listen: &str) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .args(["serve", "--listen", listen, "--kafka-listen", kafka_listen])
+        .env("RUST_LOG", "info");
+    command
+}
+
+impl ServeProcess {
+    /// Spawns `command` (a `serve` command line) and waits until both listeners are bound.
+    pub fn spawn(command: &mut Command) -> Self {
+        let log = std::env::temp_dir().join(format!("minibroker-serve-{}.log", unique()));
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("start minibroker serve");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = |prefix: &str| {
+            let mut text = String::new();
+            stdout.read_line(&mut text).expect("read a line");
+            text.trim()
+                .strip_prefix(prefix)
+                .unwrap_or_else(|| panic!("expected {prefix:?}, got {text:?}"))
+                .to_owned()
+        };
+        let addr = line("listening on ");
+        let kafka_addr = line("kafka listening on ");
+        // Keep reading (and dropping) its output so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in stdout.lines() {});
+        Self {
+            child,
+            addr,
+            kafka_addr,
+            log,
+        }
+    }
+
+    /// SIGKILL: no drain, no sync, no snapshot.
+    pub fn kill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reap");
+    }
+
+    /// SIGTERM, and wait for the clean exit.
+    pub fn terminate(mut self) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(sent.success());
+        assert!(self.child.wait().expect("exit").success());
+    }
+
+    /// Everything it logged so far.
+    pub fn logged(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Runs `minibroker ARGS[0] --broker ADDR ARGS[1..]`; returns its stdout, failing on a
+    /// failure.
+    pub fn run(&self, args: &[&str]) -> String {
+        let mut full: Vec<&str> = vec![args[0], "--broker", &self.addr];
+        full.extend_from_slice(&args[1..]);
+        let output = Command::new(BIN).args(&full).output().expect("run");
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    }
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// A name no other test of this run uses.
+pub fn unique() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A loopback address nobody listens on right now.
+pub fn free_addr() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
+/// The virtualenv python with the Kafka clients.
+pub fn kafka_python() -> String {
+    std::env::var("MINIBROKER_KAFKA_PYTHON").expect(
+        "MINIBROKER_KAFKA_PYTHON is not set: run ./scripts/test, which installs the Kafka clients \
+         (scripts/kafka-clients) and sets it",
+    )
+}
+
+/// A `tests/kafka/SCRIPT` command with `args`.
+pub fn kafka_script(script: &str, args: &[&str]) -> Command {
+    let path = format!("{}/../../tests/kafka/{script}", env!("CARGO_MANIFEST_DIR"));
+    let mut command = Command::new(kafka_python());
+    command.arg(path).args(args);
+    command
+}
+
+/// The JSON summary a Kafka-client script printed last, asserting that it succeeded.
+pub fn summary_of(output: &std::process::Output, what: &str) -> serde_json::Value {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{what} failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().expect("a summary line")).expect("json");
+    assert_eq!(summary["ok"], true, "{summary}");
+    summary
+}

@@ -1,0 +1,397 @@
+//! The consumer-group APIs: FindCoordinator (always this broker), JoinGroup, SyncGroup,
+//! Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups and
+//! DeleteGroups, translated onto the broker core's group coordinator.
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponsePartition, OffsetFetchResponseTopic,
+};
+use kafka_protocol::messages::{
+    BrokerId, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
+    DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
+    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest,
+    SyncGroupResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use minibroker_server::groups::{GroupError, JoinRequest};
+use std::time::Duration;
+
+use crate::KafkaFrontEnd;
+
+/// FindCoordinator's key type for a consumer group (1 is a transactional id).
+const GROUP_KEY: i8 = 0;
+
+/// Kafka's code for a group refusal.
+fn group_code(error: &GroupError) -> i16 {
+    match error {
+        GroupError::MemberIdRequired(_) => ResponseError::MemberIdRequired,
+        GroupError::UnknownMemberId => ResponseError::UnknownMemberId,
+        GroupError::IllegalGeneration => ResponseError::IllegalGeneration,
+        GroupError::RebalanceInProgress => ResponseError::RebalanceInProgress,
+        GroupError::InconsistentGroupProtocol => ResponseError::InconsistentGroupProtocol,
+        GroupError::InvalidSessionTimeout { .. } => ResponseError::InvalidSessionTimeout,
+        GroupError::InvalidGroupId => ResponseError::InvalidGroupId,
+        GroupError::NonEmptyGroup => ResponseError::NonEmptyGroup,
+        GroupError::GroupIdNotFound => ResponseError::GroupIdNotFound,
+        // Retriable: the client commits again.
+        GroupError::Storage(_) => ResponseError::CoordinatorNotAvailable,
+        GroupError::GroupFull(_) => ResponseError::GroupMaxSizeReached,
+        // Not retriable, like a full store.
+        GroupError::TooManyGroups(_) => ResponseError::PolicyViolation,
+    }
+    .code()
+}
+
+fn code_or_none(result: &Result<(), GroupError>) -> i16 {
+    result.as_ref().err().map_or(0, group_code)
+}
+
+fn text(value: &str) -> StrBytes {
+    StrBytes::from_string(value.to_owned())
+}
+
+impl KafkaFrontEnd {
+    pub(crate) fn find_coordinator(
+        &self,
+        request: FindCoordinatorRequest,
+    ) -> FindCoordinatorResponse {
+        let response = FindCoordinatorResponse::default();
+        if request.key_type != GROUP_KEY {
+            return response
+                .with_error_code(ResponseError::CoordinatorNotAvailable.code())
+                .with_error_message(Some(text("transactions are not supported by this broker")))
+                .with_node_id(BrokerId(-1))
+                .with_port(-1);
+        }
+        response
+            .with_node_id(BrokerId(self.config.node_id))
+            .with_host(text(&self.config.advertised_host))
+            .with_port(self.config.advertised_port)
+    }
+
+    pub(crate) async fn join_group(
+        &self,
+        request: JoinGroupRequest,
+        version: i16,
+        client_id: &str,
+    ) -> JoinGroupResponse {
+        let session = Duration::from_millis(u64::try_from(request.session_timeout_ms).unwrap_or(0));
+        let rebalance = if version >= 1 {
+            Duration::from_millis(u64::try_from(request.rebalance_timeout_ms).unwrap_or(0))
+        } else {
+            session
+        };
+        let join = JoinRequest {
+            group_id: request.group_id.0.to_string(),
+            member_id: request.member_id.to_string(),
+            group_instance_id: request.group_instance_id.map(|id| id.to_string()),
+            client_id: client_id.to_owned(),
+            client_host: String::new(),
+            session_timeout: session,
+            rebalance_timeout: rebalance,
+            protocol_type: request.protocol_type.to_string(),
+            protocols: request
+                .protocols
+                .into_iter()
+                .map(|p| (p.name.to_string(), p.metadata))
+                .collect(),
+            require_known_member: version >= 4,
+        };
+        let failed = |code: i16, member_id: &str| {
+            JoinGroupResponse::default()
+                .with_error_code(code)
+                .with_generation_id(-1)
+                .with_member_id(text(member_id))
+        };
+        match self.broker.groups().join(join).await {
+            Ok(joined) => {
+                let members = joined
+                    .members
+                    .into_iter()
+                    .map(|(id, instance, metadata)| {
+                        JoinGroupResponseMember::default()
+                            .with_member_id(text(&id))
+                            .with_group_instance_id(instance.map(|i| text(&i)))
+                            .with_metadata(metadata)
+                    })
+                    .collect();
+                let response = JoinGroupResponse::default()
+                    .with_generation_id(joined.generation)
+                    .with_protocol_name(Some(text(&joined.protocol)))
+                    .with_leader(text(&joined.leader))
+                    .with_member_id(text(&joined.member_id))
+                    .with_members(members);
+                if version >= 7 {
+                    response.with_protocol_type(Some(text(&joined.protocol_type)))
+                } else {
+                    response
+                }
+            }
+            Err(GroupError::MemberIdRequired(id)) => {
+                failed(ResponseError::MemberIdRequired.code(), &id)
+            }
+            Err(error) => failed(group_code(&error), &request.member_id),
+        }
+    }
+
+    pub(crate) async fn sync_group(&self, request: SyncGroupRequest) -> SyncGroupResponse {
+        let assignments = request
+            .assignments
+            .into_iter()
+            .map(|a| (a.member_id.to_string(), a.assignment))
+            .collect();
+        match self
+            .broker
+            .groups()
+            .sync(
+                &request.group_id.0,
+                request.generation_id,
+                &request.member_id,
+                assignments,
+            )
+            .await
+        {
+            Ok(assignment) => SyncGroupResponse::default().with_assignment(assignment),
+            Err(error) => SyncGroupResponse::default().with_error_code(group_code(&error)),
+        }
+    }
+
+    pub(crate) fn heartbeat(&self, request: HeartbeatRequest) -> HeartbeatResponse {
+        let result = self.broker.groups().heartbeat(
+            &request.group_id.0,
+            request.generation_id,
+            &request.member_id,
+        );
+        HeartbeatResponse::default().with_error_code(code_or_none(&result))
+    }
+
+    pub(crate) fn leave_group(
+        &self,
+        request: LeaveGroupRequest,
+        version: i16,
+    ) -> LeaveGroupResponse {
+        let members: Vec<String> = if version >= 3 {
+            request
+                .members
+                .iter()
+                .map(|m| m.member_id.to_string())
+                .collect()
+        } else {
+            vec![request.member_id.to_string()]
+        };
+        let results = self.broker.groups().leave(&request.group_id.0, &members);
+        if version >= 3 {
+            let answers = request
+                .members
+                .into_iter()
+                .zip(&results)
+                .map(|(member, result)| {
+                    MemberResponse::default()
+                        .with_member_id(member.member_id)
+                        .with_group_instance_id(member.group_instance_id)
+                        .with_error_code(code_or_none(result))
+                })
+                .collect();
+            LeaveGroupResponse::default().with_members(answers)
+        } else {
+            let code = results.first().map_or(0, code_or_none);
+            LeaveGroupResponse::default().with_error_code(code)
+        }
+    }
+
+    pub(crate) async fn offset_commit(&self, request: OffsetCommitRequest) -> OffsetCommitResponse {
+        // Partitions that do not exist are refused one by one; the rest are committed together.
+        let mut offsets = Vec::new();
+        let mut answers: Vec<(TopicName, Vec<(i32, i16)>)> = Vec::new();
+        for topic in &request.topics {
+            let mut partitions = Vec::new();
+            for partition in &topic.partitions {
+                let exists = u32::try_from(partition.partition_index)
+                    .ok()
+                    .is_some_and(|index| self.broker.offsets(&topic.name, index).is_ok());
+                if exists {
+                    offsets.push((
+                        topic.name.0.to_string(),
+                        partition.partition_index,
+                        partition.committed_offset,
+                        partition.committed_metadata.as_ref().map(|m| m.to_string()),
+                    ));
+                    partitions.push((partition.partition_index, 0));
+                } else {
+                    let code = ResponseError::UnknownTopicOrPartition.code();
+                    partitions.push((partition.partition_index, code));
+                }
+            }
+            answers.push((topic.name.clone(), partitions));
+        }
+        let result = self
+            .broker
+            .groups()
+            .commit(
+                &request.group_id.0,
+                request.generation_id_or_member_epoch,
+                &request.member_id,
+                offsets,
+            )
+            .await;
+        let group_error = code_or_none(&result);
+        let topics = answers
+            .into_iter()
+            .map(|(name, partitions)| {
+                let partitions = partitions
+                    .into_iter()
+                    .map(|(index, code)| {
+                        OffsetCommitResponsePartition::default()
+                            .with_partition_index(index)
+                            .with_error_code(if code == 0 { group_error } else { code })
+                    })
+                    .collect();
+                OffsetCommitResponseTopic::default()
+                    .with_name(name)
+                    .with_partitions(partitions)
+            })
+            .collect();
+        OffsetCommitResponse::default().with_topics(topics)
+    }
+
+    pub(crate) fn offset_fetch(
+        &self,
+        request: OffsetFetchRequest,
+        version: i16,
+    ) -> OffsetFetchResponse {
+        let group = request.group_id.0.to_string();
+        let wanted: Option<Vec<(String, i32)>> = request.topics.as_ref().map(|topics| {
+            topics
+                .iter()
+                .flat_map(|t| {
+                    t.partition_indexes
+                        .iter()
+                        .map(|p| (t.name.0.to_string(), *p))
+                })
+                .collect()
+        });
+        let committed = self.broker.groups().committed(&group, wanted.as_deref());
+        let mut topics: Vec<OffsetFetchResponseTopic> = Vec::new();
+        let mut answer = |topic: &str, partition: OffsetFetchResponsePartition| match topics
+            .iter_mut()
+            .find(|t| t.name.0.as_str() == topic)
+        {
+            Some(found) => found.partitions.push(partition),
+            None => topics.push(
+                OffsetFetchResponseTopic::default()
+                    .with_name(TopicName(text(topic)))
+                    .with_partitions(vec![partition]),
+            ),
+        };
+        let entry = |index: i32, offset: i64, metadata: Option<String>| {
+            OffsetFetchResponsePartition::default()
+                .with_partition_index(index)
+                .with_committed_offset(offset)
+                .with_committed_leader_epoch(-1)
+                .with_metadata(Some(text(metadata.as_deref().unwrap_or(""))))
+        };
+        match wanted {
+            // Every partition asked for, with -1 where nothing is committed.
+            Some(wanted) => {
+                for (topic, index) in wanted {
+                    let found = committed
+                        .iter()
+                        .find(|(key, _)| key.0 == topic && key.1 == index);
+                    let partition = match found {
+                        Some((_, c)) => entry(index, c.offset, c.metadata.clone()),
+                        None => entry(index, -1, None),
+                    };
+                    answer(&topic, partition);
+                }
+            }
+            None => {
+                for ((topic, index), c) in committed {
+                    answer(&topic, entry(index, c.offset, c.metadata));
+                }
+            }
+        }
+        let response = OffsetFetchResponse::default().with_topics(topics);
+        if version >= 2 {
+            response.with_error_code(0)
+        } else {
+            response
+        }
+    }
+
+    pub(crate) fn list_groups(&self, request: ListGroupsRequest) -> ListGroupsResponse {
+        let wanted: Vec<String> = request
+            .states_filter
+            .iter()
+            .map(|s| s.to_lowercase())
+            .collect();
+        let groups = self
+            .broker
+            .groups()
+            .list()
+            .into_iter()
+            .filter(|(_, _, state)| {
+                wanted.is_empty() || wanted.contains(&state.to_string().to_lowercase())
+            })
+            .map(|(id, protocol_type, state)| {
+                ListedGroup::default()
+                    .with_group_id(GroupId(text(&id)))
+                    .with_protocol_type(text(&protocol_type))
+                    .with_group_state(text(&state.to_string()))
+            })
+            .collect();
+        ListGroupsResponse::default().with_groups(groups)
+    }
+
+    pub(crate) fn describe_groups(&self, request: DescribeGroupsRequest) -> DescribeGroupsResponse {
+        let groups = request
+            .groups
+            .into_iter()
+            .map(|group_id| {
+                let described = self.broker.groups().describe(&group_id.0);
+                let members = described
+                    .members
+                    .into_iter()
+                    .map(|m| {
+                        DescribedGroupMember::default()
+                            .with_member_id(text(&m.member_id))
+                            .with_group_instance_id(m.group_instance_id.map(|i| text(&i)))
+                            .with_client_id(text(&m.client_id))
+                            .with_client_host(text(&m.client_host))
+                            .with_member_metadata(m.metadata)
+                            .with_member_assignment(m.assignment)
+                    })
+                    .collect();
+                DescribedGroup::default()
+                    .with_group_id(group_id)
+                    .with_group_state(text(&described.state.to_string()))
+                    .with_protocol_type(text(&described.protocol_type))
+                    .with_protocol_data(text(&described.protocol))
+                    .with_members(members)
+            })
+            .collect();
+        DescribeGroupsResponse::default().with_groups(groups)
+    }
+
+    pub(crate) async fn delete_groups(&self, request: DeleteGroupsRequest) -> DeleteGroupsResponse {
+        let mut results = Vec::new();
+        for group_id in request.groups_names {
+            let result = self.broker.groups().delete(&group_id.0).await;
+            results.push(
+                DeletableGroupResult::default()
+                    .with_group_id(group_id)
+                    .with_error_code(code_or_none(&result)),
+            );
+        }
+        DeleteGroupsResponse::default().with_results(results)
+    }
+}

@@ -1,0 +1,273 @@
+//! The group coordinator on its own: the classic protocol's joins, syncs, heartbeats, leaves,
+//! session expiry, commits and deletes, with every refusal it answers, and committed offsets
+//! that survive a crash of a durable broker's disk.
+
+use bytes::Bytes;
+use minibroker_log::sim::SimStorage;
+use minibroker_server::groups::{GroupCoordinator, GroupError, GroupState, JoinRequest, Joined};
+use minibroker_server::{Broker, Config};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn config() -> Config {
+    Config {
+        group_min_session_timeout_ms: 1,
+        max_group_members: 3,
+        ..Config::default()
+    }
+}
+
+fn coordinator() -> Arc<GroupCoordinator> {
+    Arc::new(GroupCoordinator::new(&config(), None).unwrap())
+}
+
+fn request(member_id: &str, session_ms: u64) -> JoinRequest {
+    JoinRequest {
+        group_id: "g".into(),
+        member_id: member_id.into(),
+        group_instance_id: None,
+        client_id: "test".into(),
+        client_host: String::new(),
+        session_timeout: Duration::from_millis(session_ms),
+        rebalance_timeout: Duration::from_secs(5),
+        protocol_type: "consumer".into(),
+        protocols: vec![("range".into(), Bytes::from_static(b"subscription"))],
+        require_known_member: true,
+    }
+}
+
+/// A first join: MEMBER_ID_REQUIRED with an id, then the join with it.
+async fn join_new(groups: &GroupCoordinator, session_ms: u64) -> Joined {
+    let Err(GroupError::MemberIdRequired(id)) = groups.join(request("", session_ms)).await else {
+        panic!("a first join must be asked for its member id");
+    };
+    groups.join(request(&id, session_ms)).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_lone_member_is_leader_of_generation_one_and_gets_its_own_assignment() {
+    let groups = coordinator();
+    let joined = join_new(&groups, 10_000).await;
+    assert_eq!(joined.generation, 1);
+    assert_eq!(joined.leader, joined.member_id);
+    assert_eq!(joined.protocol, "range");
+    assert_eq!(joined.members.len(), 1);
+    let mine = groups
+        .sync(
+            "g",
+            1,
+            &joined.member_id,
+            vec![(joined.member_id.clone(), Bytes::from_static(b"all"))],
+        )
+        .await
+        .unwrap();
+    assert_eq!(mine, Bytes::from_static(b"all"));
+    assert_eq!(groups.describe("g").state, GroupState::Stable);
+    groups.heartbeat("g", 1, &joined.member_id).unwrap();
+    assert_eq!(
+        groups.heartbeat("g", 2, &joined.member_id),
+        Err(GroupError::IllegalGeneration)
+    );
+    assert_eq!(
+        groups.heartbeat("g", 1, "stranger"),
+        Err(GroupError::UnknownMemberId)
+    );
+    assert_eq!(
+        groups.join(request("never-issued", 10_000)).await,
+        Err(GroupError::UnknownMemberId)
+    );
+}
+
+#[tokio::test]
+async fn a_second_member_triggers_a_rebalance_and_the_leader_assigns_both() {
+    let groups = coordinator();
+    let first = join_new(&groups, 10_000).await;
+    groups
+        .sync("g", 1, &first.member_id, Vec::new())
+        .await
+        .unwrap();
+    let Err(GroupError::MemberIdRequired(second_id)) = groups.join(request("", 10_000)).await
+    else {
+        panic!()
+    };
+    let joining = {
+        let groups = Arc::clone(&groups);
+        let id = second_id.clone();
+        tokio::spawn(async move { groups.join(request(&id, 10_000)).await })
+    };
+    // The first member hears of the rebalance from its heartbeat and joins again.
+    let mut told = false;
+    for _ in 0..100 {
+        if groups.heartbeat("g", 1, &first.member_id) == Err(GroupError::RebalanceInProgress) {
+            told = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(told);
+    let first_again = groups
+        .join(request(&first.member_id, 10_000))
+        .await
+        .unwrap();
+    let second = joining.await.unwrap().unwrap();
+    assert_eq!((first_again.generation, second.generation), (2, 2));
+    let (leader, follower) = if first_again.leader == first_again.member_id {
+        (first_again, second)
+    } else {
+        (second, first_again)
+    };
+    assert_eq!(leader.members.len(), 2);
+    assert!(follower.members.is_empty());
+    // The follower's sync waits for the leader's assignment.
+    let waiting = {
+        let groups = Arc::clone(&groups);
+        let id = follower.member_id.clone();
+        tokio::spawn(async move { groups.sync("g", 2, &id, Vec::new()).await })
+    };
+    let plan = vec![
+        (leader.member_id.clone(), Bytes::from_static(b"0,1,2")),
+        (follower.member_id.clone(), Bytes::from_static(b"3,4,5")),
+    ];
+    let mine = groups.sync("g", 2, &leader.member_id, plan).await.unwrap();
+    assert_eq!(mine, Bytes::from_static(b"0,1,2"));
+    assert_eq!(
+        waiting.await.unwrap().unwrap(),
+        Bytes::from_static(b"3,4,5")
+    );
+    // The follower leaves; the leader is told to rejoin and is alone in generation 3.
+    assert_eq!(
+        groups.leave("g", &[follower.member_id.clone()]),
+        vec![Ok(())]
+    );
+    assert_eq!(
+        groups.heartbeat("g", 2, &leader.member_id),
+        Err(GroupError::RebalanceInProgress)
+    );
+    let alone = groups
+        .join(request(&leader.member_id, 10_000))
+        .await
+        .unwrap();
+    assert_eq!((alone.generation, alone.members.len()), (3, 1));
+}
+
+#[tokio::test]
+async fn a_silent_member_is_removed_when_its_session_expires() {
+    let groups = coordinator();
+    let member = join_new(&groups, 50).await;
+    groups
+        .sync("g", 1, &member.member_id, Vec::new())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    groups.tick();
+    let described = groups.describe("g");
+    assert_eq!(described.state, GroupState::Empty);
+    assert!(described.members.is_empty());
+    assert_eq!(
+        groups.heartbeat("g", 1, &member.member_id),
+        Err(GroupError::UnknownMemberId)
+    );
+}
+
+#[tokio::test]
+async fn commits_are_checked_against_the_generation_and_the_member() {
+    let groups = coordinator();
+    let member = join_new(&groups, 10_000).await;
+    let offsets = || vec![("t".to_owned(), 0, 42, Some("m".to_owned()))];
+    // Before the sync the group is completing its rebalance.
+    assert_eq!(
+        groups.commit("g", 1, &member.member_id, offsets()).await,
+        Err(GroupError::RebalanceInProgress)
+    );
+    groups
+        .sync("g", 1, &member.member_id, Vec::new())
+        .await
+        .unwrap();
+    assert_eq!(
+        groups.commit("g", 7, &member.member_id, offsets()).await,
+        Err(GroupError::IllegalGeneration)
+    );
+    assert_eq!(
+        groups.commit("g", 1, "stranger", offsets()).await,
+        Err(GroupError::UnknownMemberId)
+    );
+    // A consumer outside the generation may not commit while the group has members.
+    assert_eq!(
+        groups.commit("g", -1, "", offsets()).await,
+        Err(GroupError::IllegalGeneration)
+    );
+    groups
+        .commit("g", 1, &member.member_id, offsets())
+        .await
+        .unwrap();
+    let committed = groups.committed("g", None);
+    assert_eq!(committed.len(), 1);
+    assert_eq!(committed[0].1.offset, 42);
+    assert_eq!(committed[0].1.metadata.as_deref(), Some("m"));
+    // Deleting needs an empty group.
+    assert_eq!(groups.delete("g").await, Err(GroupError::NonEmptyGroup));
+    groups.leave("g", &[member.member_id.clone()]);
+    groups.commit("g", -1, "", offsets()).await.unwrap();
+    groups.delete("g").await.unwrap();
+    assert_eq!(groups.delete("g").await, Err(GroupError::GroupIdNotFound));
+    assert!(groups.committed("g", None).is_empty());
+}
+
+#[tokio::test]
+async fn groups_and_members_are_bounded() {
+    let groups = coordinator();
+    for _ in 0..3 {
+        let Err(GroupError::MemberIdRequired(id)) = groups.join(request("", 10_000)).await else {
+            panic!()
+        };
+        // Joins from new members wait for the others: do not wait here.
+        let groups = Arc::clone(&groups);
+        tokio::spawn(async move { groups.join(request(&id, 10_000)).await });
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A fourth is refused at once, before it is even given a member id.
+    assert_eq!(
+        groups.join(request("", 10_000)).await,
+        Err(GroupError::GroupFull(3))
+    );
+    let few = GroupCoordinator::new(
+        &Config {
+            max_groups: 1,
+            ..config()
+        },
+        None,
+    )
+    .unwrap();
+    few.commit("one", -1, "", vec![("t".into(), 0, 1, None)])
+        .await
+        .unwrap();
+    assert_eq!(
+        few.commit("two", -1, "", vec![("t".into(), 0, 1, None)])
+            .await,
+        Err(GroupError::TooManyGroups(1))
+    );
+}
+
+#[tokio::test]
+async fn committed_offsets_survive_a_crash_of_a_durable_broker() {
+    let storage = SimStorage::new();
+    let config = Config {
+        data_dir: Some("/data".into()),
+        ..config()
+    };
+    let broker = Broker::with_storage(&config, Arc::new(storage.clone())).unwrap();
+    broker
+        .groups()
+        .commit("g", -1, "", vec![("t".into(), 3, 99, Some("meta".into()))])
+        .await
+        .unwrap();
+    drop(broker);
+    // Only what was synced survives: the commit was on disk before it was answered.
+    let restarted = Broker::with_storage(&config, Arc::new(storage.crash(1))).unwrap();
+    let committed = restarted
+        .groups()
+        .committed("g", Some(&[("t".to_owned(), 3)]));
+    assert_eq!(committed.len(), 1);
+    assert_eq!(committed[0].1.offset, 99);
+    assert_eq!(committed[0].1.metadata.as_deref(), Some("meta"));
+}
