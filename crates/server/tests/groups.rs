@@ -136,7 +136,7 @@ async fn a_second_member_triggers_a_rebalance_and_the_leader_assigns_both() {
     );
     // The follower leaves; the leader is told to rejoin and is alone in generation 3.
     assert_eq!(
-        groups.leave("g", &[follower.member_id.clone()]),
+        groups.leave("g", std::slice::from_ref(&follower.member_id)),
         vec![Ok(())]
     );
     assert_eq!(
@@ -206,7 +206,7 @@ async fn commits_are_checked_against_the_generation_and_the_member() {
     assert_eq!(committed[0].1.metadata.as_deref(), Some("m"));
     // Deleting needs an empty group.
     assert_eq!(groups.delete("g").await, Err(GroupError::NonEmptyGroup));
-    groups.leave("g", &[member.member_id.clone()]);
+    groups.leave("g", std::slice::from_ref(&member.member_id));
     groups.commit("g", -1, "", offsets()).await.unwrap();
     groups.delete("g").await.unwrap();
     assert_eq!(groups.delete("g").await, Err(GroupError::GroupIdNotFound));
