@@ -13,6 +13,7 @@ mod bench;
 mod consume;
 mod demo;
 mod faults;
+mod groups;
 mod produce;
 mod proxy;
 mod send;
@@ -46,6 +47,8 @@ enum Command {
     Proxy(proxy::Args),
     /// Read a topic back and check that exactly-once held.
     Verify(verify::Args),
+    /// List consumer groups, or describe one: members, assignments, committed offsets, lag.
+    Groups(groups::Args),
     /// Watch exactly-once survive a faulty network: broker, flaky proxy, producers, verifier.
     Demo(demo::Args),
     /// Measure produce throughput and latency (against a do-nothing baseline in the same run), or
@@ -89,6 +92,7 @@ fn run(cli: Cli) -> Result<()> {
             Command::DescribeProducers(args) => admin::describe_producers(args).await,
             Command::Proxy(args) => proxy::run(args).await,
             Command::Verify(args) => verify::run(args).await,
+            Command::Groups(args) => groups::run(args).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Bench(args) => bench::run(args).await,
         }

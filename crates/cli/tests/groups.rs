@@ -51,6 +51,58 @@ fn a_new_member_resumes_at_the_committed_offsets() {
     assert_eq!(summary["before_commit"], 50, "{summary}");
     assert_eq!(summary["after_resume"], 70, "{summary}");
     assert_eq!(summary["reread"], 0, "{summary}");
+    // `minibroker groups` sees the group, its committed offsets and the lag behind them: the
+    // first member read 50 records of partition 0 (of 60) and committed; the second read the
+    // rest but did not commit. Partitions without a commit and without an owner have no lag.
+    let listed = cli_json(&["groups", "--kafka", &server.kafka_addr, "--json"]);
+    assert!(
+        listed["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["group"] == "resume" && g["state"] == "Empty"),
+        "{listed}"
+    );
+    let described = cli_json(&[
+        "groups",
+        "--kafka",
+        &server.kafka_addr,
+        "--describe",
+        "resume",
+        "--json",
+    ]);
+    let partitions = described["partitions"].as_array().unwrap();
+    let sum = |field: &str| {
+        partitions
+            .iter()
+            .map(|p| p[field].as_i64().unwrap_or(0))
+            .sum::<i64>()
+    };
+    assert_eq!(sum("committed"), 50, "{described}");
+    assert_eq!(sum("lag"), sum("end") - 50, "{described}");
+    assert!(sum("lag") > 0, "{described}");
+    let text = cli_text(&[
+        "groups",
+        "--kafka",
+        &server.kafka_addr,
+        "--describe",
+        "resume",
+    ]);
+    assert!(text.contains("LAG") && text.contains("resumed"), "{text}");
+}
+
+fn cli_text(args: &[&str]) -> String {
+    let output = Command::new(BIN).args(args).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn cli_json(args: &[&str]) -> serde_json::Value {
+    serde_json::from_str(&cli_text(args)).unwrap()
 }
 
 #[test]
@@ -173,6 +225,16 @@ fn a_read_process_write_pipeline_through_a_faulty_network_loses_nothing_and_adds
     // consumer handed out: no duplicate from the producer's retries across the resets.
     assert_eq!(summary["source"], 300, "{summary}");
     assert_eq!(summary["written"], summary["handed_out"], "{summary}");
-    let _ = proxy.kill();
-    let _ = proxy.wait();
+    // The network did reset connections under the clients.
+    let pid = proxy.id().to_string();
+    Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    proxy.wait().unwrap();
+    let mut faults = String::new();
+    std::io::Read::read_to_string(&mut proxy_out, &mut faults).unwrap();
+    let resets: u64 = faults
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("resets="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no fault summary in {faults:?}"));
+    assert!(resets > 0, "{faults}");
 }

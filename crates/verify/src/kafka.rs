@@ -52,13 +52,33 @@ pub enum KafkaReadError {
     Records(#[from] minibroker_records::RecordsError),
 }
 
-struct Connection {
+/// One connection to a Kafka listener, for request-and-answer use (the verifier's reads, and
+/// `minibroker groups`).
+pub struct KafkaConnection {
     addr: String,
     stream: TcpStream,
     next_correlation_id: i32,
 }
 
-impl Connection {
+impl KafkaConnection {
+    /// Connects to `addr`.
+    ///
+    /// # Errors
+    /// [`KafkaReadError::Io`] if it cannot.
+    pub async fn connect(addr: &str) -> Result<Self, KafkaReadError> {
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|source| KafkaReadError::Io {
+                addr: addr.to_owned(),
+                source,
+            })?;
+        Ok(Self {
+            addr: addr.to_owned(),
+            stream,
+            next_correlation_id: 1,
+        })
+    }
+
     fn io(&self, source: std::io::Error) -> KafkaReadError {
         KafkaReadError::Io {
             addr: self.addr.clone(),
@@ -66,7 +86,11 @@ impl Connection {
         }
     }
 
-    async fn call<Q: Encodable, A: Decodable>(
+    /// Sends `request` as `api` at `version` and decodes the answer.
+    ///
+    /// # Errors
+    /// Connection and protocol failures.
+    pub async fn call<Q: Encodable, A: Decodable>(
         &mut self,
         api: ApiKey,
         version: i16,
@@ -126,17 +150,7 @@ pub async fn read_topic_kafka(
     addr: &str,
     topic: &str,
 ) -> Result<Vec<PartitionLog>, KafkaReadError> {
-    let stream = TcpStream::connect(addr)
-        .await
-        .map_err(|source| KafkaReadError::Io {
-            addr: addr.to_owned(),
-            source,
-        })?;
-    let mut conn = Connection {
-        addr: addr.to_owned(),
-        stream,
-        next_correlation_id: 1,
-    };
+    let mut conn = KafkaConnection::connect(addr).await?;
     let metadata = MetadataRequest::default()
         .with_topics(Some(vec![
             MetadataRequestTopic::default().with_name(Some(topic_name(topic))),
@@ -165,7 +179,7 @@ pub async fn read_topic_kafka(
 }
 
 async fn read_partition(
-    conn: &mut Connection,
+    conn: &mut KafkaConnection,
     topic: &str,
     partition: i32,
 ) -> Result<PartitionLog, KafkaReadError> {
