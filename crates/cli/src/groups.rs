@@ -61,7 +61,7 @@ async fn list(conn: &mut KafkaConnection, json_out: bool) -> Result<()> {
         println!("{}", json!({ "groups": groups }));
         return Ok(());
     }
-    println!("{:<32} {:<20} {}", "GROUP", "STATE", "PROTOCOL TYPE");
+    println!("{:<32} {:<20} PROTOCOL TYPE", "GROUP", "STATE");
     for g in &answer.groups {
         println!(
             "{:<32} {:<20} {}",
