@@ -2,7 +2,7 @@
 
 Each command prints one JSON summary line and exits non-zero on any failure:
 
-    python groups.py split BOOTSTRAP TOPIC           two confluent consumers share 6 partitions
+    python groups.py split BOOTSTRAP TOPIC [STRATEGY]  two confluent consumers share 6 partitions
     python groups.py resume BOOTSTRAP TOPIC          commit, close, a new member resumes there
     python groups.py member BOOTSTRAP TOPIC GROUP    a member that polls until it is killed
     python groups.py survivor BOOTSTRAP TOPIC GROUP  waits for a killed member's partitions
@@ -75,16 +75,18 @@ def group_consumer(bootstrap, group, **extra):
 class Member:
     """A confluent consumer in its own thread, recording its assignment and what it read."""
 
-    def __init__(self, bootstrap, topic, group):
-        self.consumer = group_consumer(bootstrap, group)
+    def __init__(self, bootstrap, topic, group, strategy="range"):
+        self.consumer = group_consumer(bootstrap, group,
+                                       **{"partition.assignment.strategy": strategy})
         self.assigned = set()
         self.read = []
         self.stop = threading.Event()
         self.lock = threading.Lock()
 
+        # Eager strategies assign and revoke everything; cooperative-sticky only what moves.
         def on_assign(consumer, partitions):
             with self.lock:
-                self.assigned = {p.partition for p in partitions}
+                self.assigned |= {p.partition for p in partitions}
 
         def on_revoke(consumer, partitions):
             # Commit what was read before giving partitions up, so the next owner goes on
@@ -94,7 +96,7 @@ class Member:
             except Exception:  # nothing read yet: nothing to commit
                 pass
             with self.lock:
-                self.assigned = set()
+                self.assigned -= {p.partition for p in partitions}
 
         self.consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -128,9 +130,9 @@ def wait_for(condition, timeout):
     return False
 
 
-def run_split(bootstrap, topic):
-    a = Member(bootstrap, topic, "split")
-    b = Member(bootstrap, topic, "split")
+def run_split(bootstrap, topic, strategy):
+    a = Member(bootstrap, topic, f"split-{strategy}", strategy)
+    b = Member(bootstrap, topic, f"split-{strategy}", strategy)
     everything = set(range(PARTITIONS))
 
     def balanced():
@@ -155,7 +157,7 @@ def run_split(bootstrap, topic):
     after = [v for _, _, v in b.snapshot()[1] if "-more-" in v]
     b.close()
     ok = exactly_once and took_over and sorted(after) == sorted(more)
-    done({"split": split, "read": len(read), "exactly_once": exactly_once,
+    done({"strategy": strategy, "split": split, "read": len(read), "exactly_once": exactly_once,
           "took_over": took_over, "after_leave": len(after)}, ok)
 
 
@@ -364,7 +366,7 @@ def main():
     if command == "pipeline":
         ensure_topic(bootstrap, rest[0], 1)
     if command == "split":
-        run_split(bootstrap, topic)
+        run_split(bootstrap, topic, rest[0] if rest else "range")
     elif command == "resume":
         run_resume(bootstrap, topic)
     elif command == "member":

@@ -34,13 +34,17 @@ fn groups(script_args: &[&str]) -> serde_json::Value {
 fn two_confluent_consumers_split_six_partitions_and_one_takes_over_when_the_other_leaves() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path(), &[]);
-    let summary = groups(&["split", &server.kafka_addr, "shared"]);
-    assert_eq!(summary["read"], 600, "{summary}");
-    assert_eq!(summary["exactly_once"], true, "{summary}");
-    assert_eq!(summary["took_over"], true, "{summary}");
-    // The split was disjoint and whole (checked by the script), three and three with range.
-    let split = summary["split"].as_array().unwrap();
-    assert_eq!(split[0].as_array().unwrap().len(), 3, "{summary}");
+    // The assignment is the leader client's: each strategy is relayed as it is.
+    for strategy in ["range", "roundrobin", "cooperative-sticky"] {
+        let topic = format!("shared-{strategy}");
+        let summary = groups(&["split", &server.kafka_addr, &topic, strategy]);
+        assert_eq!(summary["read"], 600, "{summary}");
+        assert_eq!(summary["exactly_once"], true, "{summary}");
+        assert_eq!(summary["took_over"], true, "{summary}");
+        // The split was disjoint and whole (checked by the script), three and three.
+        let split = summary["split"].as_array().unwrap();
+        assert_eq!(split[0].as_array().unwrap().len(), 3, "{summary}");
+    }
 }
 
 #[test]
