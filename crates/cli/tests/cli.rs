@@ -1,52 +1,28 @@
 //! The `minibroker` binary against a live broker on 127.0.0.1:0: output formats, exit codes, and
 //! a clean exit on SIGTERM.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Output, Stdio};
+mod support;
 
-const BIN: &str = env!("CARGO_BIN_EXE_minibroker");
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use support::{BIN, ServeProcess, kafka_script, serve_command, start_proxy, summary_of};
 
-/// A `minibroker serve` process, killed when dropped.
-struct Server {
-    child: Child,
-    /// The native listener.
-    addr: String,
-    /// The Kafka listener.
-    kafka_addr: String,
+/// A `minibroker serve` process on free loopback ports, killed when dropped.
+struct Server(ServeProcess);
+
+impl std::ops::Deref for Server {
+    type Target = ServeProcess;
+
+    fn deref(&self) -> &ServeProcess {
+        &self.0
+    }
 }
 
 impl Server {
     fn start(extra: &[&str]) -> Self {
-        let mut child = Command::new(BIN)
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--kafka-listen",
-                "127.0.0.1:0",
-            ])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start minibroker serve");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = |prefix: &str| {
-            let mut text = String::new();
-            stdout.read_line(&mut text).expect("read a line");
-            text.trim()
-                .strip_prefix(prefix)
-                .unwrap_or_else(|| panic!("expected {prefix:?}, got {text:?}"))
-                .to_owned()
-        };
-        // The native address comes first, then the Kafka one.
-        let addr = line("listening on ");
-        let kafka_addr = line("kafka listening on ");
-        Self {
-            child,
-            addr,
-            kafka_addr,
-        }
+        Self(ServeProcess::spawn(
+            serve_command("127.0.0.1:0", "127.0.0.1:0").args(extra),
+        ))
     }
 
     fn run(&self, args: &[&str]) -> Output {
@@ -132,13 +108,6 @@ fn with_input(mut command: Command, input: &[u8]) -> Output {
         .write_all(input)
         .expect("write stdin");
     child.wait_with_output().expect("wait for it")
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 const SEED: [(&str, &str); 6] = [
@@ -387,16 +356,10 @@ fn init_producer_and_describe_producers() {
 
 #[test]
 fn sigterm_stops_the_broker_with_exit_code_zero() {
-    let mut server = Server::start(&[]);
+    let server = Server::start(&[]);
     server.send("0", "0", false);
-    let pid = server.child.id().to_string();
-    let killed = Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
-    assert!(killed.success());
-    let status = server.child.wait().expect("wait");
-    assert!(status.success(), "exit status {status}");
+    // Sends SIGTERM and asserts a zero exit status.
+    server.0.terminate();
 }
 
 #[test]
@@ -414,33 +377,12 @@ fn a_bad_config_file_is_reported() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Starts `minibroker proxy` in front of `upstream` with extra fault flags; returns the process
-/// and its address.
-fn start_proxy(upstream: &str, faults: &[&str]) -> (Child, String) {
-    let mut child = Command::new(BIN)
-        .args(["proxy", "--listen", "127.0.0.1:0", "--upstream", upstream])
-        .args(faults)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start proxy");
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut first)
-        .expect("read first line");
-    let addr = first
-        .trim()
-        .strip_prefix("listening on ")
-        .expect("address")
-        .to_owned();
-    (child, addr)
-}
-
 #[test]
 fn produce_through_a_lossy_proxy_then_verify_against_the_acks() {
     let server = Server::start(&[]);
     // Lose the second and fifth responses: two lost acks.
-    let (mut proxy, proxy_addr) = start_proxy(&server.addr, &["--drop-response-at", "2,5"]);
+    let (mut proxy, proxy_addr, _) =
+        start_proxy("127.0.0.1:0", &server.addr, &["--drop-response-at", "2,5"]);
     let dir = std::env::temp_dir().join(format!("minibroker-verify-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let acks = dir.join("acks.jsonl");
@@ -643,32 +585,12 @@ fn run_json(args: &[&str]) -> serde_json::Value {
 // Kafka compatibility, proven with real Kafka clients (installed by scripts/kafka-clients, which
 // ./scripts/test runs first): librdkafka through confluent-kafka and kcat, kafka-python, aiokafka.
 
-/// The virtualenv python with the Kafka clients.
-fn kafka_python() -> String {
-    std::env::var("MINIBROKER_KAFKA_PYTHON").expect(
-        "MINIBROKER_KAFKA_PYTHON is not set: run ./scripts/test, which installs the Kafka clients \
-         (scripts/kafka-clients) and sets it",
-    )
-}
-
 /// Runs `tests/kafka/clients.py` with `args`; returns its JSON summary, failing on a failure.
 fn kafka_client(args: &[&str]) -> serde_json::Value {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/kafka/clients.py");
-    let output = Command::new(kafka_python())
-        .arg(script)
-        .args(args)
+    let output = kafka_script("clients.py", args)
         .output()
         .expect("run the Kafka client script");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{args:?} failed: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let summary: serde_json::Value =
-        serde_json::from_str(stdout.lines().last().expect("a summary line")).expect("json");
-    assert_eq!(summary["ok"], true, "{summary}");
-    summary
+    summary_of(&output, &format!("clients.py {args:?}"))
 }
 
 fn kafka_round_trip(client: &str) {
@@ -855,23 +777,11 @@ fn librdkafka_through_a_faulty_network_stores_every_delivered_record_once() {
         .port();
     let proxy_addr = format!("127.0.0.1:{proxy_port}");
     let server = Server::start(&["--kafka-advertise", &proxy_addr]);
-    let mut proxy = Command::new(BIN)
-        .args([
-            "proxy",
-            "--listen",
-            &proxy_addr,
-            "--upstream",
-            &server.kafka_addr,
-        ])
-        .args(["--drop-response", "0.04", "--reset", "0.01", "--seed", "11"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start proxy");
-    let mut first = String::new();
-    BufReader::new(proxy.stdout.take().expect("stdout"))
-        .read_line(&mut first)
-        .expect("proxy address");
+    let (mut proxy, _, _) = start_proxy(
+        &proxy_addr,
+        &server.kafka_addr,
+        &["--drop-response", "0.04", "--reset", "0.01", "--seed", "11"],
+    );
     let summary = kafka_client(&["lossy", &proxy_addr, "lossy", "3000"]);
     assert_eq!(summary["delivered"], 3000);
     let _ = proxy.kill();

@@ -8,7 +8,7 @@ mod support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use support::{BIN, ServeProcess, free_addr, kafka_script, serve_command, summary_of};
+use support::{BIN, ServeProcess, free_addr, kafka_script, serve_command, start_proxy, summary_of};
 
 /// Members may ask for short sessions here, so a killed one is noticed in seconds.
 const SHORT_SESSIONS: &str = "group_min_session_timeout_ms = 1000\n";
@@ -207,23 +207,11 @@ fn a_read_process_write_pipeline_through_a_faulty_network_loses_nothing_and_adds
     let dir = tempfile::tempdir().unwrap();
     let proxy_addr = free_addr();
     let server = start(dir.path(), &["--kafka-advertise", &proxy_addr]);
-    let mut proxy = Command::new(BIN)
-        .args([
-            "proxy",
-            "--listen",
-            &proxy_addr,
-            "--upstream",
-            &server.kafka_addr,
-        ])
-        .args(["--reset", "0.05", "--seed", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    // The proxy prints its address once it listens.
-    let mut proxy_out = BufReader::new(proxy.stdout.take().unwrap());
-    let mut first = String::new();
-    proxy_out.read_line(&mut first).unwrap();
+    let (mut proxy, _, mut proxy_out) = start_proxy(
+        &proxy_addr,
+        &server.kafka_addr,
+        &["--reset", "0.05", "--seed", "1"],
+    );
     let summary = groups(&["pipeline", &proxy_addr, "source", "sink"]);
     // Every record of the source reached the sink, and the sink holds exactly what the
     // consumer handed out: no duplicate from the producer's retries across the resets.

@@ -67,6 +67,11 @@ impl ServeProcess {
         self.child.wait().expect("reap");
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGTERM, and wait for the clean exit.
     pub fn terminate(mut self) {
         let pid = self.child.id().to_string();
@@ -101,6 +106,32 @@ impl Drop for ServeProcess {
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.log);
     }
+}
+
+/// A fault proxy (`minibroker proxy`) on `listen` in front of `upstream`, with `faults` flags,
+/// once it listens: the process, the address it listens on, and its output (its fault summary
+/// comes there once it is stopped).
+pub fn start_proxy(
+    listen: &str,
+    upstream: &str,
+    faults: &[&str],
+) -> (Child, String, BufReader<std::process::ChildStdout>) {
+    let mut proxy = Command::new(BIN)
+        .args(["proxy", "--listen", listen, "--upstream", upstream])
+        .args(faults)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start proxy");
+    let mut output = BufReader::new(proxy.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    output.read_line(&mut first).expect("the proxy's address");
+    let addr = first
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("the proxy's address")
+        .to_owned();
+    (proxy, addr, output)
 }
 
 /// A name no other test of this run uses.
