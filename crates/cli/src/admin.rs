@@ -1,9 +1,11 @@
-//! `minibroker init-producer` and `minibroker describe-producers`.
+//! `minibroker init-producer`, `describe-producers` and `producers`.
 
 use anyhow::Result;
 use minibroker_client::{Client, ClientConfig};
 
-use crate::target::PartitionArgs;
+use minibroker_protocol::ProducerState;
+
+use crate::target::{PartitionArgs, TopicArgs};
 
 /// Flags of `init-producer`.
 #[derive(Debug, clap::Args)]
@@ -50,25 +52,57 @@ pub async fn describe_producers(args: DescribeArgs) -> Result<()> {
     let producers = client
         .describe_producers(&args.target.topic.topic, args.target.partition)
         .await?;
-    for p in &producers {
-        if args.json {
-            let line = serde_json::json!({
+    print_producers(None, &producers, args.json);
+    Ok(())
+}
+
+/// Flags of `producers`.
+#[derive(Debug, clap::Args)]
+pub struct ProducersArgs {
+    #[command(flatten)]
+    target: TopicArgs,
+    /// One JSON object per producer per partition per line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `producers --topic T`: the producer state of every partition of a topic, a page at a time.
+pub async fn producers(args: ProducersArgs) -> Result<()> {
+    let client = Client::connect(&args.target.broker, ClientConfig::default()).await?;
+    let topic = client.describe_topic(&args.target.topic).await?;
+    for partition in &topic.partitions {
+        let producers = client
+            .describe_producers(&args.target.topic, partition.partition)
+            .await?;
+        print_producers(Some(partition.partition), &producers, args.json);
+    }
+    Ok(())
+}
+
+/// One line per producer, naming the partition when there is more than one to show.
+fn print_producers(partition: Option<u32>, producers: &[ProducerState], json: bool) {
+    for p in producers {
+        if json {
+            let mut line = serde_json::json!({
                 "producer_id": p.producer_id,
                 "epoch": p.epoch,
                 "last_sequence": p.last_sequence,
                 "last_offset": p.last_base_offset,
                 "cached_batches": p.cached_batches,
             });
+            if let Some(partition) = partition {
+                line["partition"] = partition.into();
+            }
             println!("{line}");
         } else {
             let offset = p
                 .last_base_offset
                 .map_or_else(|| "-".to_owned(), |o| o.to_string());
+            let prefix = partition.map_or_else(String::new, |p| format!("partition={p} "));
             println!(
-                "producer_id={} epoch={} last_sequence={} last_offset={offset} cached_batches={}",
+                "{prefix}producer_id={} epoch={} last_sequence={} last_offset={offset} cached_batches={}",
                 p.producer_id, p.epoch, p.last_sequence, p.cached_batches
             );
         }
     }
-    Ok(())
 }

@@ -14,19 +14,39 @@ mod consume;
 mod demo;
 mod faults;
 mod groups;
+mod health;
 mod produce;
 mod proxy;
 mod send;
 mod serve;
 mod target;
+mod topic;
 mod verify;
 
 /// An exactly-once message broker: the broker, not the producer, removes duplicates.
 #[derive(Debug, Parser)]
 #[command(name = "minibroker", version, about)]
 struct Cli {
+    /// How logs are written to stderr: text for people, json (one object per line) for log
+    /// shippers.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Flags of `completions`.
+#[derive(Debug, clap::Args)]
+struct Completions {
+    /// bash, zsh, fish, elvish or powershell.
+    shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Subcommand)]
@@ -43,12 +63,20 @@ enum Command {
     InitProducer(admin::InitArgs),
     /// Show the broker's producer state for one partition.
     DescribeProducers(admin::DescribeArgs),
+    /// Show the broker's producer state for every partition of a topic.
+    Producers(admin::ProducersArgs),
+    /// Create, list, describe or delete topics.
+    Topic(topic::Args),
     /// A TCP proxy that injects faults: lost requests and acks, delays, resets, stale retries.
     Proxy(proxy::Args),
     /// Read a topic back and check that exactly-once held.
     Verify(verify::Args),
     /// List consumer groups, or describe one: members, assignments, committed offsets, lag.
     Groups(groups::Args),
+    /// GET a broker's /health or /ready; exit 0 only on 200 (a container healthcheck).
+    Health(health::Args),
+    /// Print a shell completion script.
+    Completions(Completions),
     /// Watch exactly-once survive a faulty network: broker, flaky proxy, producers, verifier.
     Demo(demo::Args),
     /// Measure produce throughput and latency (against a do-nothing baseline in the same run), or
@@ -64,11 +92,15 @@ fn main() -> ExitCode {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Json => logs.json().init(),
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -90,9 +122,22 @@ fn run(cli: Cli) -> Result<()> {
             Command::Consume(args) => consume::run(args).await,
             Command::InitProducer(args) => admin::init_producer(args).await,
             Command::DescribeProducers(args) => admin::describe_producers(args).await,
+            Command::Producers(args) => admin::producers(args).await,
+            Command::Topic(args) => topic::run(args).await,
             Command::Proxy(args) => proxy::run(args).await,
             Command::Verify(args) => verify::run(args).await,
             Command::Groups(args) => groups::run(args).await,
+            Command::Health(args) => health::run(args).await,
+            Command::Completions(args) => {
+                use clap::CommandFactory;
+                clap_complete::generate(
+                    args.shell,
+                    &mut Cli::command(),
+                    "minibroker",
+                    &mut std::io::stdout(),
+                );
+                Ok(())
+            }
             Command::Demo(args) => demo::run(args).await,
             Command::Bench(args) => bench::run(args).await,
         }

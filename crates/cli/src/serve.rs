@@ -33,6 +33,10 @@ pub struct Args {
     /// In memory when absent.
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Serve /metrics (Prometheus), /health and /ready over HTTP on this address; port 0 picks a
+    /// free port.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
     /// With --data-dir, when a produce is acknowledged: always (after an fsync covering it),
     /// interval:<ms> (after the write; fsync every <ms>), os (after the write).
     #[arg(long, value_name = "POLICY")]
@@ -62,6 +66,9 @@ pub async fn run(args: Args) -> Result<()> {
     if let Some(flush) = args.flush {
         config.flush = flush;
     }
+    if let Some(listen) = args.metrics_listen {
+        config.metrics_listen = Some(listen);
+    }
     config.validate()?;
     let signal = shutdown_signal()?;
     // Recovery happens here, before the listeners exist: once the addresses are announced, the
@@ -77,6 +84,22 @@ pub async fn run(args: Args) -> Result<()> {
         );
     }
     let maintenance = broker.spawn_maintenance();
+    let stop = CancellationToken::new();
+    let metrics = match config.metrics_listen {
+        Some(addr) => {
+            let listener = bind(addr).await?;
+            let bound = listener.local_addr()?;
+            let served = Arc::clone(&broker);
+            let stopped = stop.clone().cancelled_owned();
+            tokio::spawn(async move {
+                if let Err(error) = minibroker_metrics::serve(listener, served, stopped).await {
+                    tracing::warn!(%error, "the metrics listener failed");
+                }
+            });
+            Some(bound)
+        }
+        None => None,
+    };
     let native = bind(config.listen).await?;
     let kafka = bind(config.kafka_listen).await?;
     let kafka_addr = kafka.local_addr()?;
@@ -84,12 +107,15 @@ pub async fn run(args: Args) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "listening on {}", native.local_addr()?)?;
     writeln!(stdout, "kafka listening on {kafka_addr}")?;
+    if let Some(bound) = metrics {
+        writeln!(stdout, "metrics listening on {bound}")?;
+    }
     stdout.flush()?;
     drop(stdout);
+    broker.set_ready();
 
     let (host, port) = config.kafka_advertised(kafka_addr);
     let kafka_config = KafkaConfig::from_config(&config, host, port);
-    let stop = CancellationToken::new();
     let signalled = stop.clone();
     tokio::spawn(async move {
         signal.await;

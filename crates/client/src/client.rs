@@ -10,9 +10,10 @@
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use minibroker_protocol::{
-    DEFAULT_MAX_FRAME_BYTES, DescribeProducersRequest, DescribeProducersResponse, FetchRequest,
-    FetchResponse, FrameCodec, InitProducerRequest, InitProducerResponse, MetadataResponse,
-    ProduceRequest, ProduceResponse, ProducerState, Request, Response, codec, serde_bytes,
+    CreateTopicRequest, DEFAULT_MAX_FRAME_BYTES, DescribeProducersRequest,
+    DescribeProducersResponse, DescribeTopicResponse, FetchRequest, FetchResponse, FrameCodec,
+    InitProducerRequest, InitProducerResponse, MetadataResponse, ProduceRequest, ProduceResponse,
+    ProducerState, Request, Response, TopicRequest, codec, serde_bytes,
 };
 use std::collections::HashMap;
 use std::future::Future;
@@ -290,6 +291,46 @@ impl Client {
         match self.request(&Request::Metadata).await? {
             Response::Metadata(response) => Ok(response),
             other => Err(unexpected("metadata", other)),
+        }
+    }
+
+    /// Creates `topic` with `partitions` partitions.
+    ///
+    /// # Errors
+    /// Connection failures and broker errors (the topic exists, a bad count or name).
+    pub async fn create_topic(&self, topic: &str, partitions: u32) -> Result<(), ClientError> {
+        let request = Request::CreateTopic(CreateTopicRequest { topic, partitions });
+        match self.request(&request).await? {
+            Response::Done => Ok(()),
+            other => Err(unexpected("create-topic", other)),
+        }
+    }
+
+    /// Deletes `topic` and everything it stores.
+    ///
+    /// # Errors
+    /// Connection failures and broker errors (an unknown topic).
+    pub async fn delete_topic(&self, topic: &str) -> Result<(), ClientError> {
+        match self
+            .request(&Request::DeleteTopic(TopicRequest { topic }))
+            .await?
+        {
+            Response::Done => Ok(()),
+            other => Err(unexpected("delete-topic", other)),
+        }
+    }
+
+    /// `topic`'s partitions: offsets, stored bytes, producers.
+    ///
+    /// # Errors
+    /// Connection failures and broker errors (an unknown topic).
+    pub async fn describe_topic(&self, topic: &str) -> Result<DescribeTopicResponse, ClientError> {
+        match self
+            .request(&Request::DescribeTopic(TopicRequest { topic }))
+            .await?
+        {
+            Response::DescribeTopic(response) => Ok(response),
+            other => Err(unexpected("describe-topic", other)),
         }
     }
 }

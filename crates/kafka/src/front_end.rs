@@ -8,6 +8,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use minibroker_protocol::ProtocolError;
+use minibroker_server::stats::ConnectionTimings;
 use minibroker_server::{Broker, FrontEnd, Next, TopicCache};
 use std::future::Future;
 use std::sync::Arc;
@@ -21,6 +22,8 @@ pub struct KafkaFrontEnd {
     pub(crate) broker: Arc<Broker>,
     pub(crate) topics: TopicCache,
     pub(crate) config: Arc<KafkaConfig>,
+    /// Request latencies, when metrics are on.
+    timings: Option<ConnectionTimings>,
 }
 
 impl KafkaFrontEnd {
@@ -28,6 +31,9 @@ impl KafkaFrontEnd {
     #[must_use]
     pub fn new(broker: Arc<Broker>, config: Arc<KafkaConfig>) -> Self {
         Self {
+            timings: broker
+                .timings()
+                .map(|timings| ConnectionTimings::new(Arc::clone(timings), "kafka")),
             broker,
             topics: TopicCache::default(),
             config,
@@ -92,6 +98,23 @@ impl KafkaFrontEnd {
             correlation_id = header.correlation_id,
             "request"
         );
+        let started = self.timings.as_ref().map(|_| std::time::Instant::now());
+        let next = self.dispatch(request, &header, version, api, out).await;
+        if let (Some(timings), Some(started)) = (&mut self.timings, started) {
+            timings.record(apis::name(api), started.elapsed());
+        }
+        next
+    }
+
+    /// Serves a decoded request and appends its answer.
+    async fn dispatch(
+        &mut self,
+        request: RequestKind,
+        header: &RequestHeader,
+        version: i16,
+        api: ApiKey,
+        out: &mut BytesMut,
+    ) -> Next {
         let answer = match request {
             RequestKind::ApiVersions(_) => Some(ResponseKind::ApiVersions(api_versions(0))),
             RequestKind::Metadata(request) => {

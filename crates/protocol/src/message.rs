@@ -30,6 +30,15 @@ pub enum Request<'a> {
     DescribeProducers(DescribeProducersRequest<'a>),
     /// Every topic and its partition count.
     Metadata,
+    /// Create a topic (an admin request; topics are also created on first produce).
+    #[serde(borrow)]
+    CreateTopic(CreateTopicRequest<'a>),
+    /// Delete a topic and everything it stores.
+    #[serde(borrow)]
+    DeleteTopic(TopicRequest<'a>),
+    /// A topic's partitions: offsets, bytes and producers.
+    #[serde(borrow)]
+    DescribeTopic(TopicRequest<'a>),
 }
 
 impl Request<'_> {
@@ -42,6 +51,9 @@ impl Request<'_> {
             Self::InitProducer(_) => "init-producer",
             Self::DescribeProducers(_) => "describe-producers",
             Self::Metadata => "metadata",
+            Self::CreateTopic(_) => "create-topic",
+            Self::DeleteTopic(_) => "delete-topic",
+            Self::DescribeTopic(_) => "describe-topic",
         }
     }
 }
@@ -108,6 +120,50 @@ pub enum Response {
     Metadata(MetadataResponse),
     /// The request could not be served.
     Error(ErrorResponse),
+    /// An admin request was carried out.
+    Done,
+    /// A topic's partitions.
+    DescribeTopic(DescribeTopicResponse),
+}
+
+/// Create a topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateTopicRequest<'a> {
+    /// Its name.
+    pub topic: &'a str,
+    /// How many partitions.
+    pub partitions: u32,
+}
+
+/// A request about one topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicRequest<'a> {
+    /// The topic.
+    pub topic: &'a str,
+}
+
+/// A topic's partitions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DescribeTopicResponse {
+    /// The topic.
+    pub name: String,
+    /// Every partition, by index.
+    pub partitions: Vec<PartitionDescription>,
+}
+
+/// One partition of a described topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionDescription {
+    /// Its index.
+    pub partition: u32,
+    /// The first offset held.
+    pub log_start_offset: i64,
+    /// The next offset to be written.
+    pub log_end_offset: i64,
+    /// Batch bytes held.
+    pub stored_bytes: u64,
+    /// Producers with state on it.
+    pub producers: u64,
 }
 
 /// The answer to a produce request.

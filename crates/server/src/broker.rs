@@ -29,8 +29,10 @@ use crate::counters::{ConnectionCounters, ConnectionCounts, OutcomeCounters, Out
 use crate::data_dir::DataDir;
 use crate::groups::GroupCoordinator;
 use crate::producers::ProducerIds;
+use crate::stats::{HistogramSnapshot, PartitionStats, RequestTimings};
 use crate::topics::{CreateCheck, Partition, TopicCache, TopicRegistry};
 use crate::{BrokerError, Config, ServerError};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Most producers one page of [`Broker::describe_producers`] holds.
 pub const MAX_DESCRIBE_PAGE: usize = 1000;
@@ -83,6 +85,67 @@ pub struct ProducersPage {
     pub next_after: Option<i64>,
 }
 
+/// One partition of a described topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionSummary {
+    /// Its index.
+    pub partition: u32,
+    /// First offset held.
+    pub log_start_offset: i64,
+    /// Next offset to be written.
+    pub log_end_offset: i64,
+    /// Batch bytes held.
+    pub stored_bytes: u64,
+    /// Producers with state on it.
+    pub producers: u64,
+}
+
+/// One partition's figures for the metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionMetrics {
+    /// Topic name.
+    pub topic: String,
+    /// Partition index.
+    pub partition: u32,
+    /// First offset held.
+    pub log_start_offset: i64,
+    /// Next offset to be written.
+    pub log_end_offset: i64,
+    /// Batch bytes held.
+    pub stored_bytes: u64,
+    /// Produce outcomes, in [`OUTCOMES`] order.
+    pub outcomes: [u64; 4],
+    /// Records appended.
+    pub records_in: u64,
+    /// Batch bytes appended.
+    pub bytes_in: u64,
+    /// Records handed out by fetches.
+    pub records_out: u64,
+    /// Batch bytes handed out by fetches.
+    pub bytes_out: u64,
+    /// Fsync latencies (durable logs).
+    pub fsync: HistogramSnapshot,
+    /// Read-only after a storage error.
+    pub read_only: bool,
+}
+
+/// The four outcomes in the order [`PartitionMetrics::outcomes`] counts them.
+pub const OUTCOMES: [Outcome; 4] = [
+    Outcome::Accepted,
+    Outcome::Duplicate,
+    Outcome::OutOfOrder,
+    Outcome::FencedEpoch,
+];
+
+fn outcome_index(outcome: Outcome) -> usize {
+    match outcome {
+        Outcome::Accepted => 0,
+        Outcome::Duplicate => 1,
+        Outcome::OutOfOrder => 2,
+        Outcome::FencedEpoch => 3,
+    }
+}
+
 /// A topic and its partition count.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicSummary {
@@ -105,6 +168,10 @@ pub struct Broker {
     data: Option<Arc<DataDir>>,
     /// Consumer groups and their committed offsets.
     groups: GroupCoordinator,
+    /// Every connection's request latencies, when metrics are on.
+    timings: Option<Arc<RequestTimings>>,
+    /// Set once the broker's listeners are bound (and recovery, done in `new`, is over).
+    ready: AtomicBool,
     /// The configuration, for what durability and maintenance read from it.
     config: Config,
     pub(crate) connections: ConnectionCounters,
@@ -161,6 +228,10 @@ impl Broker {
             budget,
             max_fetch_bytes: config.max_fetch_bytes as usize,
             groups: GroupCoordinator::new(config, data.clone())?,
+            timings: config
+                .metrics_listen
+                .map(|_| Arc::new(RequestTimings::default())),
+            ready: AtomicBool::new(false),
             data,
             config: config.clone(),
             connections: ConnectionCounters::default(),
@@ -258,6 +329,12 @@ impl Broker {
             self.save_snapshot(target);
         }
         self.outcomes.count(target.id, verdict.outcome);
+        let stats = &target.stats;
+        PartitionStats::add(&stats.outcomes[outcome_index(verdict.outcome)], 1);
+        if verdict.outcome == Outcome::Accepted {
+            PartitionStats::add(&stats.records_in, u64::from(info.record_count));
+            PartitionStats::add(&stats.bytes_in, batch.len() as u64);
+        }
         if verdict.outcome == Outcome::Accepted {
             // After every lock is released: wake fetches waiting for data.
             target.appended.notify_waiters();
@@ -360,6 +437,15 @@ impl Broker {
         };
         let data = partition.log();
         let batches = data.log.read(offset, limits)?;
+        let records: i64 = batches
+            .iter()
+            .map(|b| minibroker_records::end_offset(b) - minibroker_records::base_offset(b))
+            .sum();
+        PartitionStats::add(&partition.stats.records_out, records.max(0) as u64);
+        PartitionStats::add(
+            &partition.stats.bytes_out,
+            batches.iter().map(|b| b.len() as u64).sum(),
+        );
         Ok(Fetched {
             high_watermark: data.log.next_offset(),
             log_start_offset: data.log.start_offset(),
@@ -452,6 +538,37 @@ impl Broker {
     /// The topic exists, a bad name or partition count, or a limit.
     pub fn create_topic(&self, topic: &str, partitions: u32) -> Result<(), BrokerError> {
         self.topics.create_new(topic, partitions).map(|_| ())
+    }
+
+    /// Every partition of `topic`: (index, log start, log end, stored bytes, producers).
+    ///
+    /// # Errors
+    /// A bad or unknown topic name.
+    pub fn describe_topic(&self, topic: &str) -> Result<Vec<PartitionSummary>, BrokerError> {
+        let topic = self.topics.get(topic)?;
+        Ok(topic
+            .partitions()
+            .iter()
+            .enumerate()
+            .map(|(index, partition)| {
+                let (producers, (start, end, stored)) =
+                    self.state.partition_snapshot(partition.id, || {
+                        let data = partition.log();
+                        (
+                            data.log.start_offset(),
+                            data.log.next_offset(),
+                            data.log.stored_bytes(),
+                        )
+                    });
+                PartitionSummary {
+                    partition: index as u32,
+                    log_start_offset: start,
+                    log_end_offset: end,
+                    stored_bytes: stored,
+                    producers: producers.len() as u64,
+                }
+            })
+            .collect())
     }
 
     /// Deletes `topic` and everything it stores.
@@ -561,6 +678,63 @@ impl Broker {
     #[must_use]
     pub fn storage_charged(&self) -> (u64, u64) {
         (self.budget.charged(), self.budget.max())
+    }
+
+    /// Every connection's request latencies, when metrics are on (`metrics_listen`).
+    #[must_use]
+    pub fn timings(&self) -> Option<&Arc<RequestTimings>> {
+        self.timings.as_ref()
+    }
+
+    /// Marks the broker ready: its listeners are bound (recovery finished in `new`).
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::Release);
+    }
+
+    /// Whether the broker is ready to serve (`/ready`).
+    #[must_use]
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// How many (partition, producer) state entries are kept.
+    #[must_use]
+    pub fn producer_state_entries(&self) -> usize {
+        self.state.len()
+    }
+
+    /// What the metrics report for every partition, by topic and index.
+    #[must_use]
+    pub fn partition_metrics(&self) -> Vec<PartitionMetrics> {
+        let mut all = Vec::new();
+        for topic in self.topics.list() {
+            for (index, partition) in topic.partitions().iter().enumerate() {
+                let (start, end, stored) = {
+                    let data = partition.log();
+                    (
+                        data.log.start_offset(),
+                        data.log.next_offset(),
+                        data.log.stored_bytes(),
+                    )
+                };
+                let s = &partition.stats;
+                all.push(PartitionMetrics {
+                    topic: topic.name.clone(),
+                    partition: index as u32,
+                    log_start_offset: start,
+                    log_end_offset: end,
+                    stored_bytes: stored,
+                    outcomes: std::array::from_fn(|i| PartitionStats::get(&s.outcomes[i])),
+                    records_in: PartitionStats::get(&s.records_in),
+                    bytes_in: PartitionStats::get(&s.bytes_in),
+                    records_out: PartitionStats::get(&s.records_out),
+                    bytes_out: PartitionStats::get(&s.bytes_out),
+                    fsync: partition.flush.latency.snapshot(),
+                    read_only: partition.flush.is_read_only(),
+                });
+            }
+        }
+        all
     }
 
     /// The consumer-group coordinator.

@@ -89,6 +89,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Address of the Kafka protocol's listener (9092, the port every Kafka tool assumes).
     pub kafka_listen: SocketAddr,
+    /// Address of the HTTP listener for `/metrics` (Prometheus), `/health` and `/ready`; off
+    /// when absent.
+    pub metrics_listen: Option<SocketAddr>,
     /// `HOST:PORT` that Kafka Metadata hands to clients; the bound address when absent. Needed
     /// behind a proxy, a NAT or in containers.
     pub kafka_advertise: Option<String>,
@@ -175,6 +178,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 9093)),
             kafka_listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
             kafka_advertise: None,
+            metrics_listen: None,
             node_id: 1,
             cluster_id: "minibroker".to_owned(),
             max_connections: 1024,

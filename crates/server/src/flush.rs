@@ -29,6 +29,8 @@ pub struct FlushGate {
     read_only: AtomicBool,
     /// Syncs done for the partition's produces, shutdown and interval flushes.
     syncs: AtomicU64,
+    /// How long those syncs took.
+    pub latency: crate::stats::LatencyHistogram,
 }
 
 #[derive(Debug, Default)]
@@ -46,6 +48,7 @@ impl Default for FlushGate {
             synced: Notify::new(),
             read_only: AtomicBool::new(false),
             syncs: AtomicU64::new(0),
+            latency: crate::stats::LatencyHistogram::default(),
         }
     }
 }
@@ -118,9 +121,11 @@ impl FlushGate {
                 return Ok(());
             };
             let file = point.file;
+            let started = std::time::Instant::now();
             let synced = tokio::task::spawn_blocking(move || file.sync())
                 .await
                 .unwrap_or_else(|error| Err(std::io::Error::other(error.to_string())));
+            self.latency.record(started.elapsed());
             match synced {
                 Ok(()) => self.synced(point.through),
                 Err(error) => {

@@ -10,6 +10,7 @@
 //!   connection limit, pipelined answers, idle and write timeouts, graceful drain with a deadline.
 //! - [`budget`] — what everything a client makes the broker keep costs against the storage limit.
 //! - [`Config`] — every limit, from TOML.
+//! - [`stats`] — the counters and latency histograms behind the metrics.
 //! - [`groups`] — the consumer-group coordinator and committed offsets (Kafka's classic
 //!   protocol, in domain terms).
 //! - [`data_dir`] — a durable broker's directory: topics, producer-id reservations, and the
@@ -41,11 +42,12 @@ pub mod groups;
 mod listener;
 mod native;
 mod producers;
+pub mod stats;
 mod topics;
 
 pub use broker::{
-    Broker, Fetched, MAX_DESCRIBE_PAGE, ProducerIdentity, ProducerSummary, ProducersPage,
-    TopicSummary,
+    Broker, Fetched, MAX_DESCRIBE_PAGE, OUTCOMES, PartitionMetrics, PartitionSummary,
+    ProducerIdentity, ProducerSummary, ProducersPage, TopicSummary,
 };
 pub use budget::{BATCH_OVERHEAD_BYTES, accounted_bytes};
 pub use config::{Config, FlushPolicy, TopicConfig};

@@ -4,15 +4,16 @@
 
 use bytes::{Bytes, BytesMut};
 use minibroker_protocol::{
-    BadFrame, DescribeProducersResponse, ErrorCode, ErrorResponse, FetchResponse, FrameCodec,
-    InitProducerResponse, MetadataResponse, ProduceResponse, ProducerState, ProtocolError, Request,
-    Response, TopicMetadata, codec,
+    BadFrame, DescribeProducersResponse, DescribeTopicResponse, ErrorCode, ErrorResponse,
+    FetchResponse, FrameCodec, InitProducerResponse, MetadataResponse, PartitionDescription,
+    ProduceResponse, ProducerState, ProtocolError, Request, Response, TopicMetadata, codec,
 };
 use std::sync::Arc;
 use tokio_util::codec::Encoder;
 
 use crate::broker::{Fetched, ProducersPage};
 use crate::front_end::{FrontEnd, Next};
+use crate::stats::ConnectionTimings;
 use crate::topics::TopicCache;
 use crate::{Broker, BrokerError, ErrorKind};
 
@@ -36,6 +37,8 @@ pub(crate) struct NativeFrontEnd {
     max_frame_bytes: usize,
     /// Encodes answers straight into the connection's output buffer.
     codec: FrameCodec,
+    /// Request latencies, when metrics are on.
+    timings: Option<ConnectionTimings>,
 }
 
 impl FrontEnd for NativeFrontEnd {
@@ -91,10 +94,13 @@ impl NativeFrontEnd {
     /// A front end for one connection to `broker`, with answers of at most `max_frame_bytes`.
     pub fn new(broker: Arc<Broker>, max_frame_bytes: usize) -> Self {
         Self {
-            broker,
             topics: TopicCache::default(),
             max_frame_bytes,
             codec: FrameCodec::new(max_frame_bytes),
+            timings: broker
+                .timings()
+                .map(|timings| ConnectionTimings::new(Arc::clone(timings), "native")),
+            broker,
         }
     }
 
@@ -110,7 +116,13 @@ impl NativeFrontEnd {
         match codec::decode_request(frame) {
             Ok((correlation_id, request)) => {
                 tracing::trace!(correlation_id, kind = request.kind(), "request");
-                let response = self.handle(request, frame).await.unwrap_or_else(|error| {
+                let kind = request.kind();
+                let started = self.timings.as_ref().map(|_| std::time::Instant::now());
+                let handled = self.handle(request, frame).await;
+                if let (Some(timings), Some(started)) = (&mut self.timings, started) {
+                    timings.record(kind, started.elapsed());
+                }
+                let response = handled.unwrap_or_else(|error| {
                     tracing::debug!(%error, "request refused");
                     Response::Error(ErrorResponse::new(
                         wire_code(error.kind()),
@@ -192,6 +204,30 @@ impl NativeFrontEnd {
                     limit,
                 )?;
                 Response::DescribeProducers(describe_response(page))
+            }
+            Request::CreateTopic(create) => {
+                broker.create_topic(create.topic, create.partitions)?;
+                Response::Done
+            }
+            Request::DeleteTopic(delete) => {
+                broker.delete_topic(delete.topic)?;
+                Response::Done
+            }
+            Request::DescribeTopic(describe) => {
+                let partitions = broker.describe_topic(describe.topic)?;
+                Response::DescribeTopic(DescribeTopicResponse {
+                    name: describe.topic.to_owned(),
+                    partitions: partitions
+                        .into_iter()
+                        .map(|p| PartitionDescription {
+                            partition: p.partition,
+                            log_start_offset: p.log_start_offset,
+                            log_end_offset: p.log_end_offset,
+                            stored_bytes: p.stored_bytes,
+                            producers: p.producers,
+                        })
+                        .collect(),
+                })
             }
             Request::Metadata => Response::Metadata(MetadataResponse {
                 topics: broker

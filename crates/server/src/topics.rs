@@ -34,6 +34,8 @@ pub struct Partition {
     pub appended: Arc<Notify>,
     /// Group commit for a durable log, and whether the partition is read-only.
     pub flush: FlushGate,
+    /// Traffic counters, for the metrics.
+    pub stats: crate::stats::PartitionStats,
 }
 
 /// What a partition's lock guards.
@@ -351,6 +353,7 @@ impl TopicRegistry {
                     }),
                     appended: Arc::new(Notify::new()),
                     flush: FlushGate::default(),
+                    stats: crate::stats::PartitionStats::default(),
                 }
             })
             .collect();

@@ -18,6 +18,8 @@ pub struct ServeProcess {
     pub addr: String,
     /// The Kafka listener.
     pub kafka_addr: String,
+    /// The metrics listener, when `--metrics-listen` was given.
+    pub metrics_addr: Option<String>,
     /// What it logged (stderr, at info), for assertions on what it did.
     log: PathBuf,
 }
@@ -34,6 +36,7 @@ pub fn serve_command(listen: &str, kafka_listen: &str) -> Command {
 impl ServeProcess {
     /// Spawns `command` (a `serve` command line) and waits until both listeners are bound.
     pub fn spawn(command: &mut Command) -> Self {
+        let with_metrics = command.get_args().any(|arg| arg == "--metrics-listen");
         let log = std::env::temp_dir().join(format!("minibroker-serve-{}.log", unique()));
         let mut child = command
             .stdout(Stdio::piped())
@@ -51,12 +54,14 @@ impl ServeProcess {
         };
         let addr = line("listening on ");
         let kafka_addr = line("kafka listening on ");
+        let metrics_addr = with_metrics.then(|| line("metrics listening on "));
         // Keep reading (and dropping) its output so it never blocks on a full pipe.
         std::thread::spawn(move || for _ in stdout.lines() {});
         Self {
             child,
             addr,
             kafka_addr,
+            metrics_addr,
             log,
         }
     }
@@ -85,11 +90,10 @@ impl ServeProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Runs `minibroker ARGS[0] --broker ADDR ARGS[1..]`; returns its stdout, failing on a
-    /// failure.
+    /// Runs `minibroker ARGS --broker ADDR`; returns its stdout, failing on a failure.
     pub fn run(&self, args: &[&str]) -> String {
-        let mut full: Vec<&str> = vec![args[0], "--broker", &self.addr];
-        full.extend_from_slice(&args[1..]);
+        let mut full: Vec<&str> = args.to_vec();
+        full.extend_from_slice(&["--broker", &self.addr]);
         let output = Command::new(BIN).args(&full).output().expect("run");
         assert!(
             output.status.success(),

@@ -149,7 +149,10 @@ impl Broker {
     fn sync_partition(&self, partition: &Partition) {
         let point = partition.log().log.as_durable().map(|log| log.sync_point());
         let Some(point) = point else { return };
-        match point.file.sync() {
+        let started = std::time::Instant::now();
+        let synced = point.file.sync();
+        partition.flush.latency.record(started.elapsed());
+        match synced {
             Ok(()) => partition.flush.synced(point.through),
             Err(error) => {
                 tracing::error!(%error, "fsync failed; the partition is read-only from now on");

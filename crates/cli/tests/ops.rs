@@ -1,0 +1,247 @@
+//! Operating the broker: `/metrics` counts each outcome exactly once and parses with a real
+//! Prometheus parser (the `prometheus_client` Python package's), `/ready` turns ready only once
+//! the listeners are bound, the admin commands work against a live broker with `--json` that
+//! parses, JSON logs, and shell completions.
+
+mod support;
+
+use minibroker_server::{Broker, Config};
+use std::collections::HashMap;
+use std::process::Command;
+use std::sync::Arc;
+use support::{BIN, ServeProcess, kafka_script, serve_command, summary_of};
+
+/// The samples of a scrape, parsed by the Python parser: name and sorted labels → value.
+fn scrape(metrics_addr: &str) -> HashMap<String, f64> {
+    let url = format!("http://{metrics_addr}/metrics");
+    let output = kafka_script("metrics.py", &[&url]).output().unwrap();
+    let summary = summary_of(&output, "metrics.py");
+    assert!(
+        summary["content_type"]
+            .as_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text"),
+        "{summary}"
+    );
+    summary["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|sample| {
+            let mut labels: Vec<String> = sample[1]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
+                .collect();
+            labels.sort();
+            (
+                format!("{}{{{}}}", sample[0].as_str().unwrap(), labels.join(",")),
+                sample[2].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn outcome(samples: &HashMap<String, f64>, outcome: &str) -> f64 {
+    let key = format!("minibroker_produce_outcomes_total{{outcome={outcome},topic=m}}");
+    samples.get(&key).copied().unwrap_or(0.0)
+}
+
+#[test]
+fn each_outcome_moves_its_counter_by_exactly_one() {
+    let server = ServeProcess::spawn(
+        serve_command("127.0.0.1:0", "127.0.0.1:0").args(["--metrics-listen", "127.0.0.1:0"]),
+    );
+    let metrics = server.metrics_addr.clone().unwrap();
+    let send = |epoch: &str, sequence: &str| {
+        server.run(&[
+            "send",
+            "--topic",
+            "m",
+            "--partition",
+            "0",
+            "--producer-id",
+            "9",
+            "--epoch",
+            epoch,
+            "--sequence",
+            sequence,
+        ])
+    };
+    let steps = [
+        (("0", "0"), "accepted"),
+        (("0", "0"), "duplicate"),
+        (("0", "5"), "out_of_order"),
+        (("1", "0"), "accepted"),
+        (("0", "1"), "fenced_epoch"),
+    ];
+    let outcomes = ["accepted", "duplicate", "out_of_order", "fenced_epoch"];
+    let mut before = scrape(&metrics);
+    for ((epoch, sequence), expected) in steps {
+        send(epoch, sequence);
+        let after = scrape(&metrics);
+        for name in outcomes {
+            let moved = outcome(&after, name) - outcome(&before, name);
+            let wanted = if name == expected { 1.0 } else { 0.0 };
+            assert_eq!(moved, wanted, "{name} after a request answered {expected}");
+        }
+        before = after;
+    }
+    // The rest is there too: records in, offsets, state entries, request latencies.
+    assert_eq!(before["minibroker_records_in_total{topic=m}"], 2.0);
+    assert_eq!(
+        before["minibroker_log_end_offset{partition=0,topic=m}"],
+        2.0
+    );
+    assert_eq!(before["minibroker_producer_state_entries{}"], 1.0);
+    assert!(
+        before["minibroker_request_duration_seconds_count{kind=produce,protocol=native}"] >= 5.0
+    );
+    assert!(before.contains_key("minibroker_connections_accepted_total{}"));
+}
+
+#[test]
+fn ready_only_once_the_listeners_are_bound() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let config = Config {
+        metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
+        ..Config::default()
+    };
+    let broker = Arc::new(Broker::new(&config).unwrap());
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = Arc::clone(&broker);
+    runtime.spawn(minibroker_metrics::serve(
+        listener,
+        served,
+        std::future::pending(),
+    ));
+    let health = |path: &str| {
+        Command::new(BIN)
+            .args(["health", &format!("http://{addr}{path}")])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    assert!(health("/health"), "the process answers from the start");
+    assert!(
+        !health("/ready"),
+        "not ready before the listeners are bound"
+    );
+    broker.set_ready();
+    assert!(health("/ready"), "ready once they are");
+    // `serve` marks itself ready once it has bound both listeners.
+    let server = ServeProcess::spawn(
+        serve_command("127.0.0.1:0", "127.0.0.1:0").args(["--metrics-listen", "127.0.0.1:0"]),
+    );
+    let metrics = server.metrics_addr.clone().unwrap();
+    let ready = Command::new(BIN)
+        .args(["health", &format!("http://{metrics}/ready")])
+        .output()
+        .unwrap();
+    assert!(ready.status.success());
+}
+
+fn json_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect()
+}
+
+#[test]
+fn admin_commands_against_a_live_broker_with_json_that_parses() {
+    let server = ServeProcess::spawn(&mut serve_command("127.0.0.1:0", "127.0.0.1:0"));
+    let created = json_lines(&server.run(&[
+        "topic",
+        "create",
+        "--topic",
+        "orders",
+        "--partitions",
+        "3",
+        "--json",
+    ]));
+    assert_eq!(created[0]["created"], "orders");
+    for partition in ["0", "2"] {
+        server.run(&[
+            "send",
+            "--topic",
+            "orders",
+            "--partition",
+            partition,
+            "--producer-id",
+            "4",
+            "--epoch",
+            "0",
+            "--sequence",
+            "0",
+        ]);
+    }
+    let listed = json_lines(&server.run(&["topic", "list", "--json"]));
+    assert_eq!(listed[0]["topics"][0]["topic"], "orders");
+    assert_eq!(listed[0]["topics"][0]["partitions"], 3);
+    let described = json_lines(&server.run(&["topic", "describe", "--topic", "orders", "--json"]));
+    let partitions = described[0]["partitions"].as_array().unwrap();
+    assert_eq!(partitions.len(), 3);
+    assert_eq!(partitions[0]["log_end_offset"], 1);
+    assert_eq!(partitions[1]["log_end_offset"], 0);
+    assert_eq!(partitions[2]["producers"], 1);
+    let producers = json_lines(&server.run(&["producers", "--topic", "orders", "--json"]));
+    let seen: Vec<_> = producers
+        .iter()
+        .map(|p| (p["partition"].clone(), p["producer_id"].clone()))
+        .collect();
+    assert_eq!(seen, vec![(0.into(), 4.into()), (2.into(), 4.into())]);
+    let text = server.run(&["topic", "describe", "--topic", "orders"]);
+    assert!(text.contains("PRODUCERS"), "{text}");
+    let deleted = json_lines(&server.run(&["topic", "delete", "--topic", "orders", "--json"]));
+    assert_eq!(deleted[0]["deleted"], "orders");
+    let after = json_lines(&server.run(&["topic", "list", "--json"]));
+    assert_eq!(after[0]["topics"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn json_logs_and_shell_completions() {
+    let server = ServeProcess::spawn(
+        serve_command("127.0.0.1:0", "127.0.0.1:0").args(["--log-format", "json"]),
+    );
+    server.run(&[
+        "send",
+        "--topic",
+        "logged",
+        "--partition",
+        "0",
+        "--producer-id",
+        "1",
+        "--epoch",
+        "0",
+        "--sequence",
+        "0",
+    ]);
+    let logged = server.logged();
+    let lines: Vec<_> = logged.lines().collect();
+    assert!(!lines.is_empty());
+    for line in lines {
+        let entry: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(
+            entry["level"].is_string() && entry["fields"].is_object(),
+            "{entry}"
+        );
+    }
+    for shell in ["bash", "zsh", "fish"] {
+        let output = Command::new(BIN)
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        assert!(output.status.success());
+        let script = String::from_utf8(output.stdout).unwrap();
+        assert!(
+            script.contains("minibroker") && script.contains("groups"),
+            "{shell}"
+        );
+    }
+}
