@@ -82,6 +82,7 @@ echo "== broker crash and recovery"
 echo "$crash_report; restarted on the same data volume"
 run_compose logs --no-color broker 2>/dev/null \
   | grep -E 'recovered|cut a torn|opened the data directory' | sed 's/^broker[^|]*| //' || true
+echo "broker health: $(docker inspect -f '{{.State.Health.Status}}' "$(run_compose ps -aq broker)")"
 echo
 echo "== verifier"
 run_compose logs --no-color verifier 2>/dev/null | grep '|' | sed 's/^verifier[^|]*| //'

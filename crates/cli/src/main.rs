@@ -16,6 +16,7 @@ mod faults;
 mod groups;
 mod health;
 mod produce;
+mod progress;
 mod proxy;
 mod send;
 mod serve;

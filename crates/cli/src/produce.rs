@@ -73,6 +73,9 @@ pub async fn run(args: Args) -> Result<()> {
         })),
     };
     let batch_size = args.batch_size.max(1);
+    let mut progress = args
+        .count
+        .map(|count| crate::progress::Progress::new("produce", "records", Some(count as u64)));
     let mut round: Vec<Vec<NewRecord>> = Vec::new();
     let mut batch: Vec<NewRecord> = Vec::new();
     let mut records = records.peekable();
@@ -95,7 +98,13 @@ pub async fn run(args: Args) -> Result<()> {
                     writeln!(file, "{}", serde_json::to_string(&acked)?)?;
                 }
             }
+            if let Some(progress) = &mut progress {
+                progress.inc(acks.iter().map(|ack| u64::from(ack.records)).sum());
+            }
         }
+    }
+    if let Some(progress) = progress {
+        progress.finish();
     }
     if let Some(mut file) = acks_file {
         file.flush()?;

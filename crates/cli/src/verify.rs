@@ -37,7 +37,22 @@ pub async fn run(args: Args) -> Result<()> {
         (_, Some(kafka)) => minibroker_verify::verify_kafka(kafka, &args.topic, expected).await?,
         (Some(broker), None) => {
             let client = Client::connect(broker, ClientConfig::default()).await?;
-            minibroker_verify::verify(&client, &args.topic, expected).await?
+            let total = client.describe_topic(&args.topic).await.ok().map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| (p.log_end_offset - p.log_start_offset).max(0) as u64)
+                    .sum()
+            });
+            let mut progress = crate::progress::Progress::new("verify", "records", total);
+            let report = minibroker_verify::verify_reporting(
+                &client,
+                &args.topic,
+                expected,
+                &mut |records| progress.inc(records),
+            )
+            .await?;
+            progress.finish();
+            report
         }
         (None, None) => bail!("give --broker or --kafka"),
     };

@@ -62,21 +62,9 @@ impl DurableServer {
 
     /// `send` one batch as producer 7, epoch 0, at `sequence`; returns (outcome, offset).
     fn send(&self, sequence: i32) -> (String, Option<i64>) {
-        let sequence = sequence.to_string();
-        let line = self.run(&[
-            "send",
-            "--topic",
-            "dedup",
-            "--partition",
-            "0",
-            "--producer-id",
-            "7",
-            "--epoch",
-            "0",
-            "--sequence",
-            &sequence,
-            "--json",
-        ]);
+        let line = self
+            .process
+            .send(("dedup", 0), (7, 0, sequence), &["--json"]);
         let answer: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
         (
             answer["outcome"].as_str().unwrap().to_owned(),
@@ -261,22 +249,9 @@ fn a_missing_segment_refuses_to_start_and_names_the_file() {
     let server = DurableServer::spawn(command.arg("--config").arg(&config), &data);
     let value = "v".repeat(1000);
     for sequence in 0..20 {
-        let sequence = sequence.to_string();
-        server.run(&[
-            "send",
-            "--topic",
-            "gap",
-            "--partition",
-            "0",
-            "--producer-id",
-            "1",
-            "--epoch",
-            "0",
-            "--sequence",
-            &sequence,
-            "--value",
-            &value,
-        ]);
+        server
+            .process
+            .send(("gap", 0), (1, 0, sequence), &["--value", &value]);
     }
     let data = server.kill();
     let partition = data.join("logs/gap/0");

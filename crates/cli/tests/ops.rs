@@ -54,27 +54,13 @@ fn each_outcome_moves_its_counter_by_exactly_one() {
         serve_command("127.0.0.1:0", "127.0.0.1:0").args(["--metrics-listen", "127.0.0.1:0"]),
     );
     let metrics = server.metrics_addr.clone().unwrap();
-    let send = |epoch: &str, sequence: &str| {
-        server.run(&[
-            "send",
-            "--topic",
-            "m",
-            "--partition",
-            "0",
-            "--producer-id",
-            "9",
-            "--epoch",
-            epoch,
-            "--sequence",
-            sequence,
-        ])
-    };
+    let send = |epoch: i16, sequence: i32| server.send(("m", 0), (9, epoch, sequence), &[]);
     let steps = [
-        (("0", "0"), "accepted"),
-        (("0", "0"), "duplicate"),
-        (("0", "5"), "out_of_order"),
-        (("1", "0"), "accepted"),
-        (("0", "1"), "fenced_epoch"),
+        ((0, 0), "accepted"),
+        ((0, 0), "duplicate"),
+        ((0, 5), "out_of_order"),
+        ((1, 0), "accepted"),
+        ((0, 1), "fenced_epoch"),
     ];
     let outcomes = ["accepted", "duplicate", "out_of_order", "fenced_epoch"];
     let mut before = scrape(&metrics);
@@ -165,20 +151,8 @@ fn admin_commands_against_a_live_broker_with_json_that_parses() {
         "--json",
     ]));
     assert_eq!(created[0]["created"], "orders");
-    for partition in ["0", "2"] {
-        server.run(&[
-            "send",
-            "--topic",
-            "orders",
-            "--partition",
-            partition,
-            "--producer-id",
-            "4",
-            "--epoch",
-            "0",
-            "--sequence",
-            "0",
-        ]);
+    for partition in [0, 2] {
+        server.send(("orders", partition), (4, 0, 0), &[]);
     }
     let listed = json_lines(&server.run(&["topic", "list", "--json"]));
     assert_eq!(listed[0]["topics"][0]["topic"], "orders");
@@ -208,19 +182,7 @@ fn json_logs_and_shell_completions() {
     let server = ServeProcess::spawn(
         serve_command("127.0.0.1:0", "127.0.0.1:0").args(["--log-format", "json"]),
     );
-    server.run(&[
-        "send",
-        "--topic",
-        "logged",
-        "--partition",
-        "0",
-        "--producer-id",
-        "1",
-        "--epoch",
-        "0",
-        "--sequence",
-        "0",
-    ]);
+    server.send(("logged", 0), (1, 0, 0), &[]);
     let logged = server.logged();
     let lines: Vec<_> = logged.lines().collect();
     assert!(!lines.is_empty());

@@ -98,10 +98,10 @@ impl KafkaFrontEnd {
             correlation_id = header.correlation_id,
             "request"
         );
-        let started = self.timings.as_ref().map(|_| std::time::Instant::now());
+        let started = self.timings.as_ref().map(ConnectionTimings::start);
         let next = self.dispatch(request, &header, version, api, out).await;
         if let (Some(timings), Some(started)) = (&mut self.timings, started) {
-            timings.record(apis::name(api), started.elapsed());
+            timings.record_since(apis::name(api), started);
         }
         next
     }

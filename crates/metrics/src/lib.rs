@@ -37,10 +37,25 @@ struct Endpoint {
     registry: Arc<Registry>,
 }
 
+fn registry(broker: &Arc<Broker>) -> Registry {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(BrokerCollector(Arc::clone(broker))));
+    registry
+}
+
+/// What `/metrics` answers for `broker` now.
+///
+/// # Errors
+/// If the exposition cannot be encoded.
+pub fn render(broker: &Arc<Broker>) -> Result<String, std::fmt::Error> {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry(broker))?;
+    Ok(text)
+}
+
 /// The router of the endpoint, for `broker`.
 pub fn router(broker: Arc<Broker>) -> Router {
-    let mut registry = Registry::default();
-    registry.register_collector(Box::new(BrokerCollector(Arc::clone(&broker))));
+    let registry = registry(&broker);
     Router::new()
         .route("/metrics", get(metrics))
         .route("/health", get(health))

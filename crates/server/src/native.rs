@@ -117,10 +117,10 @@ impl NativeFrontEnd {
             Ok((correlation_id, request)) => {
                 tracing::trace!(correlation_id, kind = request.kind(), "request");
                 let kind = request.kind();
-                let started = self.timings.as_ref().map(|_| std::time::Instant::now());
+                let started = self.timings.as_ref().map(ConnectionTimings::start);
                 let handled = self.handle(request, frame).await;
                 if let (Some(timings), Some(started)) = (&mut self.timings, started) {
-                    timings.record(kind, started.elapsed());
+                    timings.record_since(kind, started);
                 }
                 let response = handled.unwrap_or_else(|error| {
                     tracing::debug!(%error, "request refused");

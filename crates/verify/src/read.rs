@@ -10,6 +10,18 @@ use crate::{AckedBatch, PartitionLog, Report, StoredBatch, check};
 /// Transport failures, broker errors (an unknown topic among them) and batches that do not
 /// decode.
 pub async fn read_topic(client: &Client, topic: &str) -> Result<Vec<PartitionLog>, ClientError> {
+    read_topic_reporting(client, topic, &mut |_| {}).await
+}
+
+/// [`read_topic`], telling `records_read` how many records each batch read held.
+///
+/// # Errors
+/// As [`read_topic`].
+pub async fn read_topic_reporting(
+    client: &Client,
+    topic: &str,
+    records_read: &mut (dyn FnMut(u64) + Send),
+) -> Result<Vec<PartitionLog>, ClientError> {
     let metadata = client.metadata().await?;
     let Some(info) = metadata.topics.iter().find(|t| t.name == topic) else {
         return Err(ClientError::Broker(
@@ -24,6 +36,7 @@ pub async fn read_topic(client: &Client, topic: &str) -> Result<Vec<PartitionLog
         let mut reader = PartitionReader::new(client, topic, partition, 0);
         let mut batches = Vec::new();
         while let Some(batch) = reader.next_batch().await? {
+            records_read(u64::from(batch.info.record_count));
             batches.push(StoredBatch::new(batch.base_offset, &batch.info));
         }
         logs.push(PartitionLog { partition, batches });
@@ -40,6 +53,19 @@ pub async fn verify(
     topic: &str,
     acknowledged: Option<&[AckedBatch]>,
 ) -> Result<Report, ClientError> {
-    let logs = read_topic(client, topic).await?;
+    verify_reporting(client, topic, acknowledged, &mut |_| {}).await
+}
+
+/// [`verify`], telling `records_read` how many records each batch read held (for progress).
+///
+/// # Errors
+/// As [`read_topic`].
+pub async fn verify_reporting(
+    client: &Client,
+    topic: &str,
+    acknowledged: Option<&[AckedBatch]>,
+    records_read: &mut (dyn FnMut(u64) + Send),
+) -> Result<Report, ClientError> {
+    let logs = read_topic_reporting(client, topic, records_read).await?;
     Ok(check(topic, &logs, acknowledged))
 }

@@ -7,14 +7,14 @@ mod baseline;
 mod durable;
 mod load;
 mod memory;
+mod metrics;
 mod wire;
 
 use anyhow::{Result, bail};
 use serde_json::json;
-use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
@@ -75,6 +75,10 @@ pub struct Args {
     /// the same fsync cadence, in one run; also recovery time and resident memory.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["broker", "kafka", "baseline", "memory"])]
     data_dir: Option<std::path::PathBuf>,
+    /// Measure what metrics cost: the workload on an embedded broker with and without them,
+    /// alternating three times each.
+    #[arg(long, conflicts_with_all = ["broker", "kafka", "baseline", "memory", "data_dir"])]
+    compare_metrics: bool,
     /// With --data-dir: always, interval:<ms> or os.
     #[arg(long, default_value = "always", requires = "data_dir")]
     flush: minibroker_server::FlushPolicy,
@@ -112,6 +116,9 @@ pub async fn run(args: Args) -> Result<()> {
         },
         first_producer_id: 1,
     };
+    if args.compare_metrics {
+        return metrics::run(workload, args.json).await;
+    }
     if let Some(dir) = &args.data_dir {
         return durable::run(workload, dir, args.flush, args.json).await;
     }
@@ -246,38 +253,36 @@ async fn start_baseline() -> Result<(String, oneshot::Sender<()>)> {
     Ok((addr, stop))
 }
 
-/// Runs one phase with a progress line on stderr.
+/// Runs one phase, with its progress on stderr (a bar on a terminal, lines otherwise).
 async fn measure(name: &str, addr: &str, workload: &Workload, quiet: bool) -> Result<LoadResult> {
     let answered = Arc::new(AtomicU64::new(0));
+    let finished = Arc::new(tokio::sync::Notify::new());
     let progress = (!quiet).then(|| {
         let answered = Arc::clone(&answered);
-        let name = name.to_owned();
+        let finished = Arc::clone(&finished);
+        let mut progress =
+            crate::progress::Progress::new(format!("  {name}"), "requests", workload.count);
         tokio::spawn(async move {
-            let started = Instant::now();
-            let terminal = std::io::stderr().is_terminal();
+            let mut shown = 0;
             loop {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                let line = format!(
-                    "  {name}: {:.1} s, {} requests answered",
-                    started.elapsed().as_secs_f64(),
-                    answered.load(Ordering::Relaxed)
-                );
-                let mut stderr = std::io::stderr().lock();
-                let _ = if terminal {
-                    write!(stderr, "\r{line}")
-                } else {
-                    writeln!(stderr, "{line}")
+                let stop = tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(200)) => false,
+                    () = finished.notified() => true,
                 };
-                let _ = stderr.flush();
+                let now = answered.load(Ordering::Relaxed);
+                progress.inc(now - shown);
+                shown = now;
+                if stop {
+                    progress.finish();
+                    return;
+                }
             }
         })
     });
     let result = load::run(addr, workload, answered).await;
     if let Some(progress) = progress {
-        progress.abort();
-        if std::io::stderr().is_terminal() {
-            eprintln!();
-        }
+        finished.notify_one();
+        let _ = progress.await;
     }
     let result = result?;
     if result.errors > 0 {

@@ -104,6 +104,39 @@ impl ServeProcess {
     }
 }
 
+impl ServeProcess {
+    /// `send` one raw produce request to `topic`/`partition` as `producer_id` at `epoch` and
+    /// `sequence`, with `extra` flags; returns its output.
+    pub fn send(
+        &self,
+        (topic, partition): (&str, u32),
+        (producer_id, epoch, sequence): (i64, i16, i32),
+        extra: &[&str],
+    ) -> String {
+        let (partition, producer_id, epoch, sequence) = (
+            partition.to_string(),
+            producer_id.to_string(),
+            epoch.to_string(),
+            sequence.to_string(),
+        );
+        let mut args = vec![
+            "send",
+            "--topic",
+            topic,
+            "--partition",
+            &partition,
+            "--producer-id",
+            &producer_id,
+            "--epoch",
+            &epoch,
+            "--sequence",
+            &sequence,
+        ];
+        args.extend_from_slice(extra);
+        self.run(&args)
+    }
+}
+
 impl Drop for ServeProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
