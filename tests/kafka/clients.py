@@ -9,6 +9,8 @@ non-zero on any failure.
     python clients.py confluent|kafka-python|aiokafka BOOTSTRAP TOPIC PARTITIONS COUNT
     python clients.py admin BOOTSTRAP TOPIC PARTITIONS
     python clients.py lossy BOOTSTRAP TOPIC COUNT      (produce only, through a faulty network)
+    python clients.py steady BOOTSTRAP TOPIC PARTITIONS COUNT   (produce only, riding out restarts)
+    python clients.py read-all BOOTSTRAP TOPIC PARTITIONS COUNT (every value read, once)
 """
 
 import asyncio
@@ -210,12 +212,70 @@ def run_lossy(bootstrap, topic, count):
     sys.exit(0 if ok else 1)
 
 
+def run_steady(bootstrap, topic, partitions, count):
+    """An idempotent producer that keeps going while the broker is killed and restarted: every
+    record must be delivered, each exactly once (checked by read-all)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "acks": "all", "linger.ms": 5, "message.timeout.ms": 120000})
+    delivered, failures = [], []
+
+    def on_delivery(error, message):
+        if error is None:
+            delivered.append(message.offset())
+        else:
+            failures.append(str(error))
+
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, value=f"steady-{i}".encode(), partition=i % partitions,
+                                 on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        # A steady stream (about 10,000 records a second), so a restart lands mid-run.
+        producer.poll(0.01 if i % 100 == 0 else 0)
+    remaining = producer.flush(120)
+    ok = remaining == 0 and not failures and len(delivered) == count
+    print(json.dumps({"client": "steady", "ok": ok, "delivered": len(delivered),
+                      "failures": failures[:5]}))
+    sys.exit(0 if ok else 1)
+
+
+def run_read_all(bootstrap, topic, partitions, count):
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "read-all",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    values, repeated = set(), 0
+    deadline = time.time() + 60
+    while len(values) < count and time.time() < deadline:
+        message = consumer.poll(0.5)
+        if message is None or message.error():
+            continue
+        if message.value() in values:
+            repeated += 1
+        values.add(message.value())
+    extra = consumer.poll(2.0)
+    consumer.close()
+    ok = len(values) == count and repeated == 0 and extra is None
+    print(json.dumps({"client": "read-all", "ok": ok, "distinct": len(values),
+                      "repeated": repeated}))
+    sys.exit(0 if ok else 1)
+
+
 def main():
     command, bootstrap, topic = sys.argv[1], sys.argv[2], sys.argv[3]
     if command == "admin":
         run_admin(bootstrap, topic, int(sys.argv[4]))
     elif command == "lossy":
         run_lossy(bootstrap, topic, int(sys.argv[4]))
+    elif command in ("steady", "read-all"):
+        runner = run_steady if command == "steady" else run_read_all
+        runner(bootstrap, topic, int(sys.argv[4]), int(sys.argv[5]))
     else:
         runner = {"confluent": run_confluent, "kafka-python": run_kafka_python,
                   "aiokafka": run_aiokafka}[command]

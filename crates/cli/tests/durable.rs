@@ -9,7 +9,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-use support::{BIN, ServeProcess, free_addr, serve_command};
+use support::{BIN, ServeProcess, free_addr, kafka_script, serve_command, summary_of};
 
 /// A `minibroker serve --data-dir` process on a fixed native address, killed when dropped.
 struct DurableServer {
@@ -25,7 +25,12 @@ impl DurableServer {
 
     /// The `serve` command line for `addr`, `data_dir` and `flush`.
     fn command(addr: &str, data_dir: &Path, flush: &str) -> Command {
-        let mut command = serve_command(addr, "127.0.0.1:0");
+        Self::command_with_kafka(addr, "127.0.0.1:0", data_dir, flush)
+    }
+
+    /// As [`Self::command`], with the Kafka listener on `kafka`.
+    fn command_with_kafka(addr: &str, kafka: &str, data_dir: &Path, flush: &str) -> Command {
+        let mut command = serve_command(addr, kafka);
         command
             .arg("--data-dir")
             .arg(data_dir)
@@ -162,6 +167,45 @@ fn producers_ride_through_sigkills_and_every_acknowledged_batch_is_stored_once()
     assert!(
         server.logged().contains("recovered"),
         "the restarted broker recovered its partitions"
+    );
+}
+
+#[test]
+fn a_librdkafka_producer_rides_through_a_sigkill_and_every_record_is_stored_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (addr, kafka) = (free_addr(), free_addr());
+    let start = || {
+        DurableServer::spawn(
+            &mut DurableServer::command_with_kafka(&addr, &kafka, &data, "always"),
+            &data,
+        )
+    };
+    let server = start();
+    let mut producer = kafka_script("clients.py", &["steady", &kafka, "steady", "2", "30000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        producer.try_wait().unwrap().is_none(),
+        "the producer finished before the broker was killed"
+    );
+    server.kill();
+    std::thread::sleep(Duration::from_millis(200));
+    let server = start();
+    let delivered = summary_of(&producer.wait_with_output().unwrap(), "steady producer");
+    assert_eq!(delivered["delivered"], 30000, "{delivered}");
+    let read = kafka_script("clients.py", &["read-all", &kafka, "steady", "2", "30000"])
+        .output()
+        .unwrap();
+    let read = summary_of(&read, "read-all");
+    assert_eq!(read["repeated"], 0, "{read}");
+    let report = server.run(&["verify", "--topic", "steady"]);
+    assert!(
+        report.contains("30000 records") && report.contains("PASS"),
+        "{report}"
     );
 }
 

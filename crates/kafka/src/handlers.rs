@@ -234,7 +234,14 @@ impl KafkaFrontEnd {
             }
             let (response, bytes) = self.fetch_once(&request, version);
             let now = tokio::time::Instant::now();
-            if bytes >= min_bytes.max(1) || now >= deadline || waits.is_empty() {
+            // As Kafka: enough bytes (so at once for min_bytes 0), or an error to report, or
+            // time is up.
+            let failed = response
+                .responses
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .any(|p| p.error_code != 0);
+            if bytes >= min_bytes || failed || now >= deadline || waits.is_empty() {
                 return response;
             }
             tokio::select! {

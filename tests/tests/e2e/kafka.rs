@@ -282,6 +282,48 @@ async fn a_fetch_waits_for_an_append_instead_of_polling() -> Result<()> {
     Ok(())
 }
 
+#[tokio::test]
+async fn a_fetch_with_min_bytes_zero_or_an_error_is_answered_at_once() -> Result<()> {
+    let (_broker, _kafka, mut conn) = kafka(Config::default()).await?;
+    assert_eq!(
+        produce(&mut conn, "now", batch(7, 0, 0, &[b"only"])).await?,
+        (0, 0)
+    );
+    // At the log end there is nothing to read; offset 5 is out of range.
+    for (offset, min_bytes) in [(1, 0), (5, 1)] {
+        let partition = kafka_protocol::messages::fetch_request::FetchPartition::default()
+            .with_partition(0)
+            .with_fetch_offset(offset)
+            .with_partition_max_bytes(1 << 20);
+        let fetch = FetchRequest::default()
+            .with_max_wait_ms(10_000)
+            .with_min_bytes(min_bytes)
+            .with_max_bytes(1 << 20)
+            .with_topics(vec![
+                kafka_protocol::messages::fetch_request::FetchTopic::default()
+                    .with_topic(name("now"))
+                    .with_partitions(vec![partition]),
+            ]);
+        let started = tokio::time::Instant::now();
+        conn.send(ApiKey::Fetch, 12, &fetch).await?;
+        let Some((_, answer)) = conn.receive::<FetchResponse>(ApiKey::Fetch, 12).await? else {
+            bail!("no fetch answer");
+        };
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "offset {offset}, min_bytes {min_bytes} waited"
+        );
+        let code = answer.responses[0].partitions[0].error_code;
+        let expected = if offset == 5 {
+            ResponseError::OffsetOutOfRange.code()
+        } else {
+            0
+        };
+        assert_eq!(code, expected);
+    }
+    Ok(())
+}
+
 /// Structure-aware fuzzing of the Kafka front end: valid requests of the implemented APIs,
 /// encoded by `kafka-protocol`, with bytes flipped or overwritten and bodies cut or extended —
 /// framed correctly. Each must get a well-formed answer or a clean close, never a hang or a
