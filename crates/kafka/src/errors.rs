@@ -58,6 +58,7 @@ mod tests {
         Verdict {
             outcome,
             base_offset,
+            known_producer: false,
         }
     }
 

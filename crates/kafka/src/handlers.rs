@@ -192,15 +192,10 @@ impl KafkaFrontEnd {
         let (error, base_offset) = match (verdict.outcome, verdict.base_offset) {
             // The usual answers need nothing more.
             (Outcome::Accepted | Outcome::Duplicate, Some(offset)) => (None, offset),
-            // A refusal left the state as it was, so asking now whether the broker knew this
-            // producer here is asking what the rule saw.
+            // A refusal: Kafka tells an unknown producer from a gap, which the verdict records.
             _ => {
                 let info = minibroker_records::inspect(&batch)?;
-                let had_state = info.producer_id == NO_PRODUCER_ID
-                    || self
-                        .broker
-                        .producer_known(topic, partition, info.producer_id)
-                        .unwrap_or(false);
+                let had_state = info.producer_id == NO_PRODUCER_ID || verdict.known_producer;
                 tracing::debug!(topic = %topic.as_str(), partition, producer_id = info.producer_id,
                     sequence = info.base_sequence, outcome = %verdict.outcome, "Kafka produce refused");
                 produce_answer(verdict, info.base_sequence, had_state)

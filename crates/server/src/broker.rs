@@ -322,6 +322,7 @@ impl Broker {
                     now_ms,
                     &mut rolled,
                 )?),
+                known_producer: false,
             },
         };
         if rolled {
@@ -631,21 +632,6 @@ impl Broker {
         let topic = self.topics.get(topic)?;
         let data = topic.partition(partition)?.log();
         Ok(data.log.offset_of_max_timestamp()?)
-    }
-
-    /// Whether the broker holds state for `producer_id` on `topic`/`partition`.
-    ///
-    /// # Errors
-    /// Unknown topic or partition out of range.
-    pub fn producer_known(
-        &self,
-        topic: &str,
-        partition: u32,
-        producer_id: i64,
-    ) -> Result<bool, BrokerError> {
-        let topic = self.topics.get(topic)?;
-        let partition = topic.partition(partition)?;
-        Ok(self.state.entry(partition.id, producer_id).is_some())
     }
 
     /// Every topic and its partition count, by name.

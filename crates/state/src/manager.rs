@@ -131,6 +131,9 @@ pub struct Verdict {
     /// ACCEPTED: where the batch was appended. DUPLICATE: where the original was appended, when
     /// the retry matches one of the cached recent batches. Otherwise `None`.
     pub base_offset: Option<i64>,
+    /// Whether the partition held state for this producer when the batch was judged (Kafka
+    /// answers a refused batch of an unknown producer differently from a gap).
+    pub known_producer: bool,
 }
 
 /// One producer's state on a partition, as shown by [`ProducerStateManager::producers`].
@@ -285,6 +288,7 @@ impl ProducerStateManager {
             Entry::Occupied(entry) => Some(entry.get()),
             Entry::Vacant(_) => None,
         };
+        let known_producer = stored.is_some();
         let decision = validate(stored, header.epoch, header.sequences);
         let base_offset = match decision {
             Decision::Accept => {
@@ -298,6 +302,7 @@ impl ProducerStateManager {
         Ok(Verdict {
             outcome: decision.outcome(),
             base_offset,
+            known_producer,
         })
     }
 

@@ -81,7 +81,8 @@ fn failed_append_leaves_state_untouched_and_returns_the_error() {
         verdict,
         Ok(Verdict {
             outcome: Outcome::Accepted,
-            base_offset: Some(13)
+            base_offset: Some(13),
+            known_producer: true
         })
     );
 }
@@ -94,7 +95,8 @@ fn duplicate_answers_with_the_original_offset() {
         verdict,
         Ok(Verdict {
             outcome: Outcome::Duplicate,
-            base_offset: Some(11)
+            base_offset: Some(11),
+            known_producer: true
         })
     );
 }
@@ -231,7 +233,8 @@ fn restore_plus_replay_rebuilds_the_live_state() {
             retry,
             Verdict {
                 outcome: Outcome::Duplicate,
-                base_offset: Some(4)
+                base_offset: Some(4),
+                known_producer: true
             }
         );
     }

@@ -23,9 +23,11 @@ impl Model {
     /// The mission's four rules, on batches of `count` sequences starting at `first`.
     fn decide(&self, key: (u32, i64), epoch: i16, first: i32, count: i32) -> Verdict {
         let last = first + count - 1;
+        let known_producer = self.entries.contains_key(&key);
         let verdict = |outcome, base_offset| Verdict {
             outcome,
             base_offset,
+            known_producer,
         };
         let Some(entry) = self.entries.get(&key) else {
             return if first == 0 {
@@ -163,7 +165,7 @@ proptest! {
                 Ok(verdict) => {
                     if expected.outcome == Outcome::Accepted {
                         let offset = model.accept(key, op.epoch, first, op.count);
-                        prop_assert_eq!(verdict, Verdict { outcome: Outcome::Accepted, base_offset: Some(offset) });
+                        prop_assert_eq!(verdict, Verdict { outcome: Outcome::Accepted, base_offset: Some(offset), known_producer: expected.known_producer });
                     } else {
                         prop_assert_eq!(verdict, expected);
                         prop_assert_eq!(mgr.snapshot(), before, "{:?} changed state", verdict.outcome);
