@@ -313,3 +313,16 @@ fn a_missing_segment_refuses_to_start_and_names_the_file() {
     assert!(error.contains(&segments[1]), "{error}");
     assert!(error.contains("missing"), "{error}");
 }
+
+#[test]
+fn a_second_broker_cannot_use_the_same_data_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let _first = DurableServer::start(&free_addr(), &data, "always");
+    let output = DurableServer::command(&free_addr(), &data, "always")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(error.contains("another minibroker is using it"), "{error}");
+}
