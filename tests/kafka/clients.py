@@ -182,12 +182,28 @@ def run_admin(bootstrap, topic, partitions):
 def run_lossy(bootstrap, topic, count):
     """An idempotent producer through a network that loses acks and resets connections: every
     record must be delivered (the broker deduplicates the retries)."""
+    config = {"linger.ms": 0, "batch.num.messages": 20, "request.timeout.ms": 1000,
+              "socket.timeout.ms": 2000, "message.timeout.ms": 60000, "retry.backoff.ms": 50}
+    records = ((f"lossy-{i}", 0) for i in range(count))
+    deliver_all("lossy", bootstrap, topic, config, records, count, pause_every=None)
+
+
+def run_steady(bootstrap, topic, partitions, count):
+    """An idempotent producer that keeps going while the broker is killed and restarted: every
+    record must be delivered, each exactly once (checked by read-all)."""
+    config = {"linger.ms": 5, "message.timeout.ms": 120000}
+    records = ((f"steady-{i}", i % partitions) for i in range(count))
+    # A steady stream (about 10,000 records a second), so a restart lands mid-run.
+    deliver_all("steady", bootstrap, topic, config, records, count, pause_every=100)
+
+
+def deliver_all(client, bootstrap, topic, config, records, count, pause_every):
+    """Writes (value, partition) `records` with an idempotent confluent-kafka producer: every one
+    must be delivered. Pauses 10 ms every `pause_every` records when given."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "acks": "all", "linger.ms": 0, "batch.num.messages": 20,
-                         "request.timeout.ms": 1000, "socket.timeout.ms": 2000,
-                         "message.timeout.ms": 60000, "retry.backoff.ms": 50})
+                         "acks": "all", **config})
     delivered, failures = [], []
 
     def on_delivery(error, message):
@@ -196,50 +212,18 @@ def run_lossy(bootstrap, topic, count):
         else:
             failures.append(str(error))
 
-    for i in range(count):
+    for i, (value, partition) in enumerate(records):
         while True:
             try:
-                producer.produce(topic, value=f"lossy-{i}".encode(), partition=0,
-                                 on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        producer.poll(0)
-    remaining = producer.flush(90)
-    ok = remaining == 0 and not failures and len(delivered) == count
-    print(json.dumps({"client": "lossy", "ok": ok, "delivered": len(delivered),
-                      "failures": failures[:5]}))
-    sys.exit(0 if ok else 1)
-
-
-def run_steady(bootstrap, topic, partitions, count):
-    """An idempotent producer that keeps going while the broker is killed and restarted: every
-    record must be delivered, each exactly once (checked by read-all)."""
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "acks": "all", "linger.ms": 5, "message.timeout.ms": 120000})
-    delivered, failures = [], []
-
-    def on_delivery(error, message):
-        if error is None:
-            delivered.append(message.offset())
-        else:
-            failures.append(str(error))
-
-    for i in range(count):
-        while True:
-            try:
-                producer.produce(topic, value=f"steady-{i}".encode(), partition=i % partitions,
+                producer.produce(topic, value=value.encode(), partition=partition,
                                  on_delivery=on_delivery)
                 break
             except BufferError:
                 producer.poll(0.05)
-        # A steady stream (about 10,000 records a second), so a restart lands mid-run.
-        producer.poll(0.01 if i % 100 == 0 else 0)
+        producer.poll(0.01 if pause_every and i % pause_every == 0 else 0)
     remaining = producer.flush(120)
     ok = remaining == 0 and not failures and len(delivered) == count
-    print(json.dumps({"client": "steady", "ok": ok, "delivered": len(delivered),
+    print(json.dumps({"client": client, "ok": ok, "delivered": len(delivered),
                       "failures": failures[:5]}))
     sys.exit(0 if ok else 1)
 
