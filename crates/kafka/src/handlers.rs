@@ -21,7 +21,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use minibroker_records::NO_PRODUCER_ID;
-use minibroker_server::{BrokerError, Outcome};
+use minibroker_server::{BrokerError, Outcome, TopicSummary};
 use std::time::Duration;
 
 use crate::errors::{code_of, produce_answer};
@@ -63,13 +63,16 @@ impl KafkaFrontEnd {
             Some(topics) if !(version == 0 && topics.is_empty()) => topics
                 .into_iter()
                 .filter_map(|topic| topic.name)
-                .map(|name| self.topic_metadata(&name, auto_create, version))
+                .map(|name| {
+                    self.topic_metadata(&name, self.broker.topic(&name, auto_create), version)
+                })
                 .collect(),
+            // Every topic, with what the listing already says of each.
             _ => self
                 .broker
                 .metadata()
                 .into_iter()
-                .map(|topic| self.topic_metadata(&topic.name, false, version))
+                .map(|topic| self.topic_metadata(&topic.name.clone(), Ok(topic), version))
                 .collect(),
         };
         let broker = MetadataResponseBroker::default()
@@ -90,9 +93,15 @@ impl KafkaFrontEnd {
         response
     }
 
-    fn topic_metadata(&self, name: &str, auto_create: bool, version: i16) -> MetadataResponseTopic {
+    /// The Metadata answer for topic `name`, found (or refused) as `found` says.
+    fn topic_metadata(
+        &self,
+        name: &str,
+        found: Result<TopicSummary, BrokerError>,
+        version: i16,
+    ) -> MetadataResponseTopic {
         let topic = MetadataResponseTopic::default().with_name(Some(topic_name(name)));
-        match self.broker.topic(name, auto_create) {
+        match found {
             Ok(found) => {
                 let partitions = (0..found.partitions)
                     .map(|index| {
