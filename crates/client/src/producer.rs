@@ -127,7 +127,8 @@ pub struct Producer {
     client: Option<Client>,
     producer_id: i64,
     epoch: i16,
-    next_sequence: HashMap<(String, u32), i32>,
+    /// Per topic, then partition: looked up by `&str`, so an acknowledgement allocates nothing.
+    next_sequence: HashMap<String, HashMap<u32, i32>>,
     stats: ProducerStats,
     stopped: Option<String>,
 }
@@ -215,7 +216,8 @@ impl Producer {
     #[must_use]
     pub fn next_sequence(&self, topic: &str, partition: u32) -> i32 {
         self.next_sequence
-            .get(&(topic.to_owned(), partition))
+            .get(topic)
+            .and_then(|partitions| partitions.get(&partition))
             .copied()
             .unwrap_or(0)
     }
@@ -380,10 +382,17 @@ impl Producer {
                         base_offset: response.base_offset,
                         duplicate,
                     });
-                    self.next_sequence.insert(
-                        (window.topic.to_owned(), window.partition),
-                        sequences.following(),
-                    );
+                    let following = sequences.following();
+                    match self.next_sequence.get_mut(window.topic) {
+                        Some(partitions) => {
+                            partitions.insert(window.partition, following);
+                        }
+                        None => {
+                            let partitions = HashMap::from([(window.partition, following)]);
+                            self.next_sequence
+                                .insert(window.topic.to_owned(), partitions);
+                        }
+                    }
                     window.failed_rounds = 0;
                     window.failing_since = None;
                     return Ok(());

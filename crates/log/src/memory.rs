@@ -134,11 +134,16 @@ impl MemoryLog {
     /// The offset and timestamp of the (first) record with the largest timestamp.
     #[must_use]
     pub fn offset_of_max_timestamp(&self) -> Option<(i64, i64)> {
-        let newest = self
-            .batches()
-            .map(|batch| minibroker_records::max_timestamp(batch.bytes()))
-            .max()?;
-        self.offset_for_timestamp(newest)
+        // One pass: the first batch holding the largest timestamp, then its record.
+        let mut newest: Option<(i64, &StoredBatch)> = None;
+        for batch in self.batches() {
+            let timestamp = minibroker_records::max_timestamp(batch.bytes());
+            if newest.is_none_or(|(best, _)| timestamp > best) {
+                newest = Some((timestamp, batch));
+            }
+        }
+        let (timestamp, batch) = newest?;
+        first_record_at_or_after(batch.bytes(), timestamp)
     }
 
     /// The whole batches holding offsets from `from` onwards, within `limits`: the first one may
