@@ -211,7 +211,9 @@ impl KafkaFrontEnd {
             }
         };
         // Reported from v5 on.
-        let (log_start, _) = self.broker.offsets(topic, partition)?;
+        let log_start = self
+            .broker
+            .log_start_offset(&mut self.topics, topic, partition)?;
         Ok((error, base_offset, log_start))
     }
 

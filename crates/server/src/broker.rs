@@ -604,6 +604,21 @@ impl Broker {
         Ok((data.log.start_offset(), data.log.next_offset()))
     }
 
+    /// The first offset held in `topic`/`partition`, found through the caller's topic cache (a
+    /// produce answer reports it, so the lookup stays off the shared registry).
+    ///
+    /// # Errors
+    /// Unknown topic or partition out of range.
+    pub fn log_start_offset(
+        &self,
+        topics: &mut TopicCache,
+        topic: &str,
+        partition: u32,
+    ) -> Result<i64, BrokerError> {
+        let topic = topics.get(&self.topics, topic)?;
+        Ok(topic.partition(partition)?.log().log.start_offset())
+    }
+
     /// The offset and timestamp of the first record at or after `timestamp` (milliseconds) in
     /// `topic`/`partition`, if any.
     ///

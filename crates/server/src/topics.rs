@@ -485,13 +485,33 @@ impl TopicCache {
         name: &str,
         check: CreateCheck,
     ) -> Result<&'a Topic, BrokerError> {
+        self.cached_or(name, |name| registry.get_or_create(name, check))
+    }
+
+    /// The topic named `name`, from the cache or else from `registry` (never creating it).
+    ///
+    /// # Errors
+    /// As [`TopicRegistry::get`].
+    pub fn get<'a>(
+        &'a mut self,
+        registry: &TopicRegistry,
+        name: &str,
+    ) -> Result<&'a Topic, BrokerError> {
+        self.cached_or(name, |name| registry.get(name))
+    }
+
+    fn cached_or<'a>(
+        &'a mut self,
+        name: &str,
+        look_up: impl FnOnce(&str) -> Result<Arc<Topic>, BrokerError>,
+    ) -> Result<&'a Topic, BrokerError> {
         if let Some(index) = self.topics.iter().position(|t| t.name == name) {
             if !self.topics[index].deleted.load(Ordering::Acquire) {
                 return Ok(&self.topics[index]);
             }
             self.topics.remove(index);
         }
-        let topic = registry.get_or_create(name, check)?;
+        let topic = look_up(name)?;
         if self.topics.len() == Self::CAPACITY {
             self.topics.remove(0);
         }
