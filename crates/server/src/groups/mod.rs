@@ -340,17 +340,31 @@ impl GroupCoordinator {
             return Err(GroupError::InvalidGroupId);
         }
         let commit_ms = minibroker_records::now_millis();
-        match &self.store {
-            None => self.commit_now(group_id, generation, member_id, offsets, commit_ms),
-            Some(store) => {
-                // One writer at a time, each writing everything committed so far, so the file
-                // never goes back to an older state.
-                let _writing = store.writer.lock().await;
-                self.commit_now(group_id, generation, member_id, offsets, commit_ms)?;
-                let snapshot = self.offsets_snapshot();
-                store.save(snapshot).await
-            }
+        self.change_offsets(
+            || self.commit_now(group_id, generation, member_id, offsets, commit_ms),
+            |()| true,
+        )
+        .await
+    }
+
+    /// Applies `change` to the groups and, with a data directory, saves every committed offset
+    /// before returning when `changed` says the change touched them.
+    async fn change_offsets<T>(
+        &self,
+        change: impl FnOnce() -> Result<T, GroupError>,
+        changed: impl FnOnce(&T) -> bool,
+    ) -> Result<T, GroupError> {
+        let Some(store) = &self.store else {
+            return change();
+        };
+        // One writer at a time, each writing everything committed so far, so the file never
+        // goes back to an older state.
+        let _writing = store.writer.lock().await;
+        let result = change()?;
+        if changed(&result) {
+            store.save(self.offsets_snapshot()).await?;
         }
+        Ok(result)
     }
 
     fn commit_now(
@@ -458,14 +472,7 @@ impl GroupCoordinator {
                 }
             }
         };
-        match &self.store {
-            None => remove(),
-            Some(store) => {
-                let _writing = store.writer.lock().await;
-                remove()?;
-                store.save(self.offsets_snapshot()).await
-            }
-        }
+        self.change_offsets(remove, |()| true).await
     }
 
     /// Removes members whose session expired and completes rebalances whose time is up; the
@@ -488,19 +495,20 @@ impl GroupCoordinator {
             groups.retain(|_, group| !group.expired(now_ms, retention));
             before - groups.len()
         };
-        match &self.store {
-            None => expire(),
-            Some(store) => {
-                let _writing = store.writer.lock().await;
-                let expired = expire();
-                if expired > 0
-                    && let Err(error) = store.save(self.offsets_snapshot()).await
-                {
-                    tracing::warn!(%error, "could not save committed offsets after expiry");
-                }
-                expired
-            }
+        let mut expired = 0;
+        let saved = self
+            .change_offsets(
+                || {
+                    expired = expire();
+                    Ok(expired)
+                },
+                |expired| *expired > 0,
+            )
+            .await;
+        if let Err(error) = saved {
+            tracing::warn!(%error, "could not save committed offsets after expiry");
         }
+        expired
     }
 }
 
