@@ -552,21 +552,20 @@ impl Broker {
             .iter()
             .enumerate()
             .map(|(index, partition)| {
-                let (producers, (start, end, stored)) =
-                    self.state.partition_snapshot(partition.id, || {
-                        let data = partition.log();
-                        (
-                            data.log.start_offset(),
-                            data.log.next_offset(),
-                            data.log.stored_bytes(),
-                        )
-                    });
+                let (start, end, stored) = {
+                    let data = partition.log();
+                    (
+                        data.log.start_offset(),
+                        data.log.next_offset(),
+                        data.log.stored_bytes(),
+                    )
+                };
                 PartitionSummary {
                     partition: index as u32,
                     log_start_offset: start,
                     log_end_offset: end,
                     stored_bytes: stored,
-                    producers: producers.len() as u64,
+                    producers: self.state.partition_len(partition.id) as u64,
                 }
             })
             .collect())

@@ -346,6 +346,14 @@ impl ProducerStateManager {
         (entries, at())
     }
 
+    /// How many producers have state on `partition` (counted under its shard lock, not copied).
+    #[must_use]
+    pub fn partition_len(&self, partition: PartitionId) -> usize {
+        self.lock(partition)
+            .range((partition, i64::MIN)..=(partition, i64::MAX))
+            .count()
+    }
+
     /// Forgets every producer whose last batch was accepted longer than `expiration_ms` before
     /// `now_ms` (Kafka's `producer.id.expiration.ms`), one shard at a time; returns how many. An
     /// expired producer's next batch is judged as a new producer's.

@@ -247,6 +247,7 @@ fn idle_producers_expire_and_start_over() {
         .unwrap();
     mgr.append_batch(&header(2, 1, 0, 0).at(5_000), |_| Ok::<_, ()>(0))
         .unwrap();
+    assert_eq!((mgr.partition_len(0), mgr.partition_len(1)), (1, 1));
     assert_eq!(mgr.expire(6_000, 5_000), 0);
     assert_eq!(mgr.expire(6_001, 5_000), 1);
     assert!(mgr.entry(0, 1).is_none());

@@ -99,12 +99,12 @@ impl Broker {
             ));
         }
         drop(data);
-        let (producers, ()) = self.state.partition_snapshot(partition.id, || ());
-        let charge = producers.len() as u64 * PRODUCER_ENTRY_BYTES;
+        let producers = self.state.partition_len(partition.id);
+        let charge = producers as u64 * PRODUCER_ENTRY_BYTES;
         let mut data = partition.log();
         if !self.budget.try_charge(charge) {
             tracing::warn!(
-                producers = producers.len(),
+                producers,
                 "recovered producer state exceeds max_stored_bytes"
             );
         } else {
