@@ -25,7 +25,7 @@ use std::sync::Arc;
 use crate::batch::{check_appendable, first_record_at_or_after};
 use crate::segment::{Damage, Segment};
 use crate::storage::{Storage, StorageFile, TEMPORARY_SUFFIX, read_whole, write_atomically};
-use crate::{LogError, ReadLimits};
+use crate::{LogError, ReadLimits, Released};
 
 /// When segments roll.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +61,9 @@ pub struct Appended {
     pub base_offset: i64,
     /// Whether a new segment was started for it (the moment to snapshot producer state).
     pub rolled: bool,
+    /// What retention dropped to make room (an in-memory log drops its oldest chunks as it
+    /// grows; a durable log deletes segments only in [`DurableLog::apply_retention`]).
+    pub released: Released,
 }
 
 /// What must be synced for everything appended so far to be durable.
@@ -301,6 +304,7 @@ impl DurableLog {
         Ok(Appended {
             base_offset,
             rolled,
+            released: Released::default(),
         })
     }
 
@@ -484,8 +488,8 @@ impl DurableLog {
         &mut self,
         retention: Retention,
         now_ms: i64,
-    ) -> Result<usize, LogError> {
-        let mut removed = 0;
+    ) -> Result<Released, LogError> {
+        let mut removed = Released::default();
         while let Some(oldest) = self.sealed.front() {
             let too_big = retention
                 .bytes
@@ -511,8 +515,11 @@ impl DurableLog {
             if let Some(segment) = self.sealed.pop_front() {
                 self.stored_bytes -= segment.size;
                 self.batch_count -= segment.batches;
+                removed += Released {
+                    batches: segment.batches,
+                    bytes: segment.size,
+                };
             }
-            removed += 1;
         }
         Ok(removed)
     }

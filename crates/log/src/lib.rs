@@ -45,6 +45,6 @@ pub use durable::{
     Appended, DurableLog, Opened, Retention, SegmentConfig, SnapshotStore, SyncPoint,
 };
 pub use error::LogError;
-pub use memory::{MemoryLog, ReadLimits};
+pub use memory::{MemoryLog, ReadLimits, Released};
 pub use partition::PartitionLog;
 pub use storage::{FsStorage, Storage, StorageFile};

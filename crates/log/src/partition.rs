@@ -6,7 +6,7 @@
 
 use bytes::Bytes;
 
-use crate::{Appended, DurableLog, LogError, MemoryLog, ReadLimits};
+use crate::{Appended, DurableLog, LogError, MemoryLog, ReadLimits, Released, Retention};
 
 /// One partition's log.
 #[derive(Debug)]
@@ -24,10 +24,16 @@ impl Default for PartitionLog {
 }
 
 impl PartitionLog {
-    /// An empty in-memory log.
+    /// An empty in-memory log, keeping everything.
     #[must_use]
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty in-memory log, keeping what `retention` says.
+    #[must_use]
+    pub fn in_memory(retention: Retention) -> Self {
+        Self::Memory(MemoryLog::with_retention(retention))
     }
 
     /// Appends one v2 record batch of `record_count` records, stamped with its base offset.
@@ -42,10 +48,13 @@ impl PartitionLog {
         now_ms: i64,
     ) -> Result<Appended, LogError> {
         match self {
-            Self::Memory(log) => log.append(batch, record_count).map(|base_offset| Appended {
-                base_offset,
-                rolled: false,
-            }),
+            Self::Memory(log) => log
+                .append(batch, record_count)
+                .map(|(base_offset, released)| Appended {
+                    base_offset,
+                    rolled: false,
+                    released,
+                }),
             Self::Durable(log) => log.append(batch, record_count, now_ms),
         }
     }
@@ -107,6 +116,22 @@ impl PartitionLog {
         match self {
             Self::Memory(log) => Ok(log.offset_of_max_timestamp()),
             Self::Durable(log) => log.offset_of_max_timestamp(),
+        }
+    }
+
+    /// Drops what retention no longer keeps, as of `now_ms` (an in-memory log's oldest chunks, a
+    /// durable log's oldest segment files), and returns what they held.
+    ///
+    /// # Errors
+    /// For files, [`LogError::Storage`] if a deletion fails.
+    pub fn apply_retention(
+        &mut self,
+        retention: Retention,
+        now_ms: i64,
+    ) -> Result<Released, LogError> {
+        match self {
+            Self::Memory(log) => Ok(log.apply_retention(now_ms)),
+            Self::Durable(log) => log.apply_retention(retention, now_ms),
         }
     }
 

@@ -663,10 +663,15 @@ fn timestamped_fs_log() -> (TempDir, Model) {
 fn assert_retention(dir: &Path, model: &Model, retention: Retention, now_ms: i64, deleted: usize) {
     let bases = fs_bases(dir);
     let mut log = open_fs(dir).log;
+    let stored = log.stored_bytes();
     let removed = log
         .apply_retention(retention, now_ms)
         .expect("retention applies");
-    assert_eq!(removed, deleted, "segments deleted by {retention:?}");
+    assert_eq!(
+        removed.bytes,
+        stored - log.stored_bytes(),
+        "bytes released by {retention:?}"
+    );
     let start = bases[deleted];
     assert_eq!(
         fs_bases(dir),

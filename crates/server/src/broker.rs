@@ -13,8 +13,8 @@
 mod durability;
 
 use bytes::Bytes;
-use minibroker_log::ReadLimits;
 use minibroker_log::{FsStorage, LogError, Storage};
+use minibroker_log::{ReadLimits, Released};
 use minibroker_records::{BatchInfo, NO_PRODUCER_ID};
 use minibroker_state::{
     BatchHeader, NewEntry, Outcome, ProducerEntry, ProducerStateManager, ProducerView,
@@ -23,14 +23,14 @@ use minibroker_state::{
 use std::sync::Arc;
 use tokio::sync::Notify;
 
-use crate::budget::{PRODUCER_ENTRY_BYTES, StorageBudget, accounted_bytes};
+use crate::budget::{PRODUCER_ENTRY_BYTES, StorageBudget, accounted_bytes, released_charge};
 use crate::config::FlushPolicy;
 use crate::counters::{ConnectionCounters, ConnectionCounts, OutcomeCounters, OutcomeCounts};
 use crate::data_dir::DataDir;
 use crate::groups::GroupCoordinator;
 use crate::producers::ProducerIds;
 use crate::stats::{HistogramSnapshot, PartitionStats, RequestTimings};
-use crate::topics::{CreateCheck, Partition, TopicCache, TopicRegistry};
+use crate::topics::{CreateCheck, Partition, PartitionData, TopicCache, TopicRegistry};
 use crate::{BrokerError, Config, ServerError};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -402,7 +402,18 @@ impl Broker {
         *rolled = appended.rolled;
         data.allowance -= charge;
         data.held += charge;
+        self.give_back(&mut data, appended.released);
         Ok(appended.base_offset)
+    }
+
+    /// Gives the storage limit back what the batches retention dropped from an in-memory log
+    /// were charged (a durable log's batches are not charged).
+    pub(crate) fn give_back(&self, data: &mut PartitionData, released: Released) {
+        if self.data.is_none() && released != Released::default() {
+            let freed = released_charge(released).min(data.held);
+            data.held -= freed;
+            self.budget.release(freed);
+        }
     }
 
     /// What a batch of `len` bytes costs the storage limit: its bytes and index entry in memory,

@@ -38,6 +38,12 @@ pub fn accounted_bytes(len: usize) -> u64 {
     BATCH_OVERHEAD_BYTES + len as u64
 }
 
+/// What the batches retention dropped from an in-memory log were charged.
+#[must_use]
+pub fn released_charge(released: minibroker_log::Released) -> u64 {
+    released.bytes + released.batches * BATCH_OVERHEAD_BYTES
+}
+
 /// What creating a topic with `partitions` partitions charges.
 #[must_use]
 pub fn topic_bytes(partitions: u32) -> u64 {

@@ -150,10 +150,11 @@ pub struct Config {
     pub segment_bytes: u64,
     /// A segment file rolls once its first batch is this old.
     pub segment_ms: u64,
-    /// Old segments are deleted while a partition would still hold this many bytes without
-    /// them; unlimited when absent. Per topic in `[[topics]]`.
+    /// Old segments (in memory: 1 MiB chunks) are dropped while a partition would still hold
+    /// this many bytes without them; unlimited when absent. Per topic in `[[topics]]`.
     pub retention_bytes: Option<u64>,
-    /// Segments whose newest record is older than this are deleted; kept forever when absent.
+    /// Segments (chunks) whose newest record is older than this are dropped; kept forever when
+    /// absent.
     /// Per topic in `[[topics]]`.
     pub retention_ms: Option<u64>,
     /// How often retention and producer-state expiry run.

@@ -108,6 +108,8 @@ pub struct TopicRegistry {
     budget: Arc<StorageBudget>,
     /// Where topics are stored, for a durable broker.
     data: Option<Arc<DataDir>>,
+    /// The broker's configuration, for each topic's retention.
+    config: Arc<Config>,
     auto_create: bool,
     default_partitions: u32,
     max_topics: usize,
@@ -168,6 +170,7 @@ impl TopicRegistry {
             partition_ids: Mutex::new(PartitionIds::default()),
             budget,
             data,
+            config: Arc::new(config.clone()),
             auto_create: config.auto_create_topics,
             default_partitions: config.default_partitions,
             max_topics: config.max_topics.max(config.topics.len() + stored.len()),
@@ -263,7 +266,10 @@ impl TopicRegistry {
         origin: Origin,
     ) -> Result<Vec<PartitionLog>, BrokerError> {
         let Some(data) = &self.data else {
-            return Ok((0..partitions).map(|_| PartitionLog::new()).collect());
+            let retention = self.config.retention(name);
+            return Ok((0..partitions)
+                .map(|_| PartitionLog::in_memory(retention))
+                .collect());
         };
         let storage_error = |error: ServerError| BrokerError::Storage(error.to_string());
         if origin == Origin::New {

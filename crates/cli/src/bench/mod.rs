@@ -79,6 +79,11 @@ pub struct Args {
     /// alternating three times each.
     #[arg(long, conflicts_with_all = ["broker", "kafka", "baseline", "memory", "data_dir"])]
     compare_metrics: bool,
+    /// An embedded broker keeps the newest this many MiB per partition and reuses the memory of
+    /// what it drops, as a long-running broker with retention does; 0 keeps everything, so
+    /// every byte stored is fresh memory.
+    #[arg(long, default_value_t = 64, value_name = "MIB")]
+    retention_mib: u64,
     /// With --data-dir: always, interval:<ms> or os.
     #[arg(long, default_value = "always", requires = "data_dir")]
     flush: minibroker_server::FlushPolicy,
@@ -122,12 +127,15 @@ pub async fn run(args: Args) -> Result<()> {
     if let Some(dir) = &args.data_dir {
         return durable::run(workload, dir, args.flush, args.json).await;
     }
+    let config = Config {
+        retention_bytes: (args.retention_mib > 0).then_some(args.retention_mib << 20),
+        // Without retention batched phases store several GiB; the default 4 GiB limit would
+        // refuse them.
+        ..embedded_config(args.partitions, Some(16 << 30))
+    };
     let target = match &args.broker {
         Some(addr) => Target::Remote(addr.clone()),
-        // Batched phases store several GiB; the default 4 GiB limit would refuse them.
-        None => Target::Embedded(
-            EmbeddedBroker::start(embedded_config(args.partitions, Some(16 << 30))).await?,
-        ),
+        None => Target::Embedded(EmbeddedBroker::start(config.clone()).await?),
     };
     if !args.json {
         println!(
@@ -138,6 +146,12 @@ pub async fn run(args: Args) -> Result<()> {
             args.record_size,
             args.partitions
         );
+        if args.broker.is_none() {
+            match config.retention_bytes {
+                Some(bytes) => println!("embedded broker keeps {} MiB per partition", bytes >> 20),
+                None => println!("embedded broker keeps everything"),
+            }
+        }
     }
     let mut phases = Vec::new();
     // Each phase writes with fresh producer ids, so sequences start at 0 every time.
@@ -161,7 +175,6 @@ pub async fn run(args: Args) -> Result<()> {
         // gigabytes by now, and a phase writing into a grown broker pays for its page faults.
         let native_outcomes = target.outcomes();
         target.stop().await?;
-        let config = embedded_config(args.partitions, Some(16 << 30));
         let fresh = EmbeddedBroker::start(config.clone()).await?;
         let kafka =
             minibroker_kafka::EmbeddedKafka::start(Arc::clone(&fresh.broker), config).await?;

@@ -9,6 +9,7 @@
 //! it was when the last surviving batch was appended. A batch acknowledged before a crash and
 //! resent after it is then answered DUPLICATE with its original offset.
 
+use minibroker_log::Released;
 use minibroker_records::{NO_PRODUCER_ID, now_millis};
 use minibroker_state::{BatchHeader, SequenceRange, decode_snapshot, encode_snapshot};
 use std::sync::Arc;
@@ -164,8 +165,9 @@ impl Broker {
         }
     }
 
-    /// Runs retention on every durable partition and forgets producers idle for longer than
-    /// `producer_id_expiration_ms`, as of `now_ms`.
+    /// Runs retention on every partition (an in-memory one's oldest chunks, a durable one's
+    /// oldest segments) and forgets producers idle for longer than `producer_id_expiration_ms`,
+    /// as of `now_ms`.
     pub fn run_maintenance(&self, now_ms: i64) {
         let expiration = i64::try_from(self.config.producer_id_expiration_ms).unwrap_or(i64::MAX);
         let expired = self.state.expire(now_ms, expiration);
@@ -173,9 +175,6 @@ impl Broker {
             tracing::debug!(expired, "forgot idle producers");
         }
 
-        if self.data.is_none() {
-            return;
-        }
         for topic in self.topics.list() {
             let retention = self.config.retention(&topic.name);
             if retention == minibroker_log::Retention::default() {
@@ -183,18 +182,19 @@ impl Broker {
             }
             for (index, partition) in topic.partitions().iter().enumerate() {
                 let mut data = partition.log();
-                let Some(log) = data.log.durable() else {
-                    continue;
-                };
-                match log.apply_retention(retention, now_ms) {
-                    Ok(0) => {}
-                    Ok(removed) => tracing::info!(
-                        topic = topic.name,
-                        partition = index,
-                        removed,
-                        start_offset = log.start_offset(),
-                        "retention deleted old segments"
-                    ),
+                match data.log.apply_retention(retention, now_ms) {
+                    Ok(released) if released == Released::default() => {}
+                    Ok(released) => {
+                        self.give_back(&mut data, released);
+                        tracing::info!(
+                            topic = topic.name,
+                            partition = index,
+                            batches = released.batches,
+                            bytes = released.bytes,
+                            start_offset = data.log.start_offset(),
+                            "retention dropped old batches"
+                        );
+                    }
                     Err(error) => tracing::warn!(topic = topic.name, %error, "retention failed"),
                 }
             }
