@@ -63,9 +63,13 @@ mod layout {
     pub const CRC: usize = 17;
     /// The CRC covers everything from the attributes to the end.
     pub const CRC_START: usize = 21;
+    pub const ATTRIBUTES: usize = 21;
     pub const LAST_OFFSET_DELTA: usize = 23;
     pub const MAX_TIMESTAMP: usize = 35;
+    pub const PRODUCER_ID: usize = 43;
+    pub const PRODUCER_EPOCH: usize = 51;
     pub const BASE_SEQUENCE: usize = 53;
+    pub const RECORD_COUNT: usize = 57;
 }
 
 /// The partition leader epoch the log stamps on every batch it stores: this single broker is the
@@ -283,14 +287,8 @@ pub fn inspect(batch: &Bytes) -> Result<BatchInfo, RecordsError> {
             batch.len() - layout::LENGTH_END
         )));
     }
-    // A `Bytes` buffer lets the decoder slice instead of copying the batch.
-    let mut bytes = batch.clone();
-    let infos = RecordBatchDecoder::decode_batch_info(&mut bytes)
-        .map_err(|error| RecordsError::Decode(error.into()))?;
-    let [info] = infos.as_slice() else {
-        return Err(RecordsError::Corrupt("not exactly one batch".into()));
-    };
-    let record_count = u32::try_from(info.record_count)
+    let header = Header::read(batch)?;
+    let record_count = u32::try_from(header.record_count)
         .ok()
         .filter(|count| *count > 0)
         .ok_or_else(|| RecordsError::Invalid("a batch needs at least one record".into()))?;
@@ -300,7 +298,7 @@ pub fn inspect(batch: &Bytes) -> Result<BatchInfo, RecordsError> {
             "{record_count} records but a last offset delta of {last_offset_delta}"
         )));
     }
-    let compressed = info.compression != Compression::None;
+    let compressed = header.compression != 0;
     let most = if compressed {
         MAX_COMPRESSED_RECORDS as usize
     } else {
@@ -313,15 +311,81 @@ pub fn inspect(batch: &Bytes) -> Result<BatchInfo, RecordsError> {
         )));
     }
     Ok(BatchInfo {
-        producer_id: info.producer_id,
-        epoch: info.producer_epoch,
-        base_sequence: info.base_sequence,
+        producer_id: header.producer_id,
+        epoch: header.producer_epoch,
+        base_sequence: header.base_sequence,
         record_count,
-        transactional: info.transactional,
-        control: info.control,
+        transactional: header.attributes & attributes::TRANSACTIONAL != 0,
+        control: header.attributes & attributes::CONTROL != 0,
         compressed,
         len: batch.len(),
     })
+}
+
+/// The fields of a v2 batch header that [`inspect`] needs, read in place.
+///
+/// `kafka-protocol`'s `RecordBatchDecoder::decode_batch_info` reads the same header, but it
+/// returns a `Vec` and slices the buffer four times to do so: an allocation and eight reference
+/// count updates for each produce request, which were about 7% of the broker's cycles on small
+/// requests. The header has a fixed layout, so it is read here from the slice, and a differential
+/// test (`tests/batches.rs`) holds it to the decoder's answers, damaged batches included.
+struct Header {
+    attributes: i16,
+    compression: i16,
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+    record_count: i32,
+}
+
+mod attributes {
+    pub const COMPRESSION: i16 = 0x7;
+    pub const TRANSACTIONAL: i16 = 1 << 4;
+    pub const CONTROL: i16 = 1 << 5;
+}
+
+impl Header {
+    /// Reads and checks the header of `batch`, which is at least [`HEADER_LEN`] bytes with magic 2:
+    /// its CRC-32C over everything after the CRC field, a known compression codec, and a record
+    /// count that is not negative.
+    fn read(batch: &[u8]) -> Result<Self, RecordsError> {
+        let supplied = u32::from_be_bytes(
+            batch[layout::CRC..layout::CRC + 4]
+                .try_into()
+                .expect("4 bytes"),
+        );
+        let actual = crc32c::crc32c(&batch[layout::CRC_START..]);
+        if supplied != actual {
+            return Err(RecordsError::Corrupt(format!(
+                "the CRC says {supplied:#010x} but the bytes give {actual:#010x}"
+            )));
+        }
+        let attributes = i16_at(batch, layout::ATTRIBUTES);
+        let compression = attributes & attributes::COMPRESSION;
+        if compression > 4 {
+            return Err(RecordsError::Corrupt(format!(
+                "unknown compression codec {compression}"
+            )));
+        }
+        let record_count = i32_at(batch, layout::RECORD_COUNT);
+        if record_count < 0 {
+            return Err(RecordsError::Corrupt(format!(
+                "a negative record count ({record_count})"
+            )));
+        }
+        Ok(Self {
+            attributes,
+            compression,
+            producer_id: i64::from_be_bytes(
+                batch[layout::PRODUCER_ID..layout::PRODUCER_ID + 8]
+                    .try_into()
+                    .expect("8 bytes"),
+            ),
+            producer_epoch: i16_at(batch, layout::PRODUCER_EPOCH),
+            base_sequence: i32_at(batch, layout::BASE_SEQUENCE),
+            record_count,
+        })
+    }
 }
 
 /// The offset of a batch's first record.
@@ -413,6 +477,10 @@ pub fn set_base_sequence(batch: &mut [u8], base_sequence: i32) {
 
 fn i32_at(batch: &[u8], at: usize) -> i32 {
     i32::from_be_bytes(batch[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn i16_at(batch: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes(batch[at..at + 2].try_into().expect("2 bytes"))
 }
 
 /// The records of a batch, decompressed by `kafka-protocol`'s own decompressors.

@@ -1,8 +1,10 @@
 //! Property tests of the stored format: batches round-trip through encode and decode with their
-//! keys, headers and timestamps; stamping the base offset keeps them valid; and any single
-//! changed byte of a stored batch is detected by the check recovery uses.
+//! keys, headers and timestamps; stamping the base offset keeps them valid; any single
+//! changed byte of a stored batch is detected by the check recovery uses; and the header check
+//! agrees with `kafka-protocol`'s own header decoder on damaged batches.
 
 use bytes::Bytes;
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use minibroker_records::{
     HEADER_LEN, NewRecord, RecordsError, Writer, decode, encode, inspect, inspect_stored,
     set_base_offset, set_base_sequence,
@@ -143,7 +145,7 @@ fn bad_batches_are_refused_with_the_right_error() {
     let mut crc = batch.to_vec();
     let last = crc.len() - 1;
     crc[last] ^= 1;
-    assert!(matches!(check(crc), Err(RecordsError::Decode(_))));
+    assert!(matches!(check(crc), Err(RecordsError::Corrupt(_))));
     assert!(matches!(
         encode(writer, &[], 0),
         Err(RecordsError::Invalid(_))
@@ -222,5 +224,68 @@ fn compressed_batches_from_kafka_clients_decode() {
         let values: Vec<_> = decoded.records.iter().map(|r| r.value.clone()).collect();
         let sent: Vec<_> = records.iter().map(|r| r.value.clone()).collect();
         assert_eq!(values, sent, "{compression:?}");
+    }
+}
+
+proptest! {
+    // Most damaged batches fail the CRC; enough cases reach every header rule with the CRC fixed.
+    #![proptest_config(ProptestConfig::with_cases(4096))]
+
+    /// `inspect` reads the header in place; `kafka-protocol`'s decoder is the reference. Whatever
+    /// bytes are changed (with the CRC fixed up or not), `inspect` accepts a batch only if the
+    /// decoder reads exactly one batch from it, and then reports the decoder's fields.
+    #[test]
+    fn the_header_check_agrees_with_the_kafka_protocol_decoder(
+        writer in writer(),
+        records in prop::collection::vec(record(), 1..4),
+        changes in prop::collection::vec((0usize..HEADER_LEN + 8, prop_oneof![any::<u8>(), 0u8..8]), 0..4),
+        fix_crc in any::<bool>(),
+    ) {
+        let mut batch = encode(writer, &records, 0).unwrap().to_vec();
+        for (at, value) in changes {
+            if at < batch.len() {
+                batch[at] = value;
+            }
+        }
+        if fix_crc && batch.len() >= HEADER_LEN {
+            // Rewrites the base sequence it already has, which recomputes the CRC.
+            let sequence = i32::from_be_bytes(batch[53..57].try_into().unwrap());
+            set_base_sequence(&mut batch, sequence);
+        }
+        let batch = Bytes::from(batch);
+        let reference = RecordBatchDecoder::decode_batch_info(&mut batch.clone());
+        match inspect(&batch) {
+            Ok(info) => {
+                let headers = reference.expect("the decoder accepts what inspect accepts");
+                prop_assert_eq!(headers.len(), 1);
+                let header = &headers[0];
+                prop_assert_eq!(info.producer_id, header.producer_id);
+                prop_assert_eq!(info.epoch, header.producer_epoch);
+                prop_assert_eq!(info.base_sequence, header.base_sequence);
+                prop_assert_eq!(i64::from(info.record_count), i64::from(header.record_count));
+                prop_assert_eq!(info.transactional, header.transactional);
+                prop_assert_eq!(info.control, header.control);
+                prop_assert_eq!(info.compressed, header.compression != Compression::None);
+            }
+            Err(_) => {
+                // Refused: the decoder refuses it too, or it breaks a rule beyond the header's
+                // (no records, a count that disagrees with the offsets or the length, another
+                // magic).
+                if let Ok(headers) = reference
+                    && headers.len() == 1
+                {
+                    let count = headers[0].record_count;
+                    let delta = i32::from_be_bytes(batch[23..27].try_into().unwrap());
+                    let length = i32::from_be_bytes(batch[8..12].try_into().unwrap());
+                    prop_assert!(
+                        count == 0
+                            || i64::from(delta) != i64::from(count) - 1
+                            || usize::try_from(length).ok() != Some(batch.len() - 12)
+                            || count as usize > (batch.len() - HEADER_LEN) / 7,
+                        "inspect refused a batch the decoder reads: {:?}", headers[0]
+                    );
+                }
+            }
+        }
     }
 }
