@@ -234,10 +234,7 @@ impl KafkaFrontEnd {
             .collect();
         loop {
             // Register for appends before reading, so one that lands in between still wakes us.
-            let mut waits: Vec<_> = notifiers.iter().map(|n| Box::pin(n.notified())).collect();
-            for wait in &mut waits {
-                wait.as_mut().enable();
-            }
+            let waits: Vec<_> = notifiers.iter().map(|n| n.wait()).collect();
             let (response, bytes) = self.fetch_once(&request, version);
             let now = tokio::time::Instant::now();
             // As Kafka: enough bytes (so at once for min_bytes 0), or an error to report, or

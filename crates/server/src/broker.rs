@@ -21,14 +21,15 @@ use minibroker_state::{
     SequenceRange, Verdict, default_shard_count,
 };
 use std::sync::Arc;
-use tokio::sync::Notify;
 
 use crate::budget::{PRODUCER_ENTRY_BYTES, StorageBudget, accounted_bytes, released_charge};
+use crate::clock::WallClock;
 use crate::config::FlushPolicy;
 use crate::counters::{ConnectionCounters, ConnectionCounts, OutcomeCounters, OutcomeCounts};
 use crate::data_dir::DataDir;
 use crate::groups::GroupCoordinator;
 use crate::producers::ProducerIds;
+use crate::signal::AppendSignal;
 use crate::stats::{HistogramSnapshot, PartitionStats, RequestTimings};
 use crate::topics::{CreateCheck, Partition, PartitionData, TopicCache, TopicRegistry};
 use crate::{BrokerError, Config, ServerError};
@@ -174,6 +175,8 @@ pub struct Broker {
     ready: AtomicBool,
     /// The configuration, for what durability and maintenance read from it.
     config: Config,
+    /// What each produce is stamped with.
+    clock: WallClock,
     pub(crate) connections: ConnectionCounters,
     /// Connection slots, shared by every listener of this broker: `max_connections` is one
     /// limit whatever the protocols.
@@ -234,6 +237,7 @@ impl Broker {
             ready: AtomicBool::new(false),
             data,
             config: config.clone(),
+            clock: WallClock::new(),
             connections: ConnectionCounters::default(),
             connection_slots: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
         };
@@ -304,7 +308,7 @@ impl Broker {
         if target.flush.is_read_only() {
             return Err(crate::flush::read_only(target));
         }
-        let now_ms = minibroker_records::now_millis();
+        let now_ms = self.clock.now_millis();
         let mut rolled = false;
         let verdict = match header {
             Some(header) => self
@@ -338,7 +342,7 @@ impl Broker {
         }
         if verdict.outcome == Outcome::Accepted {
             // After every lock is released: wake fetches waiting for data.
-            target.appended.notify_waiters();
+            target.appended.notify();
         }
         if verdict.outcome != Outcome::Accepted {
             tracing::debug!(
@@ -599,7 +603,7 @@ impl Broker {
     ///
     /// # Errors
     /// Unknown topic or partition out of range.
-    pub fn appends(&self, topic: &str, partition: u32) -> Result<Arc<Notify>, BrokerError> {
+    pub fn appends(&self, topic: &str, partition: u32) -> Result<Arc<AppendSignal>, BrokerError> {
         let topic = self.topics.get(topic)?;
         Ok(Arc::clone(&topic.partition(partition)?.appended))
     }

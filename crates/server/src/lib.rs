@@ -30,6 +30,7 @@
 
 mod broker;
 pub mod budget;
+mod clock;
 mod config;
 mod connection;
 mod counters;
@@ -42,6 +43,7 @@ pub mod groups;
 mod listener;
 mod native;
 mod producers;
+mod signal;
 pub mod stats;
 mod topics;
 
@@ -58,4 +60,5 @@ pub use front_end::{FrontEnd, Next};
 pub use listener::{run, serve, serve_front_end};
 pub use minibroker_state::{Outcome, Verdict};
 pub use producers::FIRST_ISSUED_ID;
+pub use signal::{AppendSignal, AppendWait};
 pub use topics::{MAX_TOPIC_NAME_LEN, TopicCache};

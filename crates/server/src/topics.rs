@@ -14,11 +14,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
-use tokio::sync::Notify;
 
 use crate::budget::{StorageBudget, topic_bytes};
 use crate::data_dir::DataDir;
 use crate::flush::FlushGate;
+use crate::signal::AppendSignal;
 use crate::{BrokerError, Config, ServerError};
 
 /// Longest topic name, as in Kafka.
@@ -31,7 +31,7 @@ pub struct Partition {
     pub id: PartitionId,
     data: Mutex<PartitionData>,
     /// Woken after every append, for fetches waiting for data.
-    pub appended: Arc<Notify>,
+    pub appended: Arc<AppendSignal>,
     /// Group commit for a durable log, and whether the partition is read-only.
     pub flush: FlushGate,
     /// Traffic counters, for the metrics.
@@ -357,7 +357,7 @@ impl TopicRegistry {
                         log,
                         ..PartitionData::default()
                     }),
-                    appended: Arc::new(Notify::new()),
+                    appended: Arc::new(AppendSignal::default()),
                     flush: FlushGate::default(),
                     stats: crate::stats::PartitionStats::default(),
                 }
