@@ -34,6 +34,10 @@ pub struct SegmentConfig {
     pub segment_bytes: u64,
     /// A segment whose first batch is this old (milliseconds) rolls on the next append.
     pub segment_ms: i64,
+    /// Ask for a background sync of the active segment each time this many bytes were
+    /// appended since the last one ([`Appended::write_back`]), so the sync a roll must do finds
+    /// little left to write; `None` when every acknowledgement syncs anyway (`always`).
+    pub write_back_bytes: Option<u64>,
 }
 
 impl Default for SegmentConfig {
@@ -41,6 +45,7 @@ impl Default for SegmentConfig {
         Self {
             segment_bytes: 256 << 20,
             segment_ms: 7 * 24 * 3600 * 1000,
+            write_back_bytes: None,
         }
     }
 }
@@ -55,7 +60,7 @@ pub struct Retention {
 }
 
 /// Where an append landed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Appended {
     /// The batch's base offset.
     pub base_offset: i64,
@@ -64,6 +69,45 @@ pub struct Appended {
     /// What retention dropped to make room (an in-memory log drops its oldest chunks as it
     /// grows; a durable log deletes segments only in [`DurableLog::apply_retention`]).
     pub released: Released,
+    /// A sync of the active segment to run off the append path (on a blocking thread), when
+    /// [`SegmentConfig::write_back_bytes`] are due.
+    pub write_back: Option<WriteBack>,
+}
+
+/// A background sync of a segment file; see [`SegmentConfig::write_back_bytes`].
+///
+/// Without it, a segment of 256 MiB written at page-cache speed is synced all at once when it
+/// rolls, under the partition's lock: a stall of hundreds of milliseconds for every producer of
+/// the partition. Syncing as it fills spreads that work over the disk's idle time. A failed
+/// background sync makes the log read-only at its next append, as a failed sync anywhere does.
+#[derive(Debug)]
+pub struct WriteBack {
+    file: Arc<dyn StorageFile>,
+    state: Arc<WriteBackState>,
+}
+
+#[derive(Debug, Default)]
+struct WriteBackState {
+    /// One background sync at a time per log.
+    running: std::sync::atomic::AtomicBool,
+    /// Why the last one failed, for the next append to report.
+    failure: std::sync::Mutex<Option<String>>,
+}
+
+impl WriteBack {
+    /// Syncs the file (blocking).
+    pub fn run(self) {
+        use std::sync::atomic::Ordering;
+        if let Err(error) = self.file.sync() {
+            let mut failure = self
+                .state
+                .failure
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            failure.get_or_insert(error.to_string());
+        }
+        self.state.running.store(false, Ordering::Release);
+    }
 }
 
 /// What must be synced for everything appended so far to be durable.
@@ -87,6 +131,9 @@ pub struct DurableLog {
     batch_count: u64,
     failure: Option<String>,
     scratch: Vec<u8>,
+    /// Bytes appended to the active segment since its last sync was asked for.
+    unsynced: u64,
+    write_back: Arc<WriteBackState>,
 }
 
 /// A log opened from its directory, and what recovery cut off its tail.
@@ -235,6 +282,8 @@ impl DurableLog {
             batch_count,
             failure: None,
             scratch: Vec::new(),
+            unsynced: 0,
+            write_back: Arc::default(),
         }
     }
 
@@ -272,6 +321,18 @@ impl DurableLog {
         record_count: u32,
         now_ms: i64,
     ) -> Result<Appended, LogError> {
+        let failed = self
+            .write_back
+            .failure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(reason) = failed {
+            self.set_failed(format!(
+                "a background sync in {} failed: {reason}",
+                self.dir.display()
+            ));
+        }
         if let Some(reason) = &self.failure {
             return Err(LogError::ReadOnly(reason.clone()));
         }
@@ -301,15 +362,32 @@ impl DurableLog {
         self.active.first_append_ms.get_or_insert(now_ms);
         self.stored_bytes += len;
         self.batch_count += 1;
+        self.unsynced += len;
         Ok(Appended {
             base_offset,
             rolled,
             released: Released::default(),
+            write_back: self.due_write_back(),
+        })
+    }
+
+    /// The background sync to run now, if enough was appended since the last and none runs.
+    fn due_write_back(&mut self) -> Option<WriteBack> {
+        use std::sync::atomic::Ordering;
+        let every = self.config.write_back_bytes?;
+        if self.unsynced < every || self.write_back.running.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        self.unsynced = 0;
+        Some(WriteBack {
+            file: Arc::clone(&self.active.file),
+            state: Arc::clone(&self.write_back),
         })
     }
 
     /// Seals the active segment (synced, index written) and starts the next.
     fn roll(&mut self) -> Result<(), LogError> {
+        self.unsynced = 0;
         if let Err(error) = self.active.file.sync() {
             return Err(self.fail("syncing a segment", &error));
         }

@@ -42,7 +42,7 @@ pub mod storage;
 
 pub use batch::StoredBatch;
 pub use durable::{
-    Appended, DurableLog, Opened, Retention, SegmentConfig, SnapshotStore, SyncPoint,
+    Appended, DurableLog, Opened, Retention, SegmentConfig, SnapshotStore, SyncPoint, WriteBack,
 };
 pub use error::LogError;
 pub use memory::{MemoryLog, ReadLimits, Released};

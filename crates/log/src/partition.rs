@@ -54,6 +54,7 @@ impl PartitionLog {
                     base_offset,
                     rolled: false,
                     released,
+                    write_back: None,
                 }),
             Self::Durable(log) => log.append(batch, record_count, now_ms),
         }

@@ -29,6 +29,7 @@ use tempfile::TempDir;
 const SMALL: SegmentConfig = SegmentConfig {
     segment_bytes: 4096,
     segment_ms: i64::MAX,
+    write_back_bytes: None,
 };
 
 /// Where logs on [`SimStorage`] live.
@@ -411,6 +412,7 @@ fn a_segment_rolls_once_its_first_batch_is_old_enough() {
     let config = SegmentConfig {
         segment_bytes: u64::MAX,
         segment_ms: 100,
+        write_back_bytes: None,
     };
     let storage = SimStorage::new();
     let mut log = open_sim(&storage, config).log;
@@ -864,6 +866,7 @@ fn a_crash_keeps_every_synced_batch_and_a_prefix_of_the_rest() {
     let config = SegmentConfig {
         segment_bytes: 1024,
         segment_ms: i64::MAX,
+        write_back_bytes: None,
     };
     let mut pool_rng = Rng(13);
     let pool: Vec<Bytes> = (0..16)
@@ -1008,5 +1011,69 @@ fn the_snapshot_store_keeps_the_newest_two() {
     assert_eq!(
         reopened.snapshots().newest_first(40).expect("lists").len(),
         2
+    );
+}
+
+/// Background syncs: one is asked for every `write_back_bytes` (never two at once), what it
+/// synced survives a crash, and a failed one makes the next append fail.
+#[test]
+fn background_syncs_are_due_every_write_back_bytes_and_a_failed_one_stops_appends() {
+    use std::sync::atomic::Ordering;
+    let storage = SimStorage::new();
+    let config = SegmentConfig {
+        segment_bytes: u64::MAX,
+        segment_ms: i64::MAX,
+        write_back_bytes: Some(2_000),
+    };
+    let mut log = open_sim(&storage, config).log;
+    let mut rng = Rng(5);
+    let mut appended = 0u64;
+    let mut due = Vec::new();
+    for sequence in 0..60 {
+        let batch = random_batch(&mut rng, sequence * 4, None);
+        appended += batch.len() as u64;
+        let result = log.append(&batch, record_count(&batch), 0).unwrap();
+        if let Some(write_back) = result.write_back {
+            due.push((appended, write_back));
+        }
+    }
+    // The first is not run yet, so no second one is asked for while it "runs".
+    assert!(appended > 4_000);
+    assert_eq!(due.len(), 1, "background syncs for {appended} bytes");
+    assert!((2_000..4_000).contains(&due[0].0));
+    let synced_through = due[0].0;
+    let (_, first) = due.remove(0);
+    let syncs = storage.faults.syncs.load(Ordering::Relaxed);
+    first.run();
+    assert_eq!(storage.faults.syncs.load(Ordering::Relaxed), syncs + 1);
+    // Whatever the crash keeps of the rest, the synced bytes survive.
+    let crashed = storage.crash(3);
+    let reopened = open_sim(&crashed, config).log;
+    assert!(reopened.stored_bytes() >= synced_through);
+
+    // With the first done, the next one is asked for again; this one fails.
+    let mut next = None;
+    for sequence in 60..200 {
+        let batch = random_batch(&mut rng, sequence * 4, None);
+        if let Some(write_back) = log
+            .append(&batch, record_count(&batch), 0)
+            .unwrap()
+            .write_back
+        {
+            next = Some(write_back);
+            break;
+        }
+    }
+    storage.faults.failing_sync.store(true, Ordering::Relaxed);
+    next.expect("another background sync is due").run();
+    storage.faults.failing_sync.store(false, Ordering::Relaxed);
+    let batch = random_batch(&mut rng, 1_000, None);
+    assert!(matches!(
+        log.append(&batch, record_count(&batch), 0),
+        Err(LogError::ReadOnly(_))
+    ));
+    assert!(
+        log.failure()
+            .is_some_and(|reason| reason.contains("background sync"))
     );
 }

@@ -23,7 +23,6 @@ use minibroker_state::{
 use std::sync::Arc;
 
 use crate::budget::{PRODUCER_ENTRY_BYTES, StorageBudget, accounted_bytes, released_charge};
-use crate::clock::WallClock;
 use crate::config::FlushPolicy;
 use crate::counters::{ConnectionCounters, ConnectionCounts, OutcomeCounters, OutcomeCounts};
 use crate::data_dir::DataDir;
@@ -175,8 +174,6 @@ pub struct Broker {
     ready: AtomicBool,
     /// The configuration, for what durability and maintenance read from it.
     config: Config,
-    /// What each produce is stamped with.
-    clock: WallClock,
     pub(crate) connections: ConnectionCounters,
     /// Connection slots, shared by every listener of this broker: `max_connections` is one
     /// limit whatever the protocols.
@@ -237,7 +234,6 @@ impl Broker {
             ready: AtomicBool::new(false),
             data,
             config: config.clone(),
-            clock: WallClock::new(),
             connections: ConnectionCounters::default(),
             connection_slots: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
         };
@@ -308,7 +304,7 @@ impl Broker {
         if target.flush.is_read_only() {
             return Err(crate::flush::read_only(target));
         }
-        let now_ms = self.clock.now_millis();
+        let now_ms = crate::clock::now_millis();
         let mut rolled = false;
         let verdict = match header {
             Some(header) => self
@@ -407,6 +403,9 @@ impl Broker {
         data.allowance -= charge;
         data.held += charge;
         self.give_back(&mut data, appended.released);
+        if let Some(write_back) = appended.write_back {
+            tokio::task::spawn_blocking(move || write_back.run());
+        }
         Ok(appended.base_offset)
     }
 

@@ -12,6 +12,10 @@ use std::time::Duration;
 
 use crate::ServerError;
 
+/// Without the `always` flush policy, each segment is synced in the background every this many
+/// bytes (see `minibroker_log::SegmentConfig::write_back_bytes`).
+const WRITE_BACK_BYTES: u64 = 16 << 20;
+
 /// A topic declared up front, with its partition count.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -375,12 +379,15 @@ impl Config {
         }
     }
 
-    /// When segments roll.
+    /// When segments roll, and how often they are synced in the background.
     #[must_use]
     pub fn segments(&self) -> minibroker_log::SegmentConfig {
         minibroker_log::SegmentConfig {
             segment_bytes: self.segment_bytes,
             segment_ms: i64::try_from(self.segment_ms).unwrap_or(i64::MAX),
+            // With `always` every acknowledgement syncs; otherwise a segment is synced in the
+            // background every 16 MiB, so its roll does not sync it all at once.
+            write_back_bytes: (self.flush != FlushPolicy::Always).then_some(WRITE_BACK_BYTES),
         }
     }
 

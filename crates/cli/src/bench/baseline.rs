@@ -1,26 +1,34 @@
-//! The baseline server: reads each frame and answers a fixed-size acknowledgement without decoding
+//! The baseline server: reads each frame and answers a fixed acknowledgement without decoding
 //! or storing anything. It uses the same I/O pattern as the broker (answers to every frame already
 //! read are written with one flush), so broker/baseline isolates the cost of the broker's work.
+//! It speaks either wire: the acknowledgement is a real produce answer of that protocol, and only
+//! its correlation id, copied from the request, changes.
 
-use bytes::{BufMut, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use futures::{FutureExt, StreamExt};
-use minibroker_protocol::{Outcome, ProduceResponse, Response, codec};
 use std::future::Future;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
-/// Serves the baseline on `listener` until `shutdown` resolves.
-pub async fn serve(listener: TcpListener, shutdown: impl Future<Output = ()>) {
-    // The acknowledgement every request gets; only its correlation id changes.
-    let ack = codec::encode_body(
-        0,
-        &Response::Produce(ProduceResponse {
-            outcome: Outcome::Accepted,
-            base_offset: Some(0),
-        }),
-    )
-    .expect("the fixed acknowledgement encodes");
+use super::wire::Wire;
+
+/// A produce answer, and where the correlation id sits in requests and in the answer.
+#[derive(Clone)]
+struct Ack {
+    body: Bytes,
+    correlation_in_request: usize,
+    correlation_in_answer: usize,
+}
+
+/// Serves the baseline for `wire` on `listener` until `shutdown` resolves.
+pub async fn serve(listener: TcpListener, wire: Wire, shutdown: impl Future<Output = ()>) {
+    let (body, correlation_in_request, correlation_in_answer) = wire.fixed_ack();
+    let ack = Ack {
+        body,
+        correlation_in_request,
+        correlation_in_answer,
+    };
     let mut connections = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -36,7 +44,7 @@ pub async fn serve(listener: TcpListener, shutdown: impl Future<Output = ()>) {
     connections.shutdown().await;
 }
 
-async fn answer(stream: TcpStream, ack: bytes::Bytes) {
+async fn answer(stream: TcpStream, ack: Ack) {
     let _ = stream.set_nodelay(true);
     let (read_half, mut write_half) = stream.into_split();
     let mut frames = FramedRead::new(
@@ -45,14 +53,15 @@ async fn answer(stream: TcpStream, ack: bytes::Bytes) {
             .max_frame_length(minibroker_protocol::DEFAULT_MAX_FRAME_BYTES)
             .new_codec(),
     );
+    let (request_at, answer_at) = (ack.correlation_in_request, ack.correlation_in_answer);
     let mut out = BytesMut::with_capacity(16 * 1024);
     while let Some(Ok(mut frame)) = frames.next().await {
         loop {
-            out.put_u32(ack.len() as u32);
-            out.put_u8(ack[0]);
-            // Copy the correlation id (header bytes 1..5) without decoding the request.
-            out.extend_from_slice(frame.get(1..5).unwrap_or(&[0; 4]));
-            out.extend_from_slice(&ack[5..]);
+            out.put_u32(ack.body.len() as u32);
+            out.extend_from_slice(&ack.body[..answer_at]);
+            // Copy the correlation id without decoding the request.
+            out.extend_from_slice(frame.get(request_at..request_at + 4).unwrap_or(&[0; 4]));
+            out.extend_from_slice(&ack.body[answer_at + 4..]);
             match frames.next().now_or_never() {
                 Some(Some(Ok(next))) => frame = next,
                 _ => break,

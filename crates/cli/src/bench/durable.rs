@@ -33,15 +33,17 @@ struct Durable {
     recovery: Duration,
 }
 
-pub async fn run(workload: Workload, dir: &Path, flush: FlushPolicy, json_out: bool) -> Result<()> {
-    let broker_dir = dir.join("bench-broker");
-    let raw_dir = dir.join("bench-raw");
-    for stale in [&broker_dir, &raw_dir] {
-        if stale.exists() {
-            std::fs::remove_dir_all(stale)
-                .with_context(|| format!("clearing {}", stale.display()))?;
-        }
+/// `dir`, emptied of what an earlier run left there.
+pub fn fresh_dir(dir: &Path) -> Result<PathBuf> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
     }
+    Ok(dir.to_owned())
+}
+
+pub async fn run(workload: Workload, dir: &Path, flush: FlushPolicy, json_out: bool) -> Result<()> {
+    let broker_dir = fresh_dir(&dir.join("bench-broker"))?;
+    let raw_dir = fresh_dir(&dir.join("bench-raw"))?;
     let config = Config {
         data_dir: Some(broker_dir.clone()),
         flush,

@@ -68,12 +68,16 @@ pub struct Args {
     /// Drive Kafka Produce requests (v2 batches built once) instead: embedded, the same workload
     /// on the native and the Kafka path in one run; with --broker, against any Kafka-compatible
     /// broker (whose topic `bench` must have --partitions partitions).
-    #[arg(long, conflicts_with = "baseline")]
+    /// With --baseline, the broker's Kafka front end against a do-nothing server answering
+    /// Kafka produce answers.
+    #[arg(long)]
     kafka: bool,
     /// Measure a durable broker storing in DIR (its `bench-broker` and `bench-raw` folders are
     /// cleared first and deleted after), against the in-memory broker and raw file writes with
     /// the same fsync cadence, in one run; also recovery time and resident memory.
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["broker", "kafka", "baseline", "memory"])]
+    /// With --baseline: the durable broker (storing in DIR/bench-broker) against the do-nothing
+    /// server instead.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["broker", "memory"])]
     data_dir: Option<std::path::PathBuf>,
     /// Measure what metrics cost: the workload on an embedded broker with and without them,
     /// alternating three times each.
@@ -82,8 +86,11 @@ pub struct Args {
     /// An embedded broker keeps the newest this many MiB per partition and reuses the memory of
     /// what it drops, as a long-running broker with retention does; 0 keeps everything, so
     /// every byte stored is fresh memory.
-    #[arg(long, default_value_t = 64, value_name = "MIB")]
+    #[arg(long, default_value_t = 16, value_name = "MIB")]
     retention_mib: u64,
+    /// Seconds of unmeasured load before each peak phase (broker and baseline alike).
+    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    warm_up: f64,
     /// With --data-dir: always, interval:<ms> or os.
     #[arg(long, default_value = "always", requires = "data_dir")]
     flush: minibroker_server::FlushPolicy,
@@ -114,7 +121,8 @@ pub async fn run(args: Args) -> Result<()> {
         count: args.count,
         rate: args.rate,
         topic: TOPIC.to_owned(),
-        wire: if args.kafka && args.broker.is_some() {
+        // Embedded and without a baseline, --kafka compares the two front ends instead.
+        wire: if args.kafka && (args.broker.is_some() || args.baseline) {
             Wire::Kafka
         } else {
             Wire::Native
@@ -124,18 +132,37 @@ pub async fn run(args: Args) -> Result<()> {
     if args.compare_metrics {
         return metrics::run(workload, args.json).await;
     }
-    if let Some(dir) = &args.data_dir {
-        return durable::run(workload, dir, args.flush, args.json).await;
-    }
+    let broker_dir = match &args.data_dir {
+        Some(dir) if !args.baseline => {
+            return durable::run(workload, dir, args.flush, args.json).await;
+        }
+        Some(dir) => Some(durable::fresh_dir(&dir.join("bench-broker"))?),
+        None => None,
+    };
     let config = Config {
         retention_bytes: (args.retention_mib > 0).then_some(args.retention_mib << 20),
+        data_dir: broker_dir.clone(),
+        flush: args.flush,
         // Without retention batched phases store several GiB; the default 4 GiB limit would
         // refuse them.
         ..embedded_config(args.partitions, Some(16 << 30))
     };
     let target = match &args.broker {
         Some(addr) => Target::Remote(addr.clone()),
-        None => Target::Embedded(EmbeddedBroker::start(config.clone()).await?),
+        None => {
+            let broker = EmbeddedBroker::start(config.clone()).await?;
+            let kafka = match workload.wire {
+                Wire::Kafka => Some(
+                    minibroker_kafka::EmbeddedKafka::start(
+                        Arc::clone(&broker.broker),
+                        config.clone(),
+                    )
+                    .await?,
+                ),
+                Wire::Native => None,
+            };
+            Target::Embedded { broker, kafka }
+        }
     };
     if !args.json {
         println!(
@@ -156,21 +183,34 @@ pub async fn run(args: Args) -> Result<()> {
     let mut phases = Vec::new();
     // Each phase writes with fresh producer ids, so sequences start at 0 every time.
     let mut next_ids = 1i64;
+    let warm_up = Duration::from_secs_f64(args.warm_up.max(0.0));
     let mut phase = |name: &'static str, addr: String, workload: Workload| {
         let first_producer_id = next_ids;
-        next_ids += workload.connections as i64;
+        // Room for the warm-up's producers too.
+        next_ids += 2 * workload.connections as i64;
         let workload = Workload {
             first_producer_id,
             ..workload
         };
         async move {
+            // Peak phases start with the same workload unmeasured, as a running broker would
+            // have been: memory faulted in, retention recycling it, caches warm.
+            if workload.rate.is_none() && !warm_up.is_zero() {
+                let warm = Workload {
+                    duration: warm_up,
+                    count: None,
+                    first_producer_id: first_producer_id + workload.connections as i64,
+                    ..workload.clone()
+                };
+                load::run(&addr, &warm, Arc::new(AtomicU64::new(0))).await?;
+            }
             let result = measure(name, &addr, &workload, args.json).await?;
             anyhow::Ok((name, result))
         }
     };
     let broker_peak = phase("broker", target.addr(), workload.clone()).await?;
     phases.push(broker_peak.clone());
-    if args.kafka && matches!(target, Target::Embedded(_)) {
+    if args.kafka && workload.wire == Wire::Native {
         // The same workload through the Kafka front end, on a fresh broker: the first one holds
         // gigabytes by now, and a phase writing into a grown broker pays for its page faults.
         let native_outcomes = target.outcomes();
@@ -196,7 +236,7 @@ pub async fn run(args: Args) -> Result<()> {
     }
     let mut baseline_server = None;
     if args.baseline {
-        let (addr, stop) = start_baseline().await?;
+        let (addr, stop) = start_baseline(workload.wire).await?;
         baseline_server = Some(stop);
         let baseline_peak = phase("baseline", addr.clone(), workload.clone()).await?;
         phases.push(baseline_peak);
@@ -214,6 +254,9 @@ pub async fn run(args: Args) -> Result<()> {
         let _ = stop.send(());
     }
     target.stop().await?;
+    if let Some(dir) = broker_dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     Ok(())
 }
 
@@ -230,37 +273,47 @@ pub fn embedded_config(partitions: u32, max_stored_bytes: Option<u64>) -> Config
 /// Where the broker under test runs.
 enum Target {
     Remote(String),
-    Embedded(EmbeddedBroker),
+    /// In this process; measured through its Kafka front end when that is started.
+    Embedded {
+        broker: EmbeddedBroker,
+        kafka: Option<minibroker_kafka::EmbeddedKafka>,
+    },
 }
 
 impl Target {
     fn addr(&self) -> String {
         match self {
             Self::Remote(addr) => addr.clone(),
-            Self::Embedded(embedded) => embedded.address(),
+            Self::Embedded {
+                kafka: Some(kafka), ..
+            } => kafka.address(),
+            Self::Embedded { broker, .. } => broker.address(),
         }
     }
 
     fn outcomes(&self) -> Option<minibroker_server::OutcomeCounts> {
         match self {
             Self::Remote(_) => None,
-            Self::Embedded(embedded) => Some(embedded.broker.outcome_counts()),
+            Self::Embedded { broker, .. } => Some(broker.broker.outcome_counts()),
         }
     }
 
     async fn stop(self) -> Result<()> {
         match self {
             Self::Remote(_) => Ok(()),
-            Self::Embedded(embedded) => Ok(embedded.stop().await?),
+            Self::Embedded { broker, kafka } => {
+                drop(kafka);
+                Ok(broker.stop().await?)
+            }
         }
     }
 }
 
-async fn start_baseline() -> Result<(String, oneshot::Sender<()>)> {
+async fn start_baseline(wire: Wire) -> Result<(String, oneshot::Sender<()>)> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?.to_string();
     let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(baseline::serve(listener, async move {
+    tokio::spawn(baseline::serve(listener, wire, async move {
         let _ = stopped.await;
     }));
     Ok((addr, stop))

@@ -109,6 +109,50 @@ impl Wire {
         Ok(())
     }
 
+    /// A successful answer to a produce of partition 0 of the benchmark's topic, for the
+    /// do-nothing baseline: its frame body, where a request's correlation id is (in its frame
+    /// body), and where the answer's is.
+    pub fn fixed_ack(self) -> (Bytes, usize, usize) {
+        match self {
+            Self::Native => {
+                let body = codec::encode_body(
+                    0,
+                    &Response::Produce(minibroker_protocol::ProduceResponse {
+                        outcome: Outcome::Accepted,
+                        base_offset: Some(0),
+                    }),
+                )
+                .expect("the fixed acknowledgement encodes");
+                // A version byte, then the correlation id, in both.
+                (body, 1, 1)
+            }
+            Self::Kafka => {
+                use kafka_protocol::messages::produce_response::{
+                    PartitionProduceResponse, TopicProduceResponse,
+                };
+                use kafka_protocol::protocol::Encodable;
+                let answer = KafkaAnswer::default().with_responses(vec![
+                    TopicProduceResponse::default()
+                        .with_name(TopicName(StrBytes::from_static_str(super::TOPIC)))
+                        .with_partition_responses(vec![
+                            PartitionProduceResponse::default().with_base_offset(0),
+                        ]),
+                ]);
+                let version = ApiKey::Produce.response_header_version(KAFKA_PRODUCE_VERSION);
+                let mut body = BytesMut::new();
+                ResponseHeader::default()
+                    .encode(&mut body, version)
+                    .expect("the header encodes");
+                answer
+                    .encode(&mut body, KAFKA_PRODUCE_VERSION)
+                    .expect("the fixed answer encodes");
+                // The request's API key and version come before its correlation id; the
+                // answer's header starts with it.
+                (body.freeze(), 4, 0)
+            }
+        }
+    }
+
     /// The outcome slot (accepted, duplicate, out of order, fenced) of an answer frame's body,
     /// or `None` for an error answer.
     pub fn outcome(self, body: Bytes) -> Option<Outcome> {
