@@ -493,6 +493,8 @@ fn bench_over_kafka_reports_both_paths_and_every_request_accepted() {
         "2",
         "--records-per-batch",
         "10",
+        "--warm-up",
+        "0",
         "--json",
     ]);
     let phases = report["phases"].as_array().expect("phases");
@@ -529,6 +531,9 @@ fn bench_smoke_run_reports_every_phase_as_json() {
         "0.3",
         "--connections",
         "2",
+        // Without a warm-up, every request the broker answered is in a measured phase.
+        "--warm-up",
+        "0",
         "--json",
     ]);
     let phases: Vec<&str> = report["phases"]
@@ -792,4 +797,54 @@ fn librdkafka_through_a_faulty_network_stores_every_delivered_record_once() {
         report.contains("3000 records") && report.contains("PASS"),
         "{report}"
     );
+}
+
+#[test]
+fn bench_baselines_the_kafka_front_end_and_the_durable_broker_too() {
+    let data = tempfile::tempdir().expect("a temporary directory");
+    let dir = data.path().to_str().expect("a UTF-8 path");
+    for extra in [&["--kafka"][..], &["--data-dir", dir, "--flush", "os"][..]] {
+        let mut args = vec![
+            "bench",
+            "--baseline",
+            "--duration",
+            "0.3",
+            "--connections",
+            "2",
+            "--warm-up",
+            "0",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let report = run_json(&args);
+        let phases = report["phases"].as_array().expect("phases");
+        let broker_requests: u64 = phases
+            .iter()
+            .filter(|p| p["phase"].as_str().is_some_and(|n| n.starts_with("broker")))
+            .map(|p| p["requests"].as_u64().expect("requests"))
+            .sum();
+        assert!(broker_requests > 0, "{extra:?}");
+        // Every answer of the broker (over Kafka too) was an in-order append.
+        assert_eq!(
+            report["broker_outcomes"]["accepted"].as_u64(),
+            Some(broker_requests),
+            "{extra:?}"
+        );
+        // The baseline answered in the same protocol: its answers parsed as successes.
+        let baseline = phases
+            .iter()
+            .find(|p| p["phase"] == "baseline")
+            .expect("a baseline phase");
+        assert!(
+            baseline["outcomes"]["accepted"].as_u64() > Some(0),
+            "{extra:?}"
+        );
+        assert!(
+            report["p99_at_half_load_broker_over_baseline"]
+                .as_f64()
+                .is_some()
+        );
+    }
+    // The durable broker's directory is removed after the run.
+    assert!(!data.path().join("bench-broker").exists());
 }

@@ -8,17 +8,25 @@ use minibroker_server::{Broker, Config, ErrorKind, Outcome, TopicCache, TopicCon
 
 const RECORD_BYTES: usize = 10_000;
 
+/// A batch of one record of [`RECORD_BYTES`] at `timestamp`, from producer 1 at `sequence` (the
+/// way the benchmark makes them: encoded at sequence 0, then restamped).
 fn batch(sequence: i32, timestamp: i64) -> Bytes {
-    let writer = Writer {
-        producer_id: 1,
-        epoch: 0,
-        base_sequence: sequence,
-    };
-    let record = NewRecord {
-        timestamp: Some(timestamp),
-        ..NewRecord::value(vec![b'v'; RECORD_BYTES])
-    };
-    minibroker_records::encode(writer, &[record], 0).unwrap()
+    let template = minibroker_records::encode(
+        Writer {
+            producer_id: 1,
+            epoch: 0,
+            base_sequence: 0,
+        },
+        &[NewRecord {
+            timestamp: Some(timestamp),
+            ..NewRecord::value(vec![b'v'; RECORD_BYTES])
+        }],
+        0,
+    )
+    .unwrap();
+    let mut batch = template.to_vec();
+    minibroker_records::set_base_sequence(&mut batch, sequence);
+    Bytes::from(batch)
 }
 
 fn broker(retention_bytes: Option<u64>, retention_ms: Option<u64>, max_stored: u64) -> Broker {

@@ -88,7 +88,8 @@ pub struct Args {
     /// every byte stored is fresh memory.
     #[arg(long, default_value_t = 16, value_name = "MIB")]
     retention_mib: u64,
-    /// Seconds of unmeasured load before each peak phase (broker and baseline alike).
+    /// Seconds of unmeasured load before each peak phase (broker and baseline alike); the
+    /// broker's outcome counts include the warm-up's requests.
     #[arg(long, default_value_t = 1.0, value_name = "SECS")]
     warm_up: f64,
     /// With --data-dir: always, interval:<ms> or os.
