@@ -40,7 +40,6 @@ mod segment;
 pub mod sim;
 pub mod storage;
 
-pub use batch::StoredBatch;
 pub use durable::{
     Appended, DurableLog, Opened, Retention, SegmentConfig, SnapshotStore, SyncPoint, WriteBack,
 };

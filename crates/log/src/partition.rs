@@ -91,7 +91,7 @@ impl PartitionLog {
     ///
     /// # Errors
     /// [`LogError::OffsetOutOfRange`]; for files, [`LogError::Storage`] if a read fails.
-    pub fn read(&self, from: i64, limits: ReadLimits) -> Result<Vec<Bytes>, LogError> {
+    pub fn read(&mut self, from: i64, limits: ReadLimits) -> Result<Vec<Bytes>, LogError> {
         match self {
             Self::Memory(log) => log.read(from, limits),
             Self::Durable(log) => log.read(from, limits),

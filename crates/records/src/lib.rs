@@ -269,7 +269,7 @@ pub fn encode(writer: Writer, records: &[NewRecord], now: i64) -> Result<Bytes, 
 /// [`RecordsError::Corrupt`] or [`RecordsError::Decode`] for damaged bytes,
 /// [`RecordsError::UnsupportedMagic`] for an older format, [`RecordsError::Invalid`] for a
 /// well-formed batch that cannot be accepted.
-pub fn inspect(batch: &Bytes) -> Result<BatchInfo, RecordsError> {
+pub fn inspect(batch: &[u8]) -> Result<BatchInfo, RecordsError> {
     if batch.len() < HEADER_LEN {
         return Err(RecordsError::Corrupt(format!(
             "{} bytes, shorter than the {HEADER_LEN}-byte header",
@@ -446,7 +446,7 @@ pub fn set_base_offset(batch: &mut [u8], base_offset: i64) {
 /// # Errors
 /// As [`inspect`], and [`RecordsError::Corrupt`] for a base offset or leader epoch other than
 /// the log's.
-pub fn inspect_stored(batch: &Bytes, base_offset: i64) -> Result<BatchInfo, RecordsError> {
+pub fn inspect_stored(batch: &[u8], base_offset: i64) -> Result<BatchInfo, RecordsError> {
     let info = inspect(batch)?;
     let found = self::base_offset(batch);
     if found != base_offset {

@@ -259,7 +259,7 @@ impl Broker {
         topics: &mut TopicCache,
         topic: &str,
         partition: u32,
-        batch: &Bytes,
+        batch: &[u8],
     ) -> Result<Verdict, BrokerError> {
         let (verdict, target, through) = self.produce_now(topics, topic, partition, batch)?;
         if let Some(through) = through {
@@ -275,7 +275,7 @@ impl Broker {
         topics: &'a mut TopicCache,
         topic: &str,
         partition: u32,
-        batch: &Bytes,
+        batch: &[u8],
     ) -> Result<(Verdict, &'a Partition, Option<i64>), BrokerError> {
         // Check the batch before the topic lookup, so bad input never auto-creates a topic.
         let info = minibroker_records::inspect(batch)?;
@@ -450,7 +450,7 @@ impl Broker {
             max_bytes: max_bytes.min(self.max_fetch_bytes),
             batch_overhead,
         };
-        let data = partition.log();
+        let mut data = partition.log();
         let batches = data.log.read(offset, limits)?;
         let records: i64 = batches
             .iter()

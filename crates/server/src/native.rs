@@ -118,7 +118,7 @@ impl NativeFrontEnd {
                 tracing::trace!(correlation_id, kind = request.kind(), "request");
                 let kind = request.kind();
                 let started = self.timings.as_ref().map(ConnectionTimings::start);
-                let handled = self.handle(request, frame).await;
+                let handled = self.handle(request).await;
                 if let (Some(timings), Some(started)) = (&mut self.timings, started) {
                     timings.record_since(kind, started);
                 }
@@ -152,21 +152,21 @@ impl NativeFrontEnd {
         }
     }
 
-    /// Serves `request`, decoded from `frame` (so a produce request's batch is shared with the
-    /// frame, not copied, until the log stores it).
-    async fn handle(
-        &mut self,
-        request: Request<'_>,
-        frame: &Bytes,
-    ) -> Result<Response, BrokerError> {
+    /// Serves `request`, which borrows from its frame (a produce request's batch is read in
+    /// place and copied once, into the log).
+    async fn handle(&mut self, request: Request<'_>) -> Result<Response, BrokerError> {
         let broker = &*self.broker;
         let room = self.max_frame_bytes.saturating_sub(FRAME_SLACK).max(1);
         Ok(match request {
             Request::Produce(produce) => {
-                // The decoder borrows the batch from `frame` itself, so this slice is in range.
-                let batch = frame.slice_ref(produce.batch);
+                // The batch is borrowed from the frame: the log copies it, nothing keeps it.
                 let verdict = broker
-                    .produce(&mut self.topics, produce.topic, produce.partition, &batch)
+                    .produce(
+                        &mut self.topics,
+                        produce.topic,
+                        produce.partition,
+                        produce.batch,
+                    )
                     .await?;
                 Response::Produce(ProduceResponse {
                     outcome: verdict.outcome,

@@ -195,7 +195,7 @@ async fn a_client_that_never_reads_loses_its_connection_and_its_slot() -> Result
     let batch = minibroker_tests::batch(1, 0, 0, &[&record]);
     let stored = broker
         .broker
-        .produce(&mut TopicCache::default(), "big", 0, &batch.into())
+        .produce(&mut TopicCache::default(), "big", 0, &batch)
         .await?;
     assert_eq!(stored.outcome, Outcome::Accepted);
 
