@@ -13,12 +13,14 @@ use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
 use super::wire::Wire;
 
-/// A produce answer, and where the correlation id sits in requests and in the answer.
+/// A produce answer, and where the correlation id sits in requests and in the answer; for
+/// Kafka also the answer to the InitProducerId a producer starts with, and its API key.
 #[derive(Clone)]
 struct Ack {
     body: Bytes,
     correlation_in_request: usize,
     correlation_in_answer: usize,
+    identity: Option<(i16, Bytes)>,
 }
 
 /// Serves the baseline for `wire` on `listener` until `shutdown` resolves.
@@ -28,6 +30,7 @@ pub async fn serve(listener: TcpListener, wire: Wire, shutdown: impl Future<Outp
         body,
         correlation_in_request,
         correlation_in_answer,
+        identity: wire.fixed_identity_ack(),
     };
     let mut connections = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
@@ -57,11 +60,18 @@ async fn answer(stream: TcpStream, ack: Ack) {
     let mut out = BytesMut::with_capacity(16 * 1024);
     while let Some(Ok(mut frame)) = frames.next().await {
         loop {
-            out.put_u32(ack.body.len() as u32);
-            out.extend_from_slice(&ack.body[..answer_at]);
+            let api_key = frame
+                .get(..2)
+                .map(|key| i16::from_be_bytes([key[0], key[1]]));
+            let body = match &ack.identity {
+                Some((identity_key, identity)) if api_key == Some(*identity_key) => identity,
+                _ => &ack.body,
+            };
+            out.put_u32(body.len() as u32);
+            out.extend_from_slice(&body[..answer_at]);
             // Copy the correlation id without decoding the request.
             out.extend_from_slice(frame.get(request_at..request_at + 4).unwrap_or(&[0; 4]));
-            out.extend_from_slice(&ack.body[answer_at + 4..]);
+            out.extend_from_slice(&body[answer_at + 4..]);
             match frames.next().now_or_never() {
                 Some(Some(Ok(next))) => frame = next,
                 _ => break,

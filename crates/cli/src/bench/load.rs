@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
 
@@ -132,10 +133,24 @@ pub async fn run(addr: &str, workload: &Workload, answered: Arc<AtomicU64>) -> R
             .await
             .with_context(|| format!("cannot connect to {addr}"))?;
         stream.set_nodelay(true)?;
+        let (read_half, mut write_half) = stream.into_split();
+        let mut responses = FramedRead::new(read_half, FrameCodec::default());
+        // One connection at a time, before any load, as producers start in a client: some
+        // brokers issue ids from one shared record and fence when asked concurrently.
+        let (producer_id, epoch) = workload
+            .wire
+            .producer_identity(
+                workload.first_producer_id + connection as i64,
+                &mut write_half,
+                &mut responses,
+            )
+            .await?;
         let job = Connection {
-            stream,
+            write_half,
+            responses,
             workload: workload.clone(),
-            producer_id: workload.first_producer_id + connection as i64,
+            producer_id,
+            epoch,
             partitions: partitions_of(connection, workload.connections, workload.partitions),
             record: record.clone(),
             deadline,
@@ -176,9 +191,11 @@ fn partitions_of(connection: usize, connections: usize, partitions: u32) -> Vec<
 }
 
 struct Connection {
-    stream: TcpStream,
+    write_half: OwnedWriteHalf,
+    responses: FramedRead<OwnedReadHalf, FrameCodec>,
     workload: Workload,
     producer_id: i64,
+    epoch: i16,
     partitions: Vec<u32>,
     record: Bytes,
     deadline: Instant,
@@ -189,8 +206,8 @@ struct Connection {
 
 impl Connection {
     async fn run(self) -> Result<LoadResult> {
-        let (read_half, mut write_half) = self.stream.into_split();
-        let mut responses = FramedRead::new(read_half, FrameCodec::default());
+        let mut write_half = self.write_half;
+        let mut responses = self.responses;
         let mut out = BytesMut::with_capacity(64 * 1024);
         let mut sent_at: VecDeque<Instant> = VecDeque::with_capacity(self.workload.in_flight);
         let mut sequences = vec![0i32; self.partitions.len()];
@@ -199,7 +216,7 @@ impl Connection {
             .collect();
         let writer = Writer {
             producer_id: self.producer_id,
-            epoch: 0,
+            epoch: self.epoch,
             base_sequence: 0,
         };
         let template = minibroker_records::encode(writer, &records, 0)?;

@@ -25,6 +25,9 @@ pub enum Wire {
 
 const KAFKA_PRODUCE_VERSION: i16 = 9;
 
+/// The InitProducerId version the generator asks with.
+const IDENTITY_VERSION: i16 = 4;
+
 /// One partition's produce request, encoded once: each send restamps its correlation id and its
 /// batch's base sequence (and CRC) in place and copies the frame out, so the generator spends no
 /// time encoding on either wire.
@@ -151,6 +154,82 @@ impl Wire {
                 (body.freeze(), 4, 0)
             }
         }
+    }
+
+    /// For the Kafka wire, the do-nothing baseline's answer to [`Self::producer_identity`]'s
+    /// request (producer id 1, epoch 0), and that request's API key.
+    pub fn fixed_identity_ack(self) -> Option<(i16, Bytes)> {
+        use kafka_protocol::messages::InitProducerIdResponse;
+        use kafka_protocol::protocol::Encodable;
+        if self == Self::Native {
+            return None;
+        }
+        let version = ApiKey::InitProducerId.response_header_version(IDENTITY_VERSION);
+        let mut body = BytesMut::new();
+        ResponseHeader::default()
+            .encode(&mut body, version)
+            .expect("the header encodes");
+        InitProducerIdResponse::default()
+            .with_producer_id(kafka_protocol::messages::ProducerId(1))
+            .with_producer_epoch(0)
+            .encode(&mut body, IDENTITY_VERSION)
+            .expect("the fixed answer encodes");
+        Some((ApiKey::InitProducerId as i16, body.freeze()))
+    }
+
+    /// Asks a Kafka broker for a producer id and epoch (InitProducerId v4, not transactional),
+    /// as a real idempotent producer does before its first batch: brokers that issue ids
+    /// refuse batches from ids they never issued. The native protocol takes the caller's id.
+    pub async fn producer_identity(
+        self,
+        proposed: i64,
+        writer: &mut (impl tokio::io::AsyncWrite + Unpin),
+        answers: &mut (
+                 impl futures::Stream<Item = Result<BytesMut, minibroker_protocol::ProtocolError>>
+                 + Unpin
+             ),
+    ) -> Result<(i64, i16)> {
+        use futures::StreamExt;
+        use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse};
+        use tokio::io::AsyncWriteExt;
+        const VERSION: i16 = IDENTITY_VERSION;
+        if self == Self::Native {
+            return Ok((proposed, 0));
+        }
+        let mut frame = BytesMut::new();
+        // Not transactional (the crate's default is an empty transactional id), and no id yet
+        // (-1, -1): what librdkafka sends for a new idempotent producer.
+        let request = InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(kafka_protocol::messages::ProducerId(-1))
+            .with_producer_epoch(-1);
+        minibroker_records::encode_request(
+            &mut frame,
+            ApiKey::InitProducerId,
+            VERSION,
+            0,
+            None,
+            &request,
+        )?;
+        writer.write_all(&frame).await?;
+        let mut body = answers
+            .next()
+            .await
+            .ok_or_else(|| anyhow::anyhow!("the broker closed the connection"))??
+            .freeze();
+        ResponseHeader::decode(
+            &mut body,
+            ApiKey::InitProducerId.response_header_version(VERSION),
+        )?;
+        let answer = InitProducerIdResponse::decode(&mut body, VERSION)?;
+        if answer.error_code != 0 {
+            anyhow::bail!(
+                "InitProducerId failed with error code {}",
+                answer.error_code
+            );
+        }
+        Ok((answer.producer_id.0, answer.producer_epoch))
     }
 
     /// The outcome slot (accepted, duplicate, out of order, fenced) of an answer frame's body,
