@@ -520,22 +520,25 @@ fn bench_over_kafka_reports_both_paths_and_every_request_accepted() {
     );
 }
 
+/// A short benchmark against the baseline. Without a warm-up, every request the broker answered
+/// is in a measured phase.
+const SHORT_BENCH_WITH_BASELINE: &[&str] = &[
+    "bench",
+    "--baseline",
+    "--duration",
+    "0.3",
+    "--connections",
+    "2",
+    "--warm-up",
+    "0",
+    "--json",
+];
+
 #[test]
 fn bench_smoke_run_reports_every_phase_as_json() {
     // A short run: checks the report's shape and that every request was an in-order append.
     // Timing is never asserted.
-    let report = run_json(&[
-        "bench",
-        "--baseline",
-        "--duration",
-        "0.3",
-        "--connections",
-        "2",
-        // Without a warm-up, every request the broker answered is in a measured phase.
-        "--warm-up",
-        "0",
-        "--json",
-    ]);
+    let report = run_json(SHORT_BENCH_WITH_BASELINE);
     let phases: Vec<&str> = report["phases"]
         .as_array()
         .expect("phases")
@@ -546,18 +549,7 @@ fn bench_smoke_run_reports_every_phase_as_json() {
         phases,
         ["broker", "baseline", "broker@half", "baseline@half"]
     );
-    let broker_requests: u64 = report["phases"]
-        .as_array()
-        .expect("phases")
-        .iter()
-        .filter(|p| p["phase"].as_str().is_some_and(|n| n.starts_with("broker")))
-        .map(|p| p["requests"].as_u64().expect("requests"))
-        .sum();
-    assert!(broker_requests > 0);
-    assert_eq!(
-        report["broker_outcomes"]["accepted"].as_u64(),
-        Some(broker_requests)
-    );
+    assert_every_broker_answer_accepted(&report, "native");
     assert_eq!(report["broker_outcomes"]["out_of_order"].as_u64(), Some(0));
     assert!(
         report["broker_over_baseline"]["requests_per_sec"]
@@ -804,32 +796,11 @@ fn bench_baselines_the_kafka_front_end_and_the_durable_broker_too() {
     let data = tempfile::tempdir().expect("a temporary directory");
     let dir = data.path().to_str().expect("a UTF-8 path");
     for extra in [&["--kafka"][..], &["--data-dir", dir, "--flush", "os"][..]] {
-        let mut args = vec![
-            "bench",
-            "--baseline",
-            "--duration",
-            "0.3",
-            "--connections",
-            "2",
-            "--warm-up",
-            "0",
-            "--json",
-        ];
+        let mut args = SHORT_BENCH_WITH_BASELINE.to_vec();
         args.extend_from_slice(extra);
         let report = run_json(&args);
+        assert_every_broker_answer_accepted(&report, &format!("{extra:?}"));
         let phases = report["phases"].as_array().expect("phases");
-        let broker_requests: u64 = phases
-            .iter()
-            .filter(|p| p["phase"].as_str().is_some_and(|n| n.starts_with("broker")))
-            .map(|p| p["requests"].as_u64().expect("requests"))
-            .sum();
-        assert!(broker_requests > 0, "{extra:?}");
-        // Every answer of the broker (over Kafka too) was an in-order append.
-        assert_eq!(
-            report["broker_outcomes"]["accepted"].as_u64(),
-            Some(broker_requests),
-            "{extra:?}"
-        );
         // The baseline answered in the same protocol: its answers parsed as successes.
         let baseline = phases
             .iter()
@@ -847,4 +818,22 @@ fn bench_baselines_the_kafka_front_end_and_the_durable_broker_too() {
     }
     // The durable broker's directory is removed after the run.
     assert!(!data.path().join("bench-broker").exists());
+}
+
+/// The broker's phases answered requests, and every answer was an in-order append (over Kafka
+/// too: an error answer would not count as accepted).
+fn assert_every_broker_answer_accepted(report: &serde_json::Value, case: &str) {
+    let broker_requests: u64 = report["phases"]
+        .as_array()
+        .expect("phases")
+        .iter()
+        .filter(|p| p["phase"].as_str().is_some_and(|n| n.starts_with("broker")))
+        .map(|p| p["requests"].as_u64().expect("requests"))
+        .sum();
+    assert!(broker_requests > 0, "{case}");
+    assert_eq!(
+        report["broker_outcomes"]["accepted"].as_u64(),
+        Some(broker_requests),
+        "{case}"
+    );
 }
