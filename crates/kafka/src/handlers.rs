@@ -400,9 +400,16 @@ impl KafkaFrontEnd {
                 .with_producer_id(ProducerId(NO_PRODUCER_ID))
                 .with_producer_epoch(-1)
         };
-        if request.transactional_id.is_some() {
-            tracing::info!("InitProducerId with a transactional id refused: no transactions yet");
-            return refused(ResponseError::TransactionalIdAuthorizationFailed);
+        match request.transactional_id.as_deref().map(|id| id.is_empty()) {
+            // As Kafka: an empty transactional id is a malformed request, not a transaction.
+            Some(true) => return refused(ResponseError::InvalidRequest),
+            Some(false) => {
+                tracing::info!(
+                    "InitProducerId with a transactional id refused: no transactions yet"
+                );
+                return refused(ResponseError::TransactionalIdAuthorizationFailed);
+            }
+            None => {}
         }
         // KIP-360: a producer that knows its id asks for the next epoch.
         let known = (request.producer_id.0 != NO_PRODUCER_ID).then_some(request.producer_id.0);

@@ -575,3 +575,41 @@ async fn a_fetch_answer_holds_one_batch_past_its_limit_and_no_more() -> Result<(
     assert_eq!(answer.responses[0].partitions[1].high_watermark, 1);
     Ok(())
 }
+
+#[tokio::test]
+async fn init_producer_id_issues_ids_and_refuses_transactional_and_empty_ids() -> Result<()> {
+    use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+    let (_broker, _kafka, mut conn) = kafka(Config::default()).await?;
+    let request = |transactional: Option<&str>| {
+        InitProducerIdRequest::default()
+            .with_transactional_id(transactional.map(|id| {
+                kafka_protocol::messages::TransactionalId(StrBytes::from_string(id.into()))
+            }))
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1)
+    };
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let answer: InitProducerIdResponse =
+            conn.call(ApiKey::InitProducerId, 4, &request(None)).await?;
+        assert_eq!(answer.error_code, 0);
+        assert_eq!(answer.producer_epoch, 0);
+        ids.push(answer.producer_id.0);
+    }
+    assert_ne!(ids[0], ids[1], "each new producer gets its own id");
+    // The crate's default request carries an empty transactional id: Kafka calls that invalid.
+    let empty: InitProducerIdResponse = conn
+        .call(ApiKey::InitProducerId, 4, &request(Some("")))
+        .await?;
+    assert_eq!(empty.error_code, code(ResponseError::InvalidRequest));
+    let transactional: InitProducerIdResponse = conn
+        .call(ApiKey::InitProducerId, 4, &request(Some("txn")))
+        .await?;
+    assert_eq!(
+        transactional.error_code,
+        code(ResponseError::TransactionalIdAuthorizationFailed)
+    );
+    assert_eq!(transactional.producer_id.0, -1);
+    Ok(())
+}
