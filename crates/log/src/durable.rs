@@ -90,8 +90,8 @@ pub struct WriteBack {
 struct WriteBackState {
     /// One background sync at a time per log.
     running: std::sync::atomic::AtomicBool,
-    /// Why the last one failed, for the next append to report.
-    failure: std::sync::Mutex<Option<String>>,
+    /// Why one failed, for the next append to report (read with one atomic load per append).
+    failure: std::sync::OnceLock<String>,
 }
 
 impl WriteBack {
@@ -99,12 +99,8 @@ impl WriteBack {
     pub fn run(self) {
         use std::sync::atomic::Ordering;
         if let Err(error) = self.file.sync() {
-            let mut failure = self
-                .state
-                .failure
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            failure.get_or_insert(error.to_string());
+            // The first failure is the one reported; the log is read-only after it anyway.
+            let _ = self.state.failure.set(error.to_string());
         }
         self.state.running.store(false, Ordering::Release);
     }
@@ -321,14 +317,10 @@ impl DurableLog {
         record_count: u32,
         now_ms: i64,
     ) -> Result<Appended, LogError> {
-        let failed = self
-            .write_back
-            .failure
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(reason) = failed {
-            self.set_failed(format!(
+        if self.failure.is_none()
+            && let Some(reason) = self.write_back.failure.get()
+        {
+            self.failure = Some(format!(
                 "a background sync in {} failed: {reason}",
                 self.dir.display()
             ));
