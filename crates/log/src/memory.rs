@@ -80,10 +80,10 @@ impl Entry {
 #[derive(Debug, Default)]
 struct Chunk {
     entries: Vec<Entry>,
-    /// The chunk's bytes handed out so far, in order and contiguous from its start: `frozen`
-    /// bytes in all. The rest of what was written is at the front of the log's `free`.
+    /// The chunk's bytes handed out so far, each with its offset in the chunk, in order and
+    /// contiguous from its start. The rest of what was written is at the front of the log's
+    /// `free`.
     pieces: Vec<(u32, Bytes)>,
-    frozen: usize,
     /// Bytes written into it.
     bytes: usize,
     /// The largest record timestamp in it (for time-based retention).
@@ -94,7 +94,14 @@ struct Chunk {
 }
 
 impl Chunk {
-    /// The frozen piece holding `entry` (which lies within `frozen`), and where in it the
+    /// How many of its bytes, from its start, were handed out as pieces.
+    fn frozen(&self) -> usize {
+        self.pieces
+            .last()
+            .map_or(0, |(start, piece)| *start as usize + piece.len())
+    }
+
+    /// The frozen piece holding `entry` (which lies below [`Self::frozen`]), and where in it the
     /// entry's bytes start.
     fn piece_of(&self, entry: &Entry) -> (&Bytes, usize) {
         let at = self
@@ -117,7 +124,7 @@ impl Chunk {
 pub struct MemoryLog {
     /// Chunks in offset order; the last one is being filled.
     chunks: VecDeque<Chunk>,
-    /// The chunk being filled from its `frozen` end on: written bytes not yet handed out, then
+    /// The chunk being filled from its frozen end on: written bytes not yet handed out, then
     /// room for more.
     free: BytesMut,
     /// Dropped chunks, reclaimed whole, waiting to be filled again.
@@ -190,8 +197,8 @@ impl MemoryLog {
         }
         let written = self.free.split_to(self.free.len()).freeze();
         if let Some(chunk) = self.chunks.back_mut() {
-            chunk.pieces.push((chunk.frozen as u32, written));
-            chunk.frozen = chunk.bytes;
+            let start = chunk.frozen() as u32;
+            chunk.pieces.push((start, written));
         }
     }
 
@@ -296,9 +303,10 @@ impl MemoryLog {
     fn bytes_of<'a>(&'a self, chunk: &'a Chunk, entry: &Entry) -> &'a [u8] {
         let start = entry.start as usize;
         let len = entry.len as usize;
-        if start >= chunk.frozen {
+        let frozen = chunk.frozen();
+        if start >= frozen {
             // Only the chunk being filled has bytes that were never handed out.
-            let at = start - chunk.frozen;
+            let at = start - frozen;
             &self.free[at..at + len]
         } else {
             let (piece, from) = chunk.piece_of(entry);
