@@ -172,8 +172,9 @@ pub struct Broker {
     timings: Option<Arc<RequestTimings>>,
     /// Set once the broker's listeners are bound (and recovery, done in `new`, is over).
     ready: AtomicBool,
-    /// The configuration, for what durability and maintenance read from it.
-    config: Config,
+    /// The configuration, for what durability and maintenance read from it (shared with the
+    /// topic registry, for each new topic's retention).
+    config: Arc<Config>,
     pub(crate) connections: ConnectionCounters,
     /// Connection slots, shared by every listener of this broker: `max_connections` is one
     /// limit whatever the protocols.
@@ -220,9 +221,10 @@ impl Broker {
         if let Some(data) = &data {
             producer_ids = producer_ids.reserving_in(Arc::clone(data))?;
         }
+        let shared = Arc::new(config.clone());
         let broker = Self {
             outcomes: OutcomeCounters::default(),
-            topics: TopicRegistry::new(config, Arc::clone(&budget), data.clone())?,
+            topics: TopicRegistry::new(&shared, Arc::clone(&budget), data.clone())?,
             state: ProducerStateManager::with_shards(shards),
             producer_ids,
             budget,
@@ -233,7 +235,7 @@ impl Broker {
                 .map(|_| Arc::new(RequestTimings::default())),
             ready: AtomicBool::new(false),
             data,
-            config: config.clone(),
+            config: shared,
             connections: ConnectionCounters::default(),
             connection_slots: Arc::new(tokio::sync::Semaphore::new(config.max_connections)),
         };

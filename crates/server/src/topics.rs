@@ -108,7 +108,7 @@ pub struct TopicRegistry {
     budget: Arc<StorageBudget>,
     /// Where topics are stored, for a durable broker.
     data: Option<Arc<DataDir>>,
-    /// The broker's configuration, for each topic's retention.
+    /// The broker's configuration (shared with it), for each topic's retention.
     config: Arc<Config>,
     auto_create: bool,
     default_partitions: u32,
@@ -149,7 +149,7 @@ impl TopicRegistry {
     /// [`ServerError::DataDir`] for stored topics that cannot be recovered;
     /// [`ServerError::DeclaredTopic`] for a declared topic that cannot be created.
     pub fn new(
-        config: &Config,
+        config: &Arc<Config>,
         budget: Arc<StorageBudget>,
         data: Option<Arc<DataDir>>,
     ) -> Result<Self, ServerError> {
@@ -170,7 +170,7 @@ impl TopicRegistry {
             partition_ids: Mutex::new(PartitionIds::default()),
             budget,
             data,
-            config: Arc::new(config.clone()),
+            config: Arc::clone(config),
             auto_create: config.auto_create_topics,
             default_partitions: config.default_partitions,
             max_topics: config.max_topics.max(config.topics.len() + stored.len()),
