@@ -150,20 +150,7 @@ pub async fn run(args: Args) -> Result<()> {
     };
     let target = match &args.broker {
         Some(addr) => Target::Remote(addr.clone()),
-        None => {
-            let broker = EmbeddedBroker::start(config.clone()).await?;
-            let kafka = match workload.wire {
-                Wire::Kafka => Some(
-                    minibroker_kafka::EmbeddedKafka::start(
-                        Arc::clone(&broker.broker),
-                        config.clone(),
-                    )
-                    .await?,
-                ),
-                Wire::Native => None,
-            };
-            Target::Embedded { broker, kafka }
-        }
+        None => Target::embedded(&config, workload.wire).await?,
     };
     if !args.json {
         println!(
@@ -216,22 +203,19 @@ pub async fn run(args: Args) -> Result<()> {
         // gigabytes by now, and a phase writing into a grown broker pays for its page faults.
         let native_outcomes = target.outcomes();
         target.stop().await?;
-        let fresh = EmbeddedBroker::start(config.clone()).await?;
-        let kafka =
-            minibroker_kafka::EmbeddedKafka::start(Arc::clone(&fresh.broker), config).await?;
+        let fresh = Target::embedded(&config, Wire::Kafka).await?;
         let over_kafka = Workload {
             wire: Wire::Kafka,
             ..workload.clone()
         };
-        phases.push(phase("kafka", kafka.address(), over_kafka).await?);
-        let kafka_outcomes = fresh.broker.outcome_counts();
-        drop(kafka);
+        phases.push(phase("kafka", fresh.addr(), over_kafka).await?);
+        let kafka_outcomes = fresh.outcomes();
         fresh.stop().await?;
         report(
             &args,
             &workload,
             &phases,
-            Some(native_outcomes.unwrap_or_default() + kafka_outcomes),
+            Some(native_outcomes.unwrap_or_default() + kafka_outcomes.unwrap_or_default()),
         );
         return Ok(());
     }
@@ -282,6 +266,19 @@ enum Target {
 }
 
 impl Target {
+    /// A broker in this process with `config`, and its Kafka front end when `wire` is Kafka.
+    async fn embedded(config: &Config, wire: Wire) -> Result<Self> {
+        let broker = EmbeddedBroker::start(config.clone()).await?;
+        let kafka = match wire {
+            Wire::Kafka => Some(
+                minibroker_kafka::EmbeddedKafka::start(Arc::clone(&broker.broker), config.clone())
+                    .await?,
+            ),
+            Wire::Native => None,
+        };
+        Ok(Self::Embedded { broker, kafka })
+    }
+
     fn addr(&self) -> String {
         match self {
             Self::Remote(addr) => addr.clone(),
