@@ -376,11 +376,7 @@ impl Header {
         Ok(Self {
             attributes,
             compression,
-            producer_id: i64::from_be_bytes(
-                batch[layout::PRODUCER_ID..layout::PRODUCER_ID + 8]
-                    .try_into()
-                    .expect("8 bytes"),
-            ),
+            producer_id: i64_at(batch, layout::PRODUCER_ID),
             producer_epoch: i16_at(batch, layout::PRODUCER_EPOCH),
             base_sequence: i32_at(batch, layout::BASE_SEQUENCE),
             record_count,
@@ -394,7 +390,7 @@ impl Header {
 /// If `batch` is shorter than 8 bytes (every stored batch has a full header).
 #[must_use]
 pub fn base_offset(batch: &[u8]) -> i64 {
-    i64::from_be_bytes(batch[..8].try_into().expect("8 bytes"))
+    i64_at(batch, layout::BASE_OFFSET)
 }
 
 /// The largest timestamp of a batch's records, from its header (milliseconds since the epoch).
@@ -403,8 +399,7 @@ pub fn base_offset(batch: &[u8]) -> i64 {
 /// If `batch` is shorter than a header.
 #[must_use]
 pub fn max_timestamp(batch: &[u8]) -> i64 {
-    let at = layout::MAX_TIMESTAMP;
-    i64::from_be_bytes(batch[at..at + 8].try_into().expect("8 bytes"))
+    i64_at(batch, layout::MAX_TIMESTAMP)
 }
 
 /// The whole length of the batch that `header` begins (its length field plus the 12 bytes
@@ -477,6 +472,10 @@ pub fn set_base_sequence(batch: &mut [u8], base_sequence: i32) {
 
 fn i32_at(batch: &[u8], at: usize) -> i32 {
     i32::from_be_bytes(batch[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn i64_at(batch: &[u8], at: usize) -> i64 {
+    i64::from_be_bytes(batch[at..at + 8].try_into().expect("8 bytes"))
 }
 
 fn i16_at(batch: &[u8], at: usize) -> i16 {
