@@ -133,7 +133,6 @@ impl Wire {
                 use kafka_protocol::messages::produce_response::{
                     PartitionProduceResponse, TopicProduceResponse,
                 };
-                use kafka_protocol::protocol::Encodable;
                 let answer = KafkaAnswer::default().with_responses(vec![
                     TopicProduceResponse::default()
                         .with_name(TopicName(StrBytes::from_static_str(super::TOPIC)))
@@ -141,17 +140,10 @@ impl Wire {
                             PartitionProduceResponse::default().with_base_offset(0),
                         ]),
                 ]);
-                let version = ApiKey::Produce.response_header_version(KAFKA_PRODUCE_VERSION);
-                let mut body = BytesMut::new();
-                ResponseHeader::default()
-                    .encode(&mut body, version)
-                    .expect("the header encodes");
-                answer
-                    .encode(&mut body, KAFKA_PRODUCE_VERSION)
-                    .expect("the fixed answer encodes");
                 // The request's API key and version come before its correlation id; the
                 // answer's header starts with it.
-                (body.freeze(), 4, 0)
+                let body = kafka_answer(ApiKey::Produce, KAFKA_PRODUCE_VERSION, &answer);
+                (body, 4, 0)
             }
         }
     }
@@ -160,21 +152,14 @@ impl Wire {
     /// request (producer id 1, epoch 0), and that request's API key.
     pub fn fixed_identity_ack(self) -> Option<(i16, Bytes)> {
         use kafka_protocol::messages::InitProducerIdResponse;
-        use kafka_protocol::protocol::Encodable;
         if self == Self::Native {
             return None;
         }
-        let version = ApiKey::InitProducerId.response_header_version(IDENTITY_VERSION);
-        let mut body = BytesMut::new();
-        ResponseHeader::default()
-            .encode(&mut body, version)
-            .expect("the header encodes");
-        InitProducerIdResponse::default()
+        let answer = InitProducerIdResponse::default()
             .with_producer_id(kafka_protocol::messages::ProducerId(1))
-            .with_producer_epoch(0)
-            .encode(&mut body, IDENTITY_VERSION)
-            .expect("the fixed answer encodes");
-        Some((ApiKey::InitProducerId as i16, body.freeze()))
+            .with_producer_epoch(0);
+        let body = kafka_answer(ApiKey::InitProducerId, IDENTITY_VERSION, &answer);
+        Some((ApiKey::InitProducerId as i16, body))
     }
 
     /// Asks a Kafka broker for a producer id and epoch (InitProducerId v4, not transactional),
@@ -262,4 +247,21 @@ impl Wire {
             }
         }
     }
+}
+
+/// A Kafka answer's frame body: its header (correlation id 0) and `answer`, at `version` of `api`.
+fn kafka_answer(
+    api: ApiKey,
+    version: i16,
+    answer: &impl kafka_protocol::protocol::Encodable,
+) -> Bytes {
+    use kafka_protocol::protocol::Encodable;
+    let mut body = BytesMut::new();
+    ResponseHeader::default()
+        .encode(&mut body, api.response_header_version(version))
+        .expect("the header encodes");
+    answer
+        .encode(&mut body, version)
+        .expect("the fixed answer encodes");
+    body.freeze()
 }
