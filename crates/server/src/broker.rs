@@ -413,7 +413,7 @@ impl Broker {
 
     /// Gives the storage limit back what the batches retention dropped from an in-memory log
     /// were charged (a durable log's batches are not charged).
-    pub(crate) fn give_back(&self, data: &mut PartitionData, released: Released) {
+    fn give_back(&self, data: &mut PartitionData, released: Released) {
         if self.data.is_none() && released != Released::default() {
             let freed = released_charge(released).min(data.held);
             data.held -= freed;
