@@ -9,7 +9,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable};
 use minibroker_protocol::ProtocolError;
 use minibroker_server::stats::ConnectionTimings;
-use minibroker_server::{Broker, FrontEnd, Next, TopicCache};
+use minibroker_server::{Broker, BrokerError, FrontEnd, Next, TopicCache};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -188,6 +188,10 @@ impl KafkaFrontEnd {
 impl FrontEnd for KafkaFrontEnd {
     fn answer(&mut self, frame: Bytes, out: &mut BytesMut) -> impl Future<Output = Next> + Send {
         self.serve(frame, out)
+    }
+
+    fn store_answered(&mut self) -> Result<(), BrokerError> {
+        self.broker.write_produced(&mut self.topics)
     }
 
     fn framing_error(&mut self, error: &ProtocolError, _out: &mut BytesMut) {

@@ -196,7 +196,7 @@ impl KafkaFrontEnd {
         let partition = partition_index(topic, index)?;
         let verdict = self
             .broker
-            .produce(&mut self.topics, topic, partition, &batch)
+            .produce_unwritten(&mut self.topics, topic, partition, &batch)
             .await?;
         let (error, base_offset) = match (verdict.outcome, verdict.base_offset) {
             // The usual answers need nothing more.

@@ -5,7 +5,14 @@
 //! beside each sealed segment; and producer-state snapshots (`<offset>.snapshot`, opaque bytes
 //! to this crate, see [`SnapshotStore`]).
 //!
-//! Appends go to the last (active) segment. It rolls, once it holds a batch, when the next batch
+//! Appends go to the last (active) segment, and first to memory: the log gathers appended
+//! batches and writes them to the file with one `write(2)` when asked
+//! ([`DurableLog::write_pending`]), when they reach [`MAX_PENDING_BYTES`], and before anything
+//! that reads or syncs the file. A broker answers a produce only after the write that holds it,
+//! so many produces share a write and a killed process loses only unanswered batches; a failed
+//! write forgets the batches it held, so nothing unwritten is ever served.
+//!
+//! The active segment rolls, once it holds a batch, when the next batch
 //! would take it past `segment_bytes` or its first batch is older than `segment_ms`; a rolling
 //! segment is synced and its index written before the next one is created, so every sealed
 //! segment is durable whatever the flush policy, and only the active segment can have a torn
@@ -23,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::batch::{check_appendable, first_record_at_or_after};
-use crate::segment::{Damage, Segment};
+use crate::segment::{Damage, Segment, SegmentMark};
 use crate::storage::{Storage, StorageFile, TEMPORARY_SUFFIX, read_whole, write_atomically};
 use crate::{LogError, ReadLimits, Released};
 
@@ -126,10 +133,25 @@ pub struct DurableLog {
     stored_bytes: u64,
     batch_count: u64,
     failure: Option<String>,
-    scratch: Vec<u8>,
+    /// Batches appended to the active segment and not yet written to its file, back to back.
+    pending: Vec<u8>,
+    /// The log as it was before the first of them, while there are any (boxed: it is there
+    /// only between an append and the next write, and keeps the log small).
+    unwritten: Option<Box<Unwritten>>,
     /// Bytes appended to the active segment since its last sync was asked for.
     unsynced: u64,
     write_back: Arc<WriteBackState>,
+}
+
+/// Bytes of appended batches gathered in memory at most before they are written, whoever asks.
+pub const MAX_PENDING_BYTES: usize = 64 << 10;
+
+/// What the log was before its pending batches, to go back to when their write fails.
+#[derive(Debug, Clone, Copy)]
+struct Unwritten {
+    active: SegmentMark,
+    stored_bytes: u64,
+    batch_count: u64,
 }
 
 /// A log opened from its directory, and what recovery cut off its tail.
@@ -277,7 +299,8 @@ impl DurableLog {
             stored_bytes,
             batch_count,
             failure: None,
-            scratch: Vec::new(),
+            pending: Vec::new(),
+            unwritten: None,
             unsynced: 0,
             write_back: Arc::default(),
         }
@@ -290,13 +313,56 @@ impl DurableLog {
     /// Makes the log read-only after a failed write or sync, and says why.
     fn fail(&mut self, what: &str, error: &io::Error) -> LogError {
         let reason = format!("{what} in {} failed: {error}", self.dir.display());
-        self.failure = Some(reason.clone());
+        self.set_failed(reason.clone());
         LogError::Storage(reason)
     }
 
-    /// Marks the log read-only (a sync of it failed elsewhere), with the reason.
+    /// Marks the log read-only (a sync of it failed elsewhere), with the reason. Batches not
+    /// yet written are forgotten: they were never acknowledged, and never will be.
     pub fn set_failed(&mut self, reason: String) {
         self.failure.get_or_insert(reason);
+        self.forget_pending();
+    }
+
+    /// Drops the batches not yet written, as if they had never been appended.
+    fn forget_pending(&mut self) {
+        if let Some(before) = self.unwritten.take() {
+            self.active.rewind(before.active);
+            self.stored_bytes = before.stored_bytes;
+            self.batch_count = before.batch_count;
+        }
+        self.pending.clear();
+    }
+
+    /// Writes the batches appended since the last write to the active segment's file, with one
+    /// `write(2)`; nothing to do when there are none. An answer to a produce must wait for
+    /// this: until then, a killed process loses the batch.
+    ///
+    /// # Errors
+    /// [`LogError::Storage`] when the write fails: the batches it held are forgotten (reads and
+    /// the log end no longer show them) and the log is read-only from then on.
+    pub fn write_pending(&mut self) -> Result<(), LogError> {
+        let Some(before) = self.unwritten.as_deref().copied() else {
+            return Ok(());
+        };
+        if let Err(error) = self.active.file.append(&self.pending) {
+            // Cut any part that was written; the log stays read-only either way.
+            let _ = self.active.file.truncate(before.active.size);
+            return Err(self.fail("writing batches", &error));
+        }
+        self.unwritten = None;
+        self.pending.clear();
+        if self.pending.capacity() > 2 * MAX_PENDING_BYTES {
+            // One large batch went through: do not keep its memory for every partition.
+            self.pending.shrink_to(MAX_PENDING_BYTES);
+        }
+        Ok(())
+    }
+
+    /// Whether appended batches wait to be written ([`Self::write_pending`]).
+    #[must_use]
+    pub fn has_pending(&self) -> bool {
+        self.unwritten.is_some()
     }
 
     /// Why the log is read-only, if it is.
@@ -320,10 +386,11 @@ impl DurableLog {
         if self.failure.is_none()
             && let Some(reason) = self.write_back.failure.get()
         {
-            self.failure = Some(format!(
+            let reason = format!(
                 "a background sync in {} failed: {reason}",
                 self.dir.display()
-            ));
+            );
+            self.set_failed(reason);
         }
         if let Some(reason) = &self.failure {
             return Err(LogError::ReadOnly(reason.clone()));
@@ -339,15 +406,20 @@ impl DurableLog {
         if rolled {
             self.roll()?;
         }
-        let base_offset = self.active.next_offset;
-        self.scratch.clear();
-        self.scratch.extend_from_slice(batch);
-        minibroker_records::set_base_offset(&mut self.scratch, base_offset);
-        if let Err(error) = self.active.file.append(&self.scratch) {
-            // Cut any part that was written; the log stays read-only either way.
-            let _ = self.active.file.truncate(self.active.size);
-            return Err(self.fail("writing a batch", &error));
+        if self.pending.len() + batch.len() > MAX_PENDING_BYTES {
+            self.write_pending()?;
         }
+        let base_offset = self.active.next_offset;
+        if self.unwritten.is_none() {
+            self.unwritten = Some(Box::new(Unwritten {
+                active: self.active.mark(),
+                stored_bytes: self.stored_bytes,
+                batch_count: self.batch_count,
+            }));
+        }
+        let start = self.pending.len();
+        self.pending.extend_from_slice(batch);
+        minibroker_records::set_base_offset(&mut self.pending[start..], base_offset);
         let end = base_offset + i64::from(record_count);
         let timestamp = minibroker_records::max_timestamp(batch);
         self.active.note(base_offset, len, end, timestamp);
@@ -359,26 +431,32 @@ impl DurableLog {
             base_offset,
             rolled,
             released: Released::default(),
-            write_back: self.due_write_back(),
+            write_back: self.due_write_back()?,
         })
     }
 
-    /// The background sync to run now, if enough was appended since the last and none runs.
-    fn due_write_back(&mut self) -> Option<WriteBack> {
+    /// The background sync to run now, if enough was appended since the last and none runs;
+    /// pending batches are written first, so it covers everything appended.
+    fn due_write_back(&mut self) -> Result<Option<WriteBack>, LogError> {
         use std::sync::atomic::Ordering;
-        let every = self.config.write_back_bytes?;
-        if self.unsynced < every || self.write_back.running.swap(true, Ordering::AcqRel) {
-            return None;
+        let Some(every) = self.config.write_back_bytes else {
+            return Ok(None);
+        };
+        if self.unsynced < every || self.write_back.running.load(Ordering::Acquire) {
+            return Ok(None);
         }
+        self.write_pending()?;
+        self.write_back.running.store(true, Ordering::Release);
         self.unsynced = 0;
-        Some(WriteBack {
+        Ok(Some(WriteBack {
             file: Arc::clone(&self.active.file),
             state: Arc::clone(&self.write_back),
-        })
+        }))
     }
 
     /// Seals the active segment (synced, index written) and starts the next.
     fn roll(&mut self) -> Result<(), LogError> {
+        self.write_pending()?;
         self.unsynced = 0;
         if let Err(error) = self.active.file.sync() {
             return Err(self.fail("syncing a segment", &error));
@@ -404,13 +482,17 @@ impl DurableLog {
         }
     }
 
-    /// What to sync for everything appended so far to be durable.
-    #[must_use]
-    pub fn sync_point(&self) -> SyncPoint {
-        SyncPoint {
+    /// What to sync for everything appended so far to be durable (pending batches are written
+    /// first).
+    ///
+    /// # Errors
+    /// As [`Self::write_pending`].
+    pub fn sync_point(&mut self) -> Result<SyncPoint, LogError> {
+        self.write_pending()?;
+        Ok(SyncPoint {
             file: Arc::clone(&self.active.file),
             through: self.active.next_offset,
-        }
+        })
     }
 
     /// Syncs the active segment now (clean shutdown, the interval flush).
@@ -421,6 +503,7 @@ impl DurableLog {
         if let Some(reason) = &self.failure {
             return Err(LogError::ReadOnly(reason.clone()));
         }
+        self.write_pending()?;
         match self.active.file.sync() {
             Ok(()) => Ok(()),
             Err(error) => Err(self.fail("syncing a segment", &error)),
@@ -462,9 +545,13 @@ impl DurableLog {
     /// The whole batches holding offsets from `from` onwards, within `limits`, from the one
     /// segment that holds `from`.
     ///
+    /// Pending batches are written first, so a read sees every batch appended.
+    ///
     /// # Errors
-    /// [`LogError::OffsetOutOfRange`] outside the log; [`LogError::Storage`] if a read fails.
-    pub fn read(&self, from: i64, limits: ReadLimits) -> Result<Vec<Bytes>, LogError> {
+    /// [`LogError::OffsetOutOfRange`] outside the log; [`LogError::Storage`] if a read, or the
+    /// write of pending batches, fails.
+    pub fn read(&mut self, from: i64, limits: ReadLimits) -> Result<Vec<Bytes>, LogError> {
+        self.write_pending()?;
         let (start, end) = (self.start_offset(), self.next_offset());
         if from < start || from > end {
             return Err(LogError::OffsetOutOfRange {
@@ -494,7 +581,7 @@ impl DurableLog {
     /// # Errors
     /// As [`Self::read`].
     pub fn for_each_batch(
-        &self,
+        &mut self,
         from: i64,
         mut each: impl FnMut(&Bytes) -> bool,
     ) -> Result<(), LogError> {
@@ -519,12 +606,16 @@ impl DurableLog {
     ///
     /// # Errors
     /// [`LogError::Storage`] if a read fails.
-    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>, LogError> {
-        let Some(segment) = self.segments().find(|s| s.max_timestamp >= timestamp) else {
+    pub fn offset_for_timestamp(&mut self, timestamp: i64) -> Result<Option<(i64, i64)>, LogError> {
+        let Some(base) = self
+            .segments()
+            .find(|s| s.max_timestamp >= timestamp)
+            .map(|s| s.base_offset)
+        else {
             return Ok(None);
         };
         let mut found = None;
-        self.for_each_batch(segment.base_offset, |batch| {
+        self.for_each_batch(base, |batch| {
             if minibroker_records::max_timestamp(batch) >= timestamp {
                 found = Some(batch.clone());
             }
@@ -537,7 +628,7 @@ impl DurableLog {
     ///
     /// # Errors
     /// [`LogError::Storage`] if a read fails.
-    pub fn offset_of_max_timestamp(&self) -> Result<Option<(i64, i64)>, LogError> {
+    pub fn offset_of_max_timestamp(&mut self) -> Result<Option<(i64, i64)>, LogError> {
         match self
             .segments()
             .filter(|s| s.batches > 0)

@@ -87,6 +87,18 @@ impl PartitionLog {
         }
     }
 
+    /// Writes what was appended and not yet written (a durable log gathers appends in memory;
+    /// see [`DurableLog::write_pending`]). A produce is answered only after this.
+    ///
+    /// # Errors
+    /// For files, [`LogError::Storage`] when the write fails (the log is read-only then).
+    pub fn write_pending(&mut self) -> Result<(), LogError> {
+        match self {
+            Self::Memory(_) => Ok(()),
+            Self::Durable(log) => log.write_pending(),
+        }
+    }
+
     /// The whole batches holding offsets from `from` onwards, within `limits`.
     ///
     /// # Errors
@@ -102,7 +114,7 @@ impl PartitionLog {
     ///
     /// # Errors
     /// For files, [`LogError::Storage`] if a read fails.
-    pub fn offset_for_timestamp(&self, timestamp: i64) -> Result<Option<(i64, i64)>, LogError> {
+    pub fn offset_for_timestamp(&mut self, timestamp: i64) -> Result<Option<(i64, i64)>, LogError> {
         match self {
             Self::Memory(log) => Ok(log.offset_for_timestamp(timestamp)),
             Self::Durable(log) => log.offset_for_timestamp(timestamp),
@@ -113,7 +125,7 @@ impl PartitionLog {
     ///
     /// # Errors
     /// For files, [`LogError::Storage`] if a read fails.
-    pub fn offset_of_max_timestamp(&self) -> Result<Option<(i64, i64)>, LogError> {
+    pub fn offset_of_max_timestamp(&mut self) -> Result<Option<(i64, i64)>, LogError> {
         match self {
             Self::Memory(log) => Ok(log.offset_of_max_timestamp()),
             Self::Durable(log) => log.offset_of_max_timestamp(),

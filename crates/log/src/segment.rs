@@ -47,6 +47,18 @@ pub(crate) struct Segment {
     unindexed: u64,
 }
 
+/// A segment as it was before some appends, to go back to when their write fails.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SegmentMark {
+    next_offset: i64,
+    pub(crate) size: u64,
+    batches: u64,
+    max_timestamp: i64,
+    first_append_ms: Option<i64>,
+    index_len: usize,
+    unindexed: u64,
+}
+
 /// What a recovery scan found wrong at the end of a segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Damage {
@@ -71,7 +83,8 @@ impl Segment {
         }
     }
 
-    /// Records a batch just appended at the end of the file.
+    /// Records a batch just appended at the end of the segment (of the file, or of the bytes
+    /// waiting to be written to it).
     pub(crate) fn note(&mut self, base_offset: i64, len: u64, end_offset: i64, timestamp: i64) {
         if self.index.is_empty() || self.unindexed >= INDEX_INTERVAL {
             // Offsets within a segment fit u32 (at most a byte per record and segments below
@@ -87,6 +100,30 @@ impl Segment {
         self.next_offset = end_offset;
         self.batches += 1;
         self.max_timestamp = self.max_timestamp.max(timestamp);
+    }
+
+    /// What [`Self::rewind`] goes back to.
+    pub(crate) fn mark(&self) -> SegmentMark {
+        SegmentMark {
+            next_offset: self.next_offset,
+            size: self.size,
+            batches: self.batches,
+            max_timestamp: self.max_timestamp,
+            first_append_ms: self.first_append_ms,
+            index_len: self.index.len(),
+            unindexed: self.unindexed,
+        }
+    }
+
+    /// Forgets every batch noted since `mark` was taken.
+    pub(crate) fn rewind(&mut self, mark: SegmentMark) {
+        self.next_offset = mark.next_offset;
+        self.size = mark.size;
+        self.batches = mark.batches;
+        self.max_timestamp = mark.max_timestamp;
+        self.first_append_ms = mark.first_append_ms;
+        self.index.truncate(mark.index_len);
+        self.unindexed = mark.unindexed;
     }
 
     /// Where to start walking for `offset`: the last indexed batch at or before it.

@@ -8,6 +8,8 @@
 //! - A segment missing between two others, or a damaged sealed one, is refused, not served.
 //! - Retention deletes whole oldest segments only, never the active one, and its new start
 //!   survives a reopen.
+//! - Appends wait in memory until written (by the caller, a read, a sync or the size limit); a
+//!   crash loses only unwritten ones, and a failed write forgets them.
 //! - A failed write or sync leaves the log read-only with nothing partial readable.
 //! - After a simulated crash (thousands of seeds), every synced batch survives and the log is a
 //!   prefix of what was appended.
@@ -16,8 +18,8 @@
 use bytes::Bytes;
 use minibroker_log::sim::SimStorage;
 use minibroker_log::{
-    Appended, DurableLog, FsStorage, LogError, MemoryLog, Opened, ReadLimits, Retention,
-    SegmentConfig, SnapshotStore,
+    Appended, DurableLog, FsStorage, LogError, MAX_PENDING_BYTES, MemoryLog, Opened, ReadLimits,
+    Retention, SegmentConfig, SnapshotStore,
 };
 use minibroker_records::{NewRecord, Writer, encode, inspect, inspect_stored, set_base_offset};
 use std::path::{Path, PathBuf};
@@ -94,8 +96,16 @@ impl Model {
         self.batches.last().map_or(0, |b| b.end)
     }
 
-    /// Appends `batch` to `log` and to the model, checking where it landed.
+    /// Appends `batch` to `log` and writes it, as a broker does before answering, and adds it
+    /// to the model, checking where it landed.
     fn append(&mut self, log: &mut DurableLog, batch: &Bytes, now_ms: i64) -> Appended {
+        let appended = self.append_unwritten(log, batch, now_ms);
+        log.write_pending().expect("the write succeeds");
+        appended
+    }
+
+    /// As [`Self::append`], leaving the batch in memory until something writes it.
+    fn append_unwritten(&mut self, log: &mut DurableLog, batch: &Bytes, now_ms: i64) -> Appended {
         let count = record_count(batch);
         let appended = log
             .append(batch, count, now_ms)
@@ -201,7 +211,7 @@ fn file_len(path: &Path) -> u64 {
 }
 
 /// Every batch `log` holds, in order, through [`DurableLog::for_each_batch`].
-fn all_batches(log: &DurableLog) -> Vec<Bytes> {
+fn all_batches(log: &mut DurableLog) -> Vec<Bytes> {
     let mut batches = Vec::new();
     log.for_each_batch(0, |batch| {
         batches.push(batch.clone());
@@ -213,7 +223,7 @@ fn all_batches(log: &DurableLog) -> Vec<Bytes> {
 
 /// Checks that `log` holds exactly `expected`, byte for byte, each batch valid at its offset,
 /// and that its counters and offsets agree.
-fn assert_holds(log: &DurableLog, expected: &[Stored]) {
+fn assert_holds(log: &mut DurableLog, expected: &[Stored]) {
     let held = all_batches(log);
     assert_eq!(held.len(), expected.len(), "batches held");
     for (i, (held, want)) in held.iter().zip(expected).enumerate() {
@@ -282,7 +292,7 @@ fn base_offsets(batches: &[Bytes]) -> Vec<i64> {
 }
 
 /// Reads from every offset under several limits and checks each answer against the model.
-fn assert_reads(log: &DurableLog, model: &Model, segment_bases: &[i64]) {
+fn assert_reads(log: &mut DurableLog, model: &Model, segment_bases: &[i64]) {
     let first = model.batches[0].bytes.len();
     let second = model.batches[1].bytes.len();
     let all_limits = [
@@ -379,15 +389,15 @@ fn batches_round_trip_across_rolls_reopens_and_lost_indexes() {
         );
     }
     assert!(!segment_file(dir.path(), *active, ".index").exists());
-    assert_holds(&log, &model.batches);
-    assert_reads(&log, &model, &bases);
+    assert_holds(&mut log, &model.batches);
+    assert_reads(&mut log, &model, &bases);
     drop(log);
 
-    let reopened = open_fs(dir.path());
+    let mut reopened = open_fs(dir.path());
     assert!(reopened.truncated.is_none());
     assert_eq!(reopened.log.segment_count(), bases.len());
-    assert_holds(&reopened.log, &model.batches);
-    assert_reads(&reopened.log, &model, &bases);
+    assert_holds(&mut reopened.log, &model.batches);
+    assert_reads(&mut reopened.log, &model, &bases);
     drop(reopened);
 
     // Without the index files, sealed segments are walked instead, with the same result.
@@ -396,15 +406,15 @@ fn batches_round_trip_across_rolls_reopens_and_lost_indexes() {
     }
     let mut rescanned = open_fs(dir.path());
     assert!(rescanned.truncated.is_none());
-    assert_holds(&rescanned.log, &model.batches);
-    assert_reads(&rescanned.log, &model, &bases);
+    assert_holds(&mut rescanned.log, &model.batches);
+    assert_reads(&mut rescanned.log, &model, &bases);
 
     // And the log goes on from where it was.
     for _ in 0..20 {
         model.append_random(&mut rescanned.log, &mut rng, None);
     }
     drop(rescanned);
-    assert_holds(&open_fs(dir.path()).log, &model.batches);
+    assert_holds(&mut open_fs(dir.path()).log, &model.batches);
 }
 
 #[test]
@@ -434,7 +444,7 @@ fn a_segment_rolls_once_its_first_batch_is_old_enough() {
     }
     assert_eq!(log.segment_count(), 3);
     drop(log);
-    assert_holds(&open_sim(&storage, config).log, &model.batches);
+    assert_holds(&mut open_sim(&storage, config).log, &model.batches);
 }
 
 /// A closed log's files, and what they hold, to damage copies of.
@@ -523,15 +533,15 @@ impl Pristine {
             valid,
             "the file is cut to its valid prefix"
         );
-        assert_holds(&log, &model.batches);
+        assert_holds(&mut log, &model.batches);
         let mut rng = Rng(valid);
         for _ in 0..3 {
             model.append_random(&mut log, &mut rng, None);
         }
         drop(log);
-        let again = open_fs(dir.path());
+        let mut again = open_fs(dir.path());
         assert!(again.truncated.is_none(), "{:?}", again.truncated);
-        assert_holds(&again.log, &model.batches);
+        assert_holds(&mut again.log, &model.batches);
     }
 }
 
@@ -687,7 +697,7 @@ fn assert_retention(dir: &Path, model: &Model, retention: Retention, now_ms: i64
         );
     }
     assert_eq!(log.segment_count(), bases.len() - deleted);
-    assert_holds(&log, model.since(start));
+    assert_holds(&mut log, model.since(start));
     let read = log.read(start, ReadLimits::default()).expect("reads");
     assert_eq!(minibroker_records::base_offset(&read[0]), start);
     if start > 0 {
@@ -701,9 +711,9 @@ fn assert_retention(dir: &Path, model: &Model, retention: Retention, now_ms: i64
         );
     }
     drop(log);
-    let reopened = open_fs(dir).log;
+    let mut reopened = open_fs(dir).log;
     assert_eq!(reopened.start_offset(), start);
-    assert_holds(&reopened, model.since(start));
+    assert_holds(&mut reopened, model.since(start));
 }
 
 #[test]
@@ -753,6 +763,13 @@ fn retention_by_time_deletes_segments_whose_newest_record_is_too_old() {
 }
 
 /// A log on `storage` holding a few batches, and the model of them.
+/// Appends `batch` to `log` and writes it, as a broker does before answering.
+fn append_written(log: &mut DurableLog, batch: &Bytes) -> Result<Appended, LogError> {
+    let appended = log.append(batch, record_count(batch), 0)?;
+    log.write_pending()?;
+    Ok(appended)
+}
+
 fn sim_log(storage: &SimStorage, rng: &mut Rng) -> (DurableLog, Model) {
     let mut log = open_sim(storage, SMALL).log;
     let mut model = Model::default();
@@ -782,7 +799,7 @@ fn assert_read_only(mut log: DurableLog, storage: &SimStorage, model: &Model) {
         Err(LogError::ReadOnly(_))
     ));
     assert!(matches!(log.sync(), Err(LogError::ReadOnly(_))));
-    assert_holds(&log, &model.batches);
+    assert_holds(&mut log, &model.batches);
     drop(log);
     let Opened { mut log, truncated } = open_sim(storage, SMALL);
     assert!(truncated.is_none(), "{truncated:?}");
@@ -794,10 +811,10 @@ fn assert_read_only(mut log: DurableLog, storage: &SimStorage, model: &Model) {
         "an unfinished index is left: {:?}",
         storage.paths()
     );
-    assert_holds(&log, &model.batches);
+    assert_holds(&mut log, &model.batches);
     let mut model = model.clone();
     model.append(&mut log, &batch, 0);
-    assert_holds(&log, &model.batches);
+    assert_holds(&mut log, &model.batches);
 }
 
 #[test]
@@ -810,7 +827,7 @@ fn a_full_disk_fails_the_append_and_leaves_the_log_read_only() {
     storage.faults.full.store(true, Ordering::Relaxed);
     let batch = random_batch(&mut Rng(9), 5, None);
     assert!(matches!(
-        log.append(&batch, record_count(&batch), 0),
+        append_written(&mut log, &batch),
         Err(LogError::Storage(_))
     ));
     storage.faults.full.store(false, Ordering::Relaxed);
@@ -886,7 +903,7 @@ fn a_crash_keeps_every_synced_batch_and_a_prefix_of_the_rest() {
             if fault_at == Some(step) {
                 // A full disk: the append fails, and so does everything after it.
                 storage.faults.full.store(true, Ordering::Relaxed);
-                assert!(log.append(batch, record_count(batch), 0).is_err());
+                assert!(append_written(&mut log, batch).is_err());
                 break;
             }
             if model.append(&mut log, batch, 0).rolled {
@@ -918,7 +935,7 @@ fn a_crash_keeps_every_synced_batch_and_a_prefix_of_the_rest() {
         let mut recovered = Model {
             batches: model.batches[..held].to_vec(),
         };
-        assert_holds(&log, &recovered.batches);
+        assert_holds(&mut log, &recovered.batches);
         let kept = crashed.contents(&last).expect("the active segment").len() as u64;
         assert_eq!(
             truncated.map(|(bytes, _)| bytes),
@@ -930,9 +947,9 @@ fn a_crash_keeps_every_synced_batch_and_a_prefix_of_the_rest() {
         recovered.append(&mut log, &pool[0], 0);
         log.sync().expect("syncs");
         drop(log);
-        let again = open_sim(&crashed, config);
+        let mut again = open_sim(&crashed, config);
         assert!(again.truncated.is_none(), "seed {seed}");
-        assert_holds(&again.log, &recovered.batches);
+        assert_holds(&mut again.log, &recovered.batches);
     }
     assert!(cut_tails > 100, "only {cut_tails} crashes tore a tail");
 }
@@ -958,7 +975,7 @@ fn offsets_by_timestamp_agree_with_the_memory_log() {
     }
     timestamps.push(i64::MAX);
     assert!(durable.segment_count() >= 5);
-    let assert_agrees = |durable: &DurableLog| {
+    let assert_agrees = |durable: &mut DurableLog| {
         for &timestamp in &timestamps {
             assert_eq!(
                 durable.offset_for_timestamp(timestamp).expect("reads"),
@@ -970,10 +987,10 @@ fn offsets_by_timestamp_agree_with_the_memory_log() {
         assert_eq!(newest, memory.offset_of_max_timestamp());
         assert!(newest.is_some());
     };
-    assert_agrees(&durable);
+    assert_agrees(&mut durable);
     drop(durable);
     // Reopened, the sealed segments' largest timestamps come from their index files.
-    assert_agrees(&open_sim(&storage, SMALL).log);
+    assert_agrees(&mut open_sim(&storage, SMALL).log);
 }
 
 #[test]
@@ -1076,4 +1093,101 @@ fn background_syncs_are_due_every_write_back_bytes_and_a_failed_one_stops_append
         log.failure()
             .is_some_and(|reason| reason.contains("background sync"))
     );
+}
+
+/// Appends gather in memory: a crash before they are written loses exactly them, and a read, a
+/// sync or reaching [`MAX_PENDING_BYTES`] writes them.
+#[test]
+fn unwritten_batches_are_lost_by_a_crash_and_written_by_reads_syncs_and_the_size_limit() {
+    let config = SegmentConfig {
+        segment_bytes: u64::MAX,
+        ..SMALL
+    };
+    let storage = SimStorage::new();
+    let mut log = open_sim(&storage, config).log;
+    let mut model = Model::default();
+    let mut rng = Rng(21);
+    for _ in 0..3 {
+        model.append_random(&mut log, &mut rng, None);
+    }
+    log.sync().expect("syncs");
+    let active = segment_file(Path::new(SIM_DIR), 0, ".log");
+    let written = storage.contents(&active).expect("the segment");
+
+    let mut unwritten = model.clone();
+    for _ in 0..2 {
+        let batch = random_batch(&mut rng, unwritten.next_offset() as i32, None);
+        unwritten.append_unwritten(&mut log, &batch, 0);
+    }
+    assert!(log.has_pending());
+    assert_eq!(log.next_offset(), unwritten.next_offset());
+    assert_eq!(storage.contents(&active), Some(written.clone()));
+    let mut crashed = open_sim(&storage.crash(1), config).log;
+    assert_holds(&mut crashed, &model.batches);
+
+    // A read writes them first, so it sees every batch appended.
+    let read = log
+        .read(model.next_offset(), ReadLimits::default())
+        .expect("reads");
+    let appended: Vec<Bytes> = unwritten
+        .since(model.next_offset())
+        .iter()
+        .map(|b| b.bytes.clone())
+        .collect();
+    assert_eq!(read, appended);
+    assert!(!log.has_pending());
+    assert!(storage.contents(&active).expect("the segment").len() > written.len());
+
+    // A sync writes them first, so it covers every batch appended.
+    let batch = random_batch(&mut rng, unwritten.next_offset() as i32, None);
+    unwritten.append_unwritten(&mut log, &batch, 0);
+    log.sync().expect("syncs");
+    assert_holds(
+        &mut open_sim(&storage.crash(2), config).log,
+        &unwritten.batches,
+    );
+
+    // Nobody asks: past the limit the log writes them itself.
+    let mut appended = 0;
+    while appended <= 2 * MAX_PENDING_BYTES {
+        let batch = random_batch(&mut rng, unwritten.next_offset() as i32, None);
+        appended += batch.len();
+        unwritten.append_unwritten(&mut log, &batch, 0);
+    }
+    let file = storage.contents(&active).expect("the segment").len() as u64;
+    assert!(
+        file + MAX_PENDING_BYTES as u64 >= log.stored_bytes(),
+        "{file} bytes in the file of {} appended",
+        log.stored_bytes()
+    );
+    assert_holds(&mut log, &unwritten.batches);
+}
+
+/// A failed write forgets the batches it held: the log end, counts and reads are as before
+/// them, the file is unchanged, and the log is read-only.
+#[test]
+fn a_failed_write_forgets_the_unwritten_batches_and_leaves_the_log_read_only() {
+    let storage = SimStorage::new();
+    let (mut log, model) = sim_log(&storage, &mut Rng(22));
+    let (end, batches, bytes) = (log.next_offset(), log.batch_count(), log.stored_bytes());
+    let mut rng = Rng(23);
+    for sequence in 0..3 {
+        let batch = random_batch(&mut rng, 100 + sequence, None);
+        log.append(&batch, record_count(&batch), 0)
+            .expect("appends");
+    }
+    assert!(log.next_offset() > end);
+    storage.faults.full.store(true, Ordering::Relaxed);
+    assert!(matches!(log.write_pending(), Err(LogError::Storage(_))));
+    storage.faults.full.store(false, Ordering::Relaxed);
+    assert!(!log.has_pending());
+    assert_eq!(
+        (log.next_offset(), log.batch_count(), log.stored_bytes()),
+        (end, batches, bytes)
+    );
+    assert!(matches!(
+        log.read(end + 1, ReadLimits::default()),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    assert_read_only(log, &storage, &model);
 }

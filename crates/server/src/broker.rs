@@ -13,7 +13,7 @@
 mod durability;
 
 use bytes::Bytes;
-use minibroker_log::{FsStorage, LogError, Storage};
+use minibroker_log::{FsStorage, LogError, PartitionLog, Storage};
 use minibroker_log::{ReadLimits, Released};
 use minibroker_records::{BatchInfo, NO_PRODUCER_ID};
 use minibroker_state::{
@@ -137,6 +137,19 @@ pub const OUTCOMES: [Outcome; 4] = [
     Outcome::FencedEpoch,
 ];
 
+/// Runs `read` on the partition's log under its lock. A durable log writes its pending batches
+/// before a read; when that fails, the partition is read-only from then on.
+fn read_log<T>(
+    partition: &Partition,
+    read: impl FnOnce(&mut PartitionLog) -> Result<T, LogError>,
+) -> Result<T, BrokerError> {
+    let result = read(&mut partition.log().log);
+    result.map_err(|error| {
+        crate::flush::storage_failed(partition, &error);
+        error.into()
+    })
+}
+
 fn outcome_index(outcome: Outcome) -> usize {
     match outcome {
         Outcome::Accepted => 0,
@@ -249,8 +262,9 @@ impl Broker {
     /// that is not idempotent (producer id -1) is appended without the rule. `topics` is the
     /// caller's cache of topics (one per connection).
     ///
-    /// With a data directory and the `always` flush policy, an ACCEPTED or DUPLICATE verdict is
-    /// returned only once the batch is synced to disk.
+    /// With a data directory, the batch is written to its segment file when this returns, and
+    /// with the `always` flush policy an ACCEPTED or DUPLICATE verdict is returned only once the
+    /// batch is synced to disk.
     ///
     /// # Errors
     /// A damaged or unacceptable batch, a transactional one, negative producer fields, a bad
@@ -263,11 +277,67 @@ impl Broker {
         partition: u32,
         batch: &[u8],
     ) -> Result<Verdict, BrokerError> {
+        let verdict = self
+            .produce_unwritten(topics, topic, partition, batch)
+            .await;
+        self.write_produced(topics)?;
+        verdict
+    }
+
+    /// As [`Self::produce`], but a durable partition may keep the batch in memory, to be written
+    /// together with others: the verdict must not reach the producer before
+    /// [`Self::write_produced`] has returned `Ok` for the same `topics`. A connection calls that
+    /// once before it sends the answers it has gathered, so many produces share one write.
+    ///
+    /// # Errors
+    /// As [`Self::produce`].
+    pub async fn produce_unwritten(
+        &self,
+        topics: &mut TopicCache,
+        topic: &str,
+        partition: u32,
+        batch: &[u8],
+    ) -> Result<Verdict, BrokerError> {
         let (verdict, target, through) = self.produce_now(topics, topic, partition, batch)?;
         if let Some(through) = through {
+            // The sync that covers the batch writes it first.
             target.flush.wait_durable(target, through).await?;
+        } else if self.data.is_some() {
+            // ACCEPTED, or a DUPLICATE whose original may itself still be unwritten.
+            topics.note_unwritten(topic, partition);
         }
         Ok(verdict)
+    }
+
+    /// Writes the batches of every durable partition produced to through `topics` since the
+    /// last call, whoever appended them (one `write(2)` per partition), so that the verdicts
+    /// [`Self::produce_unwritten`] gave can be sent.
+    ///
+    /// # Errors
+    /// A storage error when a write fails: those partitions are read-only from then on, and
+    /// the verdicts must not be sent (their batches are not stored).
+    pub fn write_produced(&self, topics: &mut TopicCache) -> Result<(), BrokerError> {
+        let mut result = Ok(());
+        topics.drain_unwritten(|partition| {
+            let written = partition.log().log.write_pending();
+            let failed = match written {
+                Err(error) => {
+                    crate::flush::storage_failed(partition, &error);
+                    Some(error.into())
+                }
+                // Another connection's write failed first and took these batches with it.
+                Ok(()) if partition.flush.is_read_only() => {
+                    Some(crate::flush::read_only(partition))
+                }
+                Ok(()) => None,
+            };
+            if let Some(error) = failed
+                && result.is_ok()
+            {
+                result = Err(error);
+            }
+        });
+        result
     }
 
     /// The synchronous part of [`Self::produce`]: the verdict, the partition, and — when the
@@ -394,12 +464,11 @@ impl Broker {
         }
         let appended = match data.log.append(batch, info.record_count, now_ms) {
             Ok(appended) => appended,
-            Err(error @ (LogError::Storage(_) | LogError::ReadOnly(_))) => {
-                tracing::error!(%error, "a write failed; the partition is read-only from now on");
-                partition.flush.set_read_only();
+            Err(error) => {
+                drop(data);
+                crate::flush::storage_failed(partition, &error);
                 return Err(error.into());
             }
-            Err(error) => return Err(error.into()),
         };
         *rolled = appended.rolled;
         data.allowance -= charge;
@@ -452,8 +521,10 @@ impl Broker {
             max_bytes: max_bytes.min(self.max_fetch_bytes),
             batch_overhead,
         };
-        let mut data = partition.log();
-        let batches = data.log.read(offset, limits)?;
+        let (batches, high_watermark, log_start_offset) = read_log(partition, |log| {
+            let batches = log.read(offset, limits)?;
+            Ok((batches, log.next_offset(), log.start_offset()))
+        })?;
         let records: i64 = batches
             .iter()
             .map(|b| minibroker_records::end_offset(b) - minibroker_records::base_offset(b))
@@ -464,8 +535,8 @@ impl Broker {
             batches.iter().map(|b| b.len() as u64).sum(),
         );
         Ok(Fetched {
-            high_watermark: data.log.next_offset(),
-            log_start_offset: data.log.start_offset(),
+            high_watermark,
+            log_start_offset,
             batches,
         })
     }
@@ -646,8 +717,9 @@ impl Broker {
         timestamp: i64,
     ) -> Result<Option<(i64, i64)>, BrokerError> {
         let topic = self.topics.get(topic)?;
-        let data = topic.partition(partition)?.log();
-        Ok(data.log.offset_for_timestamp(timestamp)?)
+        read_log(topic.partition(partition)?, |log| {
+            log.offset_for_timestamp(timestamp)
+        })
     }
 
     /// The offset and timestamp of the record with the largest timestamp, if any.
@@ -660,8 +732,10 @@ impl Broker {
         partition: u32,
     ) -> Result<Option<(i64, i64)>, BrokerError> {
         let topic = self.topics.get(topic)?;
-        let data = topic.partition(partition)?.log();
-        Ok(data.log.offset_of_max_timestamp()?)
+        read_log(
+            topic.partition(partition)?,
+            PartitionLog::offset_of_max_timestamp,
+        )
     }
 
     /// Every topic and its partition count, by name.

@@ -3,7 +3,9 @@
 //!
 //! The broker core is synchronous and fast, so a connection answers each request as soon as it is
 //! read; pipelining comes from reading every frame already buffered before writing the answers
-//! together (one write for many responses). At most `max_in_flight` answers (or
+//! together (one write for many responses). Before any answers leave, the front end stores what
+//! they acknowledge ([`FrontEnd::store_answered`]): a durable partition writes the batches
+//! gathered meanwhile with one `write(2)`, so no answer ever precedes its batch's write. At most `max_in_flight` answers (or
 //! [`FLUSH_BYTES`]) wait unwritten, and a peer that stops reading is held back by the socket:
 //! nothing grows without bound.
 //!
@@ -60,6 +62,9 @@ impl<F: FrontEnd> Connection<F> {
             Ok(()) => tracing::debug!("connection closed"),
             Err(error) => tracing::debug!(%error, "connection closed on error"),
         }
+        if self.settle(&mut out).is_err() {
+            return;
+        }
         // Best effort: whatever was answered reaches the peer before the socket closes.
         let _ = tokio::time::timeout(Duration::from_secs(1), async {
             write_half.write_all(&out).await?;
@@ -87,10 +92,10 @@ impl<F: FrontEnd> Connection<F> {
             let next = match reader.next().now_or_never() {
                 Some(item) => item,
                 None => {
-                    if !out.is_empty() {
-                        self.write(writer, out).await?;
-                        unflushed = 0;
-                    }
+                    // Even with no answer to send (Kafka's acks=0), what was produced is
+                    // written before the connection waits.
+                    self.send(writer, out).await?;
+                    unflushed = 0;
                     tokio::select! {
                         biased;
                         () = self.shutdown.cancelled() => return Ok(()),
@@ -114,7 +119,7 @@ impl<F: FrontEnd> Connection<F> {
                 Some(Err(error)) => {
                     // Framing is lost (oversize or truncated frame): say why, then close.
                     self.front_end.framing_error(&error, out);
-                    self.write(writer, out).await?;
+                    self.send(writer, out).await?;
                     return Err(error);
                 }
             };
@@ -124,22 +129,37 @@ impl<F: FrontEnd> Connection<F> {
             }
             unflushed += 1;
             if unflushed >= self.max_in_flight || out.len() >= FLUSH_BYTES {
-                self.write(writer, out).await?;
+                self.send(writer, out).await?;
                 unflushed = 0;
             }
         }
     }
 
-    /// Writes every buffered answer, bounded by [`Self::bounded`].
-    async fn write(
-        &self,
+    /// Makes what the buffered answers acknowledge stored ([`FrontEnd::store_answered`]), then
+    /// writes them, bounded by [`Self::bounded`].
+    async fn send(
+        &mut self,
         writer: &mut OwnedWriteHalf,
         out: &mut BytesMut,
     ) -> Result<(), ProtocolError> {
+        self.settle(out)?;
+        if out.is_empty() {
+            return Ok(());
+        }
         self.bounded(async { writer.write_all(out).await.map_err(ProtocolError::Io) })
             .await?;
         out.clear();
         Ok(())
+    }
+
+    /// [`FrontEnd::store_answered`]; when it fails, the buffered answers are dropped unsent
+    /// (they acknowledge what was not stored) and the connection is to close.
+    fn settle(&mut self, out: &mut BytesMut) -> Result<(), ProtocolError> {
+        self.front_end.store_answered().map_err(|error| {
+            tracing::warn!(%error, "answers dropped unsent: what they acknowledge was not stored");
+            out.clear();
+            ProtocolError::Io(std::io::Error::other(error.to_string()))
+        })
     }
 
     /// Runs a write to the peer, failing it when it does not complete within `write_timeout`, or

@@ -17,6 +17,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 
+use minibroker_log::{DurableLog, LogError, SyncPoint};
+
 use crate::BrokerError;
 use crate::topics::Partition;
 
@@ -116,8 +118,12 @@ impl FlushGate {
                 Step::Lead => {}
             }
             let leading = Leading(self);
-            let point = partition.log().log.durable().map(|log| log.sync_point());
-            let Some(point) = point else {
+            let Some(point) = sync_point(partition) else {
+                // In memory, nothing to sync; or writing the pending batches failed.
+                drop(leading);
+                if self.is_read_only() {
+                    return Err(read_only(partition));
+                }
                 return Ok(());
             };
             let file = point.file;
@@ -125,20 +131,58 @@ impl FlushGate {
             let synced = tokio::task::spawn_blocking(move || file.sync())
                 .await
                 .unwrap_or_else(|error| Err(std::io::Error::other(error.to_string())));
-            self.latency.record(started.elapsed());
-            match synced {
-                Ok(()) => self.synced(point.through),
-                Err(error) => {
-                    let reason = format!("fsync failed: {error}");
-                    tracing::error!(%error, "fsync failed; the partition is read-only from now on");
-                    if let Some(log) = partition.log().log.durable() {
-                        log.set_failed(reason);
-                    }
-                    self.set_read_only();
-                }
-            }
+            self.finish_sync(partition, point.through, started, synced);
             drop(leading);
         }
+    }
+
+    /// Records a sync of `partition` started at `started` covering offsets below `through`:
+    /// its latency, and then the new durable point or, when it failed, read-only.
+    pub(crate) fn finish_sync(
+        &self,
+        partition: &Partition,
+        through: i64,
+        started: std::time::Instant,
+        synced: std::io::Result<()>,
+    ) {
+        self.latency.record(started.elapsed());
+        match synced {
+            Ok(()) => self.synced(through),
+            Err(error) => {
+                tracing::error!(%error, "fsync failed; the partition is read-only from now on");
+                if let Some(log) = partition.log().log.durable() {
+                    log.set_failed(format!("fsync failed: {error}"));
+                }
+                self.set_read_only();
+            }
+        }
+    }
+}
+
+/// What a sync of `partition` must cover (its pending batches written first); `None` for an
+/// in-memory partition, or when that write failed and made the partition read-only.
+pub(crate) fn sync_point(partition: &Partition) -> Option<SyncPoint> {
+    let point = partition.log().log.durable().map(DurableLog::sync_point)?;
+    match point {
+        Ok(point) => Some(point),
+        Err(error) => {
+            storage_failed(partition, &error);
+            None
+        }
+    }
+}
+
+/// Marks `partition` read-only after `error` when its log says a write or sync failed (a failed
+/// read alone does not). Call it with the partition's lock released.
+pub(crate) fn storage_failed(partition: &Partition, error: &LogError) {
+    let failed = partition
+        .log()
+        .log
+        .as_durable()
+        .is_some_and(|log| log.failure().is_some());
+    if failed && !partition.flush.is_read_only() {
+        tracing::error!(%error, "a write failed; the partition is read-only from now on");
+        partition.flush.set_read_only();
     }
 }
 

@@ -7,6 +7,8 @@
 
 use bytes::{Bytes, BytesMut};
 use minibroker_protocol::ProtocolError;
+
+use crate::BrokerError;
 use std::future::Future;
 
 /// Whether the connection goes on after a frame.
@@ -26,6 +28,17 @@ pub trait FrontEnd: Send + Sync + 'static {
     /// wait (a fetch waiting for data); the connection's next request waits behind it, so answers
     /// stay in request order.
     fn answer(&mut self, frame: Bytes, out: &mut BytesMut) -> impl Future<Output = Next> + Send;
+
+    /// Stores what the answers appended to `out` so far acknowledge: a produce to a durable
+    /// partition may leave its batch in memory (`Broker::produce_unwritten`) until this
+    /// returns. The connection calls it before it writes answers to the peer and before it waits
+    /// for more requests.
+    ///
+    /// # Errors
+    /// A storage error: the answers must not be sent, and the connection closes without them.
+    fn store_answered(&mut self) -> Result<(), BrokerError> {
+        Ok(())
+    }
 
     /// The frame stream broke (an oversize or truncated frame) and the connection will close:
     /// append any last words to `out`.

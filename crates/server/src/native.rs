@@ -47,6 +47,10 @@ impl FrontEnd for NativeFrontEnd {
         self.answer_now(&frame, out).await
     }
 
+    fn store_answered(&mut self) -> Result<(), BrokerError> {
+        self.broker.write_produced(&mut self.topics)
+    }
+
     fn framing_error(&mut self, error: &ProtocolError, out: &mut BytesMut) {
         let response = Response::Error(ErrorResponse::new(
             ErrorCode::MalformedRequest,
@@ -161,7 +165,7 @@ impl NativeFrontEnd {
             Request::Produce(produce) => {
                 // The batch is borrowed from the frame: the log copies it, nothing keeps it.
                 let verdict = broker
-                    .produce(
+                    .produce_unwritten(
                         &mut self.topics,
                         produce.topic,
                         produce.partition,

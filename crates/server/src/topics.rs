@@ -472,12 +472,40 @@ impl TopicRegistry {
 /// The topics one connection has produced to, so finding a request's topic takes no lock, no
 /// hashing and no reference-count update on the registry's shared cache lines. A deleted topic is
 /// marked, and dropped from the cache on its next use.
+///
+/// It also lists the durable partitions the connection produced to since its answers were last
+/// sent, whose batches may still wait to be written (see `Broker::write_produced`).
 #[derive(Debug, Default)]
 pub struct TopicCache {
     topics: Vec<Arc<Topic>>,
+    unwritten: Vec<(Arc<Topic>, u32)>,
 }
 
 impl TopicCache {
+    /// Lists partition `partition` of the cached topic `name` as produced to.
+    pub(crate) fn note_unwritten(&mut self, name: &str, partition: u32) {
+        let Some(topic) = self.topics.iter().find(|t| t.name == name) else {
+            return;
+        };
+        if !self
+            .unwritten
+            .iter()
+            .any(|(t, p)| *p == partition && Arc::ptr_eq(t, topic))
+        {
+            self.unwritten.push((Arc::clone(topic), partition));
+        }
+    }
+
+    /// Calls `each` with every partition listed by [`Self::note_unwritten`], and empties the
+    /// list.
+    pub(crate) fn drain_unwritten(&mut self, mut each: impl FnMut(&Partition)) {
+        for (topic, index) in self.unwritten.drain(..) {
+            if let Ok(partition) = topic.partition(index) {
+                each(partition);
+            }
+        }
+    }
+
     /// Connections rarely write more topics than this; past it, lookups go to the registry.
     const CAPACITY: usize = 16;
 

@@ -6,7 +6,8 @@
 //! - `os`: each partition recovers a prefix of what was written (no hole, nothing altered), and
 //!   every producer carries on from where the recovered log says it was.
 //! - ENOSPC and EIO fail the produce with a storage error, make that partition read-only, and
-//!   leave the other partitions serving; nothing acknowledged is lost across the restart.
+//!   leave the other partitions serving; nothing acknowledged is lost across the restart. A
+//!   failed write of batches gathered from several connections answers none of them.
 
 use bytes::Bytes;
 use minibroker_log::sim::SimStorage;
@@ -322,6 +323,58 @@ async fn a_full_disk_fails_the_produce_and_that_partition_only() {
         .unwrap();
     assert_eq!(retried.outcome, Outcome::Accepted);
     assert_eq!(stored(&restarted, 1).len(), 2);
+}
+
+/// With `os`, the batches the front ends produce wait to be written together. When that write
+/// fails, none of them is stored, no connection that produced one may answer it (nor a retry
+/// of one answered DUPLICATE meanwhile), the partition is read-only, and after a restart the
+/// producer's resend is accepted.
+#[tokio::test]
+async fn a_failed_write_of_gathered_batches_stores_and_answers_none_of_them() {
+    let storage = SimStorage::new();
+    let broker = open(&storage, FlushPolicy::Os);
+    let (mut first, mut second) = (TopicCache::default(), TopicCache::default());
+    let written = broker
+        .produce(&mut first, TOPIC, 0, &batch(1, 0, 10))
+        .await
+        .unwrap();
+    assert_eq!(written.outcome, Outcome::Accepted);
+    broker.flush_all();
+    for sequence in 1..4 {
+        let verdict = broker
+            .produce_unwritten(&mut first, TOPIC, 0, &batch(1, sequence, 10))
+            .await
+            .unwrap();
+        assert_eq!(verdict.outcome, Outcome::Accepted);
+    }
+    let retry = broker
+        .produce_unwritten(&mut second, TOPIC, 0, &batch(1, 3, 10))
+        .await
+        .unwrap();
+    assert_eq!(retry.outcome, Outcome::Duplicate);
+
+    storage.faults.full.store(true, Ordering::Relaxed);
+    let failed = broker.write_produced(&mut second);
+    storage.faults.full.store(false, Ordering::Relaxed);
+    assert!(matches!(failed, Err(error) if error.kind() == ErrorKind::Storage));
+    assert!(
+        matches!(broker.write_produced(&mut first), Err(error) if error.kind() == ErrorKind::Storage),
+        "the first connection's batches went with the failed write"
+    );
+    assert_eq!(stored(&broker, 0).len(), 1);
+    assert!(storage_error(
+        broker.produce(&mut first, TOPIC, 0, &batch(1, 1, 10)).await
+    ));
+
+    drop(broker);
+    let restarted = open(&storage.crash(2), FlushPolicy::Os);
+    let mut topics = TopicCache::default();
+    let resent = restarted
+        .produce(&mut topics, TOPIC, 0, &batch(1, 1, 10))
+        .await
+        .unwrap();
+    assert_eq!(resent.outcome, Outcome::Accepted);
+    assert_eq!(stored(&restarted, 0).len(), 2);
 }
 
 #[tokio::test]

@@ -117,14 +117,23 @@ impl Broker {
     /// Writes the partition's producer state to a snapshot file named by the offset it covers
     /// up to. A failure is logged: recovery then replays from an older snapshot.
     pub(super) fn save_snapshot(&self, partition: &Partition) {
+        // Pending batches are written first: the snapshot must never cover a batch that a
+        // crash could still lose.
         let (producers, at) = self.state.partition_snapshot(partition.id, || {
-            let data = partition.log();
-            data.log
-                .as_durable()
-                .map(|log| (log.next_offset(), log.snapshots()))
+            let mut data = partition.log();
+            let log = data.log.durable()?;
+            Some(
+                log.write_pending()
+                    .map(|()| (log.next_offset(), log.snapshots())),
+            )
         });
-        let Some((offset, store)) = at else {
-            return;
+        let (offset, store) = match at {
+            None => return,
+            Some(Ok(at)) => at,
+            Some(Err(error)) => {
+                crate::flush::storage_failed(partition, &error);
+                return;
+            }
         };
         if let Err(error) = store.write(offset, &encode_snapshot(&producers)) {
             tracing::warn!(offset, %error, "could not write a producer-state snapshot");
@@ -148,21 +157,14 @@ impl Broker {
 
     /// Syncs one partition now (outside the `always` policy's group commit).
     fn sync_partition(&self, partition: &Partition) {
-        let point = partition.log().log.as_durable().map(|log| log.sync_point());
-        let Some(point) = point else { return };
+        let Some(point) = crate::flush::sync_point(partition) else {
+            return;
+        };
         let started = std::time::Instant::now();
         let synced = point.file.sync();
-        partition.flush.latency.record(started.elapsed());
-        match synced {
-            Ok(()) => partition.flush.synced(point.through),
-            Err(error) => {
-                tracing::error!(%error, "fsync failed; the partition is read-only from now on");
-                if let Some(log) = partition.log().log.durable() {
-                    log.set_failed(format!("fsync failed: {error}"));
-                }
-                partition.flush.set_read_only();
-            }
-        }
+        partition
+            .flush
+            .finish_sync(partition, point.through, started, synced);
     }
 
     /// Runs retention on every partition (an in-memory one's oldest chunks, a durable one's
