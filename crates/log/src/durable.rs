@@ -138,6 +138,8 @@ pub struct DurableLog {
     /// The log as it was before the first of them, while there are any (boxed: it is there
     /// only between an append and the next write, and keeps the log small).
     unwritten: Option<Box<Unwritten>>,
+    /// How far into the active segment's file disk space has been asked for.
+    preallocated: u64,
     /// Bytes appended to the active segment since its last sync was asked for.
     unsynced: u64,
     write_back: Arc<WriteBackState>,
@@ -145,6 +147,10 @@ pub struct DurableLog {
 
 /// Bytes of appended batches gathered in memory at most before they are written, whoever asks.
 pub const MAX_PENDING_BYTES: usize = 64 << 10;
+
+/// Disk space reserved at a time ahead of the active segment's appends (capped by the segment
+/// size); see [`StorageFile::preallocate`].
+pub const PREALLOCATE_BYTES: u64 = 4 << 20;
 
 /// What the log was before its pending batches, to go back to when their write fails.
 #[derive(Debug, Clone, Copy)]
@@ -301,6 +307,7 @@ impl DurableLog {
             failure: None,
             pending: Vec::new(),
             unwritten: None,
+            preallocated: 0,
             unsynced: 0,
             write_back: Arc::default(),
         }
@@ -345,6 +352,7 @@ impl DurableLog {
         let Some(before) = self.unwritten.as_deref().copied() else {
             return Ok(());
         };
+        self.reserve_ahead();
         if let Err(error) = self.active.file.append(&self.pending) {
             // Cut any part that was written; the log stays read-only either way.
             let _ = self.active.file.truncate(before.active.size);
@@ -357,6 +365,24 @@ impl DurableLog {
             self.pending.shrink_to(MAX_PENDING_BYTES);
         }
         Ok(())
+    }
+
+    /// Reserves the next [`PREALLOCATE_BYTES`] of the active segment once the appends reach
+    /// the end of what was reserved. Best effort: without the reservation the write still
+    /// goes ahead (and fails on its own when the disk is full).
+    fn reserve_ahead(&mut self) {
+        let end = self.active.size;
+        if end <= self.preallocated {
+            return;
+        }
+        let target = end
+            .saturating_add(PREALLOCATE_BYTES)
+            .min(self.config.segment_bytes)
+            .max(end);
+        // Asked once per step either way: a file system that cannot preallocate is not asked
+        // on every write.
+        self.preallocated = target;
+        let _ = self.active.file.preallocate(target);
     }
 
     /// Whether appended batches wait to be written ([`Self::write_pending`]).
@@ -461,6 +487,11 @@ impl DurableLog {
         if let Err(error) = self.active.file.sync() {
             return Err(self.fail("syncing a segment", &error));
         }
+        if self.preallocated > self.active.size {
+            // Give back the reserved space the sealed segment will never use (best effort).
+            let _ = self.active.file.truncate(self.active.size);
+        }
+        self.preallocated = 0;
         let index = self
             .dir
             .join(file_name(self.active.base_offset, INDEX_SUFFIX));

@@ -41,8 +41,8 @@ pub mod sim;
 pub mod storage;
 
 pub use durable::{
-    Appended, DurableLog, MAX_PENDING_BYTES, Opened, Retention, SegmentConfig, SnapshotStore,
-    SyncPoint, WriteBack,
+    Appended, DurableLog, MAX_PENDING_BYTES, Opened, PREALLOCATE_BYTES, Retention, SegmentConfig,
+    SnapshotStore, SyncPoint, WriteBack,
 };
 pub use error::LogError;
 pub use memory::{MemoryLog, ReadLimits, Released};

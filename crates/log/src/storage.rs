@@ -4,8 +4,8 @@
 //! test can swap the real file system ([`FsStorage`]) for one that forgets unsynced bytes on a
 //! simulated crash or fails a write with ENOSPC ([`crate::sim::SimStorage`]), and drive thousands
 //! of crash points in memory. The operations are the ones a log needs and no more: append at the
-//! end, read at a position, truncate a torn tail, sync, and the directory operations that create,
-//! rename and delete whole files.
+//! end, read at a position, truncate a torn tail, sync, reserve space ahead of the appends, and
+//! the directory operations that create, rename and delete whole files.
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
@@ -53,6 +53,19 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     /// As the file system reports; after a failed sync nothing written since the last good one
     /// may be assumed durable.
     fn sync(&self) -> io::Result<()>;
+
+    /// Reserves disk space for the file to grow to `len` bytes, without changing its length
+    /// (`fallocate` with `FALLOC_FL_KEEP_SIZE` on Linux), so appends into that space need no
+    /// block allocation: otherwise writeback allocates the blocks of a whole synced range while
+    /// holding the file's block map, and appends wait for it. Unused space past the length is
+    /// freed by [`Self::truncate`]. The default does nothing.
+    ///
+    /// # Errors
+    /// As the file system reports, including when it cannot preallocate.
+    fn preallocate(&self, len: u64) -> io::Result<()> {
+        let _ = len;
+        Ok(())
+    }
 }
 
 /// The directory operations of the log.
@@ -194,6 +207,12 @@ impl StorageFile for FsFile {
 
     fn sync(&self) -> io::Result<()> {
         self.0.sync_data()
+    }
+
+    #[cfg(target_os = "linux")]
+    fn preallocate(&self, len: u64) -> io::Result<()> {
+        use rustix::fs::{FallocateFlags, fallocate};
+        Ok(fallocate(&self.0, FallocateFlags::KEEP_SIZE, 0, len)?)
     }
 }
 

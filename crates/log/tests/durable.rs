@@ -1191,3 +1191,54 @@ fn a_failed_write_forgets_the_unwritten_batches_and_leaves_the_log_read_only() {
     ));
     assert_read_only(log, &storage, &model);
 }
+
+/// On Linux the active segment reserves disk space ahead of its appends while its length stays
+/// that of its batches, and a segment that rolls gives back the space it did not use.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_active_segment_reserves_space_ahead_and_a_sealed_one_gives_it_back() {
+    use minibroker_log::{PREALLOCATE_BYTES, Storage};
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let probe = FsStorage
+        .create(&dir.path().join("probe"))
+        .expect("creates");
+    if let Err(error) = probe.preallocate(4096) {
+        eprintln!("this file system cannot preallocate ({error}); nothing to check");
+        return;
+    }
+    // Rolled by age, well before it is full.
+    let config = SegmentConfig {
+        segment_bytes: 64 << 20,
+        segment_ms: 100,
+        write_back_bytes: None,
+    };
+    let data = dir.path().join("partition");
+    let mut log = DurableLog::open(Arc::new(FsStorage), &data, config)
+        .expect("opens")
+        .log;
+    let mut model = Model::default();
+    let mut rng = Rng(31);
+    for _ in 0..3 {
+        let batch = random_batch(&mut rng, model.next_offset() as i32, None);
+        model.append(&mut log, &batch, 0);
+    }
+    let first = segment_file(&data, 0, ".log");
+    let reserved = std::fs::metadata(&first).expect("the segment");
+    assert_eq!(reserved.len(), log.stored_bytes());
+    assert!(
+        reserved.blocks() * 512 >= PREALLOCATE_BYTES,
+        "{} bytes reserved",
+        reserved.blocks() * 512
+    );
+    let batch = random_batch(&mut rng, model.next_offset() as i32, None);
+    assert!(model.append(&mut log, &batch, 1_000).rolled);
+    let sealed = std::fs::metadata(&first).expect("the sealed segment");
+    assert!(
+        sealed.blocks() * 512 < sealed.len() + (64 << 10),
+        "a sealed segment of {} bytes still holds {} on disk",
+        sealed.len(),
+        sealed.blocks() * 512
+    );
+    assert_holds(&mut log, &model.batches);
+}
