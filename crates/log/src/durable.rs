@@ -31,7 +31,9 @@ use std::sync::Arc;
 
 use crate::batch::{check_appendable, first_record_at_or_after};
 use crate::segment::{Damage, Segment, SegmentMark};
-use crate::storage::{Storage, StorageFile, TEMPORARY_SUFFIX, read_whole, write_atomically};
+use crate::storage::{
+    Storage, StorageFile, TEMPORARY_SUFFIX, read_whole, replace_unsynced, write_atomically,
+};
 use crate::{LogError, ReadLimits, Released};
 
 /// When segments roll.
@@ -495,7 +497,8 @@ impl DurableLog {
         let index = self
             .dir
             .join(file_name(self.active.base_offset, INDEX_SUFFIX));
-        if let Err(error) = write_atomically(&*self.storage, &index, &self.active.encode_index()) {
+        // Not synced: the index only saves recovery a scan, and a damaged one is scanned.
+        if let Err(error) = replace_unsynced(&*self.storage, &index, &self.active.encode_index()) {
             return Err(self.fail("writing a segment index", &error));
         }
         let next = self.active.next_offset;
@@ -758,8 +761,14 @@ impl SnapshotStore {
         let path = self.dir.join(file_name(offset, SNAPSHOT_SUFFIX));
         write_atomically(&*self.storage, &path, data)?;
         for old in self.offsets()?.into_iter().skip(Self::KEPT) {
-            self.storage
-                .remove_file(&self.dir.join(file_name(old, SNAPSHOT_SUFFIX)))?;
+            match self
+                .storage
+                .remove_file(&self.dir.join(file_name(old, SNAPSHOT_SUFFIX)))
+            {
+                // A snapshot written at the same time removed it first.
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                removed => removed?,
+            }
         }
         Ok(())
     }

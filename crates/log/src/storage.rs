@@ -137,6 +137,20 @@ pub fn write_atomically(storage: &dyn Storage, path: &Path, data: &[u8]) -> io::
     }
 }
 
+/// Writes `data` to `path` through a temporary file renamed over it, syncing nothing: a crash
+/// may leave the old file, the new one or a damaged one. For files that only save work and are
+/// checked when read (a sealed segment's index: a bad one means a scan of the segment).
+///
+/// # Errors
+/// As the file system reports.
+pub fn replace_unsynced(storage: &dyn Storage, path: &Path, data: &[u8]) -> io::Result<()> {
+    let temporary = temporary_path(path);
+    let file = storage.create(&temporary)?;
+    file.append(data)?;
+    drop(file);
+    storage.rename(&temporary, path)
+}
+
 /// The whole content of the file at `path`.
 ///
 /// # Errors

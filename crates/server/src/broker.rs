@@ -12,6 +12,8 @@
 
 mod durability;
 
+use durability::TakenSnapshot;
+
 use bytes::Bytes;
 use minibroker_log::{FsStorage, LogError, PartitionLog, Storage};
 use minibroker_log::{ReadLimits, Released};
@@ -47,6 +49,16 @@ pub struct Fetched {
     /// Whole stored batches (Kafka v2 record batches) in offset order; the first holds the
     /// offset asked for, and may begin before it.
     pub batches: Vec<Bytes>,
+}
+
+/// What the synchronous part of a produce leaves to do once its locks are released.
+struct Produced<'a> {
+    verdict: Verdict,
+    partition: &'a Partition,
+    /// The offset an fsync must cover before the answer (the `always` policy).
+    sync_through: Option<i64>,
+    /// After a roll: the producer-state snapshot to write.
+    snapshot: Option<TakenSnapshot>,
 }
 
 /// A producer id and the epoch to use with it.
@@ -298,7 +310,16 @@ impl Broker {
         partition: u32,
         batch: &[u8],
     ) -> Result<Verdict, BrokerError> {
-        let (verdict, target, through) = self.produce_now(topics, topic, partition, batch)?;
+        let Produced {
+            verdict,
+            partition: target,
+            sync_through: through,
+            snapshot,
+        } = self.produce_now(topics, topic, partition, batch)?;
+        if let Some(snapshot) = snapshot {
+            // On a blocking thread: its fsyncs would stall every connection of this worker.
+            let _ = tokio::task::spawn_blocking(move || snapshot.write()).await;
+        }
         if let Some(through) = through {
             // The sync that covers the batch writes it first.
             target.flush.wait_durable(target, through).await?;
@@ -340,15 +361,14 @@ impl Broker {
         result
     }
 
-    /// The synchronous part of [`Self::produce`]: the verdict, the partition, and — when the
-    /// answer must wait for a sync — the offset the sync must cover.
+    /// The synchronous part of [`Self::produce`], under the locks.
     fn produce_now<'a>(
         &self,
         topics: &'a mut TopicCache,
         topic: &str,
         partition: u32,
         batch: &[u8],
-    ) -> Result<(Verdict, &'a Partition, Option<i64>), BrokerError> {
+    ) -> Result<Produced<'a>, BrokerError> {
         // Check the batch before the topic lookup, so bad input never auto-creates a topic.
         let info = minibroker_records::inspect(batch)?;
         if info.transactional || info.control {
@@ -397,10 +417,8 @@ impl Broker {
                 known_producer: false,
             },
         };
-        if rolled {
-            // A new segment: snapshot producer state, so recovery replays only what follows.
-            self.save_snapshot(target);
-        }
+        // A new segment: snapshot producer state, so recovery replays only what follows.
+        let snapshot = rolled.then(|| self.take_snapshot(target)).flatten();
         self.outcomes.count(target.id, verdict.outcome);
         let stats = &target.stats;
         PartitionStats::add(&stats.outcomes[outcome_index(verdict.outcome)], 1);
@@ -432,7 +450,12 @@ impl Broker {
             (Outcome::Duplicate, None) => Some(target.log().log.next_offset()),
             _ => None,
         };
-        Ok((verdict, target, through))
+        Ok(Produced {
+            verdict,
+            partition: target,
+            sync_through: through,
+            snapshot,
+        })
     }
 
     /// Appends under the caller's shard lock, within the broker's storage limit: the batch and,

@@ -9,7 +9,7 @@
 //! it was when the last surviving batch was appended. A batch acknowledged before a crash and
 //! resent after it is then answered DUPLICATE with its original offset.
 
-use minibroker_log::Released;
+use minibroker_log::{Released, SnapshotStore};
 use minibroker_records::{NO_PRODUCER_ID, now_millis};
 use minibroker_state::{BatchHeader, SequenceRange, decode_snapshot, encode_snapshot};
 use std::sync::Arc;
@@ -19,6 +19,23 @@ use crate::budget::PRODUCER_ENTRY_BYTES;
 use crate::config::FlushPolicy;
 use crate::topics::Partition;
 use crate::{Broker, ServerError};
+
+/// A producer-state snapshot taken, not yet written.
+pub(super) struct TakenSnapshot {
+    offset: i64,
+    store: SnapshotStore,
+    bytes: Vec<u8>,
+}
+
+impl TakenSnapshot {
+    /// Writes it to its file (blocking: a write, a rename and their fsyncs). A failure is
+    /// logged: recovery then replays from an older snapshot.
+    pub(super) fn write(self) {
+        if let Err(error) = self.store.write(self.offset, &self.bytes) {
+            tracing::warn!(offset = self.offset, %error, "could not write a producer-state snapshot");
+        }
+    }
+}
 
 /// How often group members' sessions and rebalance deadlines are checked.
 const GROUP_TICK: Duration = Duration::from_millis(100);
@@ -117,6 +134,15 @@ impl Broker {
     /// Writes the partition's producer state to a snapshot file named by the offset it covers
     /// up to. A failure is logged: recovery then replays from an older snapshot.
     pub(super) fn save_snapshot(&self, partition: &Partition) {
+        if let Some(snapshot) = self.take_snapshot(partition) {
+            snapshot.write();
+        }
+    }
+
+    /// The partition's producer state now, with the offset it covers up to, ready to be
+    /// written ([`TakenSnapshot::write`]); `None` in memory, or when writing the pending batches
+    /// failed.
+    pub(super) fn take_snapshot(&self, partition: &Partition) -> Option<TakenSnapshot> {
         // Pending batches are written first: the snapshot must never cover a batch that a
         // crash could still lose.
         let (producers, at) = self.state.partition_snapshot(partition.id, || {
@@ -127,16 +153,16 @@ impl Broker {
                     .map(|()| (log.next_offset(), log.snapshots())),
             )
         });
-        let (offset, store) = match at {
-            None => return,
-            Some(Ok(at)) => at,
-            Some(Err(error)) => {
+        match at? {
+            Ok((offset, store)) => Some(TakenSnapshot {
+                offset,
+                store,
+                bytes: encode_snapshot(&producers),
+            }),
+            Err(error) => {
                 crate::flush::storage_failed(partition, &error);
-                return;
+                None
             }
-        };
-        if let Err(error) = store.write(offset, &encode_snapshot(&producers)) {
-            tracing::warn!(offset, %error, "could not write a producer-state snapshot");
         }
     }
 
