@@ -80,7 +80,7 @@ impl DurableServer {
 
 #[test]
 fn producers_ride_through_sigkills_and_every_acknowledged_batch_is_stored_once() {
-    ride_through_sigkills("always", 3000);
+    ride_through_sigkills("always", 10_000);
 }
 
 /// With `os` a produce is answered once its batch is written (not synced): a killed process
@@ -88,13 +88,11 @@ fn producers_ride_through_sigkills_and_every_acknowledged_batch_is_stored_once()
 /// and an answer sent before that write would be lost here.
 #[test]
 fn with_flush_os_every_batch_acknowledged_before_a_sigkill_is_stored_once() {
-    // Without an fsync per answer the producers are faster: more batches, so the kills come
-    // while they run.
     ride_through_sigkills("os", 10_000);
 }
 
 /// Three producers of `batches` batches of 10 records each; the broker is killed three times
-/// under them.
+/// under them (enough batches that the kills come while they run).
 fn ride_through_sigkills(flush: &str, batches: usize) {
     let records = (batches * 10).to_string();
     let dir = tempfile::tempdir().unwrap();

@@ -190,8 +190,8 @@ impl FrontEnd for KafkaFrontEnd {
         self.serve(frame, out)
     }
 
-    fn store_answered(&mut self) -> Result<(), BrokerError> {
-        self.broker.write_produced(&mut self.topics)
+    async fn store_answered(&mut self) -> Result<(), BrokerError> {
+        self.broker.write_produced(&mut self.topics).await
     }
 
     fn framing_error(&mut self, error: &ProtocolError, _out: &mut BytesMut) {

@@ -123,8 +123,9 @@ impl KafkaFrontEnd {
         }
     }
 
-    /// `None` for acks=0, which gets no answer. Partitions are served one after another; with
-    /// the `always` flush policy each waits for the fsync that covers it.
+    /// `None` for acks=0, which gets no answer. Partitions are served one after another; the
+    /// answer is sent once their batches are written (and, with the `always` flush policy,
+    /// synced) — see `FrontEnd::store_answered`.
     pub(crate) async fn produce(
         &mut self,
         request: ProduceRequest,

@@ -52,9 +52,8 @@ pub struct Fetched {
 }
 
 /// What the synchronous part of a produce leaves to do once its locks are released.
-struct Produced<'a> {
+struct Produced {
     verdict: Verdict,
-    partition: &'a Partition,
     /// The offset an fsync must cover before the answer (the `always` policy).
     sync_through: Option<i64>,
     /// After a roll: the producer-state snapshot to write.
@@ -292,14 +291,15 @@ impl Broker {
         let verdict = self
             .produce_unwritten(topics, topic, partition, batch)
             .await;
-        self.write_produced(topics)?;
+        self.write_produced(topics).await?;
         verdict
     }
 
     /// As [`Self::produce`], but a durable partition may keep the batch in memory, to be written
-    /// together with others: the verdict must not reach the producer before
-    /// [`Self::write_produced`] has returned `Ok` for the same `topics`. A connection calls that
-    /// once before it sends the answers it has gathered, so many produces share one write.
+    /// (and with the `always` policy synced) together with others: the verdict must not reach
+    /// the producer before [`Self::write_produced`] has returned `Ok` for the same `topics`. A
+    /// connection calls that once before it sends the answers it has gathered, so its pipelined
+    /// produces share one write and one fsync.
     ///
     /// # Errors
     /// As [`Self::produce`].
@@ -312,7 +312,6 @@ impl Broker {
     ) -> Result<Verdict, BrokerError> {
         let Produced {
             verdict,
-            partition: target,
             sync_through: through,
             snapshot,
         } = self.produce_now(topics, topic, partition, batch)?;
@@ -320,26 +319,35 @@ impl Broker {
             // On a blocking thread: its fsyncs would stall every connection of this worker.
             let _ = tokio::task::spawn_blocking(move || snapshot.write()).await;
         }
-        if let Some(through) = through {
-            // The sync that covers the batch writes it first.
-            target.flush.wait_durable(target, through).await?;
-        } else if self.data.is_some() {
+        if self.data.is_some() {
             // ACCEPTED, or a DUPLICATE whose original may itself still be unwritten.
-            topics.note_unwritten(topic, partition);
+            topics.note_unwritten(topic, partition, through);
         }
         Ok(verdict)
     }
 
     /// Writes the batches of every durable partition produced to through `topics` since the
-    /// last call, whoever appended them (one `write(2)` per partition), so that the verdicts
-    /// [`Self::produce_unwritten`] gave can be sent.
+    /// last call, whoever appended them (one `write(2)` per partition), and with the `always`
+    /// policy waits for the fsyncs that cover them (one per partition, shared with every
+    /// connection waiting at the same time), so that the verdicts [`Self::produce_unwritten`]
+    /// gave can be sent.
     ///
     /// # Errors
-    /// A storage error when a write fails: those partitions are read-only from then on, and
-    /// the verdicts must not be sent (their batches are not stored).
-    pub fn write_produced(&self, topics: &mut TopicCache) -> Result<(), BrokerError> {
+    /// A storage error when a write or fsync fails: those partitions are read-only from then on,
+    /// and the verdicts must not be sent (their batches are not stored, or not durably).
+    pub async fn write_produced(&self, topics: &mut TopicCache) -> Result<(), BrokerError> {
+        let noted = topics.take_unwritten();
+        if noted.is_empty() {
+            topics.reuse_unwritten(noted);
+            return Ok(());
+        }
         let mut result = Ok(());
-        topics.drain_unwritten(|partition| {
+        let mut syncs = Vec::new();
+        for (partition, sync_through) in noted
+            .iter()
+            .filter_map(|noted| Some((noted.partition()?, noted.sync_through)))
+        {
+            // The lock is released before `storage_failed` takes it again.
             let written = partition.log().log.write_pending();
             let failed = match written {
                 Err(error) => {
@@ -352,23 +360,37 @@ impl Broker {
                 }
                 Ok(()) => None,
             };
-            if let Some(error) = failed
+            match (failed, sync_through) {
+                (Some(error), _) => {
+                    if result.is_ok() {
+                        result = Err(error);
+                    }
+                }
+                (None, Some(through)) => {
+                    syncs.push(partition.flush.wait_durable(partition, through))
+                }
+                (None, None) => {}
+            }
+        }
+        for synced in futures::future::join_all(syncs).await {
+            if let Err(error) = synced
                 && result.is_ok()
             {
                 result = Err(error);
             }
-        });
+        }
+        topics.reuse_unwritten(noted);
         result
     }
 
     /// The synchronous part of [`Self::produce`], under the locks.
-    fn produce_now<'a>(
+    fn produce_now(
         &self,
-        topics: &'a mut TopicCache,
+        topics: &mut TopicCache,
         topic: &str,
         partition: u32,
         batch: &[u8],
-    ) -> Result<Produced<'a>, BrokerError> {
+    ) -> Result<Produced, BrokerError> {
         // Check the batch before the topic lookup, so bad input never auto-creates a topic.
         let info = minibroker_records::inspect(batch)?;
         if info.transactional || info.control {
@@ -452,7 +474,6 @@ impl Broker {
         };
         Ok(Produced {
             verdict,
-            partition: target,
             sync_through: through,
             snapshot,
         })

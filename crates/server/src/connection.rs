@@ -5,7 +5,8 @@
 //! read; pipelining comes from reading every frame already buffered before writing the answers
 //! together (one write for many responses). Before any answers leave, the front end stores what
 //! they acknowledge ([`FrontEnd::store_answered`]): a durable partition writes the batches
-//! gathered meanwhile with one `write(2)`, so no answer ever precedes its batch's write. At most `max_in_flight` answers (or
+//! gathered meanwhile with one `write(2)` (and with the `always` policy the connection waits for
+//! the fsync that covers them), so no answer ever precedes its batch's write or sync. At most `max_in_flight` answers (or
 //! [`FLUSH_BYTES`]) wait unwritten, and a peer that stops reading is held back by the socket:
 //! nothing grows without bound.
 //!
@@ -62,7 +63,7 @@ impl<F: FrontEnd> Connection<F> {
             Ok(()) => tracing::debug!("connection closed"),
             Err(error) => tracing::debug!(%error, "connection closed on error"),
         }
-        if self.settle(&mut out).is_err() {
+        if self.settle(&mut out).await.is_err() {
             return;
         }
         // Best effort: whatever was answered reaches the peer before the socket closes.
@@ -142,7 +143,7 @@ impl<F: FrontEnd> Connection<F> {
         writer: &mut OwnedWriteHalf,
         out: &mut BytesMut,
     ) -> Result<(), ProtocolError> {
-        self.settle(out)?;
+        self.settle(out).await?;
         if out.is_empty() {
             return Ok(());
         }
@@ -154,8 +155,8 @@ impl<F: FrontEnd> Connection<F> {
 
     /// [`FrontEnd::store_answered`]; when it fails, the buffered answers are dropped unsent
     /// (they acknowledge what was not stored) and the connection is to close.
-    fn settle(&mut self, out: &mut BytesMut) -> Result<(), ProtocolError> {
-        self.front_end.store_answered().map_err(|error| {
+    async fn settle(&mut self, out: &mut BytesMut) -> Result<(), ProtocolError> {
+        self.front_end.store_answered().await.map_err(|error| {
             tracing::warn!(%error, "answers dropped unsent: what they acknowledge was not stored");
             out.clear();
             ProtocolError::Io(std::io::Error::other(error.to_string()))

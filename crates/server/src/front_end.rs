@@ -30,14 +30,14 @@ pub trait FrontEnd: Send + Sync + 'static {
     fn answer(&mut self, frame: Bytes, out: &mut BytesMut) -> impl Future<Output = Next> + Send;
 
     /// Stores what the answers appended to `out` so far acknowledge: a produce to a durable
-    /// partition may leave its batch in memory (`Broker::produce_unwritten`) until this
-    /// returns. The connection calls it before it writes answers to the peer and before it waits
+    /// partition may leave its batch in memory, or unsynced under the `always` policy
+    /// (`Broker::produce_unwritten`), until this returns. The connection calls it before it writes answers to the peer and before it waits
     /// for more requests.
     ///
     /// # Errors
     /// A storage error: the answers must not be sent, and the connection closes without them.
-    fn store_answered(&mut self) -> Result<(), BrokerError> {
-        Ok(())
+    fn store_answered(&mut self) -> impl Future<Output = Result<(), BrokerError>> + Send {
+        async { Ok(()) }
     }
 
     /// The frame stream broke (an oversize or truncated frame) and the connection will close:

@@ -47,8 +47,8 @@ impl FrontEnd for NativeFrontEnd {
         self.answer_now(&frame, out).await
     }
 
-    fn store_answered(&mut self) -> Result<(), BrokerError> {
-        self.broker.write_produced(&mut self.topics)
+    async fn store_answered(&mut self) -> Result<(), BrokerError> {
+        self.broker.write_produced(&mut self.topics).await
     }
 
     fn framing_error(&mut self, error: &ProtocolError, out: &mut BytesMut) {

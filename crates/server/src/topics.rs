@@ -474,35 +474,60 @@ impl TopicRegistry {
 /// marked, and dropped from the cache on its next use.
 ///
 /// It also lists the durable partitions the connection produced to since its answers were last
-/// sent, whose batches may still wait to be written (see `Broker::write_produced`).
+/// sent, whose batches may still wait to be written or synced (see `Broker::write_produced`).
 #[derive(Debug, Default)]
 pub struct TopicCache {
     topics: Vec<Arc<Topic>>,
-    unwritten: Vec<(Arc<Topic>, u32)>,
+    unwritten: Vec<Unwritten>,
+}
+
+/// A durable partition produced to, and the offset a sync must cover before the answers leave
+/// (with the `always` flush policy).
+#[derive(Debug)]
+pub(crate) struct Unwritten {
+    topic: Arc<Topic>,
+    partition: u32,
+    pub(crate) sync_through: Option<i64>,
+}
+
+impl Unwritten {
+    /// The partition, unless the topic changed under it.
+    pub(crate) fn partition(&self) -> Option<&Partition> {
+        self.topic.partition(self.partition).ok()
+    }
 }
 
 impl TopicCache {
-    /// Lists partition `partition` of the cached topic `name` as produced to.
-    pub(crate) fn note_unwritten(&mut self, name: &str, partition: u32) {
+    /// Lists partition `partition` of the cached topic `name` as produced to, with the offset a
+    /// sync must cover, if any.
+    pub(crate) fn note_unwritten(&mut self, name: &str, partition: u32, sync_through: Option<i64>) {
         let Some(topic) = self.topics.iter().find(|t| t.name == name) else {
             return;
         };
-        if !self
+        match self
             .unwritten
-            .iter()
-            .any(|(t, p)| *p == partition && Arc::ptr_eq(t, topic))
+            .iter_mut()
+            .find(|u| u.partition == partition && Arc::ptr_eq(&u.topic, topic))
         {
-            self.unwritten.push((Arc::clone(topic), partition));
+            Some(noted) => noted.sync_through = noted.sync_through.max(sync_through),
+            None => self.unwritten.push(Unwritten {
+                topic: Arc::clone(topic),
+                partition,
+                sync_through,
+            }),
         }
     }
 
-    /// Calls `each` with every partition listed by [`Self::note_unwritten`], and empties the
-    /// list.
-    pub(crate) fn drain_unwritten(&mut self, mut each: impl FnMut(&Partition)) {
-        for (topic, index) in self.unwritten.drain(..) {
-            if let Ok(partition) = topic.partition(index) {
-                each(partition);
-            }
+    /// Everything listed by [`Self::note_unwritten`]; the list is empty afterwards.
+    pub(crate) fn take_unwritten(&mut self) -> Vec<Unwritten> {
+        std::mem::take(&mut self.unwritten)
+    }
+
+    /// Gives back the list [`Self::take_unwritten`] returned, emptied, to reuse its memory.
+    pub(crate) fn reuse_unwritten(&mut self, mut list: Vec<Unwritten>) {
+        if self.unwritten.is_empty() {
+            list.clear();
+            self.unwritten = list;
         }
     }
 

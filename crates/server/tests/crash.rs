@@ -354,11 +354,11 @@ async fn a_failed_write_of_gathered_batches_stores_and_answers_none_of_them() {
     assert_eq!(retry.outcome, Outcome::Duplicate);
 
     storage.faults.full.store(true, Ordering::Relaxed);
-    let failed = broker.write_produced(&mut second);
+    let failed = broker.write_produced(&mut second).await;
     storage.faults.full.store(false, Ordering::Relaxed);
     assert!(matches!(failed, Err(error) if error.kind() == ErrorKind::Storage));
     assert!(
-        matches!(broker.write_produced(&mut first), Err(error) if error.kind() == ErrorKind::Storage),
+        matches!(broker.write_produced(&mut first).await, Err(error) if error.kind() == ErrorKind::Storage),
         "the first connection's batches went with the failed write"
     );
     assert_eq!(stored(&broker, 0).len(), 1);

@@ -7,5 +7,6 @@ mod fuzz;
 mod hardening;
 mod kafka;
 mod limits;
+mod power_loss;
 mod shutdown;
 mod wire;
