@@ -6,9 +6,11 @@
 //! ACCEPTED — appends to the partition log under that same lock (see `minibroker_state`), so a
 //! retry racing its original can never be stored twice.
 //!
-//! With a data directory the logs are segment files: a produce waits, after every lock is
-//! released, for the fsync that covers it when the flush policy says so (`crate::flush`), and
-//! `durability` recovers state at start, snapshots it, and runs retention and expiry.
+//! With a data directory the logs are segment files. A produce's batch may wait in memory to be
+//! written together with others; its answer waits, after every lock is released, for the write
+//! and, when the flush policy says so, the fsync that cover it (`Broker::write_produced`, called
+//! by the connection before its answers leave; `crate::flush`). `durability` recovers state at
+//! start, snapshots it, and runs retention and expiry.
 
 mod durability;
 

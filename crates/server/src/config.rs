@@ -14,8 +14,8 @@ use crate::ServerError;
 
 /// Without the `always` flush policy, each segment is synced in the background every this many
 /// bytes (see `minibroker_log::SegmentConfig::write_back_bytes`). Small, because appends to the
-/// file wait while a sync's writeback maps its range: measured p99 at half load grew with it
-/// (1 MiB: 0.5-1 ms, 16 MiB: 2-4 ms, 64 MiB: 55-110 ms on this project's test machine).
+/// file can wait while a sync's writeback maps its range: the p99 latency at half load grew
+/// with this size (the README's Performance section has the figures).
 const WRITE_BACK_BYTES: u64 = 1 << 20;
 
 /// A topic declared up front, with its partition count.
