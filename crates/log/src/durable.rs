@@ -137,9 +137,9 @@ pub struct DurableLog {
     failure: Option<String>,
     /// Batches appended to the active segment and not yet written to its file, back to back.
     pending: Vec<u8>,
-    /// The log as it was before the first of them, while there are any (boxed: it is there
-    /// only between an append and the next write, and keeps the log small).
-    unwritten: Option<Box<Unwritten>>,
+    /// The active segment as it was before the first of them, while there are any (boxed: it
+    /// is there only between an append and the next write, and keeps the log small).
+    unwritten: Option<Box<SegmentMark>>,
     /// How far into the active segment's file disk space has been asked for.
     preallocated: u64,
     /// Bytes appended to the active segment since its last sync was asked for.
@@ -153,14 +153,6 @@ pub const MAX_PENDING_BYTES: usize = 64 << 10;
 /// Disk space reserved at a time ahead of the active segment's appends (capped by the segment
 /// size); see [`StorageFile::preallocate`].
 pub const PREALLOCATE_BYTES: u64 = 4 << 20;
-
-/// What the log was before its pending batches, to go back to when their write fails.
-#[derive(Debug, Clone, Copy)]
-struct Unwritten {
-    active: SegmentMark,
-    stored_bytes: u64,
-    batch_count: u64,
-}
 
 /// A log opened from its directory, and what recovery cut off its tail.
 #[derive(Debug)]
@@ -336,9 +328,10 @@ impl DurableLog {
     /// Drops the batches not yet written, as if they had never been appended.
     fn forget_pending(&mut self) {
         if let Some(before) = self.unwritten.take() {
-            self.active.rewind(before.active);
-            self.stored_bytes = before.stored_bytes;
-            self.batch_count = before.batch_count;
+            // Every pending batch is in the active segment, counted since the mark.
+            self.stored_bytes -= self.active.size - before.size;
+            self.batch_count -= self.active.batches - before.batches;
+            self.active.rewind(*before);
         }
         self.pending.clear();
     }
@@ -357,7 +350,7 @@ impl DurableLog {
         self.reserve_ahead();
         if let Err(error) = self.active.file.append(&self.pending) {
             // Cut any part that was written; the log stays read-only either way.
-            let _ = self.active.file.truncate(before.active.size);
+            let _ = self.active.file.truncate(before.size);
             return Err(self.fail("writing batches", &error));
         }
         self.unwritten = None;
@@ -439,11 +432,7 @@ impl DurableLog {
         }
         let base_offset = self.active.next_offset;
         if self.unwritten.is_none() {
-            self.unwritten = Some(Box::new(Unwritten {
-                active: self.active.mark(),
-                stored_bytes: self.stored_bytes,
-                batch_count: self.batch_count,
-            }));
+            self.unwritten = Some(Box::new(self.active.mark()));
         }
         let start = self.pending.len();
         self.pending.extend_from_slice(batch);

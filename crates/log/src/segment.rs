@@ -52,7 +52,7 @@ pub(crate) struct Segment {
 pub(crate) struct SegmentMark {
     next_offset: i64,
     pub(crate) size: u64,
-    batches: u64,
+    pub(crate) batches: u64,
     max_timestamp: i64,
     first_append_ms: Option<i64>,
     index_len: usize,

@@ -339,10 +339,6 @@ impl Broker {
     /// and the verdicts must not be sent (their batches are not stored, or not durably).
     pub async fn write_produced(&self, topics: &mut TopicCache) -> Result<(), BrokerError> {
         let noted = topics.take_unwritten();
-        if noted.is_empty() {
-            topics.reuse_unwritten(noted);
-            return Ok(());
-        }
         let mut result = Ok(());
         let mut syncs = Vec::new();
         for (partition, sync_through) in noted
@@ -362,24 +358,16 @@ impl Broker {
                 }
                 Ok(()) => None,
             };
-            match (failed, sync_through) {
-                (Some(error), _) => {
-                    if result.is_ok() {
-                        result = Err(error);
-                    }
-                }
-                (None, Some(through)) => {
-                    syncs.push(partition.flush.wait_durable(partition, through))
-                }
-                (None, None) => {}
+            // `and` keeps the first error.
+            match failed {
+                Some(error) => result = result.and(Err(error)),
+                None => syncs.extend(
+                    sync_through.map(|through| partition.flush.wait_durable(partition, through)),
+                ),
             }
         }
         for synced in futures::future::join_all(syncs).await {
-            if let Err(error) = synced
-                && result.is_ok()
-            {
-                result = Err(error);
-            }
+            result = result.and(synced);
         }
         topics.reuse_unwritten(noted);
         result

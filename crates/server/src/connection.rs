@@ -6,9 +6,9 @@
 //! together (one write for many responses). Before any answers leave, the front end stores what
 //! they acknowledge ([`FrontEnd::store_answered`]): a durable partition writes the batches
 //! gathered meanwhile with one `write(2)` (and with the `always` policy the connection waits for
-//! the fsync that covers them), so no answer ever precedes its batch's write or sync. At most `max_in_flight` answers (or
-//! [`FLUSH_BYTES`]) wait unwritten, and a peer that stops reading is held back by the socket:
-//! nothing grows without bound.
+//! the fsync that covers them), so no answer ever precedes its batch's write or sync. At most
+//! `max_in_flight` answers (or [`FLUSH_BYTES`]) wait unwritten, and a peer that stops reading is
+//! held back by the socket: nothing grows without bound.
 //!
 //! Every write to the socket is bounded by `write_timeout`, and shutdown can cut it short: a
 //! client that pipelines large fetches and never reads the answers loses its connection (and

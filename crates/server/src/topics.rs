@@ -525,10 +525,8 @@ impl TopicCache {
 
     /// Gives back the list [`Self::take_unwritten`] returned, emptied, to reuse its memory.
     pub(crate) fn reuse_unwritten(&mut self, mut list: Vec<Unwritten>) {
-        if self.unwritten.is_empty() {
-            list.clear();
-            self.unwritten = list;
-        }
+        list.clear();
+        self.unwritten = list;
     }
 
     /// Connections rarely write more topics than this; past it, lookups go to the registry.
