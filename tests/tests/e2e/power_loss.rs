@@ -8,6 +8,7 @@ use minibroker_log::sim::SimStorage;
 use minibroker_protocol::message::Outcome;
 use minibroker_records::{NewRecord, Writer};
 use minibroker_server::{Broker, Config, FlushPolicy};
+use minibroker_tests::stored_batches;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -42,28 +43,10 @@ fn batch(producer_id: i64, sequence: i32) -> Vec<u8> {
 
 /// Every (producer id, base sequence) stored in `broker`'s partitions.
 fn stored(broker: &Broker) -> HashSet<(i64, i32)> {
-    let mut found = HashSet::new();
-    for partition in 0..PRODUCERS as u32 {
-        let mut offset = 0;
-        loop {
-            let fetched = broker
-                .fetch(TOPIC, partition, offset, 1 << 20, 0)
-                .expect("fetch");
-            let Some(last) = fetched.batches.last() else {
-                break;
-            };
-            offset = minibroker_records::end_offset(last);
-            for stored in &fetched.batches {
-                let info = minibroker_records::inspect_stored(
-                    stored,
-                    minibroker_records::base_offset(stored),
-                )
-                .expect("a stored batch");
-                found.insert((info.producer_id, info.base_sequence));
-            }
-        }
-    }
-    found
+    (0..PRODUCERS as u32)
+        .flat_map(|partition| stored_batches(broker, TOPIC, partition))
+        .map(|(_, info)| (info.producer_id, info.base_sequence))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
