@@ -99,14 +99,31 @@ impl KafkaFrontEnd {
             "request"
         );
         let started = self.timings.as_ref().map(ConnectionTimings::start);
-        let next = self.dispatch(request, &header, version, api, out).await;
+        let next = match request {
+            // The hot path never waits (the write and any fsync wait in `store_answered`), so
+            // it is served here, outside `dispatch`: that future holds the largest of every
+            // other API's (a fetch's wait, the group calls), and is boxed so this future,
+            // built and moved for every request, stays small.
+            RequestKind::Produce(request) => match self.produce(request, version) {
+                Some(answer) => encode(
+                    out,
+                    header.correlation_id,
+                    api,
+                    version,
+                    &ResponseKind::Produce(answer),
+                ),
+                // acks=0: the producer expects no answer.
+                None => Next::Continue,
+            },
+            request => Box::pin(self.dispatch(request, &header, version, api, out)).await,
+        };
         if let (Some(timings), Some(started)) = (&mut self.timings, started) {
             timings.record_since(apis::name(api), started);
         }
         next
     }
 
-    /// Serves a decoded request and appends its answer.
+    /// Serves a decoded request other than Produce and appends its answer.
     async fn dispatch(
         &mut self,
         request: RequestKind,
@@ -120,10 +137,6 @@ impl KafkaFrontEnd {
             RequestKind::Metadata(request) => {
                 Some(ResponseKind::Metadata(self.metadata(request, version)))
             }
-            RequestKind::Produce(request) => self
-                .produce(request, version)
-                .await
-                .map(ResponseKind::Produce),
             RequestKind::Fetch(request) => {
                 Some(ResponseKind::Fetch(self.fetch(request, version).await))
             }

@@ -126,7 +126,7 @@ impl KafkaFrontEnd {
     /// `None` for acks=0, which gets no answer. Partitions are served one after another; the
     /// answer is sent once their batches are written (and, with the `always` flush policy,
     /// synced) — see `FrontEnd::store_answered`.
-    pub(crate) async fn produce(
+    pub(crate) fn produce(
         &mut self,
         request: ProduceRequest,
         version: i16,
@@ -161,7 +161,7 @@ impl KafkaFrontEnd {
                     )
                 } else {
                     let records = data.records.unwrap_or_default();
-                    match self.produce_one(&topic.name, index, records).await {
+                    match self.produce_one(&topic.name, index, &records) {
                         Ok((error, base_offset, log_start)) => {
                             let response = PartitionProduceResponse::default()
                                 .with_index(index)
@@ -188,23 +188,22 @@ impl KafkaFrontEnd {
     }
 
     /// Runs the rule on one partition's batch: (error, base offset, log start offset).
-    async fn produce_one(
+    fn produce_one(
         &mut self,
         topic: &TopicName,
         index: i32,
-        batch: Bytes,
+        batch: &[u8],
     ) -> Result<(Option<ResponseError>, i64, i64), BrokerError> {
         let partition = partition_index(topic, index)?;
         let verdict = self
             .broker
-            .produce_unwritten(&mut self.topics, topic, partition, &batch)
-            .await?;
+            .produce_unwritten(&mut self.topics, topic, partition, batch)?;
         let (error, base_offset) = match (verdict.outcome, verdict.base_offset) {
             // The usual answers need nothing more.
             (Outcome::Accepted | Outcome::Duplicate, Some(offset)) => (None, offset),
             // A refusal: Kafka tells an unknown producer from a gap, which the verdict records.
             _ => {
-                let info = minibroker_records::inspect(&batch)?;
+                let info = minibroker_records::inspect(batch)?;
                 let had_state = info.producer_id == NO_PRODUCER_ID || verdict.known_producer;
                 tracing::debug!(topic = %topic.as_str(), partition, producer_id = info.producer_id,
                     sequence = info.base_sequence, outcome = %verdict.outcome, "Kafka produce refused");

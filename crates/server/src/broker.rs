@@ -14,7 +14,7 @@
 
 mod durability;
 
-use durability::TakenSnapshot;
+pub(crate) use durability::TakenSnapshot;
 
 use bytes::Bytes;
 use minibroker_log::{FsStorage, LogError, PartitionLog, Storage};
@@ -290,9 +290,7 @@ impl Broker {
         partition: u32,
         batch: &[u8],
     ) -> Result<Verdict, BrokerError> {
-        let verdict = self
-            .produce_unwritten(topics, topic, partition, batch)
-            .await;
+        let verdict = self.produce_unwritten(topics, topic, partition, batch);
         self.write_produced(topics).await?;
         verdict
     }
@@ -303,9 +301,13 @@ impl Broker {
     /// connection calls that once before it sends the answers it has gathered, so its pipelined
     /// produces share one write and one fsync.
     ///
+    /// It never waits, so a front end answers a produce without an `.await`. The producer-state
+    /// snapshot a segment roll takes is written by [`Self::write_produced`] too (its fsyncs
+    /// belong on a blocking thread), before the answers leave.
+    ///
     /// # Errors
     /// As [`Self::produce`].
-    pub async fn produce_unwritten(
+    pub fn produce_unwritten(
         &self,
         topics: &mut TopicCache,
         topic: &str,
@@ -318,8 +320,7 @@ impl Broker {
             snapshot,
         } = self.produce_now(topics, topic, partition, batch)?;
         if let Some(snapshot) = snapshot {
-            // On a blocking thread: its fsyncs would stall every connection of this worker.
-            let _ = tokio::task::spawn_blocking(move || snapshot.write()).await;
+            topics.note_snapshot(snapshot);
         }
         if self.data.is_some() {
             // ACCEPTED, or a DUPLICATE whose original may itself still be unwritten.
@@ -338,6 +339,14 @@ impl Broker {
     /// A storage error when a write or fsync fails: those partitions are read-only from then on,
     /// and the verdicts must not be sent (their batches are not stored, or not durably).
     pub async fn write_produced(&self, topics: &mut TopicCache) -> Result<(), BrokerError> {
+        if !topics.has_unwritten() {
+            // In memory, always: nothing to write, nothing to wait for.
+            return Ok(());
+        }
+        for snapshot in topics.take_snapshots() {
+            // On a blocking thread: its fsyncs would stall every connection of this worker.
+            let _ = tokio::task::spawn_blocking(move || snapshot.write()).await;
+        }
         let noted = topics.take_unwritten();
         let mut result = Ok(());
         let mut syncs = Vec::new();

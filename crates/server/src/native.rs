@@ -43,8 +43,9 @@ pub(crate) struct NativeFrontEnd {
 
 impl FrontEnd for NativeFrontEnd {
     async fn answer(&mut self, frame: Bytes, out: &mut BytesMut) -> Next {
-        // Answered as soon as it is served (a produce may wait for its fsync).
-        self.answer_now(&frame, out).await
+        // Every native request is served without waiting (a produce's write and fsync wait in
+        // `store_answered`), so the future holds nothing across an await.
+        self.answer_now(&frame, out)
     }
 
     async fn store_answered(&mut self) -> Result<(), BrokerError> {
@@ -72,8 +73,8 @@ impl FrontEnd for NativeFrontEnd {
 
 impl NativeFrontEnd {
     /// Serves one frame and encodes its answer into `out`.
-    async fn answer_now(&mut self, frame: &Bytes, out: &mut BytesMut) -> Next {
-        let (correlation_id, response) = self.respond(frame).await;
+    fn answer_now(&mut self, frame: &Bytes, out: &mut BytesMut) -> Next {
+        let (correlation_id, response) = self.respond(frame);
         match self.codec.encode((correlation_id, &response), out) {
             Ok(()) => {}
             Err(ProtocolError::FrameTooLarge { size, max }) => {
@@ -116,13 +117,13 @@ impl NativeFrontEnd {
     }
     /// Decodes and serves one frame; a frame that does not decode gets an error answer with its
     /// correlation id (0 when even the header is missing).
-    async fn respond(&mut self, frame: &Bytes) -> (u32, Response) {
+    fn respond(&mut self, frame: &Bytes) -> (u32, Response) {
         match codec::decode_request(frame) {
             Ok((correlation_id, request)) => {
                 tracing::trace!(correlation_id, kind = request.kind(), "request");
                 let kind = request.kind();
                 let started = self.timings.as_ref().map(ConnectionTimings::start);
-                let handled = self.handle(request).await;
+                let handled = self.handle(request);
                 if let (Some(timings), Some(started)) = (&mut self.timings, started) {
                     timings.record_since(kind, started);
                 }
@@ -158,20 +159,18 @@ impl NativeFrontEnd {
 
     /// Serves `request`, which borrows from its frame (a produce request's batch is read in
     /// place and copied once, into the log).
-    async fn handle(&mut self, request: Request<'_>) -> Result<Response, BrokerError> {
+    fn handle(&mut self, request: Request<'_>) -> Result<Response, BrokerError> {
         let broker = &*self.broker;
         let room = self.max_frame_bytes.saturating_sub(FRAME_SLACK).max(1);
         Ok(match request {
             Request::Produce(produce) => {
                 // The batch is borrowed from the frame: the log copies it, nothing keeps it.
-                let verdict = broker
-                    .produce_unwritten(
-                        &mut self.topics,
-                        produce.topic,
-                        produce.partition,
-                        produce.batch,
-                    )
-                    .await?;
+                let verdict = broker.produce_unwritten(
+                    &mut self.topics,
+                    produce.topic,
+                    produce.partition,
+                    produce.batch,
+                )?;
                 Response::Produce(ProduceResponse {
                     outcome: verdict.outcome,
                     base_offset: verdict.base_offset,

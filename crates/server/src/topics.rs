@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
+use crate::broker::TakenSnapshot;
 use crate::budget::{StorageBudget, topic_bytes};
 use crate::data_dir::DataDir;
 use crate::flush::FlushGate;
@@ -474,11 +475,13 @@ impl TopicRegistry {
 /// marked, and dropped from the cache on its next use.
 ///
 /// It also lists the durable partitions the connection produced to since its answers were last
-/// sent, whose batches may still wait to be written or synced (see `Broker::write_produced`).
+/// sent, whose batches may still wait to be written or synced, and the producer-state snapshots
+/// its produces' segment rolls took, still to be written (see `Broker::write_produced`).
 #[derive(Debug, Default)]
 pub struct TopicCache {
     topics: Vec<Arc<Topic>>,
     unwritten: Vec<Unwritten>,
+    snapshots: Vec<TakenSnapshot>,
 }
 
 /// A durable partition produced to, and the offset a sync must cover before the answers leave
@@ -516,6 +519,21 @@ impl TopicCache {
                 sync_through,
             }),
         }
+    }
+
+    /// Keeps a snapshot a roll took, to be written before the answers leave.
+    pub(crate) fn note_snapshot(&mut self, snapshot: TakenSnapshot) {
+        self.snapshots.push(snapshot);
+    }
+
+    /// The snapshots [`Self::note_snapshot`] kept; none are kept afterwards.
+    pub(crate) fn take_snapshots(&mut self) -> Vec<TakenSnapshot> {
+        std::mem::take(&mut self.snapshots)
+    }
+
+    /// Whether [`Self::note_unwritten`] or [`Self::note_snapshot`] left anything to write.
+    pub(crate) fn has_unwritten(&self) -> bool {
+        !self.unwritten.is_empty() || !self.snapshots.is_empty()
     }
 
     /// Everything listed by [`Self::note_unwritten`]; the list is empty afterwards.

@@ -343,13 +343,11 @@ async fn a_failed_write_of_gathered_batches_stores_and_answers_none_of_them() {
     for sequence in 1..4 {
         let verdict = broker
             .produce_unwritten(&mut first, TOPIC, 0, &batch(1, sequence, 10))
-            .await
             .unwrap();
         assert_eq!(verdict.outcome, Outcome::Accepted);
     }
     let retry = broker
         .produce_unwritten(&mut second, TOPIC, 0, &batch(1, 3, 10))
-        .await
         .unwrap();
     assert_eq!(retry.outcome, Outcome::Duplicate);
 
@@ -375,6 +373,48 @@ async fn a_failed_write_of_gathered_batches_stores_and_answers_none_of_them() {
         .unwrap();
     assert_eq!(resent.outcome, Outcome::Accepted);
     assert_eq!(stored(&restarted, 0).len(), 2);
+}
+
+/// The snapshot files of partition 0.
+fn snapshot_files(storage: &SimStorage) -> Vec<std::path::PathBuf> {
+    storage
+        .paths()
+        .into_iter()
+        .filter(|p| {
+            p.starts_with("/data/logs/crash/0") && p.extension().is_some_and(|e| e == "snapshot")
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_snapshot_a_roll_takes_is_written_before_the_answers_leave() {
+    let storage = SimStorage::new();
+    let broker = open(&storage, FlushPolicy::Os);
+    let mut topics = TopicCache::default();
+    // 4 KiB segments: 40 batches of about 180 B roll the first one.
+    let produced = 40;
+    for sequence in 0..produced {
+        let verdict = broker
+            .produce_unwritten(&mut topics, TOPIC, 0, &batch(1, sequence, 100))
+            .unwrap();
+        assert_eq!(verdict.outcome, Outcome::Accepted);
+    }
+    let segments = storage
+        .paths()
+        .into_iter()
+        .filter(|p| {
+            p.starts_with("/data/logs/crash/0") && p.extension().is_some_and(|e| e == "log")
+        })
+        .count();
+    assert!(segments >= 2, "no roll: {segments} segment");
+    // Taken under the roll's locks, but its write (and fsyncs) waits for the connection's
+    // answers: a produce never waits for it.
+    assert!(snapshot_files(&storage).is_empty());
+    broker.write_produced(&mut topics).await.unwrap();
+    assert!(!snapshot_files(&storage).is_empty());
+    drop(broker);
+    let reopened = open(&storage, FlushPolicy::Os);
+    assert_eq!(stored(&reopened, 0).len(), produced as usize);
 }
 
 #[tokio::test]
@@ -459,13 +499,7 @@ async fn damaged_snapshots_are_skipped_and_state_still_matches_the_log() {
     }
     broker.close();
     drop(broker);
-    let snapshots: Vec<_> = storage
-        .paths()
-        .into_iter()
-        .filter(|p| {
-            p.starts_with("/data/logs/crash/0") && p.extension().is_some_and(|e| e == "snapshot")
-        })
-        .collect();
+    let snapshots = snapshot_files(&storage);
     assert_eq!(snapshots.len(), 2, "{snapshots:?}");
     // Damage every snapshot in turn (and then all): recovery falls back to an older one, or to
     // replaying the whole log, and the state is the same each time.

@@ -21,7 +21,8 @@ use crate::topics::Partition;
 use crate::{Broker, ServerError};
 
 /// A producer-state snapshot taken, not yet written.
-pub(super) struct TakenSnapshot {
+#[derive(Debug)]
+pub(crate) struct TakenSnapshot {
     offset: i64,
     store: SnapshotStore,
     bytes: Vec<u8>,
