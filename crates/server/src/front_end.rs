@@ -30,9 +30,10 @@ pub trait FrontEnd: Send + Sync + 'static {
     fn answer(&mut self, frame: Bytes, out: &mut BytesMut) -> impl Future<Output = Next> + Send;
 
     /// Stores what the answers appended to `out` so far acknowledge: a produce to a durable
-    /// partition may leave its batch in memory, or unsynced under the `always` policy
-    /// (`Broker::produce_unwritten`), until this returns. The connection calls it before it writes answers to the peer and before it waits
-    /// for more requests.
+    /// partition may leave its batch in memory, or unsynced under the `always` policy, and the
+    /// producer-state snapshot of a segment roll unwritten (`Broker::produce_unwritten`), until
+    /// this returns. The connection calls it before it writes answers to the peer and before it
+    /// waits for more requests.
     ///
     /// # Errors
     /// A storage error: the answers must not be sent, and the connection closes without them.
