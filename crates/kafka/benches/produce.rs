@@ -21,7 +21,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use minibroker_kafka::{KafkaConfig, KafkaFrontEnd};
 use minibroker_records::{NewRecord, Writer, encode, encode_request, set_base_sequence};
-use minibroker_server::{Broker, Config, FrontEnd, Next, TopicCache};
+use minibroker_server::{Broker, Config, FrontEnd, Next, Outcome, TopicCache};
 use std::hint::black_box;
 use std::ops::Range;
 use std::sync::Arc;
@@ -162,9 +162,10 @@ fn bench(c: &mut Criterion) {
             b.iter(|| {
                 next_request(&mut frame, &at, &mut sequence, records);
                 let batch = &frame[at.clone()];
-                runtime
+                let verdict = runtime
                     .block_on(core.produce(&mut topics, TOPIC, 0, batch))
-                    .expect("accepted")
+                    .expect("stored");
+                assert_eq!(verdict.outcome, Outcome::Accepted);
             });
         });
 
