@@ -1,8 +1,9 @@
 //! `minibroker serve --data-dir` as a real process, killed with SIGKILL: producers running
 //! `produce --acks` ride through several crashes of the broker on the same address, and the
-//! verifier finds every acknowledged batch stored exactly once (flush `always` and `os`); a batch acknowledged before a
-//! crash and resent after it is a DUPLICATE with its original offset; a clean restart (SIGTERM)
-//! keeps everything; a torn tail is cut and the producer state matches what is left.
+//! verifier finds every acknowledged batch stored exactly once (flush `always` and `os`); a
+//! batch acknowledged before a crash and resent after it is a DUPLICATE with its original
+//! offset; a clean restart (SIGTERM) keeps everything; a torn tail is cut and the producer state
+//! matches what is left.
 
 mod support;
 
@@ -80,7 +81,7 @@ impl DurableServer {
 
 #[test]
 fn producers_ride_through_sigkills_and_every_acknowledged_batch_is_stored_once() {
-    ride_through_sigkills("always", 10_000);
+    ride_through_sigkills("always");
 }
 
 /// With `os` a produce is answered once its batch is written (not synced): a killed process
@@ -88,13 +89,15 @@ fn producers_ride_through_sigkills_and_every_acknowledged_batch_is_stored_once()
 /// and an answer sent before that write would be lost here.
 #[test]
 fn with_flush_os_every_batch_acknowledged_before_a_sigkill_is_stored_once() {
-    ride_through_sigkills("os", 10_000);
+    ride_through_sigkills("os");
 }
 
-/// Three producers of `batches` batches of 10 records each; the broker is killed three times
-/// under them (enough batches that the kills come while they run).
-fn ride_through_sigkills(flush: &str, batches: usize) {
-    let records = (batches * 10).to_string();
+/// Batches of 10 records each producer sends: enough that the kills come while they run.
+const BATCHES: usize = 10_000;
+
+/// Three producers of [`BATCHES`] batches each; the broker is killed three times under them.
+fn ride_through_sigkills(flush: &str) {
+    let records = (BATCHES * 10).to_string();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let addr = free_addr();
@@ -162,7 +165,7 @@ fn ride_through_sigkills(flush: &str, batches: usize) {
         .iter()
         .map(|f| std::fs::read_to_string(f).unwrap().lines().count())
         .sum();
-    assert_eq!(acked, 3 * batches, "every batch acknowledged once");
+    assert_eq!(acked, 3 * BATCHES, "every batch acknowledged once");
     let mut args = vec!["verify", "--topic", "crash"];
     let names: Vec<String> = acked_files
         .iter()
@@ -173,8 +176,8 @@ fn ride_through_sigkills(flush: &str, batches: usize) {
     }
     let report = server.run(&args);
     assert!(report.contains("PASS"), "{report}");
-    // Stored exactly what was acknowledged: 3 × `batches` batches of 10 records.
-    let total = 3 * batches;
+    // Stored exactly what was acknowledged: 3 × `BATCHES` batches of 10 records.
+    let total = 3 * BATCHES;
     assert!(
         report.contains(&format!("{total} batches, {} records", total * 10)),
         "{report}"

@@ -316,7 +316,7 @@ impl Broker {
     ) -> Result<Verdict, BrokerError> {
         let Produced {
             verdict,
-            sync_through: through,
+            sync_through,
             snapshot,
         } = self.produce_now(topics, topic, partition, batch)?;
         if let Some(snapshot) = snapshot {
@@ -324,7 +324,7 @@ impl Broker {
         }
         if self.data.is_some() {
             // ACCEPTED, or a DUPLICATE whose original may itself still be unwritten.
-            topics.note_unwritten(topic, partition, through);
+            topics.note_unwritten(topic, partition, sync_through);
         }
         Ok(verdict)
     }

@@ -315,14 +315,21 @@ async fn a_full_disk_fails_the_produce_and_that_partition_only() {
 
     // After a restart the partition takes writes again, and the refused batch is accepted.
     drop(broker);
-    let restarted = open(&storage.crash(1), FlushPolicy::Always);
+    let restarted = resend_after_restart(&storage.crash(1), FlushPolicy::Always).await;
+    assert_eq!(stored(&restarted, 1).len(), 2);
+}
+
+/// A broker restarted on `storage`, after producer 1 resent its batch of sequence 1 to
+/// partition 0 and had it ACCEPTED (it was refused before the restart).
+async fn resend_after_restart(storage: &SimStorage, flush: FlushPolicy) -> Broker {
+    let restarted = open(storage, flush);
     let mut topics = TopicCache::default();
-    let retried = restarted
+    let resent = restarted
         .produce(&mut topics, TOPIC, 0, &batch(1, 1, 10))
         .await
         .unwrap();
-    assert_eq!(retried.outcome, Outcome::Accepted);
-    assert_eq!(stored(&restarted, 1).len(), 2);
+    assert_eq!(resent.outcome, Outcome::Accepted);
+    restarted
 }
 
 /// With `os`, the batches the front ends produce wait to be written together. When that write
@@ -365,23 +372,17 @@ async fn a_failed_write_of_gathered_batches_stores_and_answers_none_of_them() {
     ));
 
     drop(broker);
-    let restarted = open(&storage.crash(2), FlushPolicy::Os);
-    let mut topics = TopicCache::default();
-    let resent = restarted
-        .produce(&mut topics, TOPIC, 0, &batch(1, 1, 10))
-        .await
-        .unwrap();
-    assert_eq!(resent.outcome, Outcome::Accepted);
+    let restarted = resend_after_restart(&storage.crash(2), FlushPolicy::Os).await;
     assert_eq!(stored(&restarted, 0).len(), 2);
 }
 
-/// The snapshot files of partition 0.
-fn snapshot_files(storage: &SimStorage) -> Vec<std::path::PathBuf> {
+/// The files of partition 0 whose name ends in `.{extension}`.
+fn partition_files(storage: &SimStorage, extension: &str) -> Vec<std::path::PathBuf> {
     storage
         .paths()
         .into_iter()
         .filter(|p| {
-            p.starts_with("/data/logs/crash/0") && p.extension().is_some_and(|e| e == "snapshot")
+            p.starts_with("/data/logs/crash/0") && p.extension().is_some_and(|e| e == extension)
         })
         .collect()
 }
@@ -399,19 +400,13 @@ async fn the_snapshot_a_roll_takes_is_written_before_the_answers_leave() {
             .unwrap();
         assert_eq!(verdict.outcome, Outcome::Accepted);
     }
-    let segments = storage
-        .paths()
-        .into_iter()
-        .filter(|p| {
-            p.starts_with("/data/logs/crash/0") && p.extension().is_some_and(|e| e == "log")
-        })
-        .count();
+    let segments = partition_files(&storage, "log").len();
     assert!(segments >= 2, "no roll: {segments} segment");
     // Taken under the roll's locks, but its write (and fsyncs) waits for the connection's
     // answers: a produce never waits for it.
-    assert!(snapshot_files(&storage).is_empty());
+    assert!(partition_files(&storage, "snapshot").is_empty());
     broker.write_produced(&mut topics).await.unwrap();
-    assert!(!snapshot_files(&storage).is_empty());
+    assert!(!partition_files(&storage, "snapshot").is_empty());
     drop(broker);
     let reopened = open(&storage, FlushPolicy::Os);
     assert_eq!(stored(&reopened, 0).len(), produced as usize);
@@ -499,7 +494,7 @@ async fn damaged_snapshots_are_skipped_and_state_still_matches_the_log() {
     }
     broker.close();
     drop(broker);
-    let snapshots = snapshot_files(&storage);
+    let snapshots = partition_files(&storage, "snapshot");
     assert_eq!(snapshots.len(), 2, "{snapshots:?}");
     // Damage every snapshot in turn (and then all): recovery falls back to an older one, or to
     // replaying the whole log, and the state is the same each time.
