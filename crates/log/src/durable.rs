@@ -150,6 +150,9 @@ pub struct DurableLog {
 /// Bytes of appended batches gathered in memory at most before they are written, whoever asks.
 pub const MAX_PENDING_BYTES: usize = 64 << 10;
 
+/// The largest offset a segment may hold, relative to its base: what its index can store.
+pub const MAX_RELATIVE_OFFSET: i64 = u32::MAX as i64;
+
 /// Disk space reserved at a time ahead of the active segment's appends (capped by the segment
 /// size); see [`StorageFile::preallocate`].
 pub const PREALLOCATE_BYTES: u64 = 4 << 20;
@@ -423,7 +426,12 @@ impl DurableLog {
             .active
             .first_append_ms
             .is_some_and(|first| now_ms.saturating_sub(first) >= self.config.segment_ms);
-        let rolled = self.active.batches > 0 && (too_big || too_old);
+        // The index keeps offsets relative to the segment's base as u32 (Kafka's rule too): a
+        // batch whose last offset would pass that starts a new segment. Compressed batches may
+        // claim 2^20 records each, so a few thousand of them would otherwise wrap it.
+        let end = self.active.next_offset + i64::from(record_count);
+        let too_far = end - 1 - self.active.base_offset > MAX_RELATIVE_OFFSET;
+        let rolled = self.active.batches > 0 && (too_big || too_old || too_far);
         if rolled {
             self.roll()?;
         }
@@ -431,13 +439,13 @@ impl DurableLog {
             self.write_pending()?;
         }
         let base_offset = self.active.next_offset;
+        let end = base_offset + i64::from(record_count);
         if self.unwritten.is_none() {
             self.unwritten = Some(Box::new(self.active.mark()));
         }
         let start = self.pending.len();
         self.pending.extend_from_slice(batch);
         minibroker_records::set_base_offset(&mut self.pending[start..], base_offset);
-        let end = base_offset + i64::from(record_count);
         let timestamp = minibroker_records::max_timestamp(batch);
         self.active.note(base_offset, len, end, timestamp);
         self.active.first_append_ms.get_or_insert(now_ms);

@@ -87,8 +87,8 @@ impl Segment {
     /// waiting to be written to it).
     pub(crate) fn note(&mut self, base_offset: i64, len: u64, end_offset: i64, timestamp: i64) {
         if self.index.is_empty() || self.unindexed >= INDEX_INTERVAL {
-            // Offsets within a segment fit u32 (at most a byte per record and segments below
-            // 4 GiB), as do positions.
+            // Offsets within a segment fit u32 (the log rolls before one would not, see
+            // `MAX_RELATIVE_OFFSET`), and so do positions (segments stay below 4 GiB).
             self.index.push(IndexEntry {
                 offset_delta: (base_offset - self.base_offset) as u32,
                 position: self.size as u32,

@@ -2,7 +2,7 @@
 //!
 //! - Batches round trip byte for byte across segment rolls and reopens, from the index files or,
 //!   with them deleted, from a scan; reads return the batch holding the offset first and respect
-//!   their byte limit.
+//!   their byte limit; a segment rolls before its offsets pass what its u32 index can hold.
 //! - A torn, garbage-ended or corrupted active segment is cut to exactly its valid prefix, the cut
 //!   is reported with its size, and appends go on from there.
 //! - A segment missing between two others, or a damaged sealed one, is refused, not served.
@@ -1241,4 +1241,68 @@ fn the_active_segment_reserves_space_ahead_and_a_sealed_one_gives_it_back() {
         sealed.blocks() * 512
     );
     assert_holds(&mut log, &model.batches);
+}
+
+/// A one-record batch rewritten to claim `records` records, as a compressed batch may (the
+/// broker checks such a claim only by decompressing; this log trusts its caller): the smallest
+/// bytes that take the most offsets.
+fn claiming(records: u32, sequence: i32) -> Bytes {
+    let writer = Writer {
+        producer_id: 9,
+        epoch: 0,
+        base_sequence: sequence,
+    };
+    let mut batch = encode(writer, &[NewRecord::value("v")], 0)
+        .expect("encodes")
+        .to_vec();
+    batch[22] |= 1; // gzip, in the attributes' low byte
+    batch[23..27].copy_from_slice(&(records as i32 - 1).to_be_bytes()); // last offset delta
+    batch[57..61].copy_from_slice(&(records as i32).to_be_bytes()); // record count
+    let crc = crc32c::crc32c(&batch[21..]);
+    batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    Bytes::from(batch)
+}
+
+#[test]
+fn a_segment_rolls_before_its_relative_offsets_would_pass_u32() {
+    // 4,200 batches of 2^20 offsets each span 4.4 billion offsets: more than a u32 index entry
+    // can say relative to one segment's base.
+    const BATCHES: usize = 4_200;
+    let dir = TempDir::new().expect("a temporary directory");
+    let config = SegmentConfig::default();
+    let mut log = DurableLog::open(Arc::new(FsStorage), dir.path(), config)
+        .expect("the log opens")
+        .log;
+    let mut model = Model::default();
+    for i in 0..BATCHES {
+        model.append_unwritten(&mut log, &claiming(1 << 20, i as i32), 0);
+    }
+    log.write_pending().expect("the write succeeds");
+    assert_eq!(log.segment_count(), 2, "one roll, at the u32 boundary");
+    let check = |log: &mut DurableLog| {
+        for stored in &model.batches {
+            let read = log.read(stored.base, limits(1, 0)).expect("the log reads");
+            assert_eq!(
+                base_offsets(&read),
+                vec![stored.base],
+                "the batch holding offset {}",
+                stored.base
+            );
+            assert!(read[0] == stored.bytes, "batch at {} differs", stored.base);
+        }
+    };
+    check(&mut log);
+    drop(log);
+    // Sealed from its index file, and again from a scan.
+    let mut reopened = open_fs_with(dir.path(), config);
+    check(&mut reopened);
+    drop(reopened);
+    std::fs::remove_file(segment_file(dir.path(), 0, ".index")).expect("the index exists");
+    check(&mut open_fs_with(dir.path(), config));
+}
+
+fn open_fs_with(dir: &Path, config: SegmentConfig) -> DurableLog {
+    DurableLog::open(Arc::new(FsStorage), dir, config)
+        .expect("the log opens")
+        .log
 }
