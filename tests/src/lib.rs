@@ -258,6 +258,23 @@ pub fn batch(producer_id: i64, epoch: i16, sequence: i32, records: &[&[u8]]) -> 
         .to_vec()
 }
 
+/// A one-record batch of exactly `len` bytes (at least 80) from the given producer, at sequence 0.
+///
+/// # Panics
+/// If `len` is too small for a batch.
+#[must_use]
+pub fn batch_of_len(producer_id: i64, epoch: i16, len: usize) -> Vec<u8> {
+    let mut value = len - 70;
+    loop {
+        let built = batch(producer_id, epoch, 0, &[&vec![b'v'; value]]);
+        match built.len().cmp(&len) {
+            std::cmp::Ordering::Equal => return built,
+            std::cmp::Ordering::Less => value += 1,
+            std::cmp::Ordering::Greater => value -= 1,
+        }
+    }
+}
+
 /// A produce request that owns its batch; [`Self::request`] borrows it as a wire request.
 #[derive(Debug, Clone)]
 pub struct OwnedProduce {

@@ -16,6 +16,7 @@ pub(crate) fn code_of(error: &BrokerError) -> ResponseError {
             ResponseError::InvalidRecord
         }
         ErrorKind::CorruptBatch => ResponseError::CorruptMessage,
+        ErrorKind::BatchTooLarge => ResponseError::MessageTooLarge,
         ErrorKind::OffsetOutOfRange => ResponseError::OffsetOutOfRange,
         ErrorKind::UnknownProducerId => ResponseError::UnknownProducerId,
         ErrorKind::EpochExhausted => ResponseError::InvalidProducerEpoch,

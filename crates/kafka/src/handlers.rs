@@ -284,7 +284,6 @@ impl KafkaFrontEnd {
                         let limit = usize::try_from(wanted.partition_max_bytes)
                             .unwrap_or(0)
                             .min(room);
-                        let full = total > 0 && limit == 0;
                         match self.broker.fetch(
                             &topic.topic,
                             partition,
@@ -294,7 +293,8 @@ impl KafkaFrontEnd {
                         ) {
                             Ok(fetched) => {
                                 let records: Bytes = match fetched.batches.as_slice() {
-                                    _ if full => Bytes::new(),
+                                    // Past the room only for the first partition with data.
+                                    [first, ..] if total > 0 && first.len() > limit => Bytes::new(),
                                     // One batch, the usual tail read, goes out without a copy.
                                     [one] => one.clone(),
                                     many => many.concat().into(),

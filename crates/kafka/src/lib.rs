@@ -57,7 +57,7 @@ impl KafkaConfig {
             cluster_id: config.cluster_id.clone(),
             default_partitions: config.default_partitions,
             // Answers stay within the frame size the broker accepts.
-            max_fetch_response_bytes: config.max_frame_bytes.saturating_sub(64 << 10).max(1),
+            max_fetch_response_bytes: minibroker_server::batch_room(config.max_frame_bytes),
         }
     }
 }

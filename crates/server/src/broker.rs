@@ -391,6 +391,13 @@ impl Broker {
         batch: &[u8],
     ) -> Result<Produced, BrokerError> {
         // Check the batch before the topic lookup, so bad input never auto-creates a topic.
+        let max = crate::config::batch_room(self.config.max_frame_bytes);
+        if batch.len() > max {
+            return Err(BrokerError::BatchTooLarge {
+                bytes: batch.len(),
+                max,
+            });
+        }
         let info = minibroker_records::inspect(batch)?;
         if info.transactional || info.control {
             return Err(BrokerError::TransactionsUnsupported);

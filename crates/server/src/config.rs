@@ -221,6 +221,16 @@ impl Default for Config {
     }
 }
 
+/// Bytes of record batches one answer frame of `max_frame_bytes` carries at most: the frame less
+/// room for everything else in the answer (a quarter of the frame, at most 64 KiB).
+///
+/// It is also the largest batch a produce may carry (Kafka's `message.max.bytes`): a fetch hands
+/// back at least one whole batch, so a larger one would make its partition unreadable.
+#[must_use]
+pub fn batch_room(max_frame_bytes: usize) -> usize {
+    max_frame_bytes - (max_frame_bytes / 4).min(64 << 10)
+}
+
 impl Config {
     /// This configuration with auto-created topics of `partitions` partitions, raising
     /// `max_partitions_per_topic` to that if it is lower.

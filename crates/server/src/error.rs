@@ -36,6 +36,14 @@ pub enum BrokerError {
     /// A record batch that is damaged or not acceptable.
     #[error(transparent)]
     Batch(#[from] RecordsError),
+    /// A batch larger than a fetch answer could hand back (see [`crate::batch_room`]).
+    #[error("a record batch of {bytes} bytes is larger than the {max} bytes this broker accepts")]
+    BatchTooLarge {
+        /// The batch's size.
+        bytes: usize,
+        /// The largest accepted.
+        max: usize,
+    },
     /// A transactional or control batch: transactions are not supported yet.
     #[error("transactional and control batches are not supported by this broker")]
     TransactionsUnsupported,
@@ -106,6 +114,8 @@ pub enum ErrorKind {
     CorruptBatch,
     /// A well-formed record batch that is not acceptable.
     InvalidBatch,
+    /// A record batch larger than the broker accepts.
+    BatchTooLarge,
     /// Something the broker does not support.
     Unsupported,
     /// A fetch offset outside the log.
@@ -136,6 +146,7 @@ impl BrokerError {
                 ErrorKind::CorruptBatch
             }
             Self::Batch(_) | Self::Log(LogError::BadBatch { .. }) => ErrorKind::InvalidBatch,
+            Self::BatchTooLarge { .. } => ErrorKind::BatchTooLarge,
             Self::TransactionsUnsupported => ErrorKind::Unsupported,
             Self::Log(LogError::OffsetOutOfRange { .. }) => ErrorKind::OffsetOutOfRange,
             Self::UnknownProducerId(_) => ErrorKind::UnknownProducerId,

@@ -52,7 +52,7 @@ pub use broker::{
     ProducerIdentity, ProducerSummary, ProducersPage, TopicSummary,
 };
 pub use budget::{BATCH_OVERHEAD_BYTES, accounted_bytes};
-pub use config::{Config, FlushPolicy, TopicConfig};
+pub use config::{Config, FlushPolicy, TopicConfig, batch_room};
 pub use counters::{ConnectionCounts, OutcomeCounts};
 pub use embedded::EmbeddedBroker;
 pub use error::{BrokerError, ErrorKind, ServerError};

@@ -20,10 +20,6 @@ use crate::{Broker, BrokerError, ErrorKind};
 /// Bytes a native fetch answer spends on each batch besides its bytes (postcard's length prefix).
 const FETCH_BATCH_OVERHEAD: usize = 5;
 
-/// Bytes kept free in an answer frame for everything but batch data, so a fetch answer always
-/// fits one frame.
-const FRAME_SLACK: usize = 4096;
-
 /// Bytes one producer takes in a describe-producers answer, at most.
 const DESCRIBED_PRODUCER_BYTES: usize = 40;
 
@@ -161,7 +157,8 @@ impl NativeFrontEnd {
     /// place and copied once, into the log).
     fn handle(&mut self, request: Request<'_>) -> Result<Response, BrokerError> {
         let broker = &*self.broker;
-        let room = self.max_frame_bytes.saturating_sub(FRAME_SLACK).max(1);
+        // Batch data an answer may hold, so that a fetch answer always fits one frame.
+        let room = crate::config::batch_room(self.max_frame_bytes);
         Ok(match request {
             Request::Produce(produce) => {
                 // The batch is borrowed from the frame: the log copies it, nothing keeps it.
@@ -279,7 +276,7 @@ fn wire_code(kind: ErrorKind) -> ErrorCode {
         ErrorKind::UnknownTopic => ErrorCode::UnknownTopic,
         ErrorKind::PartitionOutOfRange => ErrorCode::PartitionOutOfRange,
         ErrorKind::CorruptBatch => ErrorCode::CorruptBatch,
-        ErrorKind::InvalidBatch => ErrorCode::InvalidBatch,
+        ErrorKind::InvalidBatch | ErrorKind::BatchTooLarge => ErrorCode::InvalidBatch,
         ErrorKind::Unsupported => ErrorCode::Unsupported,
         ErrorKind::OffsetOutOfRange => ErrorCode::OffsetOutOfRange,
         ErrorKind::UnknownProducerId => ErrorCode::UnknownProducerId,

@@ -7,7 +7,9 @@ use minibroker_protocol::{
     Response, codec,
 };
 use minibroker_server::{Config, TopicCache};
-use minibroker_tests::{AsRequest, RawConnection, TestBroker, produce, start_broker};
+use minibroker_tests::{
+    AsRequest, OwnedProduce, RawConnection, TestBroker, batch_of_len, produce, start_broker,
+};
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -390,5 +392,44 @@ async fn connections_beyond_the_limit_are_told_and_closed_at_once() -> Result<()
         Response::Metadata(_)
     ));
     drop(first);
+    still_serves(broker.addr).await
+}
+
+#[tokio::test]
+async fn a_batch_is_accepted_only_if_a_fetch_can_hand_it_back() -> Result<()> {
+    // A batch filling an 8 MiB produce frame was accepted, and every fetch of its partition was
+    // answered INTERNAL from then on: the answer needed 12 bytes more than a frame.
+    let config = Config::default();
+    let max = minibroker_server::batch_room(config.max_frame_bytes);
+    let broker = TestBroker::start(config.clone()).await?;
+    let mut conn = RawConnection::connect(broker.addr).await?;
+    let big = |batch| OwnedProduce {
+        topic: "big".into(),
+        partition: 0,
+        batch,
+    };
+    let filling = big(batch_of_len(1, 0, config.max_frame_bytes - 64));
+    match error_of(&conn.call(1, &filling).await?) {
+        Some((ErrorCode::InvalidBatch, message)) => {
+            assert!(message.contains("larger than"), "{message}");
+        }
+        other => bail!("a frame-filling batch was answered {other:?}"),
+    }
+    assert!(accepted(
+        &conn.call(2, &big(batch_of_len(1, 0, max))).await?
+    ));
+    let fetch = Request::Fetch(FetchRequest {
+        topic: "big",
+        partition: 0,
+        offset: 0,
+        max_bytes: u32::MAX,
+    });
+    let Response::Fetch(answer) = conn.call(3, &fetch).await? else {
+        bail!("the largest accepted batch cannot be fetched");
+    };
+    assert_eq!(
+        answer.batches.iter().map(|b| b.len()).collect::<Vec<_>>(),
+        [max]
+    );
     still_serves(broker.addr).await
 }

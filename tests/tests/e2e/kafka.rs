@@ -14,7 +14,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use minibroker_server::Config;
-use minibroker_tests::{KafkaConnection, TestBroker, TestKafka, batch, start_kafka};
+use minibroker_tests::{KafkaConnection, TestBroker, TestKafka, batch, batch_of_len, start_kafka};
 
 const PRODUCE: i16 = 9;
 
@@ -611,5 +611,74 @@ async fn init_producer_id_issues_ids_and_refuses_transactional_and_empty_ids() -
         code(ResponseError::TransactionalIdAuthorizationFailed)
     );
     assert_eq!(transactional.producer_id.0, -1);
+    Ok(())
+}
+
+fn fetch_partition(index: i32) -> kafka_protocol::messages::fetch_request::FetchPartition {
+    kafka_protocol::messages::fetch_request::FetchPartition::default()
+        .with_partition(index)
+        .with_fetch_offset(0)
+        .with_partition_max_bytes(i32::MAX)
+}
+
+/// Fetches partitions `0..count` of `topic` from offset 0, as much as the broker gives.
+async fn fetch_all(conn: &mut KafkaConnection, topic: &str, count: i32) -> Result<FetchResponse> {
+    let fetch = FetchRequest::default()
+        .with_max_bytes(i32::MAX)
+        .with_topics(vec![
+            kafka_protocol::messages::fetch_request::FetchTopic::default()
+                .with_topic(name(topic))
+                .with_partitions((0..count).map(fetch_partition).collect()),
+        ]);
+    conn.call(ApiKey::Fetch, 12, &fetch).await
+}
+
+#[tokio::test]
+async fn a_batch_too_large_to_fetch_back_is_message_too_large() -> Result<()> {
+    let config = Config::default();
+    let max = minibroker_server::batch_room(config.max_frame_bytes);
+    let (_broker, _kafka, mut conn) = kafka(config.clone()).await?;
+    let filling = batch_of_len(7, 0, config.max_frame_bytes - 256);
+    assert_eq!(
+        produce(&mut conn, "big", filling).await?,
+        (code(ResponseError::MessageTooLarge), -1)
+    );
+    assert_eq!(
+        produce(&mut conn, "big", batch_of_len(7, 0, max)).await?,
+        (0, 0)
+    );
+    let answer = fetch_all(&mut conn, "big", 1).await?;
+    let fetched = &answer.responses[0].partitions[0];
+    assert_eq!(fetched.error_code, 0);
+    assert_eq!(fetched.records.as_ref().map(Bytes::len), Some(max));
+    Ok(())
+}
+
+#[tokio::test]
+async fn only_the_first_partition_with_data_may_pass_the_fetch_room() -> Result<()> {
+    // Two batches that each fit an answer, in two partitions: together they did not, and the
+    // fetch of both was answered with an error, whatever the client did.
+    let config = Config {
+        max_frame_bytes: 64 << 10,
+        default_partitions: 2,
+        ..Config::default()
+    };
+    let max = minibroker_server::batch_room(config.max_frame_bytes);
+    let (_broker, _kafka, mut conn) = kafka(config).await?;
+    let lens = [max * 2 / 3, max];
+    for partition in 0..2 {
+        let records = batch_of_len(7, 0, lens[partition as usize]).into();
+        let mut request = produce_request("t", records, -1);
+        request.topic_data[0].partition_data[0].index = partition;
+        let answer: ProduceResponse = conn.call(ApiKey::Produce, PRODUCE, &request).await?;
+        assert_eq!(answer.responses[0].partition_responses[0].error_code, 0);
+    }
+    let answer = fetch_all(&mut conn, "t", 2).await?;
+    let sizes: Vec<usize> = answer.responses[0]
+        .partitions
+        .iter()
+        .map(|p| p.records.as_ref().map_or(0, Bytes::len))
+        .collect();
+    assert_eq!(sizes, [lens[0], 0]);
     Ok(())
 }
