@@ -7,6 +7,7 @@ order per partition, with its key and headers. It prints one JSON summary line a
 non-zero on any failure.
 
     python clients.py confluent|kafka-python|aiokafka BOOTSTRAP TOPIC PARTITIONS COUNT
+    python clients.py confluent BOOTSTRAP TOPIC PARTITIONS COUNT gzip|snappy|lz4|zstd
     python clients.py admin BOOTSTRAP TOPIC PARTITIONS
     python clients.py lossy BOOTSTRAP TOPIC COUNT      (produce only, through a faulty network)
     python clients.py steady BOOTSTRAP TOPIC PARTITIONS COUNT   (produce only, riding out restarts)
@@ -58,12 +59,12 @@ def report(client, sent, received, extra=None):
     sys.exit(0 if not problems else 1)
 
 
-def run_confluent(bootstrap, topic, partitions, count):
+def run_confluent(bootstrap, topic, partitions, count, compression="none"):
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     sent = expected_records(topic, partitions, count)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "acks": "all", "linger.ms": 5})
+                         "acks": "all", "linger.ms": 5, "compression.type": compression})
     failures = []
 
     def delivered(error, _message):
@@ -263,7 +264,7 @@ def main():
     else:
         runner = {"confluent": run_confluent, "kafka-python": run_kafka_python,
                   "aiokafka": run_aiokafka}[command]
-        runner(bootstrap, topic, int(sys.argv[4]), int(sys.argv[5]))
+        runner(bootstrap, topic, int(sys.argv[4]), int(sys.argv[5]), *sys.argv[6:])
 
 
 if __name__ == "__main__":

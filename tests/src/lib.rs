@@ -275,6 +275,27 @@ pub fn batch_of_len(producer_id: i64, epoch: i16, len: usize) -> Vec<u8> {
     }
 }
 
+/// Batches from `producer_id` at sequence 0 whose header and CRC are valid but whose records no
+/// consumer can read: garbage records, and a "gzip" batch whose payload is plain text.
+#[must_use]
+pub fn poison_batches(producer_id: i64) -> Vec<(&'static str, Vec<u8>)> {
+    let reseal = |mut batch: Vec<u8>| {
+        let crc = crc32c::crc32c(&batch[21..]);
+        batch[17..21].copy_from_slice(&crc.to_be_bytes());
+        batch
+    };
+    let header = minibroker_records::HEADER_LEN;
+    let mut garbage = batch(producer_id, 0, 0, &[b"a record of some length"]);
+    garbage[header..].fill(0xee);
+    let mut plain = batch(producer_id, 0, 0, &[b"a record of some length"]);
+    plain[header..].fill(b't');
+    plain[22] |= 1; // gzip
+    vec![
+        ("garbage records", reseal(garbage)),
+        ("plain text as gzip", reseal(plain)),
+    ]
+}
+
 /// A produce request that owns its batch; [`Self::request`] borrows it as a wire request.
 #[derive(Debug, Clone)]
 pub struct OwnedProduce {

@@ -47,6 +47,8 @@ pub use kafka_protocol::records::NO_PRODUCER_ID;
 
 mod request;
 pub use request::encode_request;
+mod validate;
+pub use validate::{MAX_DECOMPRESSED_BYTES, validate};
 
 /// Bytes of a v2 batch header, before its records.
 pub const HEADER_LEN: usize = 61;

@@ -398,7 +398,8 @@ impl Broker {
                 max,
             });
         }
-        let info = minibroker_records::inspect(batch)?;
+        // The records are walked too: a batch no consumer could read is never acknowledged.
+        let info = minibroker_records::validate(batch)?;
         if info.transactional || info.control {
             return Err(BrokerError::TransactionsUnsupported);
         }

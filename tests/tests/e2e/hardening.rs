@@ -433,3 +433,43 @@ async fn a_batch_is_accepted_only_if_a_fetch_can_hand_it_back() -> Result<()> {
     );
     still_serves(broker.addr).await
 }
+
+#[tokio::test]
+async fn a_batch_no_consumer_could_read_is_refused_and_the_partition_stays_readable() -> Result<()>
+{
+    // Such batches were acknowledged, and every later record of the partition was unreadable:
+    // `minibroker consume` exited 1 and Kafka consumers stopped at them.
+    let broker = start_broker().await?;
+    let mut conn = RawConnection::connect(broker.addr).await?;
+    for (what, poison) in minibroker_tests::poison_batches(1) {
+        let poison = OwnedProduce {
+            topic: "p".into(),
+            partition: 0,
+            batch: poison,
+        };
+        let answer = conn.call(1, &poison).await?;
+        assert!(
+            matches!(error_of(&answer), Some((ErrorCode::CorruptBatch, _))),
+            "{what}: {answer:?}"
+        );
+    }
+    // Nothing of them was stored: the producer's real first batch is sequence 0 and offset 0.
+    let good = produce("p", 0, 1, 0, 0, &[b"good"]);
+    assert!(matches!(
+        conn.call(2, &good).await?,
+        Response::Produce(p) if p.outcome == Outcome::Accepted && p.base_offset == Some(0)
+    ));
+    let fetch = Request::Fetch(FetchRequest {
+        topic: "p",
+        partition: 0,
+        offset: 0,
+        max_bytes: u32::MAX,
+    });
+    let Response::Fetch(answer) = conn.call(3, &fetch).await? else {
+        bail!("the partition cannot be fetched");
+    };
+    assert_eq!(answer.batches.len(), 1);
+    let decoded = minibroker_records::decode(&answer.batches[0])?;
+    assert_eq!(decoded.records[0].value.as_deref(), Some(&b"good"[..]));
+    Ok(())
+}

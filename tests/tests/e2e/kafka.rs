@@ -107,6 +107,21 @@ async fn a_damaged_batch_is_a_corrupt_message_and_nothing_is_stored() -> Result<
 }
 
 #[tokio::test]
+async fn records_no_consumer_could_read_are_a_corrupt_message() -> Result<()> {
+    let (_broker, _kafka, mut conn) = kafka(Config::default()).await?;
+    for (what, poison) in minibroker_tests::poison_batches(7) {
+        let answer = produce(&mut conn, "t", poison).await?;
+        assert_eq!(answer.0, code(ResponseError::CorruptMessage), "{what}");
+    }
+    // Nothing was stored: the producer's sequence 0 is still its first, at offset 0.
+    assert_eq!(
+        produce(&mut conn, "t", batch(7, 0, 0, &[b"good"])).await?,
+        (0, 0)
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn an_unknown_topic_is_refused_when_auto_creation_is_off() -> Result<()> {
     let config = Config {
         auto_create_topics: false,

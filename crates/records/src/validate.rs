@@ -1,0 +1,381 @@
+//! [`validate`]: a batch's records walked before it is stored, as Kafka's `LogValidator` does.
+//!
+//! [`crate::inspect`] checks the header and the CRC, and the CRC only proves that the bytes are
+//! the ones the producer sent. A producer can still send a batch whose records do not parse, or a
+//! "gzip" batch whose payload is not gzip: stored, it is acknowledged once and then stops every
+//! consumer of the partition at it, for good. So every record is walked once on the way in: its
+//! length, its fields' lengths, its offset delta (`0..count`, in order), and the count itself, with
+//! nothing left over.
+//!
+//! A compressed batch is decompressed as a stream and walked as it comes, so memory stays a few
+//! buffers whatever the payload claims; [`MAX_DECOMPRESSED_BYTES`] bounds the work one batch can
+//! ask for. The decompressors are the ones `kafka-protocol` itself uses (flate2, snap, lz4, zstd),
+//! read through their streaming interfaces, because the crate's own decompress into one buffer
+//! without a bound.
+
+use std::io::{self, BufRead, BufReader, Read};
+
+use crate::{BatchInfo, HEADER_LEN, RecordsError, inspect, layout};
+
+/// Most bytes a compressed batch's records may decompress to; a batch that claims more is
+/// refused as corrupt. Its records are walked as they are decompressed, so this bounds the
+/// broker's work for one batch, not its memory.
+pub const MAX_DECOMPRESSED_BYTES: u64 = 128 << 20;
+
+/// Checks a batch a client sent, as [`inspect`] does, and walks its records (decompressing them
+/// if needed): each must parse, with offset deltas `0, 1, ...` in order, exactly as many as the
+/// header counts, and nothing after the last.
+///
+/// # Errors
+/// As [`inspect`]; [`RecordsError::Corrupt`] for records that do not parse, do not match the
+/// header, or do not decompress (or decompress to more than [`MAX_DECOMPRESSED_BYTES`]).
+pub fn validate(batch: &[u8]) -> Result<BatchInfo, RecordsError> {
+    let info = inspect(batch)?;
+    let records = &batch[HEADER_LEN..];
+    let codec = i16::from_be_bytes([batch[layout::ATTRIBUTES], batch[layout::ATTRIBUTES + 1]])
+        & crate::attributes::COMPRESSION;
+    let walked = match codec {
+        0 => walk(&mut SliceSource::new(records), info.record_count),
+        codec => walk_compressed(codec, records, info.record_count),
+    };
+    walked.map_err(|why| RecordsError::Corrupt(why.0))?;
+    Ok(info)
+}
+
+/// Why the records were refused.
+#[derive(Debug)]
+struct Refused(String);
+
+impl From<io::Error> for Refused {
+    fn from(error: io::Error) -> Self {
+        Self(format!("its records do not decompress: {error}"))
+    }
+}
+
+fn refused<T>(why: impl Into<String>) -> Result<T, Refused> {
+    Err(Refused(why.into()))
+}
+
+fn walk_compressed(codec: i16, records: &[u8], count: u32) -> Result<(), Refused> {
+    let stream: Box<dyn Read + '_> = match codec {
+        1 => Box::new(flate2::read::GzDecoder::new(records)),
+        2 => Box::new(snappy::Stream::new(records)?),
+        3 => Box::new(lz4::Decoder::new(records)?),
+        4 => Box::new(zstd::stream::read::Decoder::with_buffer(records)?),
+        // `inspect` refused every other codec.
+        other => return refused(format!("unknown compression codec {other}")),
+    };
+    walk(&mut StreamSource::new(stream), count)
+}
+
+/// Where a walk reads records from: a slice, or a stream being decompressed.
+trait Source {
+    /// The next byte; an error at the end.
+    fn byte(&mut self) -> Result<u8, Refused>;
+    /// Passes over `len` bytes; an error if there are fewer.
+    fn skip(&mut self, len: usize) -> Result<(), Refused>;
+    /// Passes over `len` bytes and says whether they are UTF-8.
+    fn skip_utf8(&mut self, len: usize) -> Result<bool, Refused>;
+    /// Bytes read so far.
+    fn position(&self) -> u64;
+    /// Whether every byte has been read.
+    fn at_end(&mut self) -> Result<bool, Refused>;
+}
+
+/// Walks `count` records from `source`, and checks nothing follows them.
+fn walk(source: &mut impl Source, count: u32) -> Result<(), Refused> {
+    for expected in 0..count {
+        let length = varint(source)?;
+        let Ok(length) = u64::try_from(length) else {
+            return refused(format!(
+                "record {expected} has a negative length ({length})"
+            ));
+        };
+        let start = source.position();
+        source.skip(1)?; // attributes
+        varlong(source)?; // timestamp delta
+        let offset_delta = varint(source)?;
+        if offset_delta != i64::from(expected) {
+            return refused(format!("record {expected} has offset delta {offset_delta}"));
+        }
+        skip_field(source)?; // key
+        skip_field(source)?; // value
+        let headers = varint(source)?;
+        // Each header takes two bytes at least (its two lengths).
+        let left = length.saturating_sub(source.position() - start);
+        if headers < 0 || headers as u64 > left / 2 {
+            return refused(format!(
+                "record {expected} claims {headers} headers in {left} bytes"
+            ));
+        }
+        for _ in 0..headers {
+            let key = varint(source)?;
+            if key < 0 {
+                return refused(format!(
+                    "record {expected} has a header key of length {key}"
+                ));
+            }
+            // Consumers read header keys as strings (kafka-python and this broker's decoder
+            // refuse the batch otherwise).
+            if !source.skip_utf8(key as usize)? {
+                return refused(format!(
+                    "record {expected} has a header key that is not UTF-8"
+                ));
+            }
+            skip_field(source)?;
+        }
+        let read = source.position() - start;
+        if read != length {
+            return refused(format!(
+                "record {expected} says it is {length} bytes, but its fields take {read}"
+            ));
+        }
+    }
+    if !source.at_end()? {
+        return refused(format!("bytes follow its {count} records"));
+    }
+    Ok(())
+}
+
+/// Skips a key, value or header value: its length, then that many bytes (none for -1: null).
+fn skip_field(source: &mut impl Source) -> Result<(), Refused> {
+    match varint(source)? {
+        -1 => Ok(()),
+        length => match usize::try_from(length) {
+            Ok(length) => source.skip(length),
+            Err(_) => refused(format!("a record field has length {length}")),
+        },
+    }
+}
+
+/// A zig-zag varint of at most `max_bytes` bytes.
+fn zigzag(source: &mut impl Source, max_bytes: u32) -> Result<i64, Refused> {
+    let mut value = 0u64;
+    for i in 0..max_bytes {
+        let byte = source.byte()?;
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Ok((value >> 1) as i64 ^ -((value & 1) as i64));
+        }
+    }
+    refused("a record holds a varint that does not end")
+}
+
+/// A 32-bit field (Kafka's varint).
+fn varint(source: &mut impl Source) -> Result<i64, Refused> {
+    let value = zigzag(source, 5)?;
+    if i32::try_from(value).is_err() {
+        return refused(format!("a record holds a varint out of range ({value})"));
+    }
+    Ok(value)
+}
+
+/// A 64-bit field (Kafka's varlong).
+fn varlong(source: &mut impl Source) -> Result<i64, Refused> {
+    zigzag(source, 10)
+}
+
+fn past_the_end<T>() -> Result<T, Refused> {
+    refused("a record runs past the end of the batch")
+}
+
+/// Records in place, in an uncompressed batch: the produce path's usual case, kept to a few
+/// comparisons per field.
+struct SliceSource<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> SliceSource<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Self { bytes, at: 0 }
+    }
+}
+
+impl Source for SliceSource<'_> {
+    fn byte(&mut self) -> Result<u8, Refused> {
+        let Some(&byte) = self.bytes.get(self.at) else {
+            return past_the_end();
+        };
+        self.at += 1;
+        Ok(byte)
+    }
+
+    fn skip(&mut self, len: usize) -> Result<(), Refused> {
+        if len > self.bytes.len() - self.at {
+            return past_the_end();
+        }
+        self.at += len;
+        Ok(())
+    }
+
+    fn skip_utf8(&mut self, len: usize) -> Result<bool, Refused> {
+        let start = self.at;
+        self.skip(len)?;
+        Ok(std::str::from_utf8(&self.bytes[start..self.at]).is_ok())
+    }
+
+    fn position(&self) -> u64 {
+        self.at as u64
+    }
+
+    fn at_end(&mut self) -> Result<bool, Refused> {
+        Ok(self.at == self.bytes.len())
+    }
+}
+
+/// Records as a decompressor hands them out, counted against [`MAX_DECOMPRESSED_BYTES`].
+struct StreamSource<R> {
+    reader: BufReader<R>,
+    at: u64,
+}
+
+impl<R: Read> StreamSource<R> {
+    fn new(reader: R) -> Self {
+        Self {
+            reader: BufReader::with_capacity(64 << 10, reader),
+            at: 0,
+        }
+    }
+
+    fn advance(&mut self, len: u64) -> Result<(), Refused> {
+        self.at += len;
+        if self.at > MAX_DECOMPRESSED_BYTES {
+            return refused(format!(
+                "its records decompress to more than {MAX_DECOMPRESSED_BYTES} bytes"
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<R: Read> Source for StreamSource<R> {
+    fn byte(&mut self) -> Result<u8, Refused> {
+        let Some(&byte) = self.reader.fill_buf()?.first() else {
+            return past_the_end();
+        };
+        self.reader.consume(1);
+        self.advance(1)?;
+        Ok(byte)
+    }
+
+    fn skip(&mut self, len: usize) -> Result<(), Refused> {
+        let mut left = len as u64;
+        // Checked first: a field that claims more than the bound is refused unread.
+        if self.at + left > MAX_DECOMPRESSED_BYTES {
+            return self.advance(left);
+        }
+        while left > 0 {
+            let available = self.reader.fill_buf()?.len() as u64;
+            if available == 0 {
+                return past_the_end();
+            }
+            let step = available.min(left);
+            self.reader.consume(step as usize);
+            left -= step;
+        }
+        self.advance(len as u64)
+    }
+
+    fn skip_utf8(&mut self, len: usize) -> Result<bool, Refused> {
+        self.advance(len as u64)?;
+        let mut key = vec![0; len];
+        match self.reader.read_exact(&mut key) {
+            Ok(()) => Ok(std::str::from_utf8(&key).is_ok()),
+            Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => past_the_end(),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    fn position(&self) -> u64 {
+        self.at
+    }
+
+    fn at_end(&mut self) -> Result<bool, Refused> {
+        Ok(self.reader.fill_buf()?.is_empty())
+    }
+}
+
+/// Kafka's snappy: raw snappy, or snappy-java's framing (a magic header, then blocks each with
+/// its length), as `kafka-protocol` reads it, one block at a time.
+mod snappy {
+    use std::io::{self, Read};
+
+    use super::{MAX_DECOMPRESSED_BYTES, Refused, refused};
+
+    const MAGIC_HEADER: &[u8; 16] = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01";
+
+    /// The decompressed bytes of a snappy payload, a block at a time.
+    pub(super) struct Stream<'a> {
+        /// Blocks not yet decompressed (empty for raw snappy, decompressed whole at the start).
+        blocks: &'a [u8],
+        block: Vec<u8>,
+        at: usize,
+        decoder: snap::raw::Decoder,
+    }
+
+    impl<'a> Stream<'a> {
+        pub(super) fn new(payload: &'a [u8]) -> Result<Self, Refused> {
+            let mut stream = Self {
+                blocks: &[],
+                block: Vec::new(),
+                at: 0,
+                decoder: snap::raw::Decoder::new(),
+            };
+            match payload.strip_prefix(MAGIC_HEADER) {
+                Some(blocks) => stream.blocks = blocks,
+                None => stream.decompress(payload)?,
+            }
+            Ok(stream)
+        }
+
+        fn decompress(&mut self, compressed: &[u8]) -> Result<(), Refused> {
+            let len = snap::raw::decompress_len(compressed).map_err(|error| {
+                Refused(format!("its snappy records do not decompress: {error}"))
+            })?;
+            if len as u64 > MAX_DECOMPRESSED_BYTES {
+                return refused(format!(
+                    "its records decompress to more than {MAX_DECOMPRESSED_BYTES} bytes"
+                ));
+            }
+            self.block.resize(len, 0);
+            self.decoder
+                .decompress(compressed, &mut self.block)
+                .map_err(|error| {
+                    Refused(format!("its snappy records do not decompress: {error}"))
+                })?;
+            self.at = 0;
+            Ok(())
+        }
+
+        /// Decompresses the next framed block once the current one is read.
+        fn next_block(&mut self) -> io::Result<()> {
+            let invalid = |why: String| io::Error::new(io::ErrorKind::InvalidData, why);
+            let Some((length, rest)) = self.blocks.split_first_chunk::<4>() else {
+                return Err(invalid("a snappy block length is cut short".into()));
+            };
+            let length = u32::from_be_bytes(*length) as usize;
+            if length > rest.len() {
+                return Err(invalid("a snappy block runs past the batch".into()));
+            }
+            let (block, rest) = rest.split_at(length);
+            self.blocks = rest;
+            self.decompress(block).map_err(|why| invalid(why.0))
+        }
+    }
+
+    impl Read for Stream<'_> {
+        fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+            while self.at == self.block.len() {
+                if self.blocks.is_empty() {
+                    return Ok(0);
+                }
+                self.next_block()?;
+            }
+            let n = out.len().min(self.block.len() - self.at);
+            out[..n].copy_from_slice(&self.block[self.at..self.at + n]);
+            self.at += n;
+            Ok(n)
+        }
+    }
+}
