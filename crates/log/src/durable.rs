@@ -580,7 +580,8 @@ impl DurableLog {
     ///
     /// # Errors
     /// [`LogError::OffsetOutOfRange`] outside the log; [`LogError::Storage`] if a read, or the
-    /// write of pending batches, fails.
+    /// write of pending batches, fails; [`LogError::Damaged`] for a stored batch that fails its
+    /// CRC or does not follow the one before it (the log is read-only from then on).
     pub fn read(&mut self, from: i64, limits: ReadLimits) -> Result<Vec<Bytes>, LogError> {
         self.write_pending()?;
         let (start, end) = (self.start_offset(), self.next_offset());
@@ -597,12 +598,21 @@ impl DurableLog {
             let at = self.sealed.partition_point(|s| s.next_offset <= from);
             &self.sealed[at]
         };
-        segment.read(from, limits).map_err(|error| {
-            LogError::Storage(format!(
-                "reading segment {} in {}: {error}",
-                file_name(segment.base_offset, LOG_SUFFIX),
-                self.dir.display()
-            ))
+        let base = segment.base_offset;
+        let read = segment.read(from, limits);
+        read.map_err(|error| {
+            let reason = format!(
+                "reading segment {}: {error}",
+                self.dir.join(file_name(base, LOG_SUFFIX)).display()
+            );
+            if error.kind() == io::ErrorKind::InvalidData {
+                // Damaged bytes do not mend: nothing more is written after them, and the
+                // broker reports the partition's storage as failed.
+                self.set_failed(reason.clone());
+                LogError::Damaged(reason)
+            } else {
+                LogError::Storage(reason)
+            }
         })
     }
 

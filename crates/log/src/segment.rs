@@ -126,43 +126,73 @@ impl Segment {
         self.unindexed = mark.unindexed;
     }
 
-    /// Where to start walking for `offset`: the last indexed batch at or before it.
-    fn locate(&self, offset: i64) -> u64 {
+    /// Where to start walking for `offset`: the last indexed batch at or before it, as its
+    /// position and base offset.
+    fn locate(&self, offset: i64) -> (u64, i64) {
         let delta = offset
             .saturating_sub(self.base_offset)
             .clamp(0, i64::from(u32::MAX)) as u32;
         let after = self
             .index
             .partition_point(|entry| entry.offset_delta <= delta);
-        after
-            .checked_sub(1)
-            .map_or(0, |at| u64::from(self.index[at].position))
+        after.checked_sub(1).map_or((0, self.base_offset), |at| {
+            let entry = self.index[at];
+            (
+                u64::from(entry.position),
+                self.base_offset + i64::from(entry.offset_delta),
+            )
+        })
     }
 
     /// The whole batches holding `from` and after, within `limits` (at least one if any).
+    ///
+    /// Every batch walked must begin where the one before it ended, and every batch returned
+    /// must pass [`minibroker_records::inspect_stored`] (its CRC-32C included): a batch damaged on
+    /// disk is never served. Either failure is an [`io::ErrorKind::InvalidData`] error naming
+    /// the offset and the position in the file.
     pub(crate) fn read(&self, from: i64, limits: ReadLimits) -> io::Result<Vec<Bytes>> {
         let chunk = limits
             .max_bytes
             .saturating_add(2 * INDEX_INTERVAL as usize)
             .min(MAX_READ_CHUNK);
         let mut reader = ChunkReader::new(&*self.file, self.size, chunk);
-        let mut position = self.locate(from);
+        let (mut position, mut expected) = self.locate(from);
         let mut batches = Vec::new();
         let mut cost = 0usize;
         while position < self.size {
             let header = reader.bytes(position, HEADER_LEN)?;
-            let len = minibroker_records::batch_len(&header).ok_or_else(corrupt)?;
-            if minibroker_records::end_offset(&header) <= from {
+            let len = minibroker_records::batch_len(&header)
+                .filter(|len| position + *len as u64 <= self.size)
+                .ok_or_else(|| damaged(expected, position, "has a bad length"))?;
+            if minibroker_records::base_offset(&header) != expected {
+                return Err(damaged(
+                    expected,
+                    position,
+                    "does not follow the batch before it",
+                ));
+            }
+            let end = minibroker_records::end_offset(&header);
+            if end <= from {
                 position += len as u64;
+                expected = end;
                 continue;
             }
             let next = cost.saturating_add(len + limits.batch_overhead);
             if !batches.is_empty() && next > limits.max_bytes {
                 break;
             }
-            batches.push(reader.bytes(position, len)?);
+            let batch = reader.bytes(position, len)?;
+            if let Err(error) = minibroker_records::inspect_stored(&batch, expected) {
+                return Err(damaged(
+                    expected,
+                    position,
+                    &format!("fails its check: {error}"),
+                ));
+            }
+            batches.push(batch);
             cost = next;
             position += len as u64;
+            expected = end;
         }
         Ok(batches)
     }
@@ -285,10 +315,12 @@ impl Segment {
 
 const INDEX_MAGIC: &[u8; 4] = b"MBX1";
 
-fn corrupt() -> io::Error {
+/// A stored batch that is not what was written: `what` happened to the batch expected at
+/// `offset`, at `position` in the file.
+fn damaged(offset: i64, position: u64, what: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
-        "a stored batch has a bad length",
+        format!("the stored batch at offset {offset} (byte {position} of the file) {what}"),
     )
 }
 

@@ -1306,3 +1306,54 @@ fn open_fs_with(dir: &Path, config: SegmentConfig) -> DurableLog {
         .expect("the log opens")
         .log
 }
+
+/// Flips one bit at `position` of the file at `path`.
+fn flip_bit(path: &Path, position: u64) {
+    let mut bytes = std::fs::read(path).expect("the file reads");
+    bytes[position as usize] ^= 0x10;
+    std::fs::write(path, bytes).expect("the file writes");
+}
+
+#[test]
+fn a_stored_batch_that_no_longer_matches_its_crc_is_never_served() {
+    // A sealed segment opened from its index is not scanned: a flipped bit in record data was
+    // served as it was (`VALUE1003` for `VALUE0003`). Every byte of a batch, in every position,
+    // must now fail the read of that batch and leave the log read-only.
+    let (dir, model) = closed_fs_log(8, 40, 1);
+    let first = segment_file(dir.path(), 0, ".log");
+    let sealed = model
+        .batches
+        .iter()
+        .take_while(|b| b.end <= fs_bases(dir.path())[1])
+        .count();
+    let target = &model.batches[sealed / 2];
+    let start: u64 = model.batches[..sealed / 2]
+        .iter()
+        .map(|b| b.bytes.len() as u64)
+        .sum();
+    for at in 0..target.bytes.len() as u64 {
+        flip_bit(&first, start + at);
+        let mut log = open_fs(dir.path()).log;
+        match log.read(target.base, limits(1 << 20, 0)) {
+            Err(LogError::Damaged(message)) => {
+                assert!(message.contains(&format!("{:020}.log", 0)), "{message}");
+                assert!(message.contains("offset"), "{message}");
+            }
+            Ok(read) if at < 8 => {
+                // A changed base offset misplaces the batch: it must not be served at all.
+                assert!(read.iter().all(|b| *b != target.bytes), "byte {at}");
+                panic!("byte {at}: a misplaced batch was read without an error");
+            }
+            other => panic!("byte {at}: a damaged batch was served: {other:?}"),
+        }
+        assert!(log.failure().is_some(), "byte {at}: the log is read-only");
+        let batch = random_batch(&mut Rng(1), 0, None);
+        assert!(matches!(
+            log.append(&batch, record_count(&batch), 0),
+            Err(LogError::ReadOnly(_))
+        ));
+        flip_bit(&first, start + at);
+    }
+    // Mended, it reads again.
+    assert_holds(&mut open_fs(dir.path()).log, &model.batches);
+}

@@ -160,3 +160,43 @@ async fn the_interval_policy_acknowledges_at_once_and_syncs_on_its_tick() {
     let crashed = open(&storage.crash(0), &config);
     assert_eq!(crashed.offsets("t", 0).unwrap(), (0, 4));
 }
+
+#[tokio::test]
+async fn a_flipped_byte_in_a_sealed_segment_is_a_storage_error_and_the_partition_read_only() {
+    // With its index present a sealed segment is not scanned at start, and a flipped byte in
+    // record data was served as stored (VALUE1003 for VALUE0003), with no warning.
+    let storage = SimStorage::new();
+    let config = config();
+    let broker = open(&storage, &config);
+    let mut topics = TopicCache::default();
+    for sequence in 0..20 {
+        broker
+            .produce(&mut topics, "t", 0, &batch(1, sequence, 0))
+            .await
+            .unwrap();
+    }
+    drop(broker);
+    let sealed = storage
+        .paths()
+        .into_iter()
+        .find(|p| p.to_string_lossy().ends_with("00000000000000000000.log"))
+        .expect("the first segment");
+    let mut bytes = storage.contents(&sealed).expect("its bytes");
+    let value = bytes.len() - 100;
+    bytes[value] ^= 0x01;
+    storage.set_contents(&sealed, bytes);
+    let restarted = open(&storage, &config);
+    let error = restarted.fetch("t", 0, 0, 1 << 20, 0).unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Storage, "{error}");
+    assert!(
+        error.to_string().contains("00000000000000000000.log"),
+        "{error}"
+    );
+    // The partition is read-only, and the rest of the log is not served around the damage.
+    let mut topics = TopicCache::default();
+    let refused = restarted
+        .produce(&mut topics, "t", 0, &batch(2, 0, 0))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::Storage, "{refused}");
+}
