@@ -11,6 +11,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -35,9 +36,32 @@ fn family<'a, V: Copy>(
             // A single, unlabelled sample: no `{}` after its name.
             return encode(value, metric);
         }
+        let labels: Vec<(&str, Cow<'_, str>)> = labels
+            .iter()
+            .map(|(name, value)| (*name, escaped(value)))
+            .collect();
         encode(value, metric.encode_family(&labels)?)?;
     }
     Ok(())
+}
+
+/// A label value as the exposition format must carry it: backslash, double quote and line feed
+/// escaped (the encoder writes values as they are). A group id is any string a client chose:
+/// unescaped, one could close its sample and write series of its own, or an early `# EOF`.
+pub(crate) fn escaped(value: &str) -> Cow<'_, str> {
+    if !value.contains(['\\', '"', '\n']) {
+        return Cow::Borrowed(value);
+    }
+    let mut out = String::with_capacity(value.len() + 8);
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
 }
 
 fn counter(value: u64, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
