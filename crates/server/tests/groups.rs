@@ -160,8 +160,9 @@ async fn a_silent_member_is_removed_when_its_session_expires() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(120)).await;
     groups.tick();
+    // With no member and no offsets left, the group is gone.
     let described = groups.describe("g");
-    assert_eq!(described.state, GroupState::Empty);
+    assert_eq!(described.state, GroupState::Dead);
     assert!(described.members.is_empty());
     assert_eq!(
         groups.heartbeat("g", 1, &member.member_id),
@@ -270,4 +271,41 @@ async fn committed_offsets_survive_a_crash_of_a_durable_broker() {
     assert_eq!(committed.len(), 1);
     assert_eq!(committed[0].1.offset, 99);
     assert_eq!(committed[0].1.metadata.as_deref(), Some("meta"));
+}
+
+#[tokio::test]
+async fn refused_requests_create_no_group_and_an_emptied_group_goes_at_once() {
+    // Each MEMBER_ID_REQUIRED answer and each failed commit created a group that lived for
+    // `offsets_retention_ms` (7 days): `max_groups` of them locked every new group out.
+    let groups = GroupCoordinator::new(
+        &Config {
+            max_groups: 10,
+            ..config()
+        },
+        None,
+    )
+    .unwrap();
+    for i in 0..1000 {
+        let probe = JoinRequest {
+            group_id: format!("probe-{i}"),
+            ..request("", 10_000)
+        };
+        assert!(matches!(
+            groups.join(probe).await,
+            Err(GroupError::MemberIdRequired(_))
+        ));
+        let offsets = vec![("t".to_owned(), 0, 1, None)];
+        let group = format!("refused-{i}");
+        assert!(groups.commit(&group, 3, "nobody", offsets).await.is_err());
+    }
+    assert!(groups.list().is_empty(), "{:?}", groups.list().len());
+    // A real group still gets in, with the member id its first join was given.
+    let joined = join_new(&groups, 10_000).await;
+    assert_eq!(groups.list().len(), 1);
+    groups.leave("g", std::slice::from_ref(&joined.member_id));
+    groups.tick();
+    assert!(
+        groups.list().is_empty(),
+        "an emptied group without offsets stays"
+    );
 }

@@ -11,7 +11,7 @@
 //! joins and syncs hold a one-shot sender here and are answered when the phase completes.
 
 use bytes::Bytes;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -84,8 +84,6 @@ pub(super) struct Group {
     leader: Option<String>,
     /// By member id, so the leader of a new group and every listing are deterministic.
     members: BTreeMap<String, Member>,
-    /// Member ids handed out by a MEMBER_ID_REQUIRED answer and not yet used.
-    issued: HashSet<String>,
     rebalance_deadline: Option<Instant>,
     pub(super) offsets: BTreeMap<(String, i32), Committed>,
     /// When the group last had a member or a commit (milliseconds), for offset expiry.
@@ -101,16 +99,12 @@ impl Default for Group {
             protocol: None,
             leader: None,
             members: BTreeMap::new(),
-            issued: HashSet::new(),
             rebalance_deadline: None,
             offsets: BTreeMap::new(),
             last_active_ms: minibroker_records::now_millis(),
         }
     }
 }
-
-/// Most member ids a group hands out and keeps waiting for their first join.
-const MAX_ISSUED_IDS: usize = 1000;
 
 impl Group {
     /// An empty group holding offsets recovered from disk.
@@ -143,9 +137,13 @@ impl Group {
         self.members.contains_key(member_id)
     }
 
+    /// Joins a member. `issued` says that the coordinator handed out the request's member id in
+    /// a MEMBER_ID_REQUIRED answer for this group (the coordinator keeps those ids: a refused
+    /// join leaves no group behind).
     pub(super) fn join(
         &mut self,
         request: JoinRequest,
+        issued: bool,
         new_member_id: impl FnOnce() -> String,
         now: Instant,
     ) -> Result<Waiting<Joined>, GroupError> {
@@ -168,16 +166,10 @@ impl Group {
         let member_id = if request.member_id.is_empty() {
             let id = new_member_id();
             if request.require_known_member {
-                if self.issued.len() >= MAX_ISSUED_IDS {
-                    self.issued.clear();
-                }
-                self.issued.insert(id.clone());
                 return Err(GroupError::MemberIdRequired(id));
             }
             id
-        } else if self.members.contains_key(&request.member_id)
-            || self.issued.remove(&request.member_id)
-        {
+        } else if issued || self.members.contains_key(&request.member_id) {
             request.member_id.clone()
         } else {
             return Err(GroupError::UnknownMemberId);
@@ -457,6 +449,11 @@ impl Group {
         if self.has_members() {
             self.last_active_ms = minibroker_records::now_millis();
         }
+    }
+
+    /// Neither members nor committed offsets: nothing to keep the group for.
+    pub(super) fn is_empty(&self) -> bool {
+        !self.has_members() && self.offsets.is_empty()
     }
 
     pub(super) fn expired(&self, now_ms: i64, retention_ms: i64) -> bool {

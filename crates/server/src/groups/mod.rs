@@ -22,7 +22,7 @@ mod group;
 mod store;
 
 use bytes::Bytes;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -175,10 +175,18 @@ struct Limits {
     max_members: usize,
 }
 
+/// Most member ids handed out by MEMBER_ID_REQUIRED answers and kept waiting for their first
+/// join, across all groups; beyond it the oldest are forgotten (their join is answered
+/// UNKNOWN_MEMBER_ID, and the client asks again).
+const MAX_ISSUED_IDS: usize = 1000;
+
 /// Every group of the broker.
 #[derive(Debug)]
 pub struct GroupCoordinator {
     groups: Mutex<HashMap<String, Group>>,
+    /// (group id, member id) pairs handed out by a MEMBER_ID_REQUIRED answer and not yet used;
+    /// kept here, not in a group, so that a refused join creates no group.
+    issued: Mutex<HashSet<(String, String)>>,
     limits: Limits,
     store: Option<OffsetStore>,
     next_member: AtomicU64,
@@ -209,6 +217,7 @@ impl GroupCoordinator {
         }
         Ok(Self {
             groups: Mutex::new(groups),
+            issued: Mutex::default(),
             limits: Limits {
                 min_session: Duration::from_millis(config.group_min_session_timeout_ms),
                 max_session: Duration::from_millis(config.group_max_session_timeout_ms),
@@ -254,10 +263,11 @@ impl GroupCoordinator {
             ..request
         };
         let mut groups = self.lock();
-        let group = self.group_for(&mut groups, &request.group_id)?;
-        if group.member_count() >= self.limits.max_members && !group.is_member(&request.member_id) {
-            return Err(GroupError::GroupFull(self.limits.max_members));
-        }
+        let issued = !request.member_id.is_empty()
+            && self
+                .issued()
+                .remove(&(request.group_id.clone(), request.member_id.clone()));
+        let group_id = request.group_id.clone();
         let new_member_id = || {
             let n = self.next_member.fetch_add(1, Ordering::Relaxed);
             let client = if request.client_id.is_empty() {
@@ -267,7 +277,26 @@ impl GroupCoordinator {
             };
             format!("{client}-{n:016x}")
         };
-        group.join(request.clone(), new_member_id, Instant::now())
+        let joined = self.with_group(&mut groups, &group_id, |group| {
+            if group.member_count() >= self.limits.max_members
+                && !group.is_member(&request.member_id)
+            {
+                return Err(GroupError::GroupFull(self.limits.max_members));
+            }
+            group.join(request.clone(), issued, new_member_id, Instant::now())
+        });
+        if let Err(GroupError::MemberIdRequired(member_id)) = &joined {
+            let mut pending = self.issued();
+            if pending.len() >= MAX_ISSUED_IDS {
+                pending.clear();
+            }
+            pending.insert((group_id, member_id.clone()));
+        }
+        joined
+    }
+
+    fn issued(&self) -> MutexGuard<'_, HashSet<(String, String)>> {
+        self.issued.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Sends the leader's assignment (or, for the others, waits for it) and returns this
@@ -376,23 +405,32 @@ impl GroupCoordinator {
         commit_ms: i64,
     ) -> Result<(), GroupError> {
         let mut groups = self.lock();
-        let group = self.group_for(&mut groups, group_id)?;
-        group.commit(generation, member_id, offsets, commit_ms, Instant::now())
+        self.with_group(&mut groups, group_id, |group| {
+            group.commit(generation, member_id, offsets, commit_ms, Instant::now())
+        })
     }
 
-    /// The group named `group_id`, created empty if the broker has room for another.
-    fn group_for<'a>(
+    /// Applies `change` to the group named `group_id`, or to a new empty one if the broker has
+    /// room for another; a new group is kept only if `change` succeeded and left it with
+    /// members or offsets, so a refused request creates no group.
+    fn with_group<T>(
         &self,
-        groups: &'a mut HashMap<String, Group>,
+        groups: &mut HashMap<String, Group>,
         group_id: &str,
-    ) -> Result<&'a mut Group, GroupError> {
-        if !groups.contains_key(group_id) {
-            if groups.len() >= self.limits.max_groups {
-                return Err(GroupError::TooManyGroups(self.limits.max_groups));
-            }
-            groups.insert(group_id.to_owned(), Group::default());
+        change: impl FnOnce(&mut Group) -> Result<T, GroupError>,
+    ) -> Result<T, GroupError> {
+        if let Some(group) = groups.get_mut(group_id) {
+            return change(group);
         }
-        groups.get_mut(group_id).ok_or(GroupError::GroupIdNotFound)
+        if groups.len() >= self.limits.max_groups {
+            return Err(GroupError::TooManyGroups(self.limits.max_groups));
+        }
+        let mut group = Group::default();
+        let changed = change(&mut group)?;
+        if !group.is_empty() {
+            groups.insert(group_id.to_owned(), group);
+        }
+        Ok(changed)
     }
 
     fn offsets_snapshot(&self) -> OffsetsSnapshot {
@@ -479,9 +517,13 @@ impl GroupCoordinator {
     /// broker calls it a few times a second.
     pub fn tick(&self) {
         let now = Instant::now();
-        for group in self.lock().values_mut() {
+        let mut groups = self.lock();
+        for group in groups.values_mut() {
             group.tick(now);
         }
+        // A group whose last member left and that holds no offsets goes at once (Kafka's
+        // coordinator drops such a group as it empties), so it holds no place of `max_groups`.
+        groups.retain(|_, group| !group.is_empty());
     }
 
     /// Forgets groups that have had no members and no commit for `offsets_retention_ms`
