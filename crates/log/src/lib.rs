@@ -36,6 +36,7 @@ mod durable;
 mod error;
 mod memory;
 mod partition;
+pub mod sealed;
 mod segment;
 pub mod sim;
 pub mod storage;

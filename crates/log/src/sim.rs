@@ -218,8 +218,25 @@ impl Storage for SimStorage {
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut files = self.files();
-        let file = files.remove(from).ok_or(io::ErrorKind::NotFound)?;
-        files.insert(to.to_owned(), file);
+        if let Some(file) = files.remove(from) {
+            files.insert(to.to_owned(), file);
+            return Ok(());
+        }
+        // A directory: every file under it moves.
+        let under: Vec<PathBuf> = files
+            .keys()
+            .filter(|p| p.starts_with(from))
+            .cloned()
+            .collect();
+        if under.is_empty() {
+            return Err(io::ErrorKind::NotFound.into());
+        }
+        for path in under {
+            let moved = to.join(path.strip_prefix(from).unwrap_or(&path));
+            if let Some(file) = files.remove(&path) {
+                files.insert(moved, file);
+            }
+        }
         Ok(())
     }
 

@@ -3,16 +3,22 @@
 //! ```text
 //! DIR/lock                         held (flock) while a broker uses DIR
 //! DIR/topics                       one line per topic: "<name> <partitions>"
-//! DIR/producer-ids                 the first producer id not yet reserved
+//! DIR/producer-ids                 the first producer id not yet reserved (i64)
 //! DIR/group-offsets                consumer groups' committed offsets (`crate::groups`)
 //! DIR/logs/<topic>/<partition>/    a partition's segment files and snapshots (minibroker_log)
+//! DIR/set-aside/<name>-<ms>/       a directory under logs/ that names no topic, moved aside
 //! ```
 //!
 //! The topic list and the producer-id reservation are small files replaced atomically (written
-//! aside, synced, renamed). Producer ids are reserved a block at a time: the file is rewritten
+//! aside, synced, renamed), each in the checksummed envelope of [`minibroker_log::sealed`]: a
+//! damaged one stops the broker with its name. Files of older brokers (plain text, no checksum)
+//! are still read, and replaced by sealed ones at the next write. A directory under `logs/` that
+//! the topic list does not name is never deleted (the list may be what is wrong): it is moved to
+//! `set-aside/` with a warning, for the operator to look at. Producer ids are reserved a block at a time: the file is rewritten
 //! only when a block runs out, and a restarted broker starts after the last reserved block, so an
 //! id is never issued twice even if the broker was killed mid-block.
 
+use minibroker_log::sealed::{seal, unseal};
 use minibroker_log::storage::{read_whole, write_atomically};
 use minibroker_log::{DurableLog, Opened, SegmentConfig, Storage};
 use std::io;
@@ -23,6 +29,12 @@ use crate::ServerError;
 
 /// Producer ids reserved per write of `producer-ids`.
 pub const PRODUCER_ID_BLOCK: i64 = 1000;
+
+/// The sealed files' magics. Each begins with a NUL byte, which the plain-text files of older
+/// brokers never do, so the two are told apart by their first byte.
+const TOPICS_MAGIC: &[u8; 4] = b"\0MBT";
+const PRODUCER_IDS_MAGIC: &[u8; 4] = b"\0MBI";
+const VERSION: u8 = 1;
 
 /// A broker's data directory.
 #[derive(Debug)]
@@ -87,11 +99,10 @@ impl DataDir {
     /// [`ServerError::DataDir`] for a file that cannot be read or parsed.
     pub fn topics(&self) -> Result<Vec<(String, u32)>, ServerError> {
         let path = self.root.join("topics");
-        let text = match read_whole(&*self.storage, &path) {
-            Ok(bytes) => String::from_utf8(bytes).map_err(|_| self.damaged(&path, "not UTF-8"))?,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(error) => return Err(self.damaged(&path, &error.to_string())),
+        let Some(bytes) = self.read_sealed(&path, TOPICS_MAGIC)? else {
+            return Ok(Vec::new());
         };
+        let text = String::from_utf8(bytes).map_err(|_| self.damaged(&path, "not UTF-8"))?;
         text.lines()
             .filter(|line| !line.is_empty())
             .map(|line| {
@@ -118,7 +129,24 @@ impl DataDir {
             .into_iter()
             .map(|(name, partitions)| format!("{name} {partitions}\n"))
             .collect();
-        write_atomically(&*self.storage, &self.root.join("topics"), text.as_bytes())
+        let sealed = seal(TOPICS_MAGIC, VERSION, text.as_bytes());
+        write_atomically(&*self.storage, &self.root.join("topics"), &sealed)
+    }
+
+    /// The body of the sealed file at `path` (see the module doc), or an older broker's
+    /// plain-text file as it is; `None` if there is no file.
+    fn read_sealed(&self, path: &Path, magic: &[u8; 4]) -> Result<Option<Vec<u8>>, ServerError> {
+        let bytes = match read_whole(&*self.storage, path) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(self.damaged(path, &error.to_string())),
+        };
+        if bytes.first() != Some(&0) {
+            return Ok(Some(bytes));
+        }
+        unseal(magic, VERSION, &bytes)
+            .map(|body| Some(body.to_vec()))
+            .map_err(|error| self.damaged(path, &error.to_string()))
     }
 
     /// The first producer id not yet reserved, if any was ever saved.
@@ -127,15 +155,18 @@ impl DataDir {
     /// [`ServerError::DataDir`] for a file that cannot be read or parsed.
     pub fn reserved_producer_ids(&self) -> Result<Option<i64>, ServerError> {
         let path = self.root.join("producer-ids");
-        match read_whole(&*self.storage, &path) {
-            Ok(bytes) => String::from_utf8_lossy(&bytes)
-                .trim()
-                .parse()
-                .map(Some)
-                .map_err(|_| self.damaged(&path, "not a number")),
-            Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(error) => Err(self.damaged(&path, &error.to_string())),
-        }
+        let Some(bytes) = self.read_sealed(&path, PRODUCER_IDS_MAGIC)? else {
+            return Ok(None);
+        };
+        let parsed = match <[u8; 8]>::try_from(bytes.as_slice()) {
+            Ok(sealed) => Some(i64::from_be_bytes(sealed)),
+            // An older broker's file: the number as text.
+            Err(_) => String::from_utf8_lossy(&bytes).trim().parse().ok(),
+        };
+        parsed
+            .filter(|until| *until >= 0)
+            .map(Some)
+            .ok_or_else(|| self.damaged(&path, "not a producer id"))
     }
 
     /// Saves `until` as the first producer id not reserved.
@@ -143,11 +174,8 @@ impl DataDir {
     /// # Errors
     /// As the file system reports.
     pub fn reserve_producer_ids(&self, until: i64) -> io::Result<()> {
-        write_atomically(
-            &*self.storage,
-            &self.root.join("producer-ids"),
-            format!("{until}\n").as_bytes(),
-        )
+        let sealed = seal(PRODUCER_IDS_MAGIC, VERSION, &until.to_be_bytes());
+        write_atomically(&*self.storage, &self.root.join("producer-ids"), &sealed)
     }
 
     /// The content of the file `name` in the directory, if it exists.
@@ -200,19 +228,27 @@ impl DataDir {
         }
     }
 
-    /// Deletes the directories of topics not in `known` (left by a crash between creating a
-    /// topic's files and saving the topic list, or during a delete).
+    /// Moves the directories under `logs/` that name no topic in `known` to `set-aside/` (a
+    /// crash between creating a topic's files and saving the topic list, or during a delete,
+    /// leaves one; so could a topic list that is wrong, which is why nothing is deleted).
     ///
     /// # Errors
     /// As the file system reports.
-    pub fn remove_unknown_topics(&self, known: &[(String, u32)]) -> io::Result<()> {
-        for name in self.storage.list(&self.root.join("logs"))? {
+    pub fn set_aside_unknown_topics(&self, known: &[(String, u32)]) -> io::Result<()> {
+        let logs = self.root.join("logs");
+        for name in self.storage.list(&logs)? {
             if !known.iter().any(|(topic, _)| *topic == name) {
+                let aside = self.root.join("set-aside");
+                self.storage.create_dir_all(&aside)?;
+                let to = aside.join(format!("{name}-{}", minibroker_records::now_millis()));
                 tracing::warn!(
-                    topic = name,
-                    "deleting the files of a topic that does not exist"
+                    directory = %logs.join(&name).display(),
+                    moved_to = %to.display(),
+                    "a directory names no known topic; it is set aside, not deleted"
                 );
-                self.remove_topic(&name)?;
+                self.storage.rename(&logs.join(&name), &to)?;
+                self.storage.sync_dir(&logs)?;
+                self.storage.sync_dir(&aside)?;
             }
         }
         Ok(())

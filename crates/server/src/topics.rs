@@ -157,7 +157,7 @@ impl TopicRegistry {
         let stored = match &data {
             Some(data) => {
                 let stored = data.topics()?;
-                data.remove_unknown_topics(&stored)
+                data.set_aside_unknown_topics(&stored)
                     .map_err(|error| ServerError::DataDir {
                         path: data.root().to_owned(),
                         reason: error.to_string(),

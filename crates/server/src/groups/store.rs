@@ -5,6 +5,7 @@
 //! half-loaded) and costs one write of all offsets per commit, which suits the commit rates of
 //! consumers (one commit per consumer every few seconds) and groups of thousands of partitions.
 //!
+//! In the envelope every small file of the data directory shares ([`minibroker_log::sealed`]):
 //! ```text
 //! "MBGO" version:u8 groups:u32
 //! groups × { id:str offsets:u32  offsets × { topic:str partition:i32 offset:i64
@@ -74,8 +75,6 @@ fn put_str(out: &mut Vec<u8>, text: &str) {
 
 fn encode(snapshot: &Snapshot) -> Vec<u8> {
     let mut out = Vec::new();
-    out.extend_from_slice(MAGIC);
-    out.push(VERSION);
     out.extend_from_slice(&(snapshot.len() as u32).to_be_bytes());
     for (group, offsets) in snapshot {
         put_str(&mut out, group);
@@ -89,9 +88,7 @@ fn encode(snapshot: &Snapshot) -> Vec<u8> {
             out.extend_from_slice(&committed.commit_ms.to_be_bytes());
         }
     }
-    let crc = crc32c::crc32c(&out);
-    out.extend_from_slice(&crc.to_be_bytes());
-    out
+    minibroker_log::sealed::seal(MAGIC, VERSION, &out)
 }
 
 struct Reader<'a>(&'a [u8]);
@@ -123,14 +120,7 @@ impl Reader<'_> {
 }
 
 fn decode(bytes: &[u8]) -> Option<Snapshot> {
-    let (body, crc) = bytes.split_at(bytes.len().checked_sub(4)?);
-    if crc32c::crc32c(body).to_be_bytes() != crc {
-        return None;
-    }
-    let mut r = Reader(body);
-    if r.take::<4>()? != *MAGIC || r.take::<1>()? != [VERSION] {
-        return None;
-    }
+    let mut r = Reader(minibroker_log::sealed::unseal(MAGIC, VERSION, bytes).ok()?);
     let groups = r.u32()?;
     let mut snapshot = Vec::new();
     for _ in 0..groups {
