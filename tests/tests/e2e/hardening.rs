@@ -50,6 +50,23 @@ async fn pipeline(conn: &mut RawConnection, requests: &[impl AsRequest]) -> Resu
     Ok(answers)
 }
 
+/// Fetches partition 0 of `topic` from offset 0, as much as one answer holds.
+async fn fetch_all(
+    conn: &mut RawConnection,
+    topic: &str,
+) -> Result<minibroker_protocol::FetchResponse> {
+    let fetch = Request::Fetch(FetchRequest {
+        topic,
+        partition: 0,
+        offset: 0,
+        max_bytes: u32::MAX,
+    });
+    match conn.call(3, &fetch).await? {
+        Response::Fetch(answer) => Ok(answer),
+        other => bail!("partition 0 of {topic} cannot be fetched: {other:?}"),
+    }
+}
+
 fn accepted(response: &Response) -> bool {
     matches!(response, Response::Produce(p) if p.outcome == Outcome::Accepted)
 }
@@ -418,15 +435,7 @@ async fn a_batch_is_accepted_only_if_a_fetch_can_hand_it_back() -> Result<()> {
     assert!(accepted(
         &conn.call(2, &big(batch_of_len(1, 0, max))).await?
     ));
-    let fetch = Request::Fetch(FetchRequest {
-        topic: "big",
-        partition: 0,
-        offset: 0,
-        max_bytes: u32::MAX,
-    });
-    let Response::Fetch(answer) = conn.call(3, &fetch).await? else {
-        bail!("the largest accepted batch cannot be fetched");
-    };
+    let answer = fetch_all(&mut conn, "big").await?;
     assert_eq!(
         answer.batches.iter().map(|b| b.len()).collect::<Vec<_>>(),
         [max]
@@ -459,15 +468,7 @@ async fn a_batch_no_consumer_could_read_is_refused_and_the_partition_stays_reada
         conn.call(2, &good).await?,
         Response::Produce(p) if p.outcome == Outcome::Accepted && p.base_offset == Some(0)
     ));
-    let fetch = Request::Fetch(FetchRequest {
-        topic: "p",
-        partition: 0,
-        offset: 0,
-        max_bytes: u32::MAX,
-    });
-    let Response::Fetch(answer) = conn.call(3, &fetch).await? else {
-        bail!("the partition cannot be fetched");
-    };
+    let answer = fetch_all(&mut conn, "p").await?;
     assert_eq!(answer.batches.len(), 1);
     let decoded = minibroker_records::decode(&answer.batches[0])?;
     assert_eq!(decoded.records[0].value.as_deref(), Some(&b"good"[..]));
