@@ -498,57 +498,6 @@ fn decompress(records: &mut Bytes, compression: Compression) -> Result<Bytes, an
     }
 }
 
-/// Walks uncompressed records and refuses any whose header count is larger than its bytes could
-/// hold: the decoder would reserve room for that many headers before reading one.
-fn check_header_counts(mut records: &[u8]) -> Result<(), anyhow::Error> {
-    fn varint(bytes: &mut &[u8]) -> Result<i64, RecordsError> {
-        let mut value = 0u64;
-        for (i, byte) in bytes.iter().enumerate().take(10) {
-            value |= u64::from(byte & 0x7f) << (7 * i);
-            if byte & 0x80 == 0 {
-                *bytes = &bytes[i + 1..];
-                // Zig-zag.
-                return Ok((value >> 1) as i64 ^ -((value & 1) as i64));
-            }
-        }
-        Err(RecordsError::Corrupt("a bad varint in a record".into()))
-    }
-    fn skip(bytes: &mut &[u8], length: i64) -> Result<(), RecordsError> {
-        let length = usize::try_from(length.max(0))
-            .ok()
-            .filter(|n| *n <= bytes.len())
-            .ok_or_else(|| RecordsError::Corrupt("a record field past its end".into()))?;
-        *bytes = &bytes[length..];
-        Ok(())
-    }
-    while !records.is_empty() {
-        let length = varint(&mut records)?;
-        let length = usize::try_from(length)
-            .ok()
-            .filter(|n| *n <= records.len())
-            .ok_or_else(|| RecordsError::Corrupt("a record longer than its batch".into()))?;
-        let (mut record, rest) = records.split_at(length);
-        records = rest;
-        skip(&mut record, 1)?; // attributes
-        varint(&mut record)?; // timestamp delta
-        varint(&mut record)?; // offset delta
-        let key = varint(&mut record)?;
-        skip(&mut record, key)?;
-        let value = varint(&mut record)?;
-        skip(&mut record, value)?;
-        let headers = varint(&mut record)?;
-        // Each header takes at least two bytes (two lengths).
-        if headers < 0 || headers as u64 > record.len() as u64 / 2 {
-            return Err(RecordsError::Corrupt(format!(
-                "a record claims {headers} headers in {} bytes",
-                record.len()
-            ))
-            .into());
-        }
-    }
-    Ok(())
-}
-
 /// One record read back, with the producer metadata of its batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumedRecord {
@@ -586,12 +535,13 @@ pub fn decode(batch: &Bytes) -> Result<DecodedBatch, RecordsError> {
     let info = inspect(batch)?;
     let mut bytes = batch.clone();
     // The decoder reserves room for each record's headers from their count before reading them,
-    // so the records are walked first, after decompression (the decoder hands them over here).
+    // so the records are walked first (as a produce walks them), after decompression (the
+    // decoder hands them over here).
     let set = RecordBatchDecoder::decode_with_custom_compression(
         &mut bytes,
         Some(|records: &mut Bytes, compression: Compression| {
             let records = decompress(records, compression)?;
-            check_header_counts(&records)?;
+            validate::walk_records(&records, info.record_count)?;
             Ok(records)
         }),
     )

@@ -32,14 +32,19 @@ pub const MAX_DECOMPRESSED_BYTES: u64 = 128 << 20;
 pub fn validate(batch: &[u8]) -> Result<BatchInfo, RecordsError> {
     let info = inspect(batch)?;
     let records = &batch[HEADER_LEN..];
-    let codec = i16::from_be_bytes([batch[layout::ATTRIBUTES], batch[layout::ATTRIBUTES + 1]])
-        & crate::attributes::COMPRESSION;
-    let walked = match codec {
-        0 => walk(&mut SliceSource::new(records), info.record_count),
-        codec => walk_compressed(codec, records, info.record_count),
-    };
-    walked.map_err(|why| RecordsError::Corrupt(why.0))?;
+    let codec = crate::i16_at(batch, layout::ATTRIBUTES) & crate::attributes::COMPRESSION;
+    match codec {
+        0 => walk_records(records, info.record_count)?,
+        codec => walk_compressed(codec, records, info.record_count)
+            .map_err(|why| RecordsError::Corrupt(why.0))?,
+    }
     Ok(info)
+}
+
+/// Walks `count` uncompressed records, as [`validate`] does (and [`crate::decode`], before its
+/// decoder reserves room for what the records claim).
+pub(crate) fn walk_records(records: &[u8], count: u32) -> Result<(), RecordsError> {
+    walk(&mut SliceSource::new(records), count).map_err(|why| RecordsError::Corrupt(why.0))
 }
 
 /// Why the records were refused.
