@@ -438,8 +438,8 @@ impl DurableLog {
         if self.pending.len() + batch.len() > MAX_PENDING_BYTES {
             self.write_pending()?;
         }
+        // A roll starts the next segment at the same offset, so `end` still holds.
         let base_offset = self.active.next_offset;
-        let end = base_offset + i64::from(record_count);
         if self.unwritten.is_none() {
             self.unwritten = Some(Box::new(self.active.mark()));
         }

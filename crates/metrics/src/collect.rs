@@ -48,7 +48,7 @@ fn family<'a, V: Copy>(
 /// A label value as the exposition format must carry it: backslash, double quote and line feed
 /// escaped (the encoder writes values as they are). A group id is any string a client chose:
 /// unescaped, one could close its sample and write series of its own, or an early `# EOF`.
-pub(crate) fn escaped(value: &str) -> Cow<'_, str> {
+fn escaped(value: &str) -> Cow<'_, str> {
     if !value.contains(['\\', '"', '\n']) {
         return Cow::Borrowed(value);
     }

@@ -12,11 +12,13 @@
 //! The topic list and the producer-id reservation are small files replaced atomically (written
 //! aside, synced, renamed), each in the checksummed envelope of [`minibroker_log::sealed`]: a
 //! damaged one stops the broker with its name. Files of older brokers (plain text, no checksum)
-//! are still read, and replaced by sealed ones at the next write. A directory under `logs/` that
-//! the topic list does not name is never deleted (the list may be what is wrong): it is moved to
-//! `set-aside/` with a warning, for the operator to look at. Producer ids are reserved a block at a time: the file is rewritten
-//! only when a block runs out, and a restarted broker starts after the last reserved block, so an
-//! id is never issued twice even if the broker was killed mid-block.
+//! are still read, and replaced by sealed ones at the next write. Producer ids are reserved a
+//! block at a time: the file is rewritten only when a block runs out, and a restarted broker
+//! starts after the last reserved block, so an id is never issued twice even if the broker was
+//! killed mid-block.
+//!
+//! A directory under `logs/` that the topic list does not name is never deleted (the list may be
+//! what is wrong): it is moved to `set-aside/` with a warning, for the operator to look at.
 
 use minibroker_log::sealed::{seal, unseal};
 use minibroker_log::storage::{read_whole, write_atomically};
@@ -30,8 +32,9 @@ use crate::ServerError;
 /// Producer ids reserved per write of `producer-ids`.
 pub const PRODUCER_ID_BLOCK: i64 = 1000;
 
-/// The sealed files' magics. Each begins with a NUL byte, which the plain-text files of older
-/// brokers never do, so the two are told apart by their first byte.
+/// The sealed files' magics. Each begins with a NUL byte and is followed by a version byte of 1:
+/// neither is printable, so no single changed byte makes a sealed file look like the plain text
+/// of an older broker (see [`DataDir::read_sealed`]).
 const TOPICS_MAGIC: &[u8; 4] = b"\0MBT";
 const PRODUCER_IDS_MAGIC: &[u8; 4] = b"\0MBI";
 const VERSION: u8 = 1;
@@ -134,14 +137,16 @@ impl DataDir {
     }
 
     /// The body of the sealed file at `path` (see the module doc), or an older broker's
-    /// plain-text file as it is; `None` if there is no file.
+    /// plain-text file as it is; `None` if there is no file. Older brokers wrote printable ASCII
+    /// lines only; anything else must open as a sealed file.
     fn read_sealed(&self, path: &Path, magic: &[u8; 4]) -> Result<Option<Vec<u8>>, ServerError> {
         let bytes = match read_whole(&*self.storage, path) {
             Ok(bytes) => bytes,
             Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(error) => return Err(self.damaged(path, &error.to_string())),
         };
-        if bytes.first() != Some(&0) {
+        let plain_text = |b: &u8| b.is_ascii_graphic() || *b == b' ' || *b == b'\n';
+        if bytes.iter().all(plain_text) {
             return Ok(Some(bytes));
         }
         unseal(magic, VERSION, &bytes)
