@@ -14,6 +14,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::KafkaConfig;
+use crate::answer_room::AnswerTooLarge;
 use crate::apis::{self, SUPPORTED};
 use crate::preflight;
 
@@ -133,56 +134,55 @@ impl KafkaFrontEnd {
         out: &mut BytesMut,
     ) -> Next {
         let answer = match request {
-            RequestKind::ApiVersions(_) => Some(ResponseKind::ApiVersions(api_versions(0))),
+            RequestKind::ApiVersions(_) => Ok(ResponseKind::ApiVersions(api_versions(0))),
             RequestKind::Metadata(request) => {
-                Some(ResponseKind::Metadata(self.metadata(request, version)))
+                self.metadata(request, version).map(ResponseKind::Metadata)
             }
             RequestKind::Fetch(request) => {
-                Some(ResponseKind::Fetch(self.fetch(request, version).await))
+                Ok(ResponseKind::Fetch(self.fetch(request, version).await))
             }
-            RequestKind::ListOffsets(request) => Some(ResponseKind::ListOffsets(
-                self.list_offsets(request, version),
-            )),
+            RequestKind::ListOffsets(request) => self
+                .list_offsets(request, version)
+                .await
+                .map(ResponseKind::ListOffsets),
             RequestKind::InitProducerId(request) => {
-                Some(ResponseKind::InitProducerId(self.init_producer_id(request)))
+                Ok(ResponseKind::InitProducerId(self.init_producer_id(request)))
             }
-            RequestKind::CreateTopics(request) => Some(ResponseKind::CreateTopics(
+            RequestKind::CreateTopics(request) => Ok(ResponseKind::CreateTopics(
                 self.create_topics(request, version),
             )),
-            RequestKind::DeleteTopics(request) => Some(ResponseKind::DeleteTopics(
+            RequestKind::DeleteTopics(request) => Ok(ResponseKind::DeleteTopics(
                 self.delete_topics(request, version),
             )),
-            RequestKind::FindCoordinator(request) => Some(ResponseKind::FindCoordinator(
+            RequestKind::FindCoordinator(request) => Ok(ResponseKind::FindCoordinator(
                 self.find_coordinator(request),
             )),
             RequestKind::JoinGroup(request) => {
                 let client_id = header.client_id.as_deref().unwrap_or_default().to_owned();
-                Some(ResponseKind::JoinGroup(
+                Ok(ResponseKind::JoinGroup(
                     self.join_group(request, version, &client_id).await,
                 ))
             }
             RequestKind::SyncGroup(request) => {
-                Some(ResponseKind::SyncGroup(self.sync_group(request).await))
+                Ok(ResponseKind::SyncGroup(self.sync_group(request).await))
             }
-            RequestKind::Heartbeat(request) => {
-                Some(ResponseKind::Heartbeat(self.heartbeat(request)))
-            }
+            RequestKind::Heartbeat(request) => Ok(ResponseKind::Heartbeat(self.heartbeat(request))),
             RequestKind::LeaveGroup(request) => {
-                Some(ResponseKind::LeaveGroup(self.leave_group(request, version)))
+                Ok(ResponseKind::LeaveGroup(self.leave_group(request, version)))
             }
-            RequestKind::OffsetCommit(request) => Some(ResponseKind::OffsetCommit(
+            RequestKind::OffsetCommit(request) => Ok(ResponseKind::OffsetCommit(
                 self.offset_commit(request).await,
             )),
-            RequestKind::OffsetFetch(request) => Some(ResponseKind::OffsetFetch(
-                self.offset_fetch(request, version),
-            )),
+            RequestKind::OffsetFetch(request) => self
+                .offset_fetch(request, version)
+                .map(ResponseKind::OffsetFetch),
             RequestKind::ListGroups(request) => {
-                Some(ResponseKind::ListGroups(self.list_groups(request)))
+                Ok(ResponseKind::ListGroups(self.list_groups(request)))
             }
-            RequestKind::DescribeGroups(request) => {
-                Some(ResponseKind::DescribeGroups(self.describe_groups(request)))
-            }
-            RequestKind::DeleteGroups(request) => Some(ResponseKind::DeleteGroups(
+            RequestKind::DescribeGroups(request) => self
+                .describe_groups(request, version)
+                .map(ResponseKind::DescribeGroups),
+            RequestKind::DeleteGroups(request) => Ok(ResponseKind::DeleteGroups(
                 self.delete_groups(request).await,
             )),
             _ => {
@@ -191,9 +191,15 @@ impl KafkaFrontEnd {
             }
         };
         match answer {
-            Some(answer) => encode(out, header.correlation_id, api, version, &answer),
-            // acks=0: the producer expects no answer.
-            None => Next::Continue,
+            Ok(answer) => encode(out, header.correlation_id, api, version, &answer),
+            Err(AnswerTooLarge) => {
+                tracing::info!(
+                    ?api,
+                    version,
+                    "an answer would pass max_frame_bytes; closing the connection"
+                );
+                Next::Close
+            }
         }
     }
 }

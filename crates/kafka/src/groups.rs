@@ -23,10 +23,12 @@ use kafka_protocol::messages::{
     SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use minibroker_server::groups::{GroupError, JoinRequest};
+use minibroker_server::groups::{Committed, GroupError, JoinRequest, TopicPartition};
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use crate::KafkaFrontEnd;
+use crate::answer_room::{AnswerRoom, AnswerTooLarge};
 
 /// FindCoordinator's key type for a consumer group (1 is a transactional id).
 const GROUP_KEY: i8 = 0;
@@ -264,13 +266,18 @@ impl KafkaFrontEnd {
         OffsetCommitResponse::default().with_topics(topics)
     }
 
+    /// # Errors
+    /// [`AnswerTooLarge`] when the answer would not fit in one frame.
     pub(crate) fn offset_fetch(
         &self,
         request: OffsetFetchRequest,
         version: i16,
-    ) -> OffsetFetchResponse {
+    ) -> Result<OffsetFetchResponse, AnswerTooLarge> {
         let group = request.group_id.0.to_string();
-        let wanted: Option<Vec<(String, i32)>> = request.topics.as_ref().map(|topics| {
+        // Each partition asked for once, in the order first asked: a repeated topic or
+        // partition is answered once, as Kafka does.
+        let wanted: Option<Vec<TopicPartition>> = request.topics.as_ref().map(|topics| {
+            let mut seen = HashSet::new();
             topics
                 .iter()
                 .flat_map(|t| {
@@ -278,54 +285,56 @@ impl KafkaFrontEnd {
                         .iter()
                         .map(|p| (t.name.0.to_string(), *p))
                 })
+                .filter(|key| seen.insert(key.clone()))
                 .collect()
         });
         let committed = self.broker.groups().committed(&group, wanted.as_deref());
-        let mut topics: Vec<OffsetFetchResponseTopic> = Vec::new();
-        let mut answer = |topic: &str, partition: OffsetFetchResponsePartition| match topics
-            .iter_mut()
-            .find(|t| t.name.0.as_str() == topic)
-        {
-            Some(found) => found.partitions.push(partition),
-            None => topics.push(
-                OffsetFetchResponseTopic::default()
-                    .with_name(TopicName(text(topic)))
-                    .with_partitions(vec![partition]),
-            ),
-        };
-        let entry = |index: i32, offset: i64, metadata: Option<String>| {
+        let mut room = AnswerRoom::new(self.config.max_answer_bytes, version);
+        let mut answers: Vec<OffsetFetchResponseTopic> = Vec::new();
+        let mut topic_at: HashMap<String, usize> = HashMap::new();
+        let entry = |index: i32, committed: Option<&Committed>| {
             OffsetFetchResponsePartition::default()
                 .with_partition_index(index)
-                .with_committed_offset(offset)
+                .with_committed_offset(committed.map_or(-1, |c| c.offset))
                 .with_committed_leader_epoch(-1)
-                .with_metadata(Some(text(metadata.as_deref().unwrap_or(""))))
+                .with_metadata(Some(text(
+                    committed
+                        .and_then(|c| c.metadata.as_deref())
+                        .unwrap_or_default(),
+                )))
         };
-        match wanted {
-            // Every partition asked for, with -1 where nothing is committed.
-            Some(wanted) => {
-                for (topic, index) in wanted {
-                    let found = committed
-                        .iter()
-                        .find(|(key, _)| key.0 == topic && key.1 == index);
-                    let partition = match found {
-                        Some((_, c)) => entry(index, c.offset, c.metadata.clone()),
-                        None => entry(index, -1, None),
-                    };
-                    answer(&topic, partition);
+        // Every partition asked for, with -1 where nothing is committed; or every partition
+        // with a committed offset.
+        let found: HashMap<&TopicPartition, &Committed> =
+            committed.iter().map(|(key, c)| (key, c)).collect();
+        let partitions: Vec<(&TopicPartition, Option<&Committed>)> = match &wanted {
+            Some(wanted) => wanted
+                .iter()
+                .map(|key| (key, found.get(key).copied()))
+                .collect(),
+            None => committed.iter().map(|(key, c)| (key, Some(c))).collect(),
+        };
+        for ((topic, index), committed) in partitions {
+            let partition = room.keep(entry(*index, committed))?;
+            let at = match topic_at.get(topic) {
+                Some(&at) => at,
+                None => {
+                    let named = room.keep(
+                        OffsetFetchResponseTopic::default().with_name(TopicName(text(topic))),
+                    )?;
+                    answers.push(named);
+                    topic_at.insert(topic.clone(), answers.len() - 1);
+                    answers.len() - 1
                 }
-            }
-            None => {
-                for ((topic, index), c) in committed {
-                    answer(&topic, entry(index, c.offset, c.metadata));
-                }
-            }
+            };
+            answers[at].partitions.push(partition);
         }
-        let response = OffsetFetchResponse::default().with_topics(topics);
-        if version >= 2 {
+        let response = OffsetFetchResponse::default().with_topics(answers);
+        Ok(if version >= 2 {
             response.with_error_code(0)
         } else {
             response
-        }
+        })
     }
 
     pub(crate) fn list_groups(&self, request: ListGroupsRequest) -> ListGroupsResponse {
@@ -352,34 +361,37 @@ impl KafkaFrontEnd {
         ListGroupsResponse::default().with_groups(groups)
     }
 
-    pub(crate) fn describe_groups(&self, request: DescribeGroupsRequest) -> DescribeGroupsResponse {
-        let groups = request
-            .groups
-            .into_iter()
-            .map(|group_id| {
-                let described = self.broker.groups().describe(&group_id.0);
-                let members = described
-                    .members
-                    .into_iter()
-                    .map(|m| {
-                        DescribedGroupMember::default()
-                            .with_member_id(text(&m.member_id))
-                            .with_group_instance_id(m.group_instance_id.map(|i| text(&i)))
-                            .with_client_id(text(&m.client_id))
-                            .with_client_host(text(&m.client_host))
-                            .with_member_metadata(m.metadata)
-                            .with_member_assignment(m.assignment)
-                    })
-                    .collect();
-                DescribedGroup::default()
-                    .with_group_id(group_id)
-                    .with_group_state(text(&described.state.to_string()))
-                    .with_protocol_type(text(&described.protocol_type))
-                    .with_protocol_data(text(&described.protocol))
-                    .with_members(members)
-            })
-            .collect();
-        DescribeGroupsResponse::default().with_groups(groups)
+    /// # Errors
+    /// [`AnswerTooLarge`] when the answer would not fit in one frame.
+    pub(crate) fn describe_groups(
+        &self,
+        request: DescribeGroupsRequest,
+        version: i16,
+    ) -> Result<DescribeGroupsResponse, AnswerTooLarge> {
+        let mut room = AnswerRoom::new(self.config.max_answer_bytes, version);
+        let groups = room.fill(request.groups, |group_id| {
+            let described = self.broker.groups().describe(&group_id.0);
+            let members = described
+                .members
+                .into_iter()
+                .map(|m| {
+                    DescribedGroupMember::default()
+                        .with_member_id(text(&m.member_id))
+                        .with_group_instance_id(m.group_instance_id.map(|i| text(&i)))
+                        .with_client_id(text(&m.client_id))
+                        .with_client_host(text(&m.client_host))
+                        .with_member_metadata(m.metadata)
+                        .with_member_assignment(m.assignment)
+                })
+                .collect();
+            DescribedGroup::default()
+                .with_group_id(group_id)
+                .with_group_state(text(&described.state.to_string()))
+                .with_protocol_type(text(&described.protocol_type))
+                .with_protocol_data(text(&described.protocol))
+                .with_members(members)
+        })?;
+        Ok(DescribeGroupsResponse::default().with_groups(groups))
     }
 
     pub(crate) async fn delete_groups(&self, request: DeleteGroupsRequest) -> DeleteGroupsResponse {

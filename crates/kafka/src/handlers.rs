@@ -21,9 +21,12 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use minibroker_records::NO_PRODUCER_ID;
-use minibroker_server::{BrokerError, Outcome, TopicSummary};
+use minibroker_server::{Broker, BrokerError, Outcome, TopicSummary};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::answer_room::{AnswerRoom, AnswerTooLarge};
 use crate::errors::{code_of, produce_answer};
 use crate::front_end::KafkaFrontEnd;
 
@@ -55,25 +58,31 @@ impl KafkaFrontEnd {
         BrokerId(self.config.node_id)
     }
 
-    pub(crate) fn metadata(&mut self, request: MetadataRequest, version: i16) -> MetadataResponse {
+    /// # Errors
+    /// [`AnswerTooLarge`] when the answer would not fit in one frame.
+    pub(crate) fn metadata(
+        &mut self,
+        request: MetadataRequest,
+        version: i16,
+    ) -> Result<MetadataResponse, AnswerTooLarge> {
         // Before v4 every Metadata request may create topics; after, only when it says so.
         let auto_create = version < 4 || request.allow_auto_topic_creation;
+        let mut room = AnswerRoom::new(self.config.max_answer_bytes, version);
         let topics: Vec<MetadataResponseTopic> = match request.topics {
             // v0 asks for every topic with an empty list, later versions with none.
-            Some(topics) if !(version == 0 && topics.is_empty()) => topics
-                .into_iter()
-                .filter_map(|topic| topic.name)
-                .map(|name| {
+            Some(topics) if !(version == 0 && topics.is_empty()) => room
+                .fill(topics.into_iter().filter_map(|topic| topic.name), |name| {
                     self.topic_metadata(&name, self.broker.topic(&name, auto_create), version)
-                })
-                .collect(),
+                })?,
             // Every topic, with what the listing already says of each.
             _ => self
                 .broker
                 .metadata()
                 .into_iter()
-                .map(|topic| self.topic_metadata(&topic.name.clone(), Ok(topic), version))
-                .collect(),
+                .map(|topic| {
+                    room.keep(self.topic_metadata(&topic.name.clone(), Ok(topic), version))
+                })
+                .collect::<Result<_, _>>()?,
         };
         let broker = MetadataResponseBroker::default()
             .with_node_id(self.node())
@@ -90,7 +99,7 @@ impl KafkaFrontEnd {
             response = response
                 .with_cluster_id(Some(StrBytes::from_string(self.config.cluster_id.clone())));
         }
-        response
+        Ok(response)
     }
 
     /// The Metadata answer for topic `name`, found (or refused) as `found` says.
@@ -327,67 +336,21 @@ impl KafkaFrontEnd {
         (FetchResponse::default().with_responses(responses), total)
     }
 
-    pub(crate) fn list_offsets(
+    /// Lookups by time read the log, so the whole request is answered on a blocking thread, off
+    /// the runtime's workers.
+    ///
+    /// # Errors
+    /// [`AnswerTooLarge`] when the answer would not fit in one frame.
+    pub(crate) async fn list_offsets(
         &self,
         request: ListOffsetsRequest,
         version: i16,
-    ) -> ListOffsetsResponse {
-        let topics = request
-            .topics
-            .into_iter()
-            .map(|topic| {
-                let partitions = topic
-                    .partitions
-                    .into_iter()
-                    .map(|wanted| {
-                        let answer = ListOffsetsPartitionResponse::default()
-                            .with_partition_index(wanted.partition_index)
-                            .with_timestamp(NONE)
-                            .with_offset(NONE);
-                        let answer = if version >= 4 {
-                            answer.with_leader_epoch(minibroker_records::LEADER_EPOCH)
-                        } else {
-                            answer
-                        };
-                        match self.offset_at(&topic.name, wanted.partition_index, wanted.timestamp)
-                        {
-                            Ok((offset, timestamp)) => {
-                                answer.with_offset(offset).with_timestamp(timestamp)
-                            }
-                            Err(error) => answer.with_error_code(code_of(&error).code()),
-                        }
-                    })
-                    .collect();
-                ListOffsetsTopicResponse::default()
-                    .with_name(topic.name)
-                    .with_partitions(partitions)
-            })
-            .collect();
-        ListOffsetsResponse::default().with_topics(topics)
-    }
-
-    /// Kafka's offset lookups: -2 earliest, -1 latest, -3 the record with the largest timestamp,
-    /// otherwise the first record at or after the timestamp. Returns (offset, timestamp).
-    fn offset_at(
-        &self,
-        topic: &str,
-        partition: i32,
-        timestamp: i64,
-    ) -> Result<(i64, i64), BrokerError> {
-        let partition = partition_index(topic, partition)?;
-        let (start, end) = self.broker.offsets(topic, partition)?;
-        Ok(match timestamp {
-            -2 => (start, NONE),
-            -1 => (end, NONE),
-            -3 => self
-                .broker
-                .offset_of_max_timestamp(topic, partition)?
-                .unwrap_or((NONE, NONE)),
-            at => self
-                .broker
-                .offset_for_timestamp(topic, partition, at)?
-                .unwrap_or((NONE, NONE)),
-        })
+    ) -> Result<ListOffsetsResponse, AnswerTooLarge> {
+        let broker = Arc::clone(&self.broker);
+        let room = AnswerRoom::new(self.config.max_answer_bytes, version);
+        tokio::task::spawn_blocking(move || list_offsets(&broker, request, version, room))
+            .await
+            .unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()))
     }
 
     pub(crate) fn init_producer_id(
@@ -483,4 +446,83 @@ impl KafkaFrontEnd {
             .collect();
         DeleteTopicsResponse::default().with_responses(responses)
     }
+}
+
+/// ListOffsets, answered in `room`. A partition named twice in one request is answered
+/// INVALID_REQUEST each time, unlooked-up, as Kafka does: each partition costs at most one
+/// lookup per request.
+fn list_offsets(
+    broker: &Broker,
+    request: ListOffsetsRequest,
+    version: i16,
+    mut room: AnswerRoom,
+) -> Result<ListOffsetsResponse, AnswerTooLarge> {
+    let mut asked: HashMap<(&str, i32), u32> = HashMap::new();
+    for topic in &request.topics {
+        for partition in &topic.partitions {
+            *asked
+                .entry((topic.name.0.as_str(), partition.partition_index))
+                .or_default() += 1;
+        }
+    }
+    let mut topics = Vec::with_capacity(request.topics.len());
+    for topic in &request.topics {
+        let mut partitions = Vec::with_capacity(topic.partitions.len());
+        for wanted in &topic.partitions {
+            let answer = ListOffsetsPartitionResponse::default()
+                .with_partition_index(wanted.partition_index)
+                .with_timestamp(NONE)
+                .with_offset(NONE);
+            let answer = if version >= 4 {
+                answer.with_leader_epoch(minibroker_records::LEADER_EPOCH)
+            } else {
+                answer
+            };
+            let repeated = asked[&(topic.name.0.as_str(), wanted.partition_index)] > 1;
+            let answer = if repeated {
+                answer.with_error_code(ResponseError::InvalidRequest.code())
+            } else {
+                match offset_at(
+                    broker,
+                    &topic.name,
+                    wanted.partition_index,
+                    wanted.timestamp,
+                ) {
+                    Ok((offset, timestamp)) => answer.with_offset(offset).with_timestamp(timestamp),
+                    Err(error) => answer.with_error_code(code_of(&error).code()),
+                }
+            };
+            partitions.push(room.keep(answer)?);
+        }
+        topics.push(
+            room.keep(
+                ListOffsetsTopicResponse::default()
+                    .with_name(topic.name.clone())
+                    .with_partitions(partitions),
+            )?,
+        );
+    }
+    Ok(ListOffsetsResponse::default().with_topics(topics))
+}
+
+/// Kafka's offset lookups: -2 earliest, -1 latest, -3 the record with the largest timestamp,
+/// otherwise the first record at or after the timestamp. Returns (offset, timestamp).
+fn offset_at(
+    broker: &Broker,
+    topic: &str,
+    partition: i32,
+    timestamp: i64,
+) -> Result<(i64, i64), BrokerError> {
+    let partition = partition_index(topic, partition)?;
+    let (start, end) = broker.offsets(topic, partition)?;
+    Ok(match timestamp {
+        -2 => (start, NONE),
+        -1 => (end, NONE),
+        -3 => broker
+            .offset_of_max_timestamp(topic, partition)?
+            .unwrap_or((NONE, NONE)),
+        at => broker
+            .offset_for_timestamp(topic, partition, at)?
+            .unwrap_or((NONE, NONE)),
+    })
 }

@@ -14,6 +14,7 @@
 //! - `errors` — the Kafka code of every outcome and refusal.
 //! - `preflight` — array counts checked before the decoder allocates for them.
 
+mod answer_room;
 mod apis;
 mod errors;
 mod front_end;
@@ -44,6 +45,9 @@ pub struct KafkaConfig {
     /// Most record bytes in one Fetch answer, whatever the client asks (Kafka's
     /// `fetch.max.bytes`); at least one batch is always returned.
     pub max_fetch_response_bytes: usize,
+    /// Most bytes of any one answer (`max_frame_bytes`): a request whose answer would be larger
+    /// is refused by closing the connection.
+    pub max_answer_bytes: usize,
 }
 
 impl KafkaConfig {
@@ -58,6 +62,7 @@ impl KafkaConfig {
             default_partitions: config.default_partitions,
             // Answers stay within the frame size the broker accepts.
             max_fetch_response_bytes: minibroker_server::batch_room(config.max_frame_bytes),
+            max_answer_bytes: config.max_frame_bytes,
         }
     }
 }

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::batch::{check_appendable, first_record_at_or_after};
-use crate::segment::{Damage, Segment, SegmentMark};
+use crate::segment::{Damage, INDEX_INTERVAL, Segment, SegmentMark};
 use crate::storage::{
     Storage, StorageFile, TEMPORARY_SUFFIX, read_whole, replace_unsynced, write_atomically,
 };
@@ -624,10 +624,20 @@ impl DurableLog {
     pub fn for_each_batch(
         &mut self,
         from: i64,
+        each: impl FnMut(&Bytes) -> bool,
+    ) -> Result<(), LogError> {
+        self.for_each_batch_read(from, 8 << 20, each)
+    }
+
+    /// [`Self::for_each_batch`], reading about `read_bytes` at a time.
+    fn for_each_batch_read(
+        &mut self,
+        from: i64,
+        read_bytes: usize,
         mut each: impl FnMut(&Bytes) -> bool,
     ) -> Result<(), LogError> {
         let limits = ReadLimits {
-            max_bytes: 8 << 20,
+            max_bytes: read_bytes,
             batch_overhead: 0,
         };
         let mut at = from.max(self.start_offset());
@@ -643,20 +653,22 @@ impl DurableLog {
     }
 
     /// The offset and timestamp of the first record at or after `timestamp`, as the memory log
-    /// answers it; segments are skipped by their largest timestamp.
+    /// answers it. Segments are skipped by their largest timestamp and, within the one found,
+    /// the index says where to start (`Segment::time_lookup_start`), so a lookup reads about
+    /// one index interval, not the partition.
     ///
     /// # Errors
     /// [`LogError::Storage`] if a read fails.
     pub fn offset_for_timestamp(&mut self, timestamp: i64) -> Result<Option<(i64, i64)>, LogError> {
-        let Some(base) = self
+        let Some(start) = self
             .segments()
             .find(|s| s.max_timestamp >= timestamp)
-            .map(|s| s.base_offset)
+            .map(|s| s.time_lookup_start(timestamp))
         else {
             return Ok(None);
         };
         let mut found = None;
-        self.for_each_batch(base, |batch| {
+        self.for_each_batch_read(start, 2 * INDEX_INTERVAL as usize, |batch| {
             if minibroker_records::max_timestamp(batch) >= timestamp {
                 found = Some(batch.clone());
             }

@@ -88,6 +88,10 @@ struct Chunk {
     bytes: usize,
     /// The largest record timestamp in it (for time-based retention).
     max_timestamp: i64,
+    /// The largest record timestamp of every chunk appended before it, dropped ones too: a
+    /// lookup by time skips, by binary search, the chunks before the last one whose value is
+    /// below the timestamp wanted, since every record in them is older.
+    max_timestamp_before: i64,
     /// The empty end of the chunk, left once it is full: the handle through which the whole
     /// allocation is reclaimed when its pieces are gone.
     rest: Option<BytesMut>,
@@ -218,7 +222,14 @@ impl MemoryLog {
             Some(spare) if needed <= spare.capacity() => spare,
             _ => BytesMut::with_capacity(needed.max(CHUNK_BYTES)),
         };
-        self.chunks.push_back(Chunk::default());
+        let max_timestamp_before = self.chunks.back().map_or(i64::MIN, |last| {
+            last.max_timestamp_before.max(last.max_timestamp)
+        });
+        self.chunks.push_back(Chunk {
+            max_timestamp: i64::MIN,
+            max_timestamp_before,
+            ..Chunk::default()
+        });
         released
     }
 
@@ -317,11 +328,20 @@ impl MemoryLog {
     /// The offset and timestamp of the first record whose timestamp is at least `timestamp`,
     /// or `None` if no record is that recent (Kafka's ListOffsets by time). Batches are found by
     /// the largest timestamp in their headers; only the one that holds the answer is decoded, and
-    /// only if it is uncompressed (a compressed one answers with its first offset).
+    /// only if it is uncompressed (a compressed one answers with its first offset). The chunks
+    /// before the answer are skipped by binary search and by their largest timestamp, so a
+    /// lookup walks the batches of one chunk, not the log.
     #[must_use]
     pub fn offset_for_timestamp(&self, timestamp: i64) -> Option<(i64, i64)> {
+        let first = self
+            .chunks
+            .partition_point(|chunk| chunk.max_timestamp_before < timestamp)
+            .saturating_sub(1);
         let batch = self
-            .entries()
+            .chunks
+            .range(first..)
+            .filter(|chunk| !chunk.entries.is_empty() && chunk.max_timestamp >= timestamp)
+            .flat_map(|chunk| chunk.entries.iter().map(move |entry| (chunk, entry)))
             .map(|(chunk, entry)| self.bytes_of(chunk, entry))
             .find(|batch| minibroker_records::max_timestamp(batch) >= timestamp)?;
         first_record_at_or_after(batch, timestamp)
@@ -330,17 +350,14 @@ impl MemoryLog {
     /// The offset and timestamp of the (first) record with the largest timestamp.
     #[must_use]
     pub fn offset_of_max_timestamp(&self) -> Option<(i64, i64)> {
-        // One pass: the first batch holding the largest timestamp, then its record.
-        let mut newest: Option<(i64, &[u8])> = None;
-        for (chunk, entry) in self.entries() {
-            let batch = self.bytes_of(chunk, entry);
-            let timestamp = minibroker_records::max_timestamp(batch);
-            if newest.is_none_or(|(best, _)| timestamp > best) {
-                newest = Some((timestamp, batch));
-            }
-        }
-        let (timestamp, batch) = newest?;
-        first_record_at_or_after(batch, timestamp)
+        // The largest timestamp from the chunks' own, then the first batch holding it.
+        let newest = self
+            .chunks
+            .iter()
+            .filter(|chunk| !chunk.entries.is_empty())
+            .map(|chunk| chunk.max_timestamp)
+            .max()?;
+        self.offset_for_timestamp(newest)
     }
 
     /// The whole batches holding offsets from `from` onwards, within `limits`: the first one may

@@ -27,7 +27,15 @@ struct IndexEntry {
     offset_delta: u32,
     /// Where that batch starts in the file.
     position: u32,
+    /// The largest record timestamp of every batch before it in the segment (`i64::MIN` for
+    /// none): Kafka's time index, folded into the offset index. Every batch before an entry
+    /// whose value is below a timestamp is older than it, so a lookup by time starts at the
+    /// last such entry and walks at most one index interval.
+    max_timestamp_before: i64,
 }
+
+/// Bytes of one index entry in the index file.
+const INDEX_ENTRY_LEN: usize = 16;
 
 /// A segment: its file and what is known about the batches in it.
 #[derive(Debug)]
@@ -92,6 +100,7 @@ impl Segment {
             self.index.push(IndexEntry {
                 offset_delta: (base_offset - self.base_offset) as u32,
                 position: self.size as u32,
+                max_timestamp_before: self.max_timestamp,
             });
             self.unindexed = 0;
         }
@@ -141,6 +150,17 @@ impl Segment {
                 u64::from(entry.position),
                 self.base_offset + i64::from(entry.offset_delta),
             )
+        })
+    }
+
+    /// Where a lookup for the first batch with a record at or after `timestamp` starts: the
+    /// base offset of the last indexed batch before which every record is older.
+    pub(crate) fn time_lookup_start(&self, timestamp: i64) -> i64 {
+        let after = self
+            .index
+            .partition_point(|entry| entry.max_timestamp_before < timestamp);
+        after.checked_sub(1).map_or(self.base_offset, |at| {
+            self.base_offset + i64::from(self.index[at].offset_delta)
         })
     }
 
@@ -256,7 +276,7 @@ impl Segment {
 
     /// The sealed segment's index file: its summary and sparse index, with a CRC-32C.
     pub(crate) fn encode_index(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(48 + self.index.len() * 8);
+        let mut out = Vec::with_capacity(48 + self.index.len() * INDEX_ENTRY_LEN);
         out.extend_from_slice(INDEX_MAGIC);
         out.extend_from_slice(&self.base_offset.to_be_bytes());
         out.extend_from_slice(&self.next_offset.to_be_bytes());
@@ -266,6 +286,7 @@ impl Segment {
         for entry in &self.index {
             out.extend_from_slice(&entry.offset_delta.to_be_bytes());
             out.extend_from_slice(&entry.position.to_be_bytes());
+            out.extend_from_slice(&entry.max_timestamp_before.to_be_bytes());
         }
         let crc = crc32c::crc32c(&out);
         out.extend_from_slice(&crc.to_be_bytes());
@@ -273,14 +294,16 @@ impl Segment {
     }
 
     /// A sealed segment from its index file, if the file is intact and describes exactly
-    /// `file` (a segment whose index does not match is scanned instead).
+    /// `file` (a segment whose index does not match is scanned instead, and so is one whose
+    /// index is of the older format without timestamps, `MBX1`: the scan writes nothing, and
+    /// the segment simply keeps its index in memory).
     pub(crate) fn from_index(
         base_offset: i64,
         file: Arc<dyn StorageFile>,
         index: &[u8],
     ) -> Option<Self> {
         const FIXED: usize = 4 + 5 * 8;
-        if index.len() < FIXED + 4 || !(index.len() - FIXED - 4).is_multiple_of(8) {
+        if index.len() < FIXED + 4 || !(index.len() - FIXED - 4).is_multiple_of(INDEX_ENTRY_LEN) {
             return None;
         }
         let (body, crc) = index.split_at(index.len() - 4);
@@ -293,10 +316,17 @@ impl Segment {
             return None;
         }
         let entries = body[FIXED..]
-            .chunks_exact(8)
-            .map(|entry| IndexEntry {
-                offset_delta: u32::from_be_bytes([entry[0], entry[1], entry[2], entry[3]]),
-                position: u32::from_be_bytes([entry[4], entry[5], entry[6], entry[7]]),
+            .chunks_exact(INDEX_ENTRY_LEN)
+            .map(|entry| {
+                let (offset_delta, rest) = entry.split_at(4);
+                let (position, max_timestamp_before) = rest.split_at(4);
+                IndexEntry {
+                    offset_delta: u32::from_be_bytes(offset_delta.try_into().unwrap_or([0; 4])),
+                    position: u32::from_be_bytes(position.try_into().unwrap_or([0; 4])),
+                    max_timestamp_before: i64::from_be_bytes(
+                        max_timestamp_before.try_into().unwrap_or([0; 8]),
+                    ),
+                }
             })
             .collect();
         Some(Self {
@@ -313,7 +343,8 @@ impl Segment {
     }
 }
 
-const INDEX_MAGIC: &[u8; 4] = b"MBX1";
+/// The index file's format: `MBX2` entries carry [`IndexEntry::max_timestamp_before`].
+const INDEX_MAGIC: &[u8; 4] = b"MBX2";
 
 /// A stored batch that is not what was written: `what` happened to the batch expected at
 /// `offset`, at `position` in the file.

@@ -28,6 +28,8 @@ pub struct Faults {
     pub syncs: AtomicU64,
     /// How long each sync takes, in microseconds (a real disk's fsync is not instant).
     pub sync_micros: AtomicU64,
+    /// Bytes read from files, for tests that bound what a lookup reads.
+    pub bytes_read: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -64,6 +66,9 @@ impl StorageFile for SimFile {
             .filter(|end| *end <= images.written.len())
             .ok_or(io::ErrorKind::UnexpectedEof)?;
         buf.copy_from_slice(&images.written[start..end]);
+        self.faults
+            .bytes_read
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 
