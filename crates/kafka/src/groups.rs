@@ -23,7 +23,9 @@ use kafka_protocol::messages::{
     SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use minibroker_server::groups::{Committed, GroupError, JoinRequest, TopicPartition};
+use minibroker_server::groups::{
+    Committed, GroupError, JoinRequest, MAX_OFFSET_METADATA_BYTES, TopicPartition,
+};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
@@ -48,8 +50,9 @@ fn group_code(error: &GroupError) -> i16 {
         // Retriable: the client commits again.
         GroupError::Storage(_) => ResponseError::CoordinatorNotAvailable,
         GroupError::GroupFull(_) => ResponseError::GroupMaxSizeReached,
-        // Not retriable, like a full store.
-        GroupError::TooManyGroups(_) => ResponseError::PolicyViolation,
+        // Not retriable, like a full store (a produce past `max_stored_bytes` gets the same).
+        GroupError::TooManyGroups(_) | GroupError::StorageFull(_) => ResponseError::PolicyViolation,
+        GroupError::TooMuchMetadata(_) => ResponseError::InvalidRequest,
     }
     .code()
 }
@@ -212,7 +215,8 @@ impl KafkaFrontEnd {
     }
 
     pub(crate) async fn offset_commit(&self, request: OffsetCommitRequest) -> OffsetCommitResponse {
-        // Partitions that do not exist are refused one by one; the rest are committed together.
+        // Partitions that do not exist, or come with more metadata than Kafka's
+        // `offset.metadata.max.bytes`, are refused one by one; the rest are committed together.
         let mut offsets = Vec::new();
         let mut answers: Vec<(TopicName, Vec<(i32, i16)>)> = Vec::new();
         for topic in &request.topics {
@@ -221,7 +225,11 @@ impl KafkaFrontEnd {
                 let exists = u32::try_from(partition.partition_index)
                     .ok()
                     .is_some_and(|index| self.broker.offsets(&topic.name, index).is_ok());
-                if exists {
+                let metadata_len = partition.committed_metadata.as_ref().map_or(0, |m| m.len());
+                if metadata_len > MAX_OFFSET_METADATA_BYTES {
+                    let code = ResponseError::OffsetMetadataTooLarge.code();
+                    partitions.push((partition.partition_index, code));
+                } else if exists {
                     offsets.push((
                         topic.name.0.to_string(),
                         partition.partition_index,

@@ -30,6 +30,8 @@ pub struct Faults {
     pub sync_micros: AtomicU64,
     /// Bytes read from files, for tests that bound what a lookup reads.
     pub bytes_read: AtomicU64,
+    /// Bytes appended to files, for tests that bound what a write costs.
+    pub bytes_written: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -77,6 +79,9 @@ impl StorageFile for SimFile {
             return Err(io::Error::from_raw_os_error(ENOSPC));
         }
         self.images().written.extend_from_slice(data);
+        self.faults
+            .bytes_written
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 

@@ -248,6 +248,7 @@ impl Broker {
             producer_ids = producer_ids.reserving_in(Arc::clone(data))?;
         }
         let shared = Arc::new(config.clone());
+        let groups = GroupCoordinator::with_budget(config, data.clone(), Arc::clone(&budget))?;
         let broker = Self {
             outcomes: OutcomeCounters::default(),
             topics: TopicRegistry::new(&shared, Arc::clone(&budget), data.clone())?,
@@ -255,7 +256,7 @@ impl Broker {
             producer_ids,
             budget,
             max_fetch_bytes: config.max_fetch_bytes as usize,
-            groups: GroupCoordinator::new(config, data.clone())?,
+            groups,
             timings: config
                 .metrics_listen
                 .map(|_| Arc::new(RequestTimings::default())),

@@ -100,6 +100,16 @@ impl StorageBudget {
             .is_ok()
     }
 
+    /// Charges `amount` whether it fits or not: for what was checked with [`Self::has_room`]
+    /// first, or must be kept anyway (what a restarted broker finds on disk).
+    pub fn charge(&self, amount: u64) {
+        let _ = self
+            .charged
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |charged| {
+                Some(charged.saturating_add(amount))
+            });
+    }
+
     /// Gives back `amount` charged earlier (a deleted topic's).
     pub fn release(&self, amount: u64) {
         let _ = self

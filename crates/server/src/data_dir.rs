@@ -4,7 +4,8 @@
 //! DIR/lock                         held (flock) while a broker uses DIR
 //! DIR/topics                       one line per topic: "<name> <partitions>"
 //! DIR/producer-ids                 the first producer id not yet reserved (i64)
-//! DIR/group-offsets                consumer groups' committed offsets (`crate::groups`)
+//! DIR/groups/<hash>.offsets        a consumer group's committed offsets (`crate::groups`; older
+//!                                  brokers kept every group in DIR/group-offsets)
 //! DIR/logs/<topic>/<partition>/    a partition's segment files and snapshots (minibroker_log)
 //! DIR/set-aside/<name>-<ms>/       a directory under logs/ that names no topic, moved aside
 //! ```
@@ -201,6 +202,37 @@ impl DataDir {
     /// As the file system reports.
     pub fn write_file(&self, name: &str, data: &[u8]) -> io::Result<()> {
         write_atomically(&*self.storage, &self.root.join(name), data)
+    }
+
+    /// Creates the directory `name` in the directory, if it is not there.
+    ///
+    /// # Errors
+    /// As the file system reports.
+    pub fn create_dir(&self, name: &str) -> io::Result<()> {
+        self.storage.create_dir_all(&self.root.join(name))
+    }
+
+    /// The names in the directory `name` of the directory.
+    ///
+    /// # Errors
+    /// As the file system reports.
+    pub fn list(&self, name: &str) -> io::Result<Vec<String>> {
+        self.storage.list(&self.root.join(name))
+    }
+
+    /// Removes the file `name` (a missing one is not an error) and syncs its directory.
+    ///
+    /// # Errors
+    /// As the file system reports.
+    pub fn remove_file(&self, name: &str) -> io::Result<()> {
+        let path = self.root.join(name);
+        match self.storage.remove_file(&path) {
+            Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
+            _ => match path.parent() {
+                Some(dir) => self.storage.sync_dir(dir),
+                None => Ok(()),
+            },
+        }
     }
 
     fn topic_dir(&self, topic: &str) -> PathBuf {

@@ -4,9 +4,14 @@
 
 use bytes::Bytes;
 use minibroker_log::sim::SimStorage;
-use minibroker_server::groups::{GroupCoordinator, GroupError, GroupState, JoinRequest, Joined};
+use minibroker_server::budget::StorageBudget;
+use minibroker_server::groups::{
+    GroupCoordinator, GroupError, GroupState, JoinRequest, Joined, MAX_MEMBER_METADATA_BYTES,
+    MAX_OFFSET_METADATA_BYTES, MAX_PROTOCOLS_PER_MEMBER,
+};
 use minibroker_server::{Broker, Config};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 fn config() -> Config {
@@ -307,5 +312,211 @@ async fn refused_requests_create_no_group_and_an_emptied_group_goes_at_once() {
     assert!(
         groups.list().is_empty(),
         "an emptied group without offsets stays"
+    );
+}
+
+#[tokio::test]
+async fn a_join_is_capped_in_protocols_and_metadata_and_names_each_protocol_once() {
+    let groups = coordinator();
+    // A 634 KB join naming 50,000 protocols froze the coordinator for 9.2 s matching them.
+    let many = JoinRequest {
+        protocols: (0..50_000)
+            .map(|i| (format!("p{i}"), Bytes::from_static(b"m")))
+            .collect(),
+        require_known_member: false,
+        ..request("", 10_000)
+    };
+    assert!(matches!(
+        groups.join(many).await,
+        Err(GroupError::TooMuchMetadata(_))
+    ));
+    let heavy = JoinRequest {
+        protocols: vec![("range".into(), Bytes::from(vec![0; 2 << 20]))],
+        require_known_member: false,
+        ..request("", 10_000)
+    };
+    assert!(matches!(
+        groups.join(heavy).await,
+        Err(GroupError::TooMuchMetadata(_))
+    ));
+    assert!(groups.list().is_empty(), "a refused join made a group");
+    // The same name again and again counts once, with the metadata it came with first.
+    let repeated = JoinRequest {
+        protocols: (0..MAX_PROTOCOLS_PER_MEMBER)
+            .map(|i| ("range".to_owned(), Bytes::from(format!("sub-{i}"))))
+            .collect(),
+        require_known_member: false,
+        ..request("", 10_000)
+    };
+    let joined = groups.join(repeated).await.unwrap();
+    assert_eq!(joined.protocol, "range");
+    assert_eq!(joined.members[0].2, Bytes::from_static(b"sub-0"));
+}
+
+#[tokio::test]
+async fn what_groups_hold_is_charged_to_the_storage_budget() {
+    // JoinGroup and OffsetCommit metadata grew the broker by 375 MiB under 16 MiB.
+    let budget = Arc::new(StorageBudget::new(16 << 20));
+    let groups = GroupCoordinator::with_budget(&config(), None, Arc::clone(&budget)).unwrap();
+    let metadata = Some("m".repeat(MAX_OFFSET_METADATA_BYTES));
+    let mut commits = 0;
+    let refused = loop {
+        let offsets = (0..1000)
+            .map(|p| ("topic".to_owned(), p, 1, metadata.clone()))
+            .collect();
+        match groups.commit(&format!("g{commits}"), -1, "", offsets).await {
+            Ok(()) => commits += 1,
+            Err(error) => break error,
+        }
+        assert!(commits < 10, "the budget never filled");
+    };
+    assert_eq!(refused, GroupError::StorageFull(16 << 20));
+    assert!(commits >= 3, "only {commits} commits of 4 MB fit 16 MiB");
+    assert!(budget.charged() <= 16 << 20, "{} charged", budget.charged());
+    // Joins are charged too: a member's metadata counts against the same budget.
+    let join = |group: &str| JoinRequest {
+        group_id: group.into(),
+        protocols: vec![(
+            "range".into(),
+            Bytes::from(vec![0; MAX_MEMBER_METADATA_BYTES]),
+        )],
+        require_known_member: false,
+        ..request("", 10_000)
+    };
+    let mut joined = 0;
+    while groups.join(join(&format!("j{joined}"))).await.is_ok() {
+        joined += 1;
+        assert!(joined < 16, "joins of 1 MiB never filled the budget");
+    }
+    // What a deleted group held is given back.
+    let before = budget.charged();
+    groups.delete("g0").await.unwrap();
+    assert!(budget.charged() < before - (4 << 20));
+    let offsets = vec![("topic".to_owned(), 0, 1, None)];
+    groups.commit("after", -1, "", offsets).await.unwrap();
+}
+
+/// A durable broker on `storage` whose groups commit offsets to its data directory.
+fn durable_broker(storage: &SimStorage) -> Broker {
+    let config = Config {
+        data_dir: Some("/data".into()),
+        max_stored_bytes: 1 << 30,
+        ..config()
+    };
+    Broker::with_storage(&config, Arc::new(storage.clone())).unwrap()
+}
+
+#[tokio::test]
+async fn a_commit_writes_its_own_group_whatever_others_hold() {
+    // Every commit rewrote every group's offsets: after one client inflated the file to
+    // 125 MiB, an unrelated one-partition commit took 316 ms.
+    let storage = SimStorage::new();
+    let broker = durable_broker(&storage);
+    let metadata = Some("m".repeat(MAX_OFFSET_METADATA_BYTES));
+    for batch in 0..10 {
+        let offsets = (0..1000)
+            .map(|p| (format!("t{batch}"), p, 1, metadata.clone()))
+            .collect();
+        broker
+            .groups()
+            .commit("big", -1, "", offsets)
+            .await
+            .unwrap();
+    }
+    let written = || storage.faults.bytes_written.load(Ordering::Relaxed);
+    assert!(written() > 40 << 20, "the big group holds 40 MB");
+    let before = written();
+    let offsets = vec![("t".to_owned(), 0, 1, None)];
+    broker
+        .groups()
+        .commit("small", -1, "", offsets)
+        .await
+        .unwrap();
+    let one_commit = written() - before;
+    assert!(
+        one_commit < 4096,
+        "a one-partition commit wrote {one_commit} bytes"
+    );
+    drop(broker);
+    let crashed = storage.crash(3);
+    let restarted = durable_broker(&crashed);
+    assert_eq!(restarted.groups().committed("big", None).len(), 10_000);
+    assert_eq!(restarted.groups().committed("small", None).len(), 1);
+    // A deleted group's file goes with it.
+    restarted.groups().delete("big").await.unwrap();
+    drop(restarted);
+    let again = durable_broker(&crashed);
+    assert!(again.groups().committed("big", None).is_empty());
+    assert_eq!(again.groups().committed("small", None).len(), 1);
+}
+
+/// A group's committed offsets: (topic, partition, offset).
+type GroupOffsets<'a> = (&'a str, &'a [(&'a str, i32, i64)]);
+
+/// `group-offsets` as brokers before per-group files wrote it: every group in one sealed file.
+fn legacy_group_offsets(groups: &[GroupOffsets<'_>]) -> Vec<u8> {
+    let text = |out: &mut Vec<u8>, text: &str| {
+        out.extend_from_slice(&(text.len() as u32).to_be_bytes());
+        out.extend_from_slice(text.as_bytes());
+    };
+    let mut body = (groups.len() as u32).to_be_bytes().to_vec();
+    for (group, offsets) in groups {
+        text(&mut body, group);
+        body.extend_from_slice(&(offsets.len() as u32).to_be_bytes());
+        for (topic, partition, offset) in *offsets {
+            text(&mut body, topic);
+            body.extend_from_slice(&partition.to_be_bytes());
+            body.extend_from_slice(&offset.to_be_bytes());
+            body.push(0);
+            text(&mut body, "");
+            body.extend_from_slice(&1_000i64.to_be_bytes());
+        }
+    }
+    minibroker_log::sealed::seal(b"MBGO", 1, &body)
+}
+
+#[tokio::test]
+async fn an_older_single_offsets_file_is_split_into_a_file_per_group() {
+    let storage = SimStorage::new();
+    let legacy = std::path::Path::new("/data/group-offsets");
+    storage.set_contents(
+        legacy,
+        legacy_group_offsets(&[("a", &[("t", 0, 5), ("t", 1, 6)]), ("b", &[("u", 0, 7)])]),
+    );
+    let broker = durable_broker(&storage);
+    let offsets = |broker: &Broker, group: &str| -> Vec<(String, i32, i64)> {
+        broker
+            .groups()
+            .committed(group, None)
+            .into_iter()
+            .map(|((topic, partition), c)| (topic, partition, c.offset))
+            .collect()
+    };
+    assert_eq!(
+        offsets(&broker, "a"),
+        [("t".into(), 0, 5), ("t".into(), 1, 6)]
+    );
+    assert_eq!(offsets(&broker, "b"), [("u".into(), 0, 7)]);
+    assert!(storage.contents(legacy).is_none(), "the older file stays");
+    drop(broker);
+    let restarted = durable_broker(&storage.crash(5));
+    assert_eq!(offsets(&restarted, "b"), [("u".into(), 0, 7)]);
+    // A damaged per-group file stops the broker, naming it.
+    let file = storage
+        .paths()
+        .into_iter()
+        .find(|path| path.starts_with("/data/groups"))
+        .unwrap();
+    let mut bytes = storage.contents(&file).unwrap();
+    bytes[10] ^= 1;
+    storage.set_contents(&file, bytes);
+    let config = Config {
+        data_dir: Some("/data".into()),
+        ..config()
+    };
+    let error = Broker::with_storage(&config, Arc::new(storage.clone())).unwrap_err();
+    assert!(
+        error.to_string().contains(&*file.to_string_lossy()),
+        "{error}"
     );
 }

@@ -234,3 +234,62 @@ async fn list_offsets_looks_a_partition_up_once_and_refuses_it_named_twice() -> 
     assert_eq!(partitions[3_000].offset, -1);
     Ok(())
 }
+
+#[tokio::test]
+async fn offset_metadata_past_kafkas_limit_is_refused_per_partition() -> Result<()> {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
+    let (broker, _kafka, mut conn) = kafka(Config::default()).await?;
+    broker.broker.create_topic("t", 2)?;
+    let partition = |index: i32, metadata: usize| {
+        OffsetCommitRequestPartition::default()
+            .with_partition_index(index)
+            .with_committed_offset(5)
+            .with_committed_metadata(Some(text(&"m".repeat(metadata))))
+    };
+    // 32 KB per partition grew the broker past its budget; Kafka refuses more than 4096 bytes.
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(GroupId(text("g")))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(TopicName(text("t")))
+                .with_partitions(vec![partition(0, 32_000), partition(1, 4096)]),
+        ]);
+    let answer: OffsetCommitResponse = conn.call(ApiKey::OffsetCommit, 7, &commit).await?;
+    let codes: Vec<i16> = answer.topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.error_code)
+        .collect();
+    assert_eq!(codes, [ResponseError::OffsetMetadataTooLarge.code(), 0]);
+    let committed = broker.broker.groups().committed("g", None);
+    assert_eq!(committed.len(), 1);
+    assert_eq!(committed[0].0, ("t".to_owned(), 1));
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_join_naming_fifty_thousand_protocols_is_an_invalid_request() -> Result<()> {
+    let (broker, _kafka, mut conn) = kafka(Config::default()).await?;
+    let join = JoinGroupRequest::default()
+        .with_group_id(GroupId(text("g")))
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(10_000)
+        .with_protocol_type(text("consumer"))
+        .with_protocols(
+            (0..50_000)
+                .map(|i| {
+                    JoinGroupRequestProtocol::default()
+                        .with_name(text(&format!("p{i}")))
+                        .with_metadata(Bytes::from_static(b"m"))
+                })
+                .collect(),
+        );
+    let joined: JoinGroupResponse = conn.call(ApiKey::JoinGroup, 3, &join).await?;
+    assert_eq!(joined.error_code, ResponseError::InvalidRequest.code());
+    assert!(broker.broker.groups().list().is_empty());
+    Ok(())
+}

@@ -11,7 +11,7 @@
 //! joins and syncs hold a one-shot sender here and are answered when the phase completes.
 
 use bytes::Bytes;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -64,7 +64,58 @@ struct Member {
     syncing: Option<oneshot::Sender<Result<Bytes, GroupError>>>,
 }
 
+/// Bytes charged for each member besides what it sent: its entry, timers and channels.
+const MEMBER_BYTES: u64 = 256;
+
+/// Bytes charged for each committed offset besides its topic name and metadata.
+const OFFSET_BYTES: u64 = 96;
+
+/// What one committed offset of `topic` with `metadata` costs the broker's memory.
+pub(super) fn offset_bytes(topic: &str, metadata: Option<&str>) -> u64 {
+    offset_len_bytes(topic.len(), metadata)
+}
+
+fn offset_len_bytes(topic_len: usize, metadata: Option<&str>) -> u64 {
+    OFFSET_BYTES + (topic_len + metadata.map_or(0, str::len)) as u64
+}
+
+/// What a member joining with `request` costs (before its assignment).
+pub(super) fn join_bytes(request: &JoinRequest) -> u64 {
+    let protocols: usize = request
+        .protocols
+        .iter()
+        .map(|(name, metadata)| name.len() + metadata.len())
+        .sum();
+    MEMBER_BYTES
+        + (request.member_id.len().max(32)
+            + request.group_instance_id.as_ref().map_or(0, String::len)
+            + request.client_id.len()
+            + request.client_host.len()
+            + request.protocol_type.len()
+            + protocols) as u64
+}
+
 impl Member {
+    /// What the member costs the broker's memory, its id of `id_len` bytes included.
+    fn bytes(&self, id_len: usize) -> u64 {
+        let protocols: usize = self
+            .protocols
+            .iter()
+            .map(|(name, metadata)| name.len() + metadata.len())
+            .sum();
+        MEMBER_BYTES
+            + (id_len
+                + self.group_instance_id.as_ref().map_or(0, String::len)
+                + self.client_id.len()
+                + self.client_host.len()
+                + protocols
+                + self.assignment.len()) as u64
+    }
+
+    fn supports(&self, protocol: &str) -> bool {
+        self.protocols.iter().any(|(name, _)| name == protocol)
+    }
+
     fn metadata(&self, protocol: &str) -> Bytes {
         self.protocols
             .iter()
@@ -86,6 +137,8 @@ pub(super) struct Group {
     members: BTreeMap<String, Member>,
     rebalance_deadline: Option<Instant>,
     pub(super) offsets: BTreeMap<(String, i32), Committed>,
+    /// What `offsets` cost the broker's memory ([`offset_bytes`] each).
+    offsets_bytes: u64,
     /// When the group last had a member or a commit (milliseconds), for offset expiry.
     last_active_ms: i64,
 }
@@ -101,6 +154,7 @@ impl Default for Group {
             members: BTreeMap::new(),
             rebalance_deadline: None,
             offsets: BTreeMap::new(),
+            offsets_bytes: 0,
             last_active_ms: minibroker_records::now_millis(),
         }
     }
@@ -110,11 +164,29 @@ impl Group {
     /// An empty group holding offsets recovered from disk.
     pub(super) fn with_offsets(offsets: Vec<((String, i32), Committed)>) -> Self {
         let last_active_ms = offsets.iter().map(|(_, c)| c.commit_ms).max();
+        let offsets: BTreeMap<_, _> = offsets.into_iter().collect();
+        let offsets_bytes = offsets
+            .iter()
+            .map(|((topic, _), c)| offset_bytes(topic, c.metadata.as_deref()))
+            .sum();
         Self {
-            offsets: offsets.into_iter().collect(),
+            offsets,
+            offsets_bytes,
             last_active_ms: last_active_ms.unwrap_or_else(minibroker_records::now_millis),
             ..Self::default()
         }
+    }
+
+    /// What the group costs the broker's memory: its members (with their subscriptions and
+    /// assignments) and its committed offsets (with their metadata). Members are few (at most
+    /// `max_group_members`) and summed; offsets are many and counted as they change.
+    pub(super) fn bytes(&self) -> u64 {
+        let members: u64 = self
+            .members
+            .iter()
+            .map(|(id, member)| member.bytes(id.len()))
+            .sum();
+        members + self.offsets_bytes
     }
 
     pub(super) fn state(&self) -> GroupState {
@@ -147,13 +219,23 @@ impl Group {
         new_member_id: impl FnOnce() -> String,
         now: Instant,
     ) -> Result<Waiting<Joined>, GroupError> {
+        // A protocol named twice counts once (its first metadata is kept); the coordinator has
+        // capped how many a member names, so matching costs names × members, never more.
+        let mut named = HashSet::new();
+        let request = JoinRequest {
+            protocols: request
+                .protocols
+                .into_iter()
+                .filter(|(name, _)| named.insert(name.clone()))
+                .collect(),
+            ..request
+        };
         if self.has_members() {
             let same_type = self.protocol_type.as_deref() == Some(&request.protocol_type);
-            let common = request.protocols.iter().any(|(name, _)| {
-                self.members
-                    .values()
-                    .all(|m| m.protocols.iter().any(|(other, _)| other == name))
-            });
+            let common = request
+                .protocols
+                .iter()
+                .any(|(name, _)| self.members.values().all(|m| m.supports(name)));
             // A member rejoining alone may change its protocols.
             let alone = self.members.len() == 1 && self.members.contains_key(&request.member_id);
             if !alone && (!same_type || !common) {
@@ -250,11 +332,7 @@ impl Group {
             .protocols
             .iter()
             .map(|(name, _)| name.clone())
-            .find(|name| {
-                self.members
-                    .values()
-                    .all(|m| m.protocols.iter().any(|(other, _)| other == name))
-            })
+            .find(|name| self.members.values().all(|m| m.supports(name)))
             .unwrap_or_default();
         let everyone: Vec<(String, Option<String>, Bytes)> = self
             .members
@@ -410,7 +488,9 @@ impl Group {
             }
         }
         for (topic, partition, offset, metadata) in offsets {
-            self.offsets.insert(
+            let added = offset_bytes(&topic, metadata.as_deref());
+            let topic_len = topic.len();
+            let replaced = self.offsets.insert(
                 (topic, partition),
                 Committed {
                     offset,
@@ -418,6 +498,10 @@ impl Group {
                     commit_ms,
                 },
             );
+            if let Some(old) = replaced {
+                self.offsets_bytes -= offset_len_bytes(topic_len, old.metadata.as_deref());
+            }
+            self.offsets_bytes += added;
         }
         self.last_active_ms = commit_ms;
         Ok(())

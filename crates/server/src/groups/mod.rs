@@ -15,8 +15,13 @@
 //!
 //! # Layout
 //! - `group` — one group's state machine (Empty → PreparingRebalance → CompletingRebalance →
-//!   Stable), under the coordinator's lock; waiting joins and syncs are one-shot channels.
-//! - `store` — the committed offsets on disk.
+//!   Stable), under its own lock; waiting joins and syncs are one-shot channels.
+//! - `store` — the committed offsets on disk, a file per group.
+//!
+//! Each group has its own lock (the coordinator's registry is locked only to find, add or
+//! remove one), its work per request is bounded (protocol names and metadata are capped), and
+//! what it holds is charged to the broker's `max_stored_bytes`: one client's group can neither
+//! stall another group nor grow the broker past its budget.
 
 mod group;
 mod store;
@@ -29,6 +34,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 use tokio::sync::oneshot;
 
+use crate::budget::StorageBudget;
 use crate::data_dir::DataDir;
 use crate::{Config, ServerError};
 use group::Group;
@@ -79,6 +85,12 @@ pub enum GroupError {
     /// The broker holds its maximum of groups.
     #[error("the broker holds its maximum of {0} groups")]
     TooManyGroups(usize),
+    /// What groups hold would pass the broker's `max_stored_bytes`.
+    #[error("the broker holds its maximum of {0} bytes")]
+    StorageFull(u64),
+    /// A join names too many protocols, or sends too much metadata with them.
+    #[error("too much group metadata: {0}")]
+    TooMuchMetadata(String),
 }
 
 /// A join request, in domain terms.
@@ -180,43 +192,114 @@ struct Limits {
 /// UNKNOWN_MEMBER_ID, and the client asks again).
 const MAX_ISSUED_IDS: usize = 1000;
 
+/// Most assignment strategies one member may name (consumers name one to three).
+pub const MAX_PROTOCOLS_PER_MEMBER: usize = 32;
+
+/// Most bytes of subscription metadata one member may send with its protocols, all together
+/// (a subscription to 10,000 topics is about 300 KB).
+pub const MAX_MEMBER_METADATA_BYTES: usize = 1 << 20;
+
+/// Most bytes of a committed offset's metadata string (Kafka's `offset.metadata.max.bytes`); a
+/// partition committed with more is refused OFFSET_METADATA_TOO_LARGE.
+pub const MAX_OFFSET_METADATA_BYTES: usize = 4096;
+
+/// Bytes charged for each group besides its members and offsets.
+const GROUP_BYTES: u64 = 512;
+
+/// One group, with its own locks: a request for one group never waits for another's.
+#[derive(Debug)]
+struct Slot {
+    group: Mutex<Group>,
+    /// Held while the group's committed offsets are changed and written, so its file is written
+    /// in commit order (with a data directory).
+    writer: tokio::sync::Mutex<()>,
+    /// The name of its file of committed offsets (with a data directory).
+    file: String,
+}
+
+impl Slot {
+    fn lock(&self) -> MutexGuard<'_, Group> {
+        self.group.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The groups by id, and the offsets files they use.
+#[derive(Debug, Default)]
+struct Registry {
+    groups: HashMap<String, Arc<Slot>>,
+    /// Every group's file name, and those of removed groups until their file is gone.
+    files: HashSet<String>,
+}
+
 /// Every group of the broker.
+///
+/// The registry's lock is held only to find, add or remove a group; each group has its own
+/// lock for the work of a request. A group is removed only while nobody else holds it (its
+/// `Arc` is the registry's alone), always under the registry's lock and then the group's, so a
+/// request never works on a group that is no longer there.
 #[derive(Debug)]
 pub struct GroupCoordinator {
-    groups: Mutex<HashMap<String, Group>>,
+    registry: Mutex<Registry>,
     /// (group id, member id) pairs handed out by a MEMBER_ID_REQUIRED answer and not yet used;
     /// kept here, not in a group, so that a refused join creates no group.
     issued: Mutex<HashSet<(String, String)>>,
     limits: Limits,
     store: Option<OffsetStore>,
+    /// What groups hold is charged here, with everything else the broker keeps.
+    budget: Arc<StorageBudget>,
     next_member: AtomicU64,
 }
 
 /// A topic and partition.
 pub type TopicPartition = (String, i32);
 
-/// Every group's committed offsets: what the store saves.
+/// Groups' committed offsets: what the store saves.
 type OffsetsSnapshot = Vec<(String, Vec<(TopicPartition, Committed)>)>;
 
 /// What waits for a join or sync to complete.
 type Waiting<T> = oneshot::Receiver<Result<T, GroupError>>;
 
 impl GroupCoordinator {
-    /// A coordinator with the bounds of `config`, its committed offsets kept in `data` (and
-    /// loaded from there) when given.
+    /// A coordinator with the bounds of `config` and a budget of its own of
+    /// `max_stored_bytes`, its committed offsets kept in `data` (and loaded from there) when
+    /// given.
     ///
     /// # Errors
     /// [`ServerError::DataDir`] when stored offsets cannot be read.
     pub fn new(config: &Config, data: Option<Arc<DataDir>>) -> Result<Self, ServerError> {
+        let budget = Arc::new(StorageBudget::new(config.max_stored_bytes));
+        Self::with_budget(config, data, budget)
+    }
+
+    /// [`Self::new`], charging what groups hold to `budget`.
+    ///
+    /// # Errors
+    /// [`ServerError::DataDir`] when stored offsets cannot be read.
+    pub fn with_budget(
+        config: &Config,
+        data: Option<Arc<DataDir>>,
+        budget: Arc<StorageBudget>,
+    ) -> Result<Self, ServerError> {
         let store = data.map(OffsetStore::new);
-        let mut groups = HashMap::new();
+        let mut registry = Registry::default();
         if let Some(store) = &store {
-            for (group_id, offsets) in store.load()? {
-                groups.insert(group_id, Group::with_offsets(offsets));
+            for (group_id, file, offsets) in store.load()? {
+                let group = Group::with_offsets(offsets);
+                // What is on disk is kept whatever the budget: it was accepted once.
+                budget.charge(GROUP_BYTES + group.bytes());
+                registry.files.insert(file.clone());
+                registry.groups.insert(
+                    group_id,
+                    Arc::new(Slot {
+                        group: Mutex::new(group),
+                        writer: tokio::sync::Mutex::new(()),
+                        file,
+                    }),
+                );
             }
         }
         Ok(Self {
-            groups: Mutex::new(groups),
+            registry: Mutex::new(registry),
             issued: Mutex::default(),
             limits: Limits {
                 min_session: Duration::from_millis(config.group_min_session_timeout_ms),
@@ -226,12 +309,129 @@ impl GroupCoordinator {
                 max_members: config.max_group_members,
             },
             store,
+            budget,
             next_member: AtomicU64::new(1),
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Group>> {
-        self.groups.lock().unwrap_or_else(PoisonError::into_inner)
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The group `group_id`, if there is one.
+    fn find(&self, group_id: &str) -> Option<Arc<Slot>> {
+        self.registry().groups.get(group_id).cloned()
+    }
+
+    /// The group `group_id`, or a new empty one if the broker has room for another.
+    fn find_or_add(&self, group_id: &str) -> Result<Arc<Slot>, GroupError> {
+        let mut registry = self.registry();
+        if let Some(slot) = registry.groups.get(group_id) {
+            return Ok(Arc::clone(slot));
+        }
+        if registry.groups.len() >= self.limits.max_groups {
+            return Err(GroupError::TooManyGroups(self.limits.max_groups));
+        }
+        if !self.budget.try_charge(GROUP_BYTES) {
+            return Err(GroupError::StorageFull(self.budget.max()));
+        }
+        let file = if self.store.is_some() {
+            let file = store::file_name(group_id, &registry.files);
+            registry.files.insert(file.clone());
+            file
+        } else {
+            String::new()
+        };
+        let slot = Arc::new(Slot {
+            group: Mutex::new(Group::default()),
+            writer: tokio::sync::Mutex::new(()),
+            file,
+        });
+        registry
+            .groups
+            .insert(group_id.to_owned(), Arc::clone(&slot));
+        Ok(slot)
+    }
+
+    /// Removes the group `group_id` if nobody else holds it and `gone` says so of it; returns
+    /// its file name if it had offsets on disk (the caller removes the file, then
+    /// [`Self::forget_file`]s the name).
+    fn remove_if(&self, group_id: &str, gone: impl Fn(&Group) -> bool) -> Option<Option<String>> {
+        let mut registry = self.registry();
+        let slot = registry.groups.get(group_id)?;
+        if Arc::strong_count(slot) > 1 {
+            return None;
+        }
+        let group = slot.lock();
+        if !gone(&group) {
+            return None;
+        }
+        let had_offsets = !group.offsets.is_empty();
+        self.budget.release(GROUP_BYTES + group.bytes());
+        drop(group);
+        let slot = registry.groups.remove(group_id)?;
+        if had_offsets {
+            Some(Some(slot.file.clone()))
+        } else {
+            registry.files.remove(&slot.file);
+            Some(None)
+        }
+    }
+
+    fn forget_file(&self, file: &str) {
+        self.registry().files.remove(file);
+    }
+
+    /// Applies `change` to `slot`'s group, charging what it added to the budget (which
+    /// `needs` bytes must fit first) and releasing what it freed.
+    fn apply<T>(
+        &self,
+        slot: &Slot,
+        needs: u64,
+        change: impl FnOnce(&mut Group) -> Result<T, GroupError>,
+    ) -> Result<T, GroupError> {
+        if needs > 0 && !self.budget.has_room(needs) {
+            return Err(GroupError::StorageFull(self.budget.max()));
+        }
+        let mut group = slot.lock();
+        let before = group.bytes();
+        let result = change(&mut group);
+        let after = group.bytes();
+        if after > before {
+            self.budget.charge(after - before);
+        } else {
+            self.budget.release(before - after);
+        }
+        result
+    }
+
+    /// Applies `change` to the group `group_id`, or to a new empty one if the broker has room
+    /// for another; a group left with neither members nor offsets goes at once, so a refused
+    /// request creates no group.
+    fn with_group<T>(
+        &self,
+        group_id: &str,
+        needs: u64,
+        change: impl FnOnce(&mut Group) -> Result<T, GroupError>,
+    ) -> Result<T, GroupError> {
+        let slot = self.find_or_add(group_id)?;
+        let result = self.apply(&slot, needs, change);
+        drop(slot);
+        self.remove_if(group_id, Group::is_empty);
+        result
+    }
+
+    /// Applies `change` to the group `group_id`, if there is one.
+    fn with_existing<T>(
+        &self,
+        group_id: &str,
+        change: impl FnOnce(&mut Group) -> Result<T, GroupError>,
+    ) -> Option<Result<T, GroupError>> {
+        let slot = self.find(group_id)?;
+        let result = self.apply(&slot, 0, change);
+        drop(slot);
+        self.remove_if(group_id, Group::is_empty);
+        Some(result)
     }
 
     /// Joins (or rejoins) a group and waits for the rebalance to complete.
@@ -256,13 +456,24 @@ impl GroupCoordinator {
                 max: self.limits.max_session.as_millis() as u64,
             });
         }
+        if request.protocols.len() > MAX_PROTOCOLS_PER_MEMBER {
+            return Err(GroupError::TooMuchMetadata(format!(
+                "{} protocols (at most {MAX_PROTOCOLS_PER_MEMBER})",
+                request.protocols.len()
+            )));
+        }
+        let metadata: usize = request.protocols.iter().map(|(_, m)| m.len()).sum();
+        if metadata > MAX_MEMBER_METADATA_BYTES {
+            return Err(GroupError::TooMuchMetadata(format!(
+                "{metadata} bytes of protocol metadata (at most {MAX_MEMBER_METADATA_BYTES})"
+            )));
+        }
         // A rebalance waits for a member at most as long as the longest session allowed, so
         // one member cannot hold its group in a rebalance for weeks.
         let request = JoinRequest {
             rebalance_timeout: request.rebalance_timeout.min(self.limits.max_session),
             ..request
         };
-        let mut groups = self.lock();
         let issued = !request.member_id.is_empty()
             && self
                 .issued()
@@ -277,7 +488,8 @@ impl GroupCoordinator {
             };
             format!("{client}-{n:016x}")
         };
-        let joined = self.with_group(&mut groups, &group_id, |group| {
+        let needs = group::join_bytes(&request);
+        let joined = self.with_group(&group_id, needs, |group| {
             if group.member_count() >= self.limits.max_members
                 && !group.is_member(&request.member_id)
             {
@@ -311,13 +523,12 @@ impl GroupCoordinator {
         member_id: &str,
         assignments: Vec<(String, Bytes)>,
     ) -> Result<Bytes, GroupError> {
-        let waiting = {
-            let mut groups = self.lock();
-            let group = groups
-                .get_mut(group_id)
-                .ok_or(GroupError::UnknownMemberId)?;
-            group.sync(generation, member_id, assignments, Instant::now())?
-        };
+        let needs = assignments.iter().map(|(_, a)| a.len() as u64).sum();
+        let slot = self.find(group_id).ok_or(GroupError::UnknownMemberId)?;
+        let waiting = self.apply(&slot, needs, |group| {
+            group.sync(generation, member_id, assignments, Instant::now())
+        })?;
+        drop(slot);
         waiting
             .await
             .unwrap_or(Err(GroupError::RebalanceInProgress))
@@ -333,28 +544,26 @@ impl GroupCoordinator {
         generation: i32,
         member_id: &str,
     ) -> Result<(), GroupError> {
-        let mut groups = self.lock();
-        let group = groups
-            .get_mut(group_id)
-            .ok_or(GroupError::UnknownMemberId)?;
-        group.heartbeat(generation, member_id, Instant::now())
+        let slot = self.find(group_id).ok_or(GroupError::UnknownMemberId)?;
+        slot.lock().heartbeat(generation, member_id, Instant::now())
     }
 
     /// Members leaving; the answer for each, in order.
     pub fn leave(&self, group_id: &str, members: &[String]) -> Vec<Result<(), GroupError>> {
-        let mut groups = self.lock();
-        match groups.get_mut(group_id) {
-            Some(group) => group.leave(members, Instant::now()),
-            None => members
-                .iter()
-                .map(|_| Err(GroupError::UnknownMemberId))
-                .collect(),
-        }
+        self.with_existing(group_id, |group| Ok(group.leave(members, Instant::now())))
+            .and_then(Result::ok)
+            .unwrap_or_else(|| {
+                members
+                    .iter()
+                    .map(|_| Err(GroupError::UnknownMemberId))
+                    .collect()
+            })
     }
 
     /// Commits offsets for a group: by a member of its current generation, or — with
     /// generation -1 and no member id — by a consumer outside any generation, for a group
-    /// with no members. With a data directory the offsets are on disk before this returns.
+    /// with no members. With a data directory the group's offsets are on disk before this
+    /// returns.
     ///
     /// # Errors
     /// [`GroupError`] for a commit the group refuses, or [`GroupError::Storage`].
@@ -369,83 +578,47 @@ impl GroupCoordinator {
             return Err(GroupError::InvalidGroupId);
         }
         let commit_ms = minibroker_records::now_millis();
-        self.change_offsets(
-            || self.commit_now(group_id, generation, member_id, offsets, commit_ms),
-            |()| true,
-        )
-        .await
+        let needs = offsets
+            .iter()
+            .map(|(topic, _, _, metadata)| group::offset_bytes(topic, metadata.as_deref()))
+            .sum();
+        let slot = self.find_or_add(group_id)?;
+        let result = self
+            .change_offsets(&slot, group_id, needs, |group| {
+                group.commit(generation, member_id, offsets, commit_ms, Instant::now())
+            })
+            .await;
+        drop(slot);
+        self.remove_if(group_id, Group::is_empty);
+        result
     }
 
-    /// Applies `change` to the groups and, with a data directory, saves every committed offset
-    /// before returning when `changed` says the change touched them.
+    /// Applies `change` to `slot`'s group and, with a data directory, writes the group's
+    /// offsets to its file before returning. One writer per group at a time, each writing
+    /// the group's offsets as its change left them, so the file never goes back to an older
+    /// state; other groups' commits go on meanwhile.
     async fn change_offsets<T>(
         &self,
-        change: impl FnOnce() -> Result<T, GroupError>,
-        changed: impl FnOnce(&T) -> bool,
-    ) -> Result<T, GroupError> {
-        let Some(store) = &self.store else {
-            return change();
-        };
-        // One writer at a time, each writing everything committed so far, so the file never
-        // goes back to an older state.
-        let _writing = store.writer.lock().await;
-        let result = change()?;
-        if changed(&result) {
-            store.save(self.offsets_snapshot()).await?;
-        }
-        Ok(result)
-    }
-
-    fn commit_now(
-        &self,
+        slot: &Slot,
         group_id: &str,
-        generation: i32,
-        member_id: &str,
-        offsets: Vec<(String, i32, i64, Option<String>)>,
-        commit_ms: i64,
-    ) -> Result<(), GroupError> {
-        let mut groups = self.lock();
-        self.with_group(&mut groups, group_id, |group| {
-            group.commit(generation, member_id, offsets, commit_ms, Instant::now())
-        })
-    }
-
-    /// Applies `change` to the group named `group_id`, or to a new empty one if the broker has
-    /// room for another; a new group is kept only if `change` succeeded and left it with
-    /// members or offsets, so a refused request creates no group.
-    fn with_group<T>(
-        &self,
-        groups: &mut HashMap<String, Group>,
-        group_id: &str,
+        needs: u64,
         change: impl FnOnce(&mut Group) -> Result<T, GroupError>,
     ) -> Result<T, GroupError> {
-        if let Some(group) = groups.get_mut(group_id) {
-            return change(group);
-        }
-        if groups.len() >= self.limits.max_groups {
-            return Err(GroupError::TooManyGroups(self.limits.max_groups));
-        }
-        let mut group = Group::default();
-        let changed = change(&mut group)?;
-        if !group.is_empty() {
-            groups.insert(group_id.to_owned(), group);
-        }
-        Ok(changed)
-    }
-
-    fn offsets_snapshot(&self) -> OffsetsSnapshot {
-        self.lock()
-            .iter()
-            .filter(|(_, group)| !group.offsets.is_empty())
-            .map(|(id, group)| {
-                let offsets = group
-                    .offsets
-                    .iter()
-                    .map(|(key, committed)| (key.clone(), committed.clone()))
-                    .collect();
-                (id.clone(), offsets)
-            })
-            .collect()
+        let Some(store) = &self.store else {
+            return self.apply(slot, needs, change);
+        };
+        let _writing = slot.writer.lock().await;
+        let (result, offsets) = self.apply(slot, needs, |group| {
+            let result = change(group)?;
+            let offsets: Vec<_> = group
+                .offsets
+                .iter()
+                .map(|(key, committed)| (key.clone(), committed.clone()))
+                .collect();
+            Ok((result, offsets))
+        })?;
+        store.save(&slot.file, group_id.to_owned(), offsets).await?;
+        Ok(result)
     }
 
     /// The committed offsets of `partitions` of the group (all of them when `None`); a
@@ -456,10 +629,10 @@ impl GroupCoordinator {
         group_id: &str,
         partitions: Option<&[TopicPartition]>,
     ) -> Vec<(TopicPartition, Committed)> {
-        let groups = self.lock();
-        let Some(group) = groups.get(group_id) else {
+        let Some(slot) = self.find(group_id) else {
             return Vec::new();
         };
+        let group = slot.lock();
         match partitions {
             None => group
                 .offsets
@@ -473,13 +646,25 @@ impl GroupCoordinator {
         }
     }
 
+    /// Every group, with its id.
+    fn slots(&self) -> Vec<(String, Arc<Slot>)> {
+        self.registry()
+            .groups
+            .iter()
+            .map(|(id, slot)| (id.clone(), Arc::clone(slot)))
+            .collect()
+    }
+
     /// Every group: id, protocol type, state.
     #[must_use]
     pub fn list(&self) -> Vec<(String, String, GroupState)> {
         let mut groups: Vec<_> = self
-            .lock()
-            .iter()
-            .map(|(id, group)| (id.clone(), group.protocol_type(), group.state()))
+            .slots()
+            .into_iter()
+            .map(|(id, slot)| {
+                let group = slot.lock();
+                (id, group.protocol_type(), group.state())
+            })
             .collect();
         groups.sort();
         groups
@@ -488,69 +673,80 @@ impl GroupCoordinator {
     /// A group's state and members; an unknown group is `Dead` with none.
     #[must_use]
     pub fn describe(&self, group_id: &str) -> GroupDescription {
-        self.lock()
-            .get(group_id)
-            .map_or_else(GroupDescription::dead, Group::describe)
+        self.find(group_id)
+            .map_or_else(GroupDescription::dead, |slot| slot.lock().describe())
     }
 
     /// Deletes a group with no members, and its committed offsets.
     ///
     /// # Errors
-    /// [`GroupError::GroupIdNotFound`], [`GroupError::NonEmptyGroup`], or
-    /// [`GroupError::Storage`].
+    /// [`GroupError::GroupIdNotFound`], [`GroupError::NonEmptyGroup`] (also while a request
+    /// for the group is being served), or [`GroupError::Storage`].
     pub async fn delete(&self, group_id: &str) -> Result<(), GroupError> {
-        let remove = || {
-            let mut groups = self.lock();
-            match groups.get(group_id) {
-                None => Err(GroupError::GroupIdNotFound),
-                Some(group) if group.has_members() => Err(GroupError::NonEmptyGroup),
-                Some(_) => {
-                    groups.remove(group_id);
-                    Ok(())
-                }
-            }
+        if self.find(group_id).is_none() {
+            return Err(GroupError::GroupIdNotFound);
+        }
+        let removed = self
+            .remove_if(group_id, |group| !group.has_members())
+            .ok_or(GroupError::NonEmptyGroup)?;
+        self.remove_file(removed).await
+    }
+
+    /// Removes a removed group's file, if it had one, then frees its name.
+    async fn remove_file(&self, file: Option<String>) -> Result<(), GroupError> {
+        let (Some(store), Some(file)) = (&self.store, file) else {
+            return Ok(());
         };
-        self.change_offsets(remove, |()| true).await
+        let removed = store.remove(&file).await;
+        if removed.is_ok() {
+            self.forget_file(&file);
+        }
+        removed
     }
 
     /// Removes members whose session expired and completes rebalances whose time is up; the
     /// broker calls it a few times a second.
     pub fn tick(&self) {
         let now = Instant::now();
-        let mut groups = self.lock();
-        for group in groups.values_mut() {
-            group.tick(now);
+        for (id, slot) in self.slots() {
+            let empty = self
+                .apply(&slot, 0, |group| {
+                    group.tick(now);
+                    Ok(group.is_empty())
+                })
+                .unwrap_or(false);
+            drop(slot);
+            // A group whose last member left and that holds no offsets goes at once (Kafka's
+            // coordinator drops such a group as it empties), so it holds no place of
+            // `max_groups`.
+            if empty {
+                self.remove_if(&id, Group::is_empty);
+            }
         }
-        // A group whose last member left and that holds no offsets goes at once (Kafka's
-        // coordinator drops such a group as it empties), so it holds no place of `max_groups`.
-        groups.retain(|_, group| !group.is_empty());
     }
 
     /// Forgets groups that have had no members and no commit for `offsets_retention_ms`
-    /// (Kafka's `offsets.retention.minutes`, 7 days); returns how many.
+    /// (Kafka's `offsets.retention.minutes`, 7 days), and their files; returns how many.
     pub async fn expire_offsets(&self, now_ms: i64) -> usize {
         let retention =
             i64::try_from(self.limits.offsets_retention.as_millis()).unwrap_or(i64::MAX);
-        let expire = || {
-            let mut groups = self.lock();
-            let before = groups.len();
-            groups.retain(|_, group| !group.expired(now_ms, retention));
-            before - groups.len()
-        };
-        let mut expired = 0;
-        let saved = self
-            .change_offsets(
-                || {
-                    expired = expire();
-                    Ok(expired)
-                },
-                |expired| *expired > 0,
-            )
-            .await;
-        if let Err(error) = saved {
-            tracing::warn!(%error, "could not save committed offsets after expiry");
+        let expired: Vec<String> = self
+            .slots()
+            .into_iter()
+            .filter(|(_, slot)| slot.lock().expired(now_ms, retention))
+            .map(|(id, _)| id)
+            .collect();
+        let mut count = 0;
+        for id in expired {
+            let Some(file) = self.remove_if(&id, |group| group.expired(now_ms, retention)) else {
+                continue;
+            };
+            count += 1;
+            if let Err(error) = self.remove_file(file).await {
+                tracing::warn!(%error, group = id, "could not remove an expired group's offsets");
+            }
         }
-        expired
+        count
     }
 }
 

@@ -1,9 +1,19 @@
-//! Committed offsets on disk: one checksummed file holding every group's offsets, replaced
-//! atomically (written aside, synced, renamed) on each commit, before the commit is answered.
+//! Committed offsets on disk: one checksummed file per group, `DIR/groups/<name>.offsets`,
+//! replaced atomically (written aside, synced, renamed) on each commit of that group, before the
+//! commit is answered.
 //!
-//! A whole-file rewrite keeps recovery trivial (read one file; a damaged one is an error, never
-//! half-loaded) and costs one write of all offsets per commit, which suits the commit rates of
-//! consumers (one commit per consumer every few seconds) and groups of thousands of partitions.
+//! A commit rewrites only its own group's file, so what it costs depends on what its group
+//! holds, never on what other groups hold (one client with a 125 MiB group cannot make another's
+//! commit slow). A whole-file rewrite keeps recovery trivial: read each file; a damaged one is
+//! an error naming it, never half-loaded.
+//!
+//! A file is named by a 64-bit FNV-1a hash of its group id (ids are any string, too long or too
+//! strange for a file name); the id itself is inside, and two ids with one hash get `-1`, `-2`
+//! ... The name is the coordinator's to keep for as long as the group lives.
+//!
+//! An older broker kept every group in one file, `DIR/group-offsets`, in the same layout. It is
+//! read at start, split into per-group files and then removed; a crash part way leaves it in
+//! place, and the split is simply done again.
 //!
 //! In the envelope every small file of the data directory shares ([`minibroker_log::sealed`]):
 //! ```text
@@ -12,60 +22,168 @@
 //!                                            has_metadata:u8 metadata:str commit_ms:i64 } }
 //! crc32c:u32
 //! ```
-//! (`str` is a u32 length and UTF-8 bytes; integers big-endian.)
+//! (`str` is a u32 length and UTF-8 bytes; integers big-endian.) A per-group file holds one
+//! group.
 
+use minibroker_log::storage::TEMPORARY_SUFFIX;
+use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::{Committed, GroupError, OffsetsSnapshot};
+use super::{Committed, GroupError, OffsetsSnapshot, TopicPartition};
 use crate::ServerError;
 use crate::data_dir::DataDir;
 
-const FILE: &str = "group-offsets";
+/// The directory of per-group files.
+const DIR: &str = "groups";
+/// Every group in one file: what older brokers wrote.
+const LEGACY_FILE: &str = "group-offsets";
+const SUFFIX: &str = ".offsets";
 const MAGIC: &[u8; 4] = b"MBGO";
 const VERSION: u8 = 1;
 
-/// Every group's committed offsets, as saved.
+/// Groups' committed offsets, as saved.
 type Snapshot = OffsetsSnapshot;
+
+/// One group as loaded: its id, its file's name and its offsets.
+pub(super) type Saved = (String, String, Vec<(TopicPartition, Committed)>);
 
 /// Where a durable broker keeps committed offsets.
 #[derive(Debug)]
 pub(super) struct OffsetStore {
     data: Arc<DataDir>,
-    /// Held while a commit is applied and written, so writes happen in commit order.
-    pub(super) writer: tokio::sync::Mutex<()>,
 }
 
 impl OffsetStore {
     pub(super) fn new(data: Arc<DataDir>) -> Self {
-        Self {
-            data,
-            writer: tokio::sync::Mutex::new(()),
+        Self { data }
+    }
+
+    /// The path in the data directory of the group file named `file`.
+    fn path(file: &str) -> String {
+        format!("{DIR}/{file}{SUFFIX}")
+    }
+
+    fn damaged(&self, name: &str, reason: impl std::fmt::Display) -> ServerError {
+        ServerError::DataDir {
+            path: self.data.root().join(name),
+            reason: reason.to_string(),
         }
     }
 
-    /// The saved offsets (none if nothing was ever saved).
-    pub(super) fn load(&self) -> Result<Snapshot, ServerError> {
-        let damaged = |reason: String| ServerError::DataDir {
-            path: self.data.root().join(FILE),
-            reason,
-        };
-        match self.data.read_file(FILE) {
-            Ok(None) => Ok(Vec::new()),
-            Ok(Some(bytes)) => {
-                decode(&bytes).ok_or_else(|| damaged("damaged (bad checksum or layout)".into()))
+    /// Every saved group (an older broker's single file is split into per-group files first).
+    pub(super) fn load(&self) -> Result<Vec<Saved>, ServerError> {
+        self.data
+            .create_dir(DIR)
+            .map_err(|error| self.damaged(DIR, error))?;
+        self.split_legacy_file()?;
+        let mut saved = Vec::new();
+        let mut ids = HashSet::new();
+        let names = self
+            .data
+            .list(DIR)
+            .map_err(|error| self.damaged(DIR, error))?;
+        for name in names {
+            if name.ends_with(TEMPORARY_SUFFIX) {
+                let path = format!("{DIR}/{name}");
+                // A write that never finished: the file it was to replace is still there.
+                self.data
+                    .remove_file(&path)
+                    .map_err(|error| self.damaged(&path, error))?;
+                continue;
             }
-            Err(error) => Err(damaged(error.to_string())),
+            let Some(file) = name.strip_suffix(SUFFIX) else {
+                let path = self.data.root().join(DIR).join(&name);
+                tracing::warn!(file = %path.display(), "not a group's offsets; left alone");
+                continue;
+            };
+            let path = Self::path(file);
+            let mut groups = self.read(&path)?.unwrap_or_default();
+            let (Some((id, offsets)), None) = (groups.pop(), groups.pop()) else {
+                return Err(self.damaged(&path, "does not hold exactly one group"));
+            };
+            if !ids.insert(id.clone()) {
+                return Err(self.damaged(&path, format!("holds group {id:?} a second time")));
+            }
+            saved.push((id, file.to_owned(), offsets));
+        }
+        Ok(saved)
+    }
+
+    /// The groups of the file `path`, none if it does not exist.
+    fn read(&self, path: &str) -> Result<Option<Snapshot>, ServerError> {
+        match self.data.read_file(path) {
+            Ok(None) => Ok(None),
+            Ok(Some(bytes)) => decode(&bytes)
+                .map(Some)
+                .ok_or_else(|| self.damaged(path, "damaged (bad checksum or layout)")),
+            Err(error) => Err(self.damaged(path, error)),
         }
     }
 
-    /// Writes `snapshot` on a blocking thread.
-    pub(super) async fn save(&self, snapshot: Snapshot) -> Result<(), GroupError> {
+    /// Writes each group of an older broker's `group-offsets` to its own file, then removes it.
+    fn split_legacy_file(&self) -> Result<(), ServerError> {
+        let Some(legacy) = self.read(LEGACY_FILE)? else {
+            return Ok(());
+        };
+        let mut used = HashSet::new();
+        for (id, offsets) in legacy {
+            let name = file_name(&id, &used);
+            let path = Self::path(&name);
+            self.data
+                .write_file(&path, &encode(&[(id, offsets)]))
+                .map_err(|error| self.damaged(&path, error))?;
+            used.insert(name);
+        }
+        self.data
+            .remove_file(LEGACY_FILE)
+            .map_err(|error| self.damaged(LEGACY_FILE, error))?;
+        tracing::info!("committed offsets moved from group-offsets to a file per group");
+        Ok(())
+    }
+
+    /// Writes `group`'s offsets to its file `name` on a blocking thread.
+    pub(super) async fn save(
+        &self,
+        name: &str,
+        group: String,
+        offsets: Vec<(TopicPartition, Committed)>,
+    ) -> Result<(), GroupError> {
         let data = Arc::clone(&self.data);
-        tokio::task::spawn_blocking(move || data.write_file(FILE, &encode(&snapshot)))
+        let path = Self::path(name);
+        tokio::task::spawn_blocking(move || data.write_file(&path, &encode(&[(group, offsets)])))
             .await
             .map_err(|error| GroupError::Storage(error.to_string()))?
             .map_err(|error| GroupError::Storage(format!("saving committed offsets: {error}")))
     }
+
+    /// Removes a group's file `name`, on a blocking thread.
+    pub(super) async fn remove(&self, name: &str) -> Result<(), GroupError> {
+        let data = Arc::clone(&self.data);
+        let path = Self::path(name);
+        tokio::task::spawn_blocking(move || data.remove_file(&path))
+            .await
+            .map_err(|error| GroupError::Storage(error.to_string()))?
+            .map_err(|error| GroupError::Storage(format!("removing committed offsets: {error}")))
+    }
+}
+
+/// The name (without [`SUFFIX`]) for a new file of group `id`, other than every name in `used`.
+pub(super) fn file_name(id: &str, used: &HashSet<String>) -> String {
+    let hash = fnv1a(id.as_bytes());
+    let mut name = format!("{hash:016x}");
+    let mut n = 0u64;
+    while used.contains(&name) {
+        n += 1;
+        name = format!("{hash:016x}-{n}");
+    }
+    name
+}
+
+/// FNV-1a, 64 bits: stable across versions and platforms, unlike the standard library's hasher.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 fn put_str(out: &mut Vec<u8>, text: &str) {
@@ -73,7 +191,7 @@ fn put_str(out: &mut Vec<u8>, text: &str) {
     out.extend_from_slice(text.as_bytes());
 }
 
-fn encode(snapshot: &Snapshot) -> Vec<u8> {
+fn encode(snapshot: &[(String, Vec<(TopicPartition, Committed)>)]) -> Vec<u8> {
     let mut out = Vec::new();
     out.extend_from_slice(&(snapshot.len() as u32).to_be_bytes());
     for (group, offsets) in snapshot {
@@ -182,5 +300,15 @@ mod tests {
             damaged[at] ^= 1;
             assert_eq!(decode(&damaged), None, "byte {at}");
         }
+    }
+
+    #[test]
+    fn a_file_name_is_the_ids_hash_and_never_one_in_use() {
+        let none = HashSet::new();
+        let first = file_name("g", &none);
+        assert_eq!(first, format!("{:016x}", fnv1a(b"g")));
+        assert_eq!(file_name("g", &none), first, "stable");
+        let used: HashSet<String> = [first.clone()].into();
+        assert_eq!(file_name("g", &used), format!("{first}-1"));
     }
 }
