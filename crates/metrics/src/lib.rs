@@ -14,8 +14,10 @@
 //! ```
 
 mod collect;
+mod listener;
 
 pub use collect::BrokerCollector;
+pub use listener::MetricsLimits;
 
 use axum::Router;
 use axum::extract::State;
@@ -66,7 +68,8 @@ pub fn router(broker: Arc<Broker>) -> Router {
         })
 }
 
-/// Serves the endpoint on `listener` until `shutdown` resolves.
+/// Serves the endpoint on `listener` under the default [`MetricsLimits`] until `shutdown`
+/// resolves.
 ///
 /// # Errors
 /// If the listener fails.
@@ -75,9 +78,20 @@ pub async fn serve(
     broker: Arc<Broker>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(broker))
-        .with_graceful_shutdown(shutdown)
-        .await
+    serve_with(listener, broker, MetricsLimits::default(), shutdown).await
+}
+
+/// [`serve`], under `limits`.
+///
+/// # Errors
+/// If the listener fails.
+pub async fn serve_with(
+    listener: TcpListener,
+    broker: Arc<Broker>,
+    limits: MetricsLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    listener::serve(listener, router(broker), limits, shutdown).await
 }
 
 async fn metrics(State(endpoint): State<Endpoint>) -> impl IntoResponse {

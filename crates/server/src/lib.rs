@@ -35,6 +35,7 @@ mod config;
 mod connection;
 mod counters;
 pub mod data_dir;
+pub mod descriptors;
 mod embedded;
 mod error;
 mod flush;
