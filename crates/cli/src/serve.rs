@@ -70,6 +70,10 @@ pub async fn run(args: Args) -> Result<()> {
         config.metrics_listen = Some(listen);
     }
     config.validate()?;
+    // Every connection and segment file is a descriptor: the soft limit a shell hands out is
+    // often far below what the kernel allows.
+    let open_files = minibroker_server::descriptors::raise_limit();
+    tracing::debug!(?open_files, "open-file limit");
     let signal = shutdown_signal()?;
     // Recovery happens here, before the listeners exist: once the addresses are announced, the
     // broker serves everything it stored.

@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::batch::{check_appendable, first_record_at_or_after};
+use crate::open_files::OpenFiles;
 use crate::segment::{Damage, INDEX_INTERVAL, Segment, SegmentMark};
 use crate::storage::{
     Storage, StorageFile, TEMPORARY_SUFFIX, read_whole, replace_unsynced, write_atomically,
@@ -145,6 +146,8 @@ pub struct DurableLog {
     /// Bytes appended to the active segment since its last sync was asked for.
     unsynced: u64,
     write_back: Arc<WriteBackState>,
+    /// Where sealed segments' files are opened when read; without it they stay open.
+    open_files: Option<Arc<OpenFiles>>,
 }
 
 /// Bytes of appended batches gathered in memory at most before they are written, whoever asks.
@@ -194,6 +197,20 @@ impl DurableLog {
         dir: &Path,
         config: SegmentConfig,
     ) -> Result<Opened, LogError> {
+        Self::open_with(storage, dir, config, None)
+    }
+
+    /// [`Self::open`], with sealed segments' files opened through `open_files` when read
+    /// instead of held open (see [`OpenFiles`]).
+    ///
+    /// # Errors
+    /// As [`Self::open`].
+    pub fn open_with(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        config: SegmentConfig,
+        open_files: Option<Arc<OpenFiles>>,
+    ) -> Result<Opened, LogError> {
         let io_error = |what: &str, error: io::Error| {
             LogError::Storage(format!("{what} in {}: {error}", dir.display()))
         };
@@ -218,6 +235,16 @@ impl DurableLog {
                 .open(&dir.join(file_name(base, LOG_SUFFIX)))
                 .map_err(|e| io_error(&format!("opening {}", file_name(base, LOG_SUFFIX)), e))
         };
+        // A sealed segment's file is opened once here for its length, then when read.
+        let open_sealed = |base: i64| match &open_files {
+            Some(files) => {
+                let len = open_file(base)?.len().map_err(|e| {
+                    io_error(&format!("reading {}", file_name(base, LOG_SUFFIX)), e)
+                })?;
+                Ok(files.sealed(dir.join(file_name(base, LOG_SUFFIX)), len))
+            }
+            None => open_file(base),
+        };
         let mut sealed = VecDeque::new();
         let Some((&last, older)) = bases.split_last() else {
             let file = storage
@@ -226,14 +253,15 @@ impl DurableLog {
             storage
                 .sync_dir(dir)
                 .map_err(|e| io_error("syncing the directory", e))?;
-            let log = Self::assemble(storage, dir, config, sealed, Segment::empty(0, file));
+            let empty = Segment::empty(0, file);
+            let log = Self::assemble(storage, dir, config, (sealed, empty), open_files);
             return Ok(Opened {
                 log,
                 truncated: None,
             });
         };
         for &base in older {
-            let file = open_file(base)?;
+            let file = open_sealed(base)?;
             let index = read_whole(&*storage, &dir.join(file_name(base, INDEX_SUFFIX))).ok();
             let segment = match index.and_then(|i| Segment::from_index(base, Arc::clone(&file), &i))
             {
@@ -278,7 +306,7 @@ impl DurableLog {
             expected = Some((segment.base_offset, segment.next_offset));
         }
         Ok(Opened {
-            log: Self::assemble(storage, dir, config, sealed, active),
+            log: Self::assemble(storage, dir, config, (sealed, active), open_files),
             truncated,
         })
     }
@@ -287,8 +315,8 @@ impl DurableLog {
         storage: Arc<dyn Storage>,
         dir: &Path,
         config: SegmentConfig,
-        sealed: VecDeque<Segment>,
-        active: Segment,
+        (sealed, active): (VecDeque<Segment>, Segment),
+        open_files: Option<Arc<OpenFiles>>,
     ) -> Self {
         let segments = || sealed.iter().chain(std::iter::once(&active));
         let stored_bytes = segments().map(|s| s.size).sum();
@@ -307,6 +335,7 @@ impl DurableLog {
             preallocated: 0,
             unsynced: 0,
             write_back: Arc::default(),
+            open_files,
         }
     }
 
@@ -479,6 +508,22 @@ impl DurableLog {
         }))
     }
 
+    /// [`Self::fail`], unless `error` says the process or system is out of file descriptors
+    /// for now (EMFILE, ENFILE): nothing was lost, the active segment stays active, and the
+    /// next append tries to roll again, so a passing shortage never makes a partition
+    /// read-only for good.
+    fn fail_unless_transient(&mut self, what: &str, error: &io::Error) -> LogError {
+        const ENFILE: i32 = 23;
+        const EMFILE: i32 = 24;
+        if matches!(error.raw_os_error(), Some(ENFILE | EMFILE)) {
+            return LogError::Storage(format!(
+                "{what} in {}: {error} (tried again at the next append)",
+                self.dir.display()
+            ));
+        }
+        self.fail(what, error)
+    }
+
     /// Seals the active segment (synced, index written) and starts the next.
     fn roll(&mut self) -> Result<(), LogError> {
         self.write_pending()?;
@@ -496,7 +541,7 @@ impl DurableLog {
             .join(file_name(self.active.base_offset, INDEX_SUFFIX));
         // Not synced: the index only saves recovery a scan, and a damaged one is scanned.
         if let Err(error) = replace_unsynced(&*self.storage, &index, &self.active.encode_index()) {
-            return Err(self.fail("writing a segment index", &error));
+            return Err(self.fail_unless_transient("writing a segment index", &error));
         }
         let next = self.active.next_offset;
         let created = self
@@ -505,11 +550,15 @@ impl DurableLog {
             .and_then(|file| self.storage.sync_dir(&self.dir).map(|()| file));
         match created {
             Ok(file) => {
-                let sealed = std::mem::replace(&mut self.active, Segment::empty(next, file));
+                let mut sealed = std::mem::replace(&mut self.active, Segment::empty(next, file));
+                if let Some(files) = &self.open_files {
+                    let path = self.dir.join(file_name(sealed.base_offset, LOG_SUFFIX));
+                    sealed.file = files.sealed(path, sealed.size);
+                }
                 self.sealed.push_back(sealed);
                 Ok(())
             }
-            Err(error) => Err(self.fail("creating a segment", &error)),
+            Err(error) => Err(self.fail_unless_transient("creating a segment", &error)),
         }
     }
 

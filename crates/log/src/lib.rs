@@ -15,7 +15,8 @@
 //! # Layout
 //! - `memory` — the in-memory log; `durable` and `segment` — the segment files, their index and
 //!   recovery; `partition` — the enum the broker uses.
-//! - `storage` — the file-system trait and the real file system; `sim` — the crashing one.
+//! - `storage` — the file-system trait and the real file system; `sim` — the crashing one;
+//!   `open_files` — sealed segments' files, opened when read, a bounded number at a time.
 //!
 //! # Example
 //! ```
@@ -35,6 +36,7 @@ mod batch;
 mod durable;
 mod error;
 mod memory;
+mod open_files;
 mod partition;
 pub mod sealed;
 mod segment;
@@ -47,5 +49,6 @@ pub use durable::{
 };
 pub use error::LogError;
 pub use memory::{MemoryLog, ReadLimits, Released};
+pub use open_files::OpenFiles;
 pub use partition::PartitionLog;
 pub use storage::{FsStorage, Storage, StorageFile};

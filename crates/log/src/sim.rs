@@ -24,6 +24,8 @@ pub struct Faults {
     pub full: AtomicBool,
     /// Syncs fail with EIO.
     pub failing_sync: AtomicBool,
+    /// Opening or creating a file fails with EMFILE (the process is out of descriptors).
+    pub no_descriptors: AtomicBool,
     /// Syncs done, for tests that count them.
     pub syncs: AtomicU64,
     /// How long each sync takes, in microseconds (a real disk's fsync is not instant).
@@ -53,6 +55,7 @@ impl SimFile {
 }
 
 const ENOSPC: i32 = 28;
+const EMFILE: i32 = 24;
 const EIO: i32 = 5;
 
 impl StorageFile for SimFile {
@@ -121,6 +124,14 @@ impl SimStorage {
     #[must_use]
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A descriptor for a file to be opened, unless they are out.
+    fn descriptor(&self) -> io::Result<()> {
+        if self.faults.no_descriptors.load(Ordering::Relaxed) {
+            return Err(io::Error::from_raw_os_error(EMFILE));
+        }
+        Ok(())
     }
 
     fn files(&self) -> MutexGuard<'_, BTreeMap<PathBuf, Arc<SimFile>>> {
@@ -202,6 +213,7 @@ impl Storage for SimStorage {
     }
 
     fn open(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
+        self.descriptor()?;
         let file = self
             .files()
             .get(path)
@@ -211,6 +223,7 @@ impl Storage for SimStorage {
     }
 
     fn create(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
+        self.descriptor()?;
         Ok(self.insert(path, Vec::new()))
     }
 

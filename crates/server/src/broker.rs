@@ -239,6 +239,7 @@ impl Broker {
                 storage,
                 config.segments(),
                 lock,
+                (config.max_connections, config.max_open_files),
             )?)),
             None => None,
         };

@@ -108,6 +108,11 @@ pub struct Config {
     /// Connections served at once; a connection beyond it is accepted, told
     /// TOO_MANY_CONNECTIONS and closed at once.
     pub max_connections: usize,
+    /// The open-file limit a durable broker shares out between connections, partitions (each
+    /// holds its active segment open) and sealed segment files; when absent, the process's soft
+    /// limit, which the broker first raises to the hard one. A topic whose partitions would not
+    /// fit is refused.
+    pub max_open_files: Option<u64>,
     /// Largest frame accepted or sent, in bytes (after the 4-byte length prefix).
     pub max_frame_bytes: usize,
     /// Responses a connection may buffer before they are flushed to the socket.
@@ -189,6 +194,7 @@ impl Default for Config {
             node_id: 1,
             cluster_id: "minibroker".to_owned(),
             max_connections: 1024,
+            max_open_files: None,
             max_frame_bytes: minibroker_protocol::DEFAULT_MAX_FRAME_BYTES,
             max_in_flight: 64,
             idle_timeout_ms: 600_000,

@@ -23,12 +23,13 @@
 
 use minibroker_log::sealed::{seal, unseal};
 use minibroker_log::storage::{read_whole, write_atomically};
-use minibroker_log::{DurableLog, Opened, SegmentConfig, Storage};
+use minibroker_log::{DurableLog, OpenFiles, Opened, SegmentConfig, Storage};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::ServerError;
+use crate::descriptors::{self, DescriptorPlan};
 
 /// Producer ids reserved per write of `producer-ids`.
 pub const PRODUCER_ID_BLOCK: i64 = 1000;
@@ -46,13 +47,19 @@ pub struct DataDir {
     root: PathBuf,
     storage: Arc<dyn Storage>,
     segments: SegmentConfig,
+    /// Where every partition's sealed segments are opened when read.
+    open_files: Arc<OpenFiles>,
+    /// How the broker's descriptors are shared (the soft limit raised at open).
+    descriptors: DescriptorPlan,
     /// Held for as long as the broker runs, so a second broker cannot use the same directory.
     _lock: Option<std::fs::File>,
 }
 
 impl DataDir {
     /// Opens `root` on `storage`, creating it if needed. With `lock`, `root` is a real
-    /// directory and an exclusive lock on `root/lock` is taken (and held until drop).
+    /// directory and an exclusive lock on `root/lock` is taken (and held until drop). The
+    /// process's open-file limit is raised, and shared out for up to `max_connections`, within
+    /// `max_open_files` when given (see [`descriptors`]).
     ///
     /// # Errors
     /// [`ServerError::DataDir`] if it cannot be created or another process holds it.
@@ -61,6 +68,7 @@ impl DataDir {
         storage: Arc<dyn Storage>,
         segments: SegmentConfig,
         lock: bool,
+        (max_connections, max_open_files): (usize, Option<u64>),
     ) -> Result<Self, ServerError> {
         let failed = |reason: String| ServerError::DataDir {
             path: root.to_owned(),
@@ -83,12 +91,26 @@ impl DataDir {
         } else {
             None
         };
+        let raised = descriptors::raise_limit();
+        let limit = match max_open_files {
+            Some(wanted) => Some(raised.map_or(wanted, |raised| raised.min(wanted))),
+            None => raised,
+        };
+        let descriptors = descriptors::plan(limit, max_connections);
         Ok(Self {
             root: root.to_owned(),
+            open_files: OpenFiles::new(Arc::clone(&storage), descriptors.sealed_files),
             storage,
             segments,
+            descriptors,
             _lock: lock,
         })
+    }
+
+    /// How the broker's descriptors are shared.
+    #[must_use]
+    pub fn descriptors(&self) -> DescriptorPlan {
+        self.descriptors
     }
 
     /// The directory.
@@ -246,12 +268,13 @@ impl DataDir {
     /// [`ServerError::DataDir`] when its files cannot be read or do not form a log.
     pub fn open_partition(&self, topic: &str, index: u32) -> Result<Opened, ServerError> {
         let dir = self.topic_dir(topic).join(index.to_string());
-        DurableLog::open(Arc::clone(&self.storage), &dir, self.segments).map_err(|error| {
-            ServerError::DataDir {
+        let open_files = Some(Arc::clone(&self.open_files));
+        DurableLog::open_with(Arc::clone(&self.storage), &dir, self.segments, open_files).map_err(
+            |error| ServerError::DataDir {
                 path: dir,
                 reason: error.to_string(),
-            }
-        })
+            },
+        )
     }
 
     /// Deletes everything stored for `topic`.

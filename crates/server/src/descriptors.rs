@@ -5,7 +5,7 @@
 //! hands a process is often 1,024, far below what the kernel allows (the hard limit). A broker
 //! raises its soft limit to the hard one at start, as Kafka's packaging does with `ulimit -n`,
 //! and then keeps partitions within what is left once connections have their share
-//! ([`partition_budget`]): a topic whose partitions would pass it is refused, instead of one
+//! ([`plan`]): a topic whose partitions would pass it is refused, instead of one
 //! client's topics taking the descriptors another client's partition needs to roll.
 
 use rustix::process::{Resource, getrlimit, setrlimit};
@@ -36,11 +36,37 @@ pub fn raise_limit() -> Option<u64> {
     getrlimit(Resource::Nofile).current
 }
 
-/// How many descriptors partitions' open files may hold under a soft limit of `limit`, with
-/// `max_connections` kept for connections (`None`: no limit).
+/// Most sealed segment files kept open at once, across every partition (see
+/// `minibroker_log::OpenFiles`).
+pub const MAX_OPEN_SEALED_FILES: u64 = 512;
+
+/// How a durable broker shares its descriptors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DescriptorPlan {
+    /// Sealed segment files open at once.
+    pub sealed_files: usize,
+    /// Partitions (each holds its active segment open); `None` for no limit.
+    pub partitions: Option<u64>,
+}
+
+/// The plan under a soft limit of `limit` (`None`: unlimited) for a broker serving up to
+/// `max_connections`: the reserve first, then connections (at most half the limit, so a limit
+/// set below `max_connections` still leaves partitions some), sealed files (at most an eighth),
+/// and partitions what is left.
 #[must_use]
-pub fn partition_budget(limit: Option<u64>, max_connections: usize) -> Option<u64> {
-    limit.map(|limit| limit.saturating_sub(RESERVED_DESCRIPTORS + max_connections as u64))
+pub fn plan(limit: Option<u64>, max_connections: usize) -> DescriptorPlan {
+    let Some(limit) = limit else {
+        return DescriptorPlan {
+            sealed_files: MAX_OPEN_SEALED_FILES as usize,
+            partitions: None,
+        };
+    };
+    let sealed_files = MAX_OPEN_SEALED_FILES.min(limit / 8).max(1);
+    let connections = (max_connections as u64).min(limit / 2);
+    DescriptorPlan {
+        sealed_files: sealed_files as usize,
+        partitions: Some(limit.saturating_sub(RESERVED_DESCRIPTORS + connections + sealed_files)),
+    }
 }
 
 #[cfg(test)]
@@ -54,12 +80,16 @@ mod tests {
     }
 
     #[test]
-    fn partitions_get_what_connections_and_the_reserve_leave() {
-        assert_eq!(partition_budget(None, 1024), None);
-        assert_eq!(
-            partition_budget(Some(65_536), 1024),
-            Some(65_536 - 1024 - 256)
-        );
-        assert_eq!(partition_budget(Some(1024), 1024), Some(0));
+    fn partitions_get_what_connections_sealed_files_and_the_reserve_leave() {
+        let unlimited = plan(None, 1024);
+        assert_eq!(unlimited.partitions, None);
+        let roomy = plan(Some(65_536), 1024);
+        assert_eq!(roomy.sealed_files, 512);
+        assert_eq!(roomy.partitions, Some(65_536 - 256 - 1024 - 512));
+        // A shell's 1,024: connections get half, sealed files an eighth.
+        let tight = plan(Some(1024), 1024);
+        assert_eq!(tight.sealed_files, 128);
+        assert_eq!(tight.partitions, Some(1024 - 256 - 512 - 128));
+        assert_eq!(plan(Some(100), 1024).partitions, Some(0));
     }
 }

@@ -95,6 +95,18 @@ pub enum BrokerError {
         /// The new topic's partitions.
         wanted: u32,
     },
+    /// A new topic's partitions would need more file descriptors than the process may open.
+    #[error(
+        "the broker holds {held} partitions, the most its open-file limit allows is {max}; a topic of {wanted} does not fit (raise the limit: ulimit -n)"
+    )]
+    TooManyDescriptors {
+        /// Partitions that exist.
+        held: u32,
+        /// What the descriptor plan allows.
+        max: u64,
+        /// The new topic's partitions.
+        wanted: u32,
+    },
     /// Writing or syncing to disk failed; the partition (or data directory) takes no more
     /// writes.
     #[error("storage error: {0}")]
@@ -160,7 +172,8 @@ impl BrokerError {
             Self::ProducerIdsExhausted
             | Self::StoreFull { .. }
             | Self::TooManyTopics(_)
-            | Self::TooManyPartitions { .. } => ErrorKind::StorageFull,
+            | Self::TooManyPartitions { .. }
+            | Self::TooManyDescriptors { .. } => ErrorKind::StorageFull,
         }
     }
 }

@@ -178,6 +178,19 @@ impl TopicRegistry {
             max_partitions: config.max_partitions,
             max_partitions_per_topic: config.max_partitions_per_topic,
         };
+        let stored_partitions: u64 = stored.iter().map(|(_, n)| u64::from(*n)).sum();
+        if let Some(max) = registry
+            .data
+            .as_ref()
+            .and_then(|d| d.descriptors().partitions)
+            && stored_partitions > max
+        {
+            tracing::warn!(
+                partitions = stored_partitions,
+                max,
+                "the data directory holds more partitions than the open-file limit allows for; all are served, no topic can be created (raise the limit: ulimit -n)"
+            );
+        }
         for (name, partitions) in &stored {
             registry
                 .insert(name, *partitions, Origin::Stored)
@@ -333,6 +346,22 @@ impl TopicRegistry {
             return Err(BrokerError::TooManyPartitions {
                 held: ids.live,
                 max: self.max_partitions,
+                wanted: partitions,
+            });
+        }
+        // Each durable partition holds its active segment open; what was stored is recovered
+        // whatever the limit (a warning at start says so).
+        let descriptors = self
+            .data
+            .as_ref()
+            .and_then(|data| data.descriptors().partitions);
+        if let Some(max) = descriptors
+            && origin == Origin::New
+            && u64::from(ids.live) + u64::from(partitions) > max
+        {
+            return Err(BrokerError::TooManyDescriptors {
+                held: ids.live,
+                max,
                 wanted: partitions,
             });
         }

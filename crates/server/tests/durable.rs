@@ -277,3 +277,41 @@ async fn an_older_data_directory_is_read_and_an_unknown_directory_set_aside() {
     assert_eq!(restarted.offsets("old", 1).unwrap(), (0, 0));
     assert_eq!(restarted.offsets("new", 0).unwrap(), (0, 0));
 }
+
+#[tokio::test]
+async fn topics_beyond_the_open_file_limit_are_refused_and_other_partitions_still_roll() {
+    // One client creating ~1,000 topics under a limit of 1,024 made another client's partition
+    // fail its roll (KAFKA_STORAGE_ERROR), and stay read-only after descriptors were freed.
+    let config = Config {
+        max_open_files: Some(1024),
+        ..config()
+    };
+    let broker = open(&SimStorage::new(), &config);
+    let mut topics = TopicCache::default();
+    broker.create_topic("victim", 1).unwrap();
+    let mut refused = 0;
+    for topic in 0..1_000 {
+        match broker.create_topic(&format!("t{topic}"), 1) {
+            Ok(()) => {}
+            Err(error) => {
+                assert_eq!(error.kind(), ErrorKind::StorageFull, "{error}");
+                assert!(error.to_string().contains("open-file limit"), "{error}");
+                refused += 1;
+            }
+        }
+    }
+    // 1,024 less 256 kept aside, 512 for connections (half) and 128 sealed files: 128.
+    assert_eq!(refused, 1_000 - 127);
+    // The victim rolls through many segments, each closed once sealed, and reads back.
+    for sequence in 0..200 {
+        let verdict = broker
+            .produce(&mut topics, "victim", 0, &batch(1, sequence, 1_000))
+            .await
+            .unwrap();
+        assert_eq!(verdict.outcome, Outcome::Accepted);
+    }
+    let described = broker.describe_topic("victim").unwrap();
+    assert_eq!(described[0].log_end_offset, 200);
+    let fetched = broker.fetch("victim", 0, 0, 1 << 20, 0).unwrap();
+    assert!(!fetched.batches.is_empty());
+}
