@@ -10,6 +10,7 @@ use std::process::ExitCode;
 mod acks;
 mod admin;
 mod bench;
+mod check_data;
 mod consume;
 mod demo;
 mod faults;
@@ -76,6 +77,9 @@ enum Command {
     Groups(groups::Args),
     /// GET a broker's /health or /ready; exit 0 only on 200 (a container healthcheck).
     Health(health::Args),
+    /// Read every file of a stopped broker's data directory, checksums included; exit non-zero
+    /// on damage.
+    CheckData(check_data::Args),
     /// Print a shell completion script.
     Completions(Completions),
     /// Watch exactly-once survive a faulty network: broker, flaky proxy, producers, verifier.
@@ -129,6 +133,7 @@ fn run(cli: Cli) -> Result<()> {
             Command::Verify(args) => verify::run(args).await,
             Command::Groups(args) => groups::run(args).await,
             Command::Health(args) => health::run(args).await,
+            Command::CheckData(args) => check_data::run(&args),
             Command::Completions(args) => {
                 use clap::CommandFactory;
                 clap_complete::generate(

@@ -348,3 +348,104 @@ fn a_second_broker_cannot_use_the_same_data_dir() {
     let error = String::from_utf8_lossy(&output.stderr);
     assert!(error.contains("another minibroker is using it"), "{error}");
 }
+
+/// Copies the directory `from` to `to`, recursively.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else if entry.file_name() != "lock" {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// Every file under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(files_under(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files.sort();
+    files
+}
+
+fn check_data(dir: &Path) -> std::process::Output {
+    Command::new(BIN)
+        .args(["check-data", "--data-dir"])
+        .arg(dir)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn check_data_finds_a_flipped_byte_in_every_kind_of_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = dir.path().join("small-segments.toml");
+    // Small segments, and the short sessions of the group client.
+    let settings = "segment_bytes = 4096\ngroup_min_session_timeout_ms = 1000\n";
+    std::fs::write(&config, settings).unwrap();
+    let addr = free_addr();
+    let mut command = DurableServer::command(&addr, &data, "os");
+    let server = DurableServer::spawn(command.arg("--config").arg(&config), &data);
+    let value = "v".repeat(1000);
+    for sequence in 0..20 {
+        server
+            .process
+            .send(("checked", 0), (1, 0, sequence), &["--value", &value]);
+    }
+    server.run(&["init-producer"]);
+    let committed = kafka_script(
+        "groups.py",
+        &["commit", &server.process.kafka_addr, "kept", "g", "5"],
+    )
+    .output()
+    .unwrap();
+    summary_of(&committed, "groups.py commit");
+    let data = server.terminate();
+    let clean = check_data(&data);
+    let report = String::from_utf8_lossy(&clean.stdout);
+    assert!(clean.status.success(), "{report}");
+    assert!(report.contains(": 0 damaged"), "{report}");
+    let files = files_under(&data);
+    let named = |what: &str, test: &dyn Fn(&str) -> bool| {
+        files
+            .iter()
+            .filter(|path| test(&path.to_string_lossy()))
+            .max_by_key(|path| std::fs::metadata(path).unwrap().len())
+            .unwrap_or_else(|| panic!("no {what} file in {files:?}"))
+            .clone()
+    };
+    let kinds = [
+        named("topic list", &|p| p.ends_with("/topics")),
+        named("producer-id", &|p| p.ends_with("/producer-ids")),
+        named("group offsets", &|p| p.ends_with(".offsets")),
+        named("segment", &|p| p.ends_with(".log")),
+        named("index", &|p| p.ends_with(".index")),
+        named("snapshot", &|p| p.ends_with(".snapshot")),
+    ];
+    for original in kinds {
+        let copy = dir.path().join("copy");
+        let _ = std::fs::remove_dir_all(&copy);
+        copy_dir(&data, &copy);
+        let damaged = copy.join(original.strip_prefix(&data).unwrap());
+        let mut bytes = std::fs::read(&damaged).unwrap();
+        let middle = bytes.len() / 2;
+        bytes[middle] ^= 0x10;
+        std::fs::write(&damaged, bytes).unwrap();
+        let output = check_data(&copy);
+        let report = String::from_utf8_lossy(&output.stdout);
+        assert!(!output.status.success(), "{}: {report}", damaged.display());
+        let line = format!("DAMAGED {}", damaged.display());
+        assert!(report.contains(&line), "{line} not in {report}");
+    }
+}

@@ -169,16 +169,16 @@ pub struct Opened {
     pub truncated: Option<(u64, String)>,
 }
 
-const LOG_SUFFIX: &str = ".log";
-const INDEX_SUFFIX: &str = ".index";
-const SNAPSHOT_SUFFIX: &str = ".snapshot";
+pub(crate) const LOG_SUFFIX: &str = ".log";
+pub(crate) const INDEX_SUFFIX: &str = ".index";
+pub(crate) const SNAPSHOT_SUFFIX: &str = ".snapshot";
 
 /// `00000000000000000042.log` and the like.
-fn file_name(offset: i64, suffix: &str) -> String {
+pub(crate) fn file_name(offset: i64, suffix: &str) -> String {
     format!("{offset:020}{suffix}")
 }
 
-fn parse_name(name: &str, suffix: &str) -> Option<i64> {
+pub(crate) fn parse_name(name: &str, suffix: &str) -> Option<i64> {
     let digits = name.strip_suffix(suffix)?;
     (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
         .then(|| digits.parse().ok())

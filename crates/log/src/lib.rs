@@ -33,6 +33,7 @@
 //! ```
 
 mod batch;
+pub mod check;
 mod durable;
 mod error;
 mod memory;

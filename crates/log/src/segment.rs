@@ -22,7 +22,7 @@ pub const INDEX_INTERVAL: u64 = 4096;
 const MAX_READ_CHUNK: usize = 16 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct IndexEntry {
+pub(crate) struct IndexEntry {
     /// Offset of a batch's first record, relative to the segment's base offset.
     offset_delta: u32,
     /// Where that batch starts in the file.
@@ -151,6 +151,18 @@ impl Segment {
                 self.base_offset + i64::from(entry.offset_delta),
             )
         })
+    }
+
+    /// What its index file says of it: where it ends, its size, batches, largest timestamp and
+    /// index entries.
+    pub(crate) fn summary(&self) -> (i64, u64, u64, i64, &[IndexEntry]) {
+        (
+            self.next_offset,
+            self.size,
+            self.batches,
+            self.max_timestamp,
+            &self.index,
+        )
     }
 
     /// Where a lookup for the first batch with a record at or after `timestamp` starts: the

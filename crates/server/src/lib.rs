@@ -30,6 +30,7 @@
 
 mod broker;
 pub mod budget;
+pub mod check;
 mod clock;
 mod config;
 mod connection;

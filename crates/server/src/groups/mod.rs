@@ -40,6 +40,7 @@ use crate::{Config, ServerError};
 use group::Group;
 pub use group::GroupState;
 use store::OffsetStore;
+pub(crate) use store::check_files as check_offsets_files;
 
 /// A group request the coordinator refuses; each maps to one Kafka error code.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

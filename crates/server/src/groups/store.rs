@@ -64,10 +64,7 @@ impl OffsetStore {
     }
 
     fn damaged(&self, name: &str, reason: impl std::fmt::Display) -> ServerError {
-        ServerError::DataDir {
-            path: self.data.root().join(name),
-            reason: reason.to_string(),
-        }
+        damaged(&self.data, name, reason)
     }
 
     /// Every saved group (an older broker's single file is split into per-group files first).
@@ -109,15 +106,8 @@ impl OffsetStore {
         Ok(saved)
     }
 
-    /// The groups of the file `path`, none if it does not exist.
     fn read(&self, path: &str) -> Result<Option<Snapshot>, ServerError> {
-        match self.data.read_file(path) {
-            Ok(None) => Ok(None),
-            Ok(Some(bytes)) => decode(&bytes)
-                .map(Some)
-                .ok_or_else(|| self.damaged(path, "damaged (bad checksum or layout)")),
-            Err(error) => Err(self.damaged(path, error)),
-        }
+        read_groups(&self.data, path)
     }
 
     /// Writes each group of an older broker's `group-offsets` to its own file, then removes it.
@@ -165,6 +155,48 @@ impl OffsetStore {
             .map_err(|error| GroupError::Storage(error.to_string()))?
             .map_err(|error| GroupError::Storage(format!("removing committed offsets: {error}")))
     }
+}
+
+fn damaged(data: &DataDir, name: &str, reason: impl std::fmt::Display) -> ServerError {
+    ServerError::DataDir {
+        path: data.root().join(name),
+        reason: reason.to_string(),
+    }
+}
+
+/// The groups of the file `path` of `data`, none if it does not exist.
+fn read_groups(data: &DataDir, path: &str) -> Result<Option<Snapshot>, ServerError> {
+    match data.read_file(path) {
+        Ok(None) => Ok(None),
+        Ok(Some(bytes)) => decode(&bytes)
+            .map(Some)
+            .ok_or_else(|| damaged(data, path, "damaged (bad checksum or layout)")),
+        Err(error) => Err(damaged(data, path, error)),
+    }
+}
+
+/// Every offsets file in `data` (the per-group ones and an older broker's single one), each
+/// with what is wrong with it, if anything: for `minibroker check-data`, which writes nothing.
+pub(crate) fn check_files(data: &DataDir) -> Vec<(std::path::PathBuf, Option<String>)> {
+    let mut names: Vec<String> = data
+        .list(DIR)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|name| name.ends_with(SUFFIX))
+        .map(|name| format!("{DIR}/{name}"))
+        .collect();
+    names.push(LEGACY_FILE.to_owned());
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let path = data.root().join(&name);
+            match read_groups(data, &name) {
+                Ok(None) => None,
+                Ok(Some(_)) => Some((path, None)),
+                Err(error) => Some((path, Some(error.to_string()))),
+            }
+        })
+        .collect()
 }
 
 /// The name (without [`SUFFIX`]) for a new file of group `id`, other than every name in `used`.

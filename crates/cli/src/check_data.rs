@@ -1,0 +1,33 @@
+//! `minibroker check-data --data-dir DIR`: reads every file of a stopped broker's data
+//! directory and reports damage; exits non-zero if there is any.
+
+use anyhow::{Result, bail};
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Flags of `check-data`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The data directory (of a stopped broker: its lock is taken).
+    #[arg(long)]
+    data_dir: PathBuf,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    let report = minibroker_server::check::check_data_dir(&args.data_dir)?;
+    let mut out = std::io::stdout().lock();
+    for finding in &report.findings {
+        let kind = if finding.damage { "DAMAGED" } else { "note" };
+        writeln!(out, "{kind} {}: {}", finding.path.display(), finding.what)?;
+    }
+    let damaged = report.findings.iter().filter(|f| f.damage).count();
+    writeln!(
+        out,
+        "checked {} files ({} batches): {damaged} damaged",
+        report.files, report.batches
+    )?;
+    if report.damaged() {
+        bail!("{damaged} damaged files in {}", args.data_dir.display());
+    }
+    Ok(())
+}

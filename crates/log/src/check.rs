@@ -1,0 +1,165 @@
+//! An offline check of one partition's directory, for `minibroker check-data`: every segment
+//! read whole with each batch's CRC-32C checked, every index compared with its segment, the
+//! chain of base offsets followed, and the snapshot files listed for the caller to decode
+//! (their format belongs to the state crate).
+//!
+//! Nothing is written: what recovery would cut or scan again is reported instead.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::durable::{INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, file_name, parse_name};
+use crate::segment::{Damage, Segment};
+use crate::storage::{Storage, TEMPORARY_SUFFIX, read_whole};
+
+/// What the check found in one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// The file.
+    pub path: PathBuf,
+    /// What is wrong with it, or what the broker will do about it.
+    pub what: String,
+    /// Whether it is damage (data that is wrong or gone); otherwise a note (an index of an older
+    /// format, a write that never finished).
+    pub damage: bool,
+}
+
+/// What one partition directory holds, as checked.
+#[derive(Debug, Default)]
+pub struct Checked {
+    /// Files read.
+    pub files: usize,
+    /// Batches whose checksum was checked.
+    pub batches: u64,
+    /// What was found.
+    pub findings: Vec<Finding>,
+    /// The snapshot files, for the caller to decode.
+    pub snapshots: Vec<PathBuf>,
+}
+
+impl Checked {
+    fn damaged(&mut self, path: PathBuf, what: impl Into<String>) {
+        self.findings.push(Finding {
+            path,
+            what: what.into(),
+            damage: true,
+        });
+    }
+
+    fn note(&mut self, path: PathBuf, what: impl Into<String>) {
+        self.findings.push(Finding {
+            path,
+            what: what.into(),
+            damage: false,
+        });
+    }
+}
+
+/// Checks the partition directory `dir`.
+///
+/// # Errors
+/// When the directory cannot be listed or a file cannot be read at all.
+pub fn check_partition_dir(storage: &Arc<dyn Storage>, dir: &Path) -> io::Result<Checked> {
+    let mut checked = Checked::default();
+    let mut bases = Vec::new();
+    for name in storage.list(dir)? {
+        let path = dir.join(&name);
+        if name.ends_with(TEMPORARY_SUFFIX) {
+            checked.note(
+                path,
+                "a write that never finished (removed at the next start)",
+            );
+        } else if let Some(base) = parse_name(&name, LOG_SUFFIX) {
+            bases.push(base);
+        } else if parse_name(&name, SNAPSHOT_SUFFIX).is_some() {
+            checked.snapshots.push(path);
+        } else if parse_name(&name, INDEX_SUFFIX).is_none() {
+            checked.note(path, "not a file of the log (left alone)");
+        }
+    }
+    bases.sort_unstable();
+    let mut expected: Option<i64> = None;
+    let last = bases.last().copied();
+    for base in bases {
+        let path = dir.join(file_name(base, LOG_SUFFIX));
+        let file = storage.open(&path)?;
+        checked.files += 1;
+        let (segment, damage) = Segment::scan(base, Arc::clone(&file), true)?;
+        checked.batches += segment.batches;
+        let damaged = damage.is_some();
+        if let Some(Damage { dropped, reason }) = damage {
+            let what = if Some(base) == last {
+                format!(
+                    "{dropped} bytes after offset {} are not whole, valid batches ({reason}); the next start cuts them (a crash leaves a torn tail; anything else is lost data)",
+                    segment.next_offset
+                )
+            } else {
+                format!(
+                    "a sealed segment: {dropped} bytes after offset {} are not whole, valid batches ({reason}); a fetch of them answers a storage error and makes the partition read-only",
+                    segment.next_offset
+                )
+            };
+            checked.damaged(path.clone(), what);
+        }
+        if let Some(next) = expected
+            && next != base
+        {
+            checked.damaged(
+                path.clone(),
+                format!("the segment before it ends at offset {next}: a segment is missing"),
+            );
+        }
+        let sealed = Some(base) != last;
+        expected = Some(if damaged && sealed {
+            // Where the segment ends, by its index if that is sound: the damage is reported
+            // once, not again as a gap before the next segment.
+            indexed_end(storage, dir, base, &file).unwrap_or(segment.next_offset)
+        } else {
+            segment.next_offset
+        });
+        if sealed && !damaged {
+            check_index(storage, dir, &segment, file, &mut checked);
+        }
+    }
+    Ok(checked)
+}
+
+/// Where the sealed segment at `base` ends, as its index file says, if the index is sound.
+fn indexed_end(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    base: i64,
+    file: &Arc<dyn crate::storage::StorageFile>,
+) -> Option<i64> {
+    let index = read_whole(&**storage, &dir.join(file_name(base, INDEX_SUFFIX))).ok()?;
+    Segment::from_index(base, Arc::clone(file), &index).map(|indexed| indexed.next_offset)
+}
+
+/// Compares a sealed segment's index file with the segment as scanned.
+fn check_index(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    scanned: &Segment,
+    file: Arc<dyn crate::storage::StorageFile>,
+    checked: &mut Checked,
+) {
+    let path = dir.join(file_name(scanned.base_offset, INDEX_SUFFIX));
+    let Ok(index) = read_whole(&**storage, &path) else {
+        checked.note(path, "missing (the segment is scanned at start)");
+        return;
+    };
+    checked.files += 1;
+    if index.starts_with(b"MBX1") {
+        checked.note(
+            path,
+            "an older index format (the segment is scanned at start)",
+        );
+        return;
+    }
+    match Segment::from_index(scanned.base_offset, file, &index) {
+        Some(indexed) if indexed.summary() == scanned.summary() => {}
+        Some(_) => checked.damaged(path, "does not describe its segment"),
+        None => checked.damaged(path, "damaged (bad checksum or layout)"),
+    }
+}
