@@ -1,0 +1,415 @@
+//! Structure-aware fuzzing of every decoder, in process: native request frames, Kafka requests
+//! (through the Kafka front end, as a connection feeds it), record batches, and every file of a
+//! data directory (topic list, producer-id reservation, groups' offsets, segments, indexes,
+//! producer-state snapshots, each through a broker starting on it).
+//!
+//! Each target starts from real encodings, mutates them (bits flipped, bytes set to edge values,
+//! big-endian integers overwritten, bytes cut, cloned or inserted) and then, where the format
+//! carries a checksum, fixes the checksum, so the mutation reaches the parser behind it instead
+//! of stopping at the CRC. Nothing may panic; a batch `validate` accepts must decode; a broker
+//! that starts on mutated files serves every partition it says it has.
+//!
+//! Seeded and counted: `MINIBROKER_FUZZ_ITERATIONS` (default 1,500 per target, what CI runs)
+//! and `MINIBROKER_FUZZ_SEED` replay or lengthen a run, e.g.
+//! `MINIBROKER_FUZZ_ITERATIONS=200000 cargo test --release -p minibroker-tests --test decoders`.
+
+use bytes::{Bytes, BytesMut};
+use minibroker_faults::SplitMix64;
+use minibroker_log::sim::SimStorage;
+use minibroker_records::{NewRecord, Writer};
+use minibroker_server::{Broker, Config, FrontEnd, TopicCache};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn iterations() -> usize {
+    std::env::var("MINIBROKER_FUZZ_ITERATIONS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1_500)
+}
+
+fn rng(target: u64) -> SplitMix64 {
+    let seed = std::env::var("MINIBROKER_FUZZ_SEED")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    SplitMix64::new(seed ^ target.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+fn below(rng: &mut SplitMix64, n: usize) -> usize {
+    (rng.next_u64() % n.max(1) as u64) as usize
+}
+
+/// One to four mutations of `bytes`, of the kinds a decoder must survive.
+fn mutate(rng: &mut SplitMix64, bytes: &mut Vec<u8>) {
+    for _ in 0..1 + below(rng, 4) {
+        if bytes.is_empty() {
+            bytes.push(rng.next_u64() as u8);
+            continue;
+        }
+        let at = below(rng, bytes.len());
+        match below(rng, 7) {
+            0 => bytes[at] ^= 1 << below(rng, 8),
+            1 => bytes[at] = [0x00, 0x01, 0x7f, 0x80, 0xfe, 0xff][below(rng, 6)],
+            2 => {
+                // A length or count field: a big-endian integer set to an edge value.
+                let value: u32 =
+                    [0, 1, 0x7fff_ffff, 0x8000_0000, 0xffff_ffff, 0xffff, 64][below(rng, 7)];
+                for (i, byte) in value.to_be_bytes().iter().enumerate() {
+                    if let Some(slot) = bytes.get_mut(at + i) {
+                        *slot = *byte;
+                    }
+                }
+            }
+            3 => bytes.truncate(at),
+            4 => {
+                let len = below(rng, 16).min(bytes.len() - at);
+                let copy = bytes[at..at + len].to_vec();
+                let to = below(rng, bytes.len());
+                bytes.splice(to..to, copy);
+            }
+            5 => {
+                let extra: Vec<u8> = (0..1 + below(rng, 8))
+                    .map(|_| rng.next_u64() as u8)
+                    .collect();
+                bytes.splice(at..at, extra);
+            }
+            _ => {
+                let end = (at + 1 + below(rng, 8)).min(bytes.len());
+                bytes.drain(at..end);
+            }
+        }
+    }
+}
+
+fn batch(producer_id: i64, sequence: i32, records: usize) -> Bytes {
+    let writer = Writer {
+        producer_id,
+        epoch: 0,
+        base_sequence: sequence,
+    };
+    let records: Vec<NewRecord> = (0..records)
+        .map(|i| NewRecord {
+            key: Some(Bytes::from(format!("k{i}"))),
+            headers: vec![("h".into(), Some(Bytes::from_static(b"v")))],
+            ..NewRecord::value(format!("value-{sequence}-{i}"))
+        })
+        .collect();
+    minibroker_records::encode(writer, &records, 1_000).expect("encodes")
+}
+
+/// Makes a v2 batch's CRC-32C match its (mutated) bytes, so the records behind it are parsed.
+fn fix_batch_crc(batch: &mut [u8]) {
+    if batch.len() > 21 {
+        let crc = crc32c::crc32c(&batch[21..]);
+        batch[17..21].copy_from_slice(&crc.to_be_bytes());
+    }
+}
+
+#[test]
+fn record_batches() {
+    let mut rng = rng(1);
+    let seeds = [batch(1, 0, 1), batch(2, 5, 7), batch(3, 9, 40)];
+    for round in 0..iterations() {
+        let mut bytes = seeds[round % seeds.len()].to_vec();
+        mutate(&mut rng, &mut bytes);
+        if rng.chance(0.8) {
+            fix_batch_crc(&mut bytes);
+        }
+        let bytes = Bytes::from(bytes);
+        let _ = minibroker_records::inspect(&bytes);
+        if minibroker_records::validate(&bytes).is_ok() {
+            // What the produce path accepts, every consumer can read.
+            minibroker_records::decode(&bytes)
+                .unwrap_or_else(|error| panic!("round {round}: validated but {error}"));
+        }
+    }
+}
+
+#[test]
+fn native_request_frames() {
+    use minibroker_protocol::{FetchRequest, InitProducerRequest, Request, codec};
+    let mut rng = rng(2);
+    let batch = batch(7, 0, 2);
+    let requests = [
+        Request::Fetch(FetchRequest {
+            topic: "t",
+            partition: 0,
+            offset: 0,
+            max_bytes: 1 << 20,
+        }),
+        Request::InitProducer(InitProducerRequest { producer_id: None }),
+        Request::Metadata,
+    ];
+    let mut seeds: Vec<Vec<u8>> = requests
+        .iter()
+        .map(|request| minibroker_tests::frame(1, request).expect("encodes")[4..].to_vec())
+        .collect();
+    let produce = minibroker_tests::produce("t", 0, 7, 0, 0, &[b"a", b"b"]);
+    seeds.push(minibroker_tests::frame(2, &produce).expect("encodes")[4..].to_vec());
+    drop(batch);
+    for round in 0..iterations() * 4 {
+        let mut body = seeds[round % seeds.len()].clone();
+        mutate(&mut rng, &mut body);
+        let _ = codec::decode_request(&body);
+    }
+}
+
+#[tokio::test]
+async fn kafka_requests_through_the_front_end() {
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+    let config = Config::default();
+    let broker = Arc::new(Broker::new(&config).expect("a broker"));
+    let kafka_config = Arc::new(minibroker_kafka::KafkaConfig::from_config(
+        &config,
+        "127.0.0.1".into(),
+        9092,
+    ));
+    let name = |n: &str| TopicName(StrBytes::from_string(n.into()));
+    let text = |n: &str| StrBytes::from_string(n.into());
+    let produce = ProduceRequest::default()
+        .with_acks(-1)
+        .with_topic_data(vec![
+            produce_request::TopicProduceData::default()
+                .with_name(name("fz"))
+                .with_partition_data(vec![
+                    produce_request::PartitionProduceData::default()
+                        .with_records(Some(batch(9, 0, 3))),
+                ]),
+        ]);
+    let fetch = FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_topics(vec![
+            fetch_request::FetchTopic::default()
+                .with_topic(name("fz"))
+                .with_partitions(vec![fetch_request::FetchPartition::default()]),
+        ]);
+    let list = ListOffsetsRequest::default().with_topics(vec![
+        list_offsets_request::ListOffsetsTopic::default()
+            .with_name(name("fz"))
+            .with_partitions(vec![
+                list_offsets_request::ListOffsetsPartition::default().with_timestamp(1_000),
+            ]),
+    ]);
+    let metadata = MetadataRequest::default().with_topics(Some(vec![
+        metadata_request::MetadataRequestTopic::default().with_name(Some(name("fz"))),
+    ]));
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(GroupId(text("g")))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![
+            offset_commit_request::OffsetCommitRequestTopic::default()
+                .with_name(name("fz"))
+                .with_partitions(vec![
+                    offset_commit_request::OffsetCommitRequestPartition::default()
+                        .with_committed_offset(1)
+                        .with_committed_metadata(Some(text("m"))),
+                ]),
+        ]);
+    let offset_fetch = OffsetFetchRequest::default()
+        .with_group_id(GroupId(text("g")))
+        .with_topics(Some(vec![
+            offset_fetch_request::OffsetFetchRequestTopic::default()
+                .with_name(name("fz"))
+                .with_partition_indexes(vec![0, 1]),
+        ]));
+    let describe = DescribeGroupsRequest::default().with_groups(vec![GroupId(text("g"))]);
+    let create = CreateTopicsRequest::default().with_topics(vec![
+        create_topics_request::CreatableTopic::default()
+            .with_name(name("made"))
+            .with_num_partitions(2)
+            .with_replication_factor(1),
+    ]);
+    fn encoded<R: kafka_protocol::protocol::Encodable>(
+        api: ApiKey,
+        version: i16,
+        request: &R,
+    ) -> Vec<u8> {
+        let mut frame = BytesMut::new();
+        minibroker_records::encode_request(&mut frame, api, version, 1, Some("fz"), request)
+            .expect("encodes");
+        frame[4..].to_vec()
+    }
+    let seeds = [
+        encoded(ApiKey::Produce, 9, &produce),
+        encoded(ApiKey::Produce, 3, &produce),
+        encoded(ApiKey::Fetch, 12, &fetch),
+        encoded(ApiKey::Fetch, 4, &fetch),
+        encoded(ApiKey::ListOffsets, 5, &list),
+        encoded(ApiKey::Metadata, 9, &metadata),
+        encoded(ApiKey::Metadata, 1, &metadata),
+        encoded(ApiKey::OffsetCommit, 7, &commit),
+        encoded(ApiKey::OffsetFetch, 7, &offset_fetch),
+        encoded(ApiKey::DescribeGroups, 4, &describe),
+        encoded(ApiKey::CreateTopics, 5, &create),
+        encoded(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()),
+    ];
+    let mut rng = rng(3);
+    let mut front_end =
+        minibroker_kafka::KafkaFrontEnd::new(Arc::clone(&broker), Arc::clone(&kafka_config));
+    for round in 0..iterations() {
+        let mut body = seeds[round % seeds.len()].clone();
+        mutate(&mut rng, &mut body);
+        let mut out = BytesMut::new();
+        // A request may wait (a fetch for data): that is an answer too, not a failure.
+        let answered = tokio::time::timeout(
+            Duration::from_millis(50),
+            front_end.answer(body.into(), &mut out),
+        )
+        .await;
+        if matches!(answered, Ok(minibroker_server::Next::Close)) {
+            // A refused request closes its connection: the next one is a new connection.
+            front_end = minibroker_kafka::KafkaFrontEnd::new(
+                Arc::clone(&broker),
+                Arc::clone(&kafka_config),
+            );
+        }
+    }
+    // The broker still serves.
+    let mut topics = TopicCache::default();
+    broker
+        .produce(&mut topics, "after", 0, &batch(11, 0, 1))
+        .await
+        .expect("a produce after the fuzzing");
+}
+
+/// The files of a real data directory: topics, producer ids, groups' offsets, several sealed
+/// segments with their indexes, producer-state snapshots.
+async fn data_directory() -> (Config, BTreeMap<PathBuf, Vec<u8>>) {
+    let config = Config {
+        data_dir: Some("/data".into()),
+        segment_bytes: 4096,
+        group_min_session_timeout_ms: 1,
+        ..Config::default()
+    };
+    let storage = SimStorage::new();
+    let broker = Broker::with_storage(&config, Arc::new(storage.clone())).expect("opens");
+    broker.create_topic("t", 2).expect("creates");
+    let mut topics = TopicCache::default();
+    for sequence in 0..60 {
+        let producer = 100 + i64::from(sequence % 3);
+        broker
+            .produce(&mut topics, "t", 0, &batch(producer, sequence / 3 * 10, 10))
+            .await
+            .expect("produces");
+    }
+    broker.init_producer(None).expect("an id");
+    broker
+        .groups()
+        .commit("g", -1, "", vec![("t".into(), 0, 12, Some("meta".into()))])
+        .await
+        .expect("commits");
+    broker.close();
+    drop(broker);
+    let files = storage
+        .paths()
+        .into_iter()
+        .filter_map(|path| storage.contents(&path).map(|bytes| (path, bytes)))
+        .collect();
+    (config, files)
+}
+
+/// Fixes the checksum a mutated file of `path`'s kind carries, so its parser sees the mutation.
+fn reseal(path: &Path, bytes: &mut Vec<u8>, original: &[u8]) {
+    let name = path.to_string_lossy();
+    if name.ends_with(".index") || name.ends_with(".snapshot") {
+        // A CRC-32C of everything before it, at the end.
+        if bytes.len() >= 4 {
+            let at = bytes.len() - 4;
+            let crc = crc32c::crc32c(&bytes[..at]);
+            bytes[at..].copy_from_slice(&crc.to_be_bytes());
+        }
+    } else if name.ends_with(".log") {
+        // Each batch carries its own: fix the first one's.
+        fix_batch_crc(bytes);
+    } else if original.len() > 9 {
+        // The envelope every small file shares: magic, version, body, CRC-32C.
+        let magic: [u8; 4] = original[..4].try_into().expect("4 bytes");
+        let body = bytes
+            .get(5..bytes.len().saturating_sub(4))
+            .unwrap_or_default();
+        *bytes = minibroker_log::sealed::seal(&magic, original[4], body);
+    }
+}
+
+#[tokio::test]
+async fn data_directory_files_through_a_starting_broker() {
+    let (config, files) = data_directory().await;
+    let kinds = [
+        "/topics",
+        "/producer-ids",
+        ".offsets",
+        ".log",
+        ".index",
+        ".snapshot",
+    ];
+    for kind in kinds {
+        assert!(
+            files
+                .keys()
+                .any(|path| path.to_string_lossy().ends_with(kind)),
+            "no {kind} file in {:?}",
+            files.keys().collect::<Vec<_>>()
+        );
+    }
+    let mut rng = rng(4);
+    let paths: Vec<&PathBuf> = files.keys().collect();
+    let (mut started, mut refused) = (0, 0);
+    for round in 0..iterations() {
+        let path = paths[round % paths.len()];
+        let original = &files[path];
+        let mut bytes = original.clone();
+        mutate(&mut rng, &mut bytes);
+        if rng.chance(0.8) {
+            reseal(path, &mut bytes, original);
+        }
+        let storage = SimStorage::new();
+        for (other, content) in &files {
+            let content = if other == path { &bytes } else { content };
+            storage.set_contents(other, content.clone());
+        }
+        match Broker::with_storage(&config, Arc::new(storage)) {
+            Ok(broker) => {
+                started += 1;
+                // Every partition it says it has can be read from its start: an answer or a
+                // storage error, never a panic.
+                for topic in broker.metadata() {
+                    for partition in 0..topic.partitions {
+                        if let Ok((start, _)) = broker.offsets(&topic.name, partition) {
+                            let _ = broker.fetch(&topic.name, partition, start, 1 << 20, 0);
+                        }
+                    }
+                }
+                let _ = broker.groups().committed("g", None);
+            }
+            Err(_) => refused += 1,
+        }
+    }
+    assert!(
+        started > 0 && refused > 0,
+        "started {started}, refused {refused}"
+    );
+}
+
+#[test]
+fn producer_state_snapshots() {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let (_, files) = runtime.block_on(data_directory());
+    let snapshots: Vec<&Vec<u8>> = files
+        .iter()
+        .filter(|(path, _)| path.to_string_lossy().ends_with(".snapshot"))
+        .map(|(_, bytes)| bytes)
+        .collect();
+    assert!(!snapshots.is_empty());
+    let mut rng = rng(5);
+    for round in 0..iterations() * 4 {
+        let original = snapshots[round % snapshots.len()];
+        let mut bytes = original.clone();
+        mutate(&mut rng, &mut bytes);
+        reseal(Path::new("x.snapshot"), &mut bytes, original);
+        let _ = minibroker_state::decode_snapshot(&bytes);
+    }
+}
