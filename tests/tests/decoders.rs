@@ -313,25 +313,16 @@ async fn data_directory() -> (Config, BTreeMap<PathBuf, Vec<u8>>) {
 }
 
 /// Fixes the checksum a mutated file of `path`'s kind carries, so its parser sees the mutation.
-fn reseal(path: &Path, bytes: &mut Vec<u8>, original: &[u8]) {
-    let name = path.to_string_lossy();
-    if name.ends_with(".index") || name.ends_with(".snapshot") {
-        // A CRC-32C of everything before it, at the end.
-        if bytes.len() >= 4 {
-            let at = bytes.len() - 4;
-            let crc = crc32c::crc32c(&bytes[..at]);
-            bytes[at..].copy_from_slice(&crc.to_be_bytes());
-        }
-    } else if name.ends_with(".log") {
+fn reseal(path: &Path, bytes: &mut [u8]) {
+    if path.to_string_lossy().ends_with(".log") {
         // Each batch carries its own: fix the first one's.
         fix_batch_crc(bytes);
-    } else if original.len() > 9 {
-        // The envelope every small file shares: magic, version, body, CRC-32C.
-        let magic: [u8; 4] = original[..4].try_into().expect("4 bytes");
-        let body = bytes
-            .get(5..bytes.len().saturating_sub(4))
-            .unwrap_or_default();
-        *bytes = minibroker_log::sealed::seal(&magic, original[4], body);
+    } else if bytes.len() >= 4 {
+        // Every other file is in the shared envelope: a CRC-32C of everything before it, at
+        // the end.
+        let at = bytes.len() - 4;
+        let crc = crc32c::crc32c(&bytes[..at]);
+        bytes[at..].copy_from_slice(&crc.to_be_bytes());
     }
 }
 
@@ -364,7 +355,7 @@ async fn data_directory_files_through_a_starting_broker() {
         let mut bytes = original.clone();
         mutate(&mut rng, &mut bytes);
         if rng.chance(0.8) {
-            reseal(path, &mut bytes, original);
+            reseal(path, &mut bytes);
         }
         let storage = SimStorage::new();
         for (other, content) in &files {
@@ -409,7 +400,7 @@ fn producer_state_snapshots() {
         let original = snapshots[round % snapshots.len()];
         let mut bytes = original.clone();
         mutate(&mut rng, &mut bytes);
-        reseal(Path::new("x.snapshot"), &mut bytes, original);
+        reseal(Path::new("x.snapshot"), &mut bytes);
         let _ = minibroker_state::decode_snapshot(&bytes);
     }
 }

@@ -150,7 +150,7 @@ fn check_index(
         return;
     };
     checked.files += 1;
-    if index.starts_with(b"MBX1") {
+    if index.starts_with(crate::segment::OLDER_INDEX_MAGIC) {
         checked.note(
             path,
             "an older index format (the segment is scanned at start)",

@@ -39,7 +39,9 @@ mod error;
 mod memory;
 mod open_files;
 mod partition;
-pub mod sealed;
+/// The checksummed envelope of the small files beside the segments (see
+/// [`minibroker_envelope`]).
+pub use minibroker_envelope as sealed;
 mod segment;
 pub mod sim;
 pub mod storage;

@@ -286,10 +286,17 @@ impl Segment {
         Ok(None)
     }
 
-    /// The sealed segment's index file: its summary and sparse index, with a CRC-32C.
+    /// The sealed segment's index file: its summary and sparse index, in the envelope every
+    /// small file shares ([`minibroker_envelope`]).
+    ///
+    /// ```text
+    /// "\0MBX" version:u8 (2)
+    /// base_offset:i64 next_offset:i64 size:u64 batches:u64 max_timestamp:i64
+    /// entries × { offset_delta:u32 position:u32 max_timestamp_before:i64 }
+    /// crc32c:u32
+    /// ```
     pub(crate) fn encode_index(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(48 + self.index.len() * INDEX_ENTRY_LEN);
-        out.extend_from_slice(INDEX_MAGIC);
+        let mut out = Vec::with_capacity(40 + self.index.len() * INDEX_ENTRY_LEN);
         out.extend_from_slice(&self.base_offset.to_be_bytes());
         out.extend_from_slice(&self.next_offset.to_be_bytes());
         out.extend_from_slice(&self.size.to_be_bytes());
@@ -300,9 +307,7 @@ impl Segment {
             out.extend_from_slice(&entry.position.to_be_bytes());
             out.extend_from_slice(&entry.max_timestamp_before.to_be_bytes());
         }
-        let crc = crc32c::crc32c(&out);
-        out.extend_from_slice(&crc.to_be_bytes());
-        out
+        minibroker_envelope::seal(INDEX_MAGIC, INDEX_VERSION, &out)
     }
 
     /// A sealed segment from its index file, if the file is intact and describes exactly
@@ -314,17 +319,14 @@ impl Segment {
         file: Arc<dyn StorageFile>,
         index: &[u8],
     ) -> Option<Self> {
-        const FIXED: usize = 4 + 5 * 8;
-        if index.len() < FIXED + 4 || !(index.len() - FIXED - 4).is_multiple_of(INDEX_ENTRY_LEN) {
-            return None;
-        }
-        let (body, crc) = index.split_at(index.len() - 4);
-        if crc32c::crc32c(body).to_be_bytes() != crc || &body[..4] != INDEX_MAGIC {
+        const FIXED: usize = 5 * 8;
+        let body = minibroker_envelope::unseal(INDEX_MAGIC, INDEX_VERSION, index).ok()?;
+        if body.len() < FIXED || !(body.len() - FIXED).is_multiple_of(INDEX_ENTRY_LEN) {
             return None;
         }
         let field = |at: usize| u64::from_be_bytes(body[at..at + 8].try_into().unwrap_or([0; 8]));
-        let size = field(20);
-        if field(4) as i64 != base_offset || file.len().ok()? != size {
+        let size = field(16);
+        if field(0) as i64 != base_offset || file.len().ok()? != size {
             return None;
         }
         let entries = body[FIXED..]
@@ -343,11 +345,11 @@ impl Segment {
             .collect();
         Some(Self {
             base_offset,
-            next_offset: field(12) as i64,
+            next_offset: field(8) as i64,
             file,
             size,
-            batches: field(28),
-            max_timestamp: field(36) as i64,
+            batches: field(24),
+            max_timestamp: field(32) as i64,
             first_append_ms: None,
             index: entries,
             unindexed: 0,
@@ -355,8 +357,13 @@ impl Segment {
     }
 }
 
-/// The index file's format: `MBX2` entries carry [`IndexEntry::max_timestamp_before`].
-const INDEX_MAGIC: &[u8; 4] = b"MBX2";
+/// The index file's kind and version: version 2 entries carry
+/// [`IndexEntry::max_timestamp_before`]. (Version 1, `MBX1` with no version byte, had none.)
+const INDEX_MAGIC: &[u8; 4] = b"\0MBX";
+const INDEX_VERSION: u8 = 2;
+
+/// The magic of the older index format, which is scanned instead of read.
+pub(crate) const OLDER_INDEX_MAGIC: &[u8; 4] = b"MBX1";
 
 /// A stored batch that is not what was written: `what` happened to the batch expected at
 /// `offset`, at `position` in the file.

@@ -1357,3 +1357,24 @@ fn a_stored_batch_that_no_longer_matches_its_crc_is_never_served() {
     // Mended, it reads again.
     assert_holds(&mut open_fs(dir.path()).log, &model.batches);
 }
+
+#[test]
+fn an_index_of_the_older_format_is_not_misread_and_its_segment_is_scanned() {
+    let (dir, model) = closed_fs_log(21, 60, 1);
+    let bases = fs_bases(dir.path());
+    assert!(bases.len() >= 3, "{bases:?}");
+    // Every sealed segment's index replaced by the older layout: "MBX1", the summary, 8-byte
+    // entries (offset delta, position) and a CRC-32C, without a version byte or timestamps.
+    for &base in &bases[..bases.len() - 1] {
+        let mut older = b"MBX1".to_vec();
+        for field in [base, base + 1, 0, 0, 0] {
+            older.extend_from_slice(&field.to_be_bytes());
+        }
+        older.extend_from_slice(&[0; 8]);
+        let crc = crc32c::crc32c(&older);
+        older.extend_from_slice(&crc.to_be_bytes());
+        std::fs::write(segment_file(dir.path(), base, ".index"), older).expect("writes");
+    }
+    let mut reopened = open_fs(dir.path()).log;
+    assert_holds(&mut reopened, &model.batches);
+}

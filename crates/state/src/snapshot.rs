@@ -3,8 +3,9 @@
 //! A durable broker saves a partition's producer state when a segment rolls and at clean
 //! shutdown, so recovery replays only the batches after the snapshot instead of the whole log
 //! (Kafka's `ProducerStateManager` snapshot files do the same). The format is small and fixed,
-//! with a CRC-32C over all of it, so a damaged snapshot is recognised and skipped (recovery then
-//! uses an older one, or replays the whole log), never half-loaded:
+//! in the envelope every small file of the data directory shares (`minibroker_envelope`: magic,
+//! version, body, CRC-32C of all of it), so a damaged snapshot is recognised and skipped
+//! (recovery then uses an older one, or replays the whole log), never half-loaded:
 //!
 //! ```text
 //! "MBPS" version:u8 count:u32
@@ -36,9 +37,7 @@ pub enum SnapshotError {
 /// Encodes one partition's producers (id and entry each).
 #[must_use]
 pub fn encode_snapshot(producers: &[(i64, ProducerEntry)]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(13 + producers.len() * (19 + CACHED_BATCHES * 16));
-    out.extend_from_slice(MAGIC);
-    out.push(VERSION);
+    let mut out = Vec::with_capacity(4 + producers.len() * (19 + CACHED_BATCHES * 16));
     out.extend_from_slice(&(producers.len() as u32).to_be_bytes());
     for (producer_id, entry) in producers {
         out.extend_from_slice(&producer_id.to_be_bytes());
@@ -51,9 +50,7 @@ pub fn encode_snapshot(producers: &[(i64, ProducerEntry)]) -> Vec<u8> {
             out.extend_from_slice(&batch.base_offset.unwrap_or(-1).to_be_bytes());
         }
     }
-    let crc = crc32c::crc32c(&out);
-    out.extend_from_slice(&crc.to_be_bytes());
-    out
+    minibroker_envelope::seal(MAGIC, VERSION, &out)
 }
 
 /// Decodes what [`encode_snapshot`] wrote.
@@ -61,18 +58,13 @@ pub fn encode_snapshot(producers: &[(i64, ProducerEntry)]) -> Vec<u8> {
 /// # Errors
 /// [`SnapshotError`] for bytes that are damaged in any way.
 pub fn decode_snapshot(data: &[u8]) -> Result<Vec<(i64, ProducerEntry)>, SnapshotError> {
-    let body_len = data
-        .len()
-        .checked_sub(4)
-        .ok_or(SnapshotError::Damaged("too short"))?;
-    let (body, crc) = data.split_at(body_len);
-    if crc32c::crc32c(body).to_be_bytes() != crc {
-        return Err(SnapshotError::Damaged("checksum mismatch"));
-    }
+    use minibroker_envelope::SealError;
+    let body = minibroker_envelope::unseal(MAGIC, VERSION, data).map_err(|error| match error {
+        SealError::TooShort(_) => SnapshotError::Damaged("too short"),
+        SealError::Checksum => SnapshotError::Damaged("checksum mismatch"),
+        SealError::Kind { .. } => SnapshotError::Damaged("not a version 1 snapshot"),
+    })?;
     let mut reader = Reader(body);
-    if reader.take::<4>()? != *MAGIC || reader.take::<1>()? != [VERSION] {
-        return Err(SnapshotError::Damaged("not a version 1 snapshot"));
-    }
     let count = u32::from_be_bytes(reader.take()?);
     let mut producers = Vec::with_capacity((count as usize).min(body.len() / 19));
     for _ in 0..count {
