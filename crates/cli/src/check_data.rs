@@ -26,7 +26,7 @@ pub fn run(args: &Args) -> Result<()> {
         "checked {} files ({} batches): {damaged} damaged",
         report.files, report.batches
     )?;
-    if report.damaged() {
+    if report.is_damaged() {
         bail!("{damaged} damaged files in {}", args.data_dir.display());
     }
     Ok(())

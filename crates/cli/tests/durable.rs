@@ -304,12 +304,12 @@ fn a_torn_or_damaged_tail_is_cut_and_producer_state_matches_what_is_left() {
     }
 }
 
-#[test]
-fn a_missing_segment_refuses_to_start_and_names_the_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let config = dir.path().join("small-segments.toml");
-    std::fs::write(&config, "segment_bytes = 4096\n").unwrap();
+/// A durable server in `dir/data` with segments of 4 KiB (and `settings`), and 20 batches of
+/// 1 KB in partition 0 of `topic`: several sealed segments. Returns its address too.
+fn small_segments(dir: &Path, settings: &str, topic: &str) -> (String, DurableServer) {
+    let data = dir.join("data");
+    let config = dir.join("small-segments.toml");
+    std::fs::write(&config, format!("segment_bytes = 4096\n{settings}")).unwrap();
     let addr = free_addr();
     let mut command = DurableServer::command(&addr, &data, "os");
     let server = DurableServer::spawn(command.arg("--config").arg(&config), &data);
@@ -317,8 +317,15 @@ fn a_missing_segment_refuses_to_start_and_names_the_file() {
     for sequence in 0..20 {
         server
             .process
-            .send(("gap", 0), (1, 0, sequence), &["--value", &value]);
+            .send((topic, 0), (1, 0, sequence), &["--value", &value]);
     }
+    (addr, server)
+}
+
+#[test]
+fn a_missing_segment_refuses_to_start_and_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, server) = small_segments(dir.path(), "", "gap");
     let data = server.kill();
     let partition = data.join("logs/gap/0");
     let mut segments: Vec<String> = std::fs::read_dir(&partition)
@@ -389,20 +396,12 @@ fn check_data(dir: &Path) -> std::process::Output {
 #[test]
 fn check_data_finds_a_flipped_byte_in_every_kind_of_file() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let config = dir.path().join("small-segments.toml");
-    // Small segments, and the short sessions of the group client.
-    let settings = "segment_bytes = 4096\ngroup_min_session_timeout_ms = 1000\n";
-    std::fs::write(&config, settings).unwrap();
-    let addr = free_addr();
-    let mut command = DurableServer::command(&addr, &data, "os");
-    let server = DurableServer::spawn(command.arg("--config").arg(&config), &data);
-    let value = "v".repeat(1000);
-    for sequence in 0..20 {
-        server
-            .process
-            .send(("checked", 0), (1, 0, sequence), &["--value", &value]);
-    }
+    // The short sessions of the group client, too.
+    let (_, server) = small_segments(
+        dir.path(),
+        "group_min_session_timeout_ms = 1000\n",
+        "checked",
+    );
     server.run(&["init-producer"]);
     let committed = kafka_script(
         "groups.py",

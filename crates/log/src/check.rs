@@ -39,20 +39,32 @@ pub struct Checked {
 }
 
 impl Checked {
-    fn damaged(&mut self, path: PathBuf, what: impl Into<String>) {
-        self.findings.push(Finding {
-            path,
-            what: what.into(),
-            damage: true,
-        });
+    /// Records damage found in the file at `path`.
+    pub fn add_damage(&mut self, path: PathBuf, what: impl Into<String>) {
+        self.add(path, what.into(), true);
     }
 
-    fn note(&mut self, path: PathBuf, what: impl Into<String>) {
-        self.findings.push(Finding {
-            path,
-            what: what.into(),
-            damage: false,
-        });
+    /// Records a note on the file at `path`.
+    pub fn add_note(&mut self, path: PathBuf, what: impl Into<String>) {
+        self.add(path, what.into(), false);
+    }
+
+    fn add(&mut self, path: PathBuf, what: String, damage: bool) {
+        self.findings.push(Finding { path, what, damage });
+    }
+
+    /// Whether anything is damaged (notes aside).
+    #[must_use]
+    pub fn is_damaged(&self) -> bool {
+        self.findings.iter().any(|finding| finding.damage)
+    }
+
+    /// Adds what `other` found.
+    pub fn merge(&mut self, other: Self) {
+        self.files += other.files;
+        self.batches += other.batches;
+        self.findings.extend(other.findings);
+        self.snapshots.extend(other.snapshots);
     }
 }
 
@@ -66,7 +78,7 @@ pub fn check_partition_dir(storage: &Arc<dyn Storage>, dir: &Path) -> io::Result
     for name in storage.list(dir)? {
         let path = dir.join(&name);
         if name.ends_with(TEMPORARY_SUFFIX) {
-            checked.note(
+            checked.add_note(
                 path,
                 "a write that never finished (removed at the next start)",
             );
@@ -75,7 +87,7 @@ pub fn check_partition_dir(storage: &Arc<dyn Storage>, dir: &Path) -> io::Result
         } else if parse_name(&name, SNAPSHOT_SUFFIX).is_some() {
             checked.snapshots.push(path);
         } else if parse_name(&name, INDEX_SUFFIX).is_none() {
-            checked.note(path, "not a file of the log (left alone)");
+            checked.add_note(path, "not a file of the log (left alone)");
         }
     }
     bases.sort_unstable();
@@ -100,12 +112,12 @@ pub fn check_partition_dir(storage: &Arc<dyn Storage>, dir: &Path) -> io::Result
                     segment.next_offset
                 )
             };
-            checked.damaged(path.clone(), what);
+            checked.add_damage(path.clone(), what);
         }
         if let Some(next) = expected
             && next != base
         {
-            checked.damaged(
+            checked.add_damage(
                 path.clone(),
                 format!("the segment before it ends at offset {next}: a segment is missing"),
             );
@@ -146,12 +158,12 @@ fn check_index(
 ) {
     let path = dir.join(file_name(scanned.base_offset, INDEX_SUFFIX));
     let Ok(index) = read_whole(&**storage, &path) else {
-        checked.note(path, "missing (the segment is scanned at start)");
+        checked.add_note(path, "missing (the segment is scanned at start)");
         return;
     };
     checked.files += 1;
     if index.starts_with(crate::segment::OLDER_INDEX_MAGIC) {
-        checked.note(
+        checked.add_note(
             path,
             "an older index format (the segment is scanned at start)",
         );
@@ -159,7 +171,7 @@ fn check_index(
     }
     match Segment::from_index(scanned.base_offset, file, &index) {
         Some(indexed) if indexed.summary() == scanned.summary() => {}
-        Some(_) => checked.damaged(path, "does not describe its segment"),
-        None => checked.damaged(path, "damaged (bad checksum or layout)"),
+        Some(_) => checked.add_damage(path, "does not describe its segment"),
+        None => checked.add_damage(path, "damaged (bad checksum or layout)"),
     }
 }

@@ -5,65 +5,34 @@
 //! producer-state snapshots. Nothing is written; the directory's lock is taken, so a running
 //! broker is never read mid-write.
 
-use minibroker_log::check::{Checked, Finding};
-use std::path::{Path, PathBuf};
+use minibroker_log::check::Checked;
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::ServerError;
 use crate::data_dir::DataDir;
 
-/// What a check of a data directory found.
-#[derive(Debug, Default)]
-pub struct Report {
-    /// Files read.
-    pub files: usize,
-    /// Stored batches whose checksum was checked.
-    pub batches: u64,
-    /// Damage and notes, file by file.
-    pub findings: Vec<Finding>,
-}
+/// What a check of a data directory found: files read, batches checked, and damage and notes
+/// file by file.
+pub type Report = Checked;
 
-impl Report {
-    /// Whether anything is damaged (notes aside).
-    #[must_use]
-    pub fn damaged(&self) -> bool {
-        self.findings.iter().any(|finding| finding.damage)
-    }
-
-    fn damage(&mut self, path: PathBuf, what: impl Into<String>) {
-        self.findings.push(Finding {
-            path,
-            what: what.into(),
-            damage: true,
-        });
-    }
-
-    fn note(&mut self, path: PathBuf, what: impl Into<String>) {
-        self.findings.push(Finding {
-            path,
-            what: what.into(),
-            damage: false,
-        });
-    }
-
-    /// Records a small file's check: `Err` is its damage, named in the error.
-    fn small_file<T>(
-        &mut self,
-        name: &str,
-        root: &Path,
-        read: Result<T, ServerError>,
-    ) -> Option<T> {
-        self.files += 1;
-        match read {
-            Ok(value) => Some(value),
-            Err(ServerError::DataDir { path, reason }) => {
-                self.damage(path, reason);
-                None
-            }
-            Err(error) => {
-                self.damage(root.join(name), error.to_string());
-                None
-            }
+/// Records the check of a small file: `Err` is its damage, named in the error.
+fn small_file<T>(
+    report: &mut Report,
+    name: &str,
+    root: &Path,
+    read: Result<T, ServerError>,
+) -> Option<T> {
+    report.files += 1;
+    match read {
+        Ok(value) => Some(value),
+        Err(ServerError::DataDir { path, reason }) => {
+            report.add_damage(path, reason);
+            None
+        }
+        Err(error) => {
+            report.add_damage(root.join(name), error.to_string());
+            None
         }
     }
 }
@@ -88,14 +57,17 @@ pub fn check_data_dir(root: &Path) -> Result<Report, ServerError> {
         (1, None),
     )?;
     let mut report = Report::default();
-    let topics = report
-        .small_file("topics", root, data.topics())
-        .unwrap_or_default();
-    report.small_file("producer-ids", root, data.reserved_producer_ids());
+    let topics = small_file(&mut report, "topics", root, data.topics()).unwrap_or_default();
+    small_file(
+        &mut report,
+        "producer-ids",
+        root,
+        data.reserved_producer_ids(),
+    );
     for (path, reason) in crate::groups::check_offsets_files(&data) {
         report.files += 1;
         if let Some(reason) = reason {
-            report.damage(path, reason);
+            report.add_damage(path, reason);
         }
     }
     let logs = root.join("logs");
@@ -108,7 +80,7 @@ pub fn check_data_dir(root: &Path) -> Result<Report, ServerError> {
     for topic in listed(&logs)? {
         let topic_dir = logs.join(&topic);
         let Some(&(_, partitions)) = topics.iter().find(|(name, _)| *name == topic) else {
-            report.note(
+            report.add_note(
                 topic_dir,
                 "names no topic of the topic list (set aside at the next start)",
             );
@@ -120,7 +92,7 @@ pub fn check_data_dir(root: &Path) -> Result<Report, ServerError> {
                 .parse::<u32>()
                 .is_ok_and(|index| index < partitions)
             {
-                report.note(dir, "not a partition of the topic (left alone)");
+                report.add_note(dir, "not a partition of the topic (left alone)");
                 continue;
             }
             let checked =
@@ -130,30 +102,27 @@ pub fn check_data_dir(root: &Path) -> Result<Report, ServerError> {
                         reason: error.to_string(),
                     }
                 })?;
-            report.add(checked, &storage);
+            report.merge(checked);
         }
     }
+    decode_snapshots(&mut report, &storage);
     Ok(report)
 }
 
-impl Report {
-    fn add(&mut self, checked: Checked, storage: &Arc<dyn minibroker_log::Storage>) {
-        self.files += checked.files;
-        self.batches += checked.batches;
-        self.findings.extend(checked.findings);
-        for path in checked.snapshots {
-            self.files += 1;
-            let decoded = minibroker_log::storage::read_whole(&**storage, &path)
-                .map_err(|error| error.to_string())
-                .and_then(|data| {
-                    minibroker_state::decode_snapshot(&data)
-                        .map(|_| ())
-                        .map_err(|error| error.to_string())
-                });
-            if let Err(reason) = decoded {
-                // Recovery falls back to the snapshot before it, or to a scan.
-                self.damage(path, format!("a damaged producer-state snapshot: {reason}"));
-            }
+/// Decodes every snapshot file the partitions' checks listed.
+fn decode_snapshots(report: &mut Report, storage: &Arc<dyn minibroker_log::Storage>) {
+    for path in std::mem::take(&mut report.snapshots) {
+        report.files += 1;
+        let decoded = minibroker_log::storage::read_whole(&**storage, &path)
+            .map_err(|error| error.to_string())
+            .and_then(|data| {
+                minibroker_state::decode_snapshot(&data)
+                    .map(|_| ())
+                    .map_err(|error| error.to_string())
+            });
+        if let Err(reason) = decoded {
+            // Recovery falls back to the snapshot before it, or to a scan.
+            report.add_damage(path, format!("a damaged producer-state snapshot: {reason}"));
         }
     }
 }

@@ -16,19 +16,14 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use minibroker_server::Config;
-use minibroker_tests::{KafkaConnection, TestBroker, TestKafka, start_kafka};
+use minibroker_tests::{KafkaConnection, TestKafka};
+
+use crate::kafka::kafka;
 
 const METADATA: i16 = 9;
 const DESCRIBE_GROUPS: i16 = 4;
 const OFFSET_FETCH: i16 = 7;
 const LIST_OFFSETS: i16 = 5;
-
-async fn kafka(config: Config) -> Result<(TestBroker, TestKafka, KafkaConnection)> {
-    let broker = TestBroker::start(config.clone()).await?;
-    let kafka = start_kafka(&broker, config).await?;
-    let conn = KafkaConnection::connect(kafka.addr).await?;
-    Ok((broker, kafka, conn))
-}
 
 fn text(value: &str) -> StrBytes {
     StrBytes::from_string(value.to_owned())

@@ -18,7 +18,7 @@ use minibroker_tests::{KafkaConnection, TestBroker, TestKafka, batch, batch_of_l
 
 const PRODUCE: i16 = 9;
 
-async fn kafka(config: Config) -> Result<(TestBroker, TestKafka, KafkaConnection)> {
+pub(crate) async fn kafka(config: Config) -> Result<(TestBroker, TestKafka, KafkaConnection)> {
     let broker = TestBroker::start(config.clone()).await?;
     let kafka = start_kafka(&broker, config).await?;
     let conn = KafkaConnection::connect(kafka.addr).await?;

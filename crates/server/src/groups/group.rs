@@ -79,37 +79,49 @@ fn offset_len_bytes(topic_len: usize, metadata: Option<&str>) -> u64 {
     OFFSET_BYTES + (topic_len + metadata.map_or(0, str::len)) as u64
 }
 
-/// What a member joining with `request` costs (before its assignment).
-pub(super) fn join_bytes(request: &JoinRequest) -> u64 {
-    let protocols: usize = request
-        .protocols
+/// What a member with these fields costs the broker's memory.
+fn member_bytes(
+    id_len: usize,
+    instance: Option<&String>,
+    client: (&str, &str),
+    protocols: &[(String, Bytes)],
+    assignment_len: usize,
+) -> u64 {
+    let protocols: usize = protocols
         .iter()
         .map(|(name, metadata)| name.len() + metadata.len())
         .sum();
-    MEMBER_BYTES
-        + (request.member_id.len().max(32)
-            + request.group_instance_id.as_ref().map_or(0, String::len)
-            + request.client_id.len()
-            + request.client_host.len()
-            + request.protocol_type.len()
-            + protocols) as u64
+    let (client_id, client_host) = client;
+    let fields = id_len + instance.map_or(0, String::len) + client_id.len() + client_host.len();
+    MEMBER_BYTES + (fields + protocols + assignment_len) as u64
+}
+
+/// What a member joining with `request` costs (before its assignment; a new member's id is
+/// made by the coordinator).
+pub(super) fn join_bytes(request: &JoinRequest) -> u64 {
+    let client = (request.client_id.as_str(), request.client_host.as_str());
+    let id_len = request.member_id.len().max(32);
+    member_bytes(
+        id_len,
+        request.group_instance_id.as_ref(),
+        client,
+        &request.protocols,
+        0,
+    ) + request.protocol_type.len() as u64
 }
 
 impl Member {
     /// What the member costs the broker's memory, its id of `id_len` bytes included.
     fn bytes(&self, id_len: usize) -> u64 {
-        let protocols: usize = self
-            .protocols
-            .iter()
-            .map(|(name, metadata)| name.len() + metadata.len())
-            .sum();
-        MEMBER_BYTES
-            + (id_len
-                + self.group_instance_id.as_ref().map_or(0, String::len)
-                + self.client_id.len()
-                + self.client_host.len()
-                + protocols
-                + self.assignment.len()) as u64
+        let client = (self.client_id.as_str(), self.client_host.as_str());
+        let instance = self.group_instance_id.as_ref();
+        member_bytes(
+            id_len,
+            instance,
+            client,
+            &self.protocols,
+            self.assignment.len(),
+        )
     }
 
     fn supports(&self, protocol: &str) -> bool {
