@@ -2,13 +2,18 @@
 //! on every produce request), for one record of 100 B and for 100 of them: the figures behind
 //! the choice that clients build batches and the broker only checks them. `validate` is what the
 //! broker runs on a produce (the header check plus a walk of the records), `validate_zstd` the
-//! same for the records compressed.
+//! same for the records compressed. `inspect_stored` is the check of every batch a fetch reads
+//! from a segment file (header and CRC-32C), against `copy`, what reading the batch's bytes
+//! costs at the least.
 //!
 //! Run with `cargo bench -p minibroker-records`. Figures are printed, never asserted.
 
 use bytes::Bytes;
 use criterion::{Criterion, Throughput};
-use minibroker_records::{NewRecord, Writer, encode, inspect, set_base_sequence, validate};
+use minibroker_records::{
+    NewRecord, Writer, encode, inspect, inspect_stored, set_base_offset, set_base_sequence,
+    validate,
+};
 use std::hint::black_box;
 
 const WRITER: Writer = Writer {
@@ -24,7 +29,7 @@ fn records(n: usize) -> Vec<NewRecord> {
 }
 
 fn bench(c: &mut Criterion) {
-    for n in [1usize, 100] {
+    for n in [1usize, 100, 1000] {
         let records = records(n);
         let batch = encode(WRITER, &records, 0).expect("encodes");
         let mut group = c.benchmark_group(format!("{n}x100B"));
@@ -37,6 +42,15 @@ fn bench(c: &mut Criterion) {
         });
         group.bench_function("validate", |b| {
             b.iter(|| validate(black_box(&batch)).expect("valid"));
+        });
+        // As the log stores it: stamped with its base offset and leader epoch.
+        let mut stored = batch.to_vec();
+        set_base_offset(&mut stored, 0);
+        group.bench_function("inspect_stored", |b| {
+            b.iter(|| inspect_stored(black_box(&stored), 0).expect("valid"));
+        });
+        group.bench_function("copy", |b| {
+            b.iter(|| Bytes::copy_from_slice(black_box(&batch)));
         });
         let zstd = zstd_batch(&batch);
         group.bench_function("validate_zstd", |b| {
