@@ -520,3 +520,83 @@ async fn an_older_single_offsets_file_is_split_into_a_file_per_group() {
         "{error}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn groups_under_concurrent_joins_commits_leaves_and_deletes_keep_their_books() {
+    // Each group has its own lock now; the registry adds and removes groups under its own.
+    // Many tasks at once on groups that are made, emptied and made again: no accepted commit is
+    // lost, and the budget is given back in full once every group is gone.
+    let budget = Arc::new(StorageBudget::new(1 << 30));
+    let groups =
+        Arc::new(GroupCoordinator::with_budget(&config(), None, Arc::clone(&budget)).unwrap());
+    let mut tasks = Vec::new();
+    for task in 0..16u32 {
+        let groups = Arc::clone(&groups);
+        tasks.push(tokio::spawn(async move {
+            let mut accepted = std::collections::HashMap::new();
+            let mut joins = 0;
+            for round in 0..400i64 {
+                // A new group every few rounds, shared by four tasks.
+                let group = format!("g{}-{}", task % 4, round / 8);
+                match round % 4 {
+                    // A commit outside any generation (refused while the group has members).
+                    0 | 1 => {
+                        let offsets = vec![(format!("t{task}"), 0, round, None)];
+                        if groups.commit(&group, -1, "", offsets).await.is_ok() {
+                            accepted.insert(group, round);
+                        }
+                    }
+                    2 => {
+                        let join = JoinRequest {
+                            group_id: group.clone(),
+                            require_known_member: false,
+                            ..request("", 10_000)
+                        };
+                        // A join may wait for the others: leave at once either way.
+                        let joined =
+                            tokio::time::timeout(Duration::from_millis(5), groups.join(join)).await;
+                        if let Ok(Ok(joined)) = joined {
+                            joins += 1;
+                            groups.leave(&group, &[joined.member_id]);
+                        }
+                    }
+                    _ => {
+                        groups.tick();
+                        let _ = groups.describe(&group);
+                    }
+                }
+            }
+            (task, accepted, joins)
+        }));
+    }
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.unwrap());
+    }
+    let commits: usize = results.iter().map(|(_, accepted, _)| accepted.len()).sum();
+    let joins: usize = results.iter().map(|(_, _, joins)| joins).sum();
+    assert!(
+        commits > 100 && joins > 0,
+        "commits {commits}, joins {joins}"
+    );
+    // Every task's last accepted commit to each group is what that group holds.
+    for (task, accepted, _) in &results {
+        for (group, offset) in accepted {
+            let committed = groups.committed(group, Some(&[(format!("t{task}"), 0)]));
+            assert_eq!(
+                committed.first().map(|c| c.1.offset),
+                Some(*offset),
+                "{group}"
+            );
+        }
+    }
+    // Members whose join timed out are still in their groups: they leave, and every group goes.
+    for (group, _, _) in groups.list() {
+        for member in groups.describe(&group).members {
+            groups.leave(&group, &[member.member_id]);
+        }
+        groups.delete(&group).await.unwrap();
+    }
+    assert!(groups.list().is_empty());
+    assert_eq!(budget.charged(), 0, "the budget was not given back");
+}
