@@ -58,11 +58,14 @@ async fn closed_and_others_served(mut conn: KafkaConnection, kafka: &TestKafka) 
 async fn a_topic_named_again_and_again_is_answered_once() -> Result<()> {
     let (broker, _kafka, mut conn) = kafka(Config::default()).await?;
     broker.broker.create_topic("wide", 1_000)?;
-    // 1.2 KB of the same name: its thousand partitions were answered a hundred times (10.6 MB).
-    let request = metadata_of(std::iter::repeat_n("wide".to_owned(), 120));
-    let answer: MetadataResponse = conn.call(ApiKey::Metadata, METADATA, &request).await?;
-    assert_eq!(answer.topics.len(), 1);
-    assert_eq!(answer.topics[0].partitions.len(), 1_000);
+    // 1.2 KB of the same name was answered with its thousand partitions each time (10.6 MB);
+    // 90 KB of it aborted the broker on a failed allocation.
+    for repeats in [200, 15_000] {
+        let request = metadata_of(std::iter::repeat_n("wide".to_owned(), repeats));
+        let answer: MetadataResponse = conn.call(ApiKey::Metadata, METADATA, &request).await?;
+        assert_eq!(answer.topics.len(), 1);
+        assert_eq!(answer.topics[0].partitions.len(), 1_000);
+    }
     // Distinct names keep their order.
     broker.broker.create_topic("narrow", 1)?;
     let names = ["narrow", "wide", "narrow", "missing", "wide"].map(str::to_owned);
