@@ -188,12 +188,28 @@ pub fn free_addr() -> String {
     listener.local_addr().unwrap().to_string()
 }
 
-/// The virtualenv python with the Kafka clients.
+/// The virtualenv python with the Kafka clients: `MINIBROKER_KAFKA_PYTHON` when set (as
+/// `./scripts/test` sets it), otherwise what `scripts/kafka-clients` installs (once per test
+/// binary; it reuses an installation already there), so a plain `cargo test` runs these too.
 pub fn kafka_python() -> String {
-    std::env::var("MINIBROKER_KAFKA_PYTHON").expect(
-        "MINIBROKER_KAFKA_PYTHON is not set: run ./scripts/test, which installs the Kafka clients \
-         (scripts/kafka-clients) and sets it",
-    )
+    static PYTHON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            if let Ok(python) = std::env::var("MINIBROKER_KAFKA_PYTHON") {
+                return python;
+            }
+            let script = format!("{}/../../scripts/kafka-clients", env!("CARGO_MANIFEST_DIR"));
+            let output = Command::new(&script)
+                .stderr(Stdio::inherit())
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
+            assert!(
+                output.status.success(),
+                "{script} could not install the Kafka clients"
+            );
+            String::from_utf8_lossy(&output.stdout).trim().to_owned()
+        })
+        .clone()
 }
 
 /// A `tests/kafka/SCRIPT` command with `args`.
