@@ -83,7 +83,7 @@ async fn a_lone_member_is_leader_of_generation_one_and_gets_its_own_assignment()
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_second_member_triggers_a_rebalance_and_the_leader_assigns_both() {
     let groups = coordinator();
     let first = join_new(&groups, 10_000).await;
@@ -155,15 +155,19 @@ async fn a_second_member_triggers_a_rebalance_and_the_leader_assigns_both() {
     assert_eq!((alone.generation, alone.members.len()), (3, 1));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_silent_member_is_removed_when_its_session_expires() {
     let groups = coordinator();
-    let member = join_new(&groups, 50).await;
+    let member = join_new(&groups, 10_000).await;
     groups
         .sync("g", 1, &member.member_id, Vec::new())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(120)).await;
+    // Within its session it stays; the clock is the runtime's, paused and advanced here.
+    tokio::time::sleep(Duration::from_millis(9_900)).await;
+    groups.tick();
+    assert_eq!(groups.describe("g").members.len(), 1);
+    tokio::time::sleep(Duration::from_millis(200)).await;
     groups.tick();
     // With no member and no offsets left, the group is gone.
     let described = groups.describe("g");
@@ -219,7 +223,7 @@ async fn commits_are_checked_against_the_generation_and_the_member() {
     assert!(groups.committed("g", None).is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn groups_and_members_are_bounded() {
     let groups = coordinator();
     for _ in 0..3 {

@@ -13,8 +13,9 @@
 use bytes::Bytes;
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use super::{
     Committed, GroupDescription, GroupError, JoinRequest, Joined, MemberDescription, Waiting,

@@ -30,9 +30,10 @@ use bytes::Bytes;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::oneshot;
+use tokio::time::Instant;
 
 use crate::budget::StorageBudget;
 use crate::data_dir::DataDir;
