@@ -3,7 +3,6 @@
 
 use anyhow::{Context, Result, bail};
 use bytes::BytesMut;
-use kafka_protocol::protocol::Decodable as _;
 use minibroker_protocol::{FrameCodec, Request, Response, codec};
 use minibroker_records::{NewRecord, Writer};
 use minibroker_server::Config;
@@ -348,101 +347,17 @@ pub async fn start_kafka(broker: &TestBroker, config: Config) -> Result<TestKafk
     Ok(TestKafka::start(std::sync::Arc::clone(&broker.broker), config).await?)
 }
 
-/// A raw Kafka connection: requests encoded and responses decoded with the `kafka-protocol`
-/// crate, for wire-level tests of the Kafka front end.
-pub struct KafkaConnection {
-    raw: RawConnection,
-    next_correlation_id: i32,
-}
+/// A Kafka connection for wire-level tests of the Kafka front end: the project's one Kafka
+/// client, with answers due within [`ANSWER_TIMEOUT`].
+pub use minibroker_kafka_client::KafkaConnection;
 
-impl KafkaConnection {
-    /// Connects to `addr`.
-    ///
-    /// # Errors
-    /// If the connection fails.
-    pub async fn connect(addr: SocketAddr) -> Result<Self> {
-        Ok(Self {
-            raw: RawConnection::connect(addr).await?,
-            next_correlation_id: 1,
-        })
-    }
-
-    /// Writes one request of `api` at `version`; returns its correlation id.
-    ///
-    /// # Errors
-    /// If it does not encode or the write fails.
-    pub async fn send<R: kafka_protocol::protocol::Encodable>(
-        &mut self,
-        api: kafka_protocol::messages::ApiKey,
-        version: i16,
-        request: &R,
-    ) -> Result<i32> {
-        let correlation_id = self.next_correlation_id;
-        self.next_correlation_id += 1;
-        let mut frame = BytesMut::new();
-        minibroker_records::encode_request(
-            &mut frame,
-            api,
-            version,
-            correlation_id,
-            Some("test"),
-            request,
-        )?;
-        self.raw.write_raw(&frame).await?;
-        Ok(correlation_id)
-    }
-
-    /// Reads the next response, as `api` at `version`; `None` if the broker closed the
-    /// connection instead.
-    ///
-    /// # Errors
-    /// If the frame does not decode, or nothing arrives in time.
-    pub async fn receive<T: kafka_protocol::protocol::Decodable>(
-        &mut self,
-        api: kafka_protocol::messages::ApiKey,
-        version: i16,
-    ) -> Result<Option<(i32, T)>> {
-        let Some(body) = self.raw.next_frame().await? else {
-            return Ok(None);
-        };
-        let mut body = body.freeze();
-        let header = kafka_protocol::messages::ResponseHeader::decode(
-            &mut body,
-            api.response_header_version(version),
-        )?;
-        Ok(Some((
-            header.correlation_id,
-            T::decode(&mut body, version)?,
-        )))
-    }
-
-    /// Sends a request and reads its response.
-    ///
-    /// # Errors
-    /// As [`Self::send`] and [`Self::receive`], and if the broker closed the connection.
-    pub async fn call<
-        R: kafka_protocol::protocol::Encodable,
-        T: kafka_protocol::protocol::Decodable,
-    >(
-        &mut self,
-        api: kafka_protocol::messages::ApiKey,
-        version: i16,
-        request: &R,
-    ) -> Result<T> {
-        let id = self.send(api, version, request).await?;
-        let (answered, response) = self
-            .receive(api, version)
-            .await?
-            .context("the broker closed the connection")?;
-        anyhow::ensure!(answered == id, "answer {answered} for request {id}");
-        Ok(response)
-    }
-
-    /// Writes `bytes` as they are.
-    ///
-    /// # Errors
-    /// If the write fails.
-    pub async fn write_raw(&mut self, bytes: &[u8]) -> Result<()> {
-        self.raw.write_raw(bytes).await
-    }
+/// A Kafka connection to `addr` whose answers are due within [`ANSWER_TIMEOUT`].
+///
+/// # Errors
+/// If the connection fails.
+pub async fn kafka_connection(addr: SocketAddr) -> Result<KafkaConnection> {
+    Ok(KafkaConnection::connect(addr)
+        .await?
+        .with_client_id("test")
+        .with_answer_timeout(ANSWER_TIMEOUT))
 }

@@ -10,7 +10,7 @@ use kafka_protocol::messages::{
     OffsetFetchRequest, OffsetFetchResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, StrBytes};
-use minibroker_verify::KafkaConnection;
+use minibroker_kafka_client::KafkaConnection;
 use serde_json::json;
 use std::collections::BTreeMap;
 
@@ -32,7 +32,9 @@ pub struct Args {
 const LATEST: i64 = -1;
 
 pub async fn run(args: Args) -> Result<()> {
-    let mut conn = KafkaConnection::connect(&args.kafka).await?;
+    let mut conn = KafkaConnection::connect(args.kafka.as_str())
+        .await?
+        .with_client_id("minibroker-groups");
     match &args.describe {
         None => list(&mut conn, args.json).await,
         Some(group) => describe(&mut conn, group, args.json).await,

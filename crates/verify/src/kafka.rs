@@ -3,40 +3,31 @@
 //! partition count, then Fetch from the log start to the high watermark, batch by batch, with
 //! the producer metadata every v2 batch header carries.
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, Bytes};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
-    ApiKey, FetchRequest, FetchResponse, MetadataRequest, MetadataResponse, ResponseHeader,
-    TopicName,
+    ApiKey, FetchRequest, FetchResponse, MetadataRequest, MetadataResponse, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
+use minibroker_kafka_client::{KafkaClientError, KafkaConnection};
 use thiserror::Error;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use crate::{PartitionLog, StoredBatch};
 
 /// The Metadata and Fetch versions used (supported by Kafka 2.8 and later, and by minibroker).
 const METADATA_VERSION: i16 = 9;
 const FETCH_VERSION: i16 = 11;
-/// Largest answer accepted.
-const MAX_FRAME: usize = 64 << 20;
 /// Kafka's OFFSET_OUT_OF_RANGE.
 const OFFSET_OUT_OF_RANGE: i16 = 1;
 
 /// Why a topic could not be read over the Kafka protocol.
 #[derive(Debug, Error)]
 pub enum KafkaReadError {
-    /// The connection failed.
-    #[error("cannot reach {addr}: {source}")]
-    Io {
-        /// The broker.
-        addr: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A message could not be encoded or decoded.
+    /// A request got no answer: connection, framing or decoding.
+    #[error(transparent)]
+    Client(#[from] KafkaClientError),
+    /// An answer lacks what was asked for.
     #[error("Kafka protocol error: {0}")]
     Protocol(String),
     /// The broker answered with an error code.
@@ -52,91 +43,6 @@ pub enum KafkaReadError {
     Records(#[from] minibroker_records::RecordsError),
 }
 
-/// One connection to a Kafka listener, for request-and-answer use (the verifier's reads, and
-/// `minibroker groups`).
-pub struct KafkaConnection {
-    addr: String,
-    stream: TcpStream,
-    next_correlation_id: i32,
-}
-
-impl KafkaConnection {
-    /// Connects to `addr`.
-    ///
-    /// # Errors
-    /// [`KafkaReadError::Io`] if it cannot.
-    pub async fn connect(addr: &str) -> Result<Self, KafkaReadError> {
-        let stream = TcpStream::connect(addr)
-            .await
-            .map_err(|source| KafkaReadError::Io {
-                addr: addr.to_owned(),
-                source,
-            })?;
-        Ok(Self {
-            addr: addr.to_owned(),
-            stream,
-            next_correlation_id: 1,
-        })
-    }
-
-    fn io(&self, source: std::io::Error) -> KafkaReadError {
-        KafkaReadError::Io {
-            addr: self.addr.clone(),
-            source,
-        }
-    }
-
-    /// Sends `request` as `api` at `version` and decodes the answer.
-    ///
-    /// # Errors
-    /// Connection and protocol failures.
-    pub async fn call<Q: Encodable, A: Decodable>(
-        &mut self,
-        api: ApiKey,
-        version: i16,
-        request: &Q,
-    ) -> Result<A, KafkaReadError> {
-        let protocol = |error: anyhow::Error| KafkaReadError::Protocol(format!("{error:#}"));
-        let correlation_id = self.next_correlation_id;
-        self.next_correlation_id += 1;
-        let mut frame = BytesMut::new();
-        minibroker_records::encode_request(
-            &mut frame,
-            api,
-            version,
-            correlation_id,
-            Some("minibroker-verify"),
-            request,
-        )
-        .map_err(|error| KafkaReadError::Protocol(error.to_string()))?;
-        self.stream
-            .write_all(&frame)
-            .await
-            .map_err(|e| self.io(e))?;
-        let length = self.stream.read_u32().await.map_err(|e| self.io(e))? as usize;
-        if length > MAX_FRAME {
-            return Err(KafkaReadError::Protocol(format!(
-                "an answer of {length} bytes"
-            )));
-        }
-        let mut answer = vec![0; length];
-        self.stream
-            .read_exact(&mut answer)
-            .await
-            .map_err(|e| self.io(e))?;
-        let mut answer = Bytes::from(answer);
-        let header = ResponseHeader::decode(&mut answer, api.response_header_version(version))
-            .map_err(protocol)?;
-        if header.correlation_id != correlation_id {
-            return Err(KafkaReadError::Protocol(format!(
-                "answer {} for request {correlation_id}",
-                header.correlation_id
-            )));
-        }
-        A::decode(&mut answer, version).map_err(protocol)
-    }
-}
-
 fn topic_name(topic: &str) -> TopicName {
     TopicName(StrBytes::from_string(topic.to_owned()))
 }
@@ -150,7 +56,9 @@ pub async fn read_topic_kafka(
     addr: &str,
     topic: &str,
 ) -> Result<Vec<PartitionLog>, KafkaReadError> {
-    let mut conn = KafkaConnection::connect(addr).await?;
+    let mut conn = KafkaConnection::connect(addr)
+        .await?
+        .with_client_id("minibroker-verify");
     let metadata = MetadataRequest::default()
         .with_topics(Some(vec![
             MetadataRequestTopic::default().with_name(Some(topic_name(topic))),
@@ -253,6 +161,7 @@ fn whole_batches(mut records: Bytes) -> Vec<Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BytesMut;
 
     #[test]
     fn a_batch_cut_short_at_the_end_is_left_out() {

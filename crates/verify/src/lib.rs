@@ -19,7 +19,7 @@ mod kafka;
 mod read;
 
 pub use check::{AckedBatch, PartitionLog, Report, StoredBatch, Violation, check};
-pub use kafka::{KafkaConnection, KafkaReadError, read_topic_kafka};
+pub use kafka::{KafkaReadError, read_topic_kafka};
 pub use read::{read_topic, read_topic_reporting, verify, verify_reporting};
 
 /// Reads `topic` over the Kafka protocol from `addr` and checks it, against `acknowledged` if

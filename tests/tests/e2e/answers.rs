@@ -16,7 +16,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use minibroker_server::Config;
-use minibroker_tests::{KafkaConnection, TestKafka};
+use minibroker_tests::{KafkaConnection, TestKafka, kafka_connection};
 
 use crate::kafka::kafka;
 
@@ -46,7 +46,7 @@ async fn closed_and_others_served(mut conn: KafkaConnection, kafka: &TestKafka) 
             .is_none(),
         "the connection stays open"
     );
-    let mut other = KafkaConnection::connect(kafka.addr).await?;
+    let mut other = kafka_connection(kafka.addr).await?;
     let versions: ApiVersionsResponse = other
         .call(ApiKey::ApiVersions, 0, &ApiVersionsRequest::default())
         .await?;
@@ -99,7 +99,7 @@ async fn a_metadata_answer_past_the_frame_closes_only_its_connection() -> Result
     conn.send(ApiKey::Metadata, METADATA, &every_topic).await?;
     closed_and_others_served(conn, &kafka).await?;
     // One of them fits.
-    let mut conn = KafkaConnection::connect(kafka.addr).await?;
+    let mut conn = kafka_connection(kafka.addr).await?;
     let answer: MetadataResponse = conn
         .call(ApiKey::Metadata, METADATA, &metadata_of(["t1".to_owned()]))
         .await?;
@@ -131,7 +131,7 @@ async fn a_group_named_again_and_again_is_described_once() -> Result<()> {
     // A 78-byte request naming it 21 times was answered with 21 copies of its member (21 MB).
     let describe = DescribeGroupsRequest::default()
         .with_groups(std::iter::repeat_n(GroupId(text("g")), 21).collect());
-    let mut other = KafkaConnection::connect(kafka.addr).await?;
+    let mut other = kafka_connection(kafka.addr).await?;
     let answer: DescribeGroupsResponse = other
         .call(ApiKey::DescribeGroups, DESCRIBE_GROUPS, &describe)
         .await?;
@@ -149,7 +149,7 @@ async fn a_describe_groups_answer_past_the_frame_closes_only_its_connection() ->
     };
     let (_broker, kafka, mut conn) = kafka(config).await?;
     for group in ["a", "b", "c"] {
-        let mut member = KafkaConnection::connect(kafka.addr).await?;
+        let mut member = kafka_connection(kafka.addr).await?;
         join_alone(&mut member, group, Bytes::from(vec![7; 30 << 10])).await?;
     }
     let describe = DescribeGroupsRequest::default()

@@ -14,14 +14,16 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use minibroker_server::Config;
-use minibroker_tests::{KafkaConnection, TestBroker, TestKafka, batch, batch_of_len, start_kafka};
+use minibroker_tests::{
+    KafkaConnection, TestBroker, TestKafka, batch, batch_of_len, kafka_connection, start_kafka,
+};
 
 const PRODUCE: i16 = 9;
 
 pub(crate) async fn kafka(config: Config) -> Result<(TestBroker, TestKafka, KafkaConnection)> {
     let broker = TestBroker::start(config.clone()).await?;
     let kafka = start_kafka(&broker, config).await?;
-    let conn = KafkaConnection::connect(kafka.addr).await?;
+    let conn = kafka_connection(kafka.addr).await?;
     Ok((broker, kafka, conn))
 }
 
@@ -221,7 +223,7 @@ async fn an_unsupported_request_version_closes_the_connection() -> Result<()> {
             .is_none()
     );
     // Others are still served.
-    let mut other = KafkaConnection::connect(kafka.addr).await?;
+    let mut other = kafka_connection(kafka.addr).await?;
     let versions: ApiVersionsResponse = other
         .call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
         .await?;
@@ -247,7 +249,7 @@ async fn closed_and_others_served(mut conn: KafkaConnection, kafka: &TestKafka) 
             .await?
             .is_none()
     );
-    let mut other = KafkaConnection::connect(kafka.addr).await?;
+    let mut other = kafka_connection(kafka.addr).await?;
     assert_eq!(
         produce(&mut other, "t", batch(7, 0, 0, &[b"r"])).await?,
         (0, 0)
@@ -258,7 +260,7 @@ async fn closed_and_others_served(mut conn: KafkaConnection, kafka: &TestKafka) 
 #[tokio::test]
 async fn a_fetch_waits_for_an_append_instead_of_polling() -> Result<()> {
     let (_broker, kafka, mut waiting) = kafka(Config::default()).await?;
-    let mut writer = KafkaConnection::connect(kafka.addr).await?;
+    let mut writer = kafka_connection(kafka.addr).await?;
     assert_eq!(
         produce(&mut writer, "t", batch(7, 0, 0, &[b"first"])).await?,
         (0, 0)
@@ -381,7 +383,7 @@ async fn mutated_kafka_requests_get_answers_or_a_clean_close() -> Result<()> {
                 _ => body.truncate(at.max(1)),
             }
         }
-        let mut frame = KafkaConnection::connect(kafka.addr).await?;
+        let mut frame = kafka_connection(kafka.addr).await?;
         frame
             .write_raw(&with_header(*api, *version, round as i32, &body)?)
             .await?;
@@ -400,7 +402,7 @@ async fn mutated_kafka_requests_get_answers_or_a_clean_close() -> Result<()> {
         "answered={answered} closed={closed}"
     );
     // The broker still serves.
-    let mut normal = KafkaConnection::connect(kafka.addr).await?;
+    let mut normal = kafka_connection(kafka.addr).await?;
     assert_eq!(
         produce(&mut normal, "after-fuzz", batch(7, 0, 0, &[b"r"])).await?,
         (0, 0)
@@ -524,7 +526,7 @@ async fn the_connection_limit_is_shared_by_both_protocols() -> Result<()> {
         minibroker_protocol::Response::Metadata(_)
     ));
     // ...so a Kafka client is closed at once (Kafka has no way to say why).
-    let mut refused = KafkaConnection::connect(kafka.addr).await?;
+    let mut refused = kafka_connection(kafka.addr).await?;
     refused
         .send(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
         .await
@@ -645,7 +647,7 @@ async fn fetch_all(conn: &mut KafkaConnection, topic: &str, count: i32) -> Resul
                 .with_topic(name(topic))
                 .with_partitions((0..count).map(fetch_partition).collect()),
         ]);
-    conn.call(ApiKey::Fetch, 12, &fetch).await
+    Ok(conn.call(ApiKey::Fetch, 12, &fetch).await?)
 }
 
 #[tokio::test]

@@ -1,0 +1,251 @@
+//! [`KafkaConnection`]: one connection to a Kafka listener, speaking request and answer with the
+//! `kafka-protocol` crate's messages. The verifier reads topics with it, `minibroker groups`
+//! asks for groups and offsets, and the tests drive the Kafka front end with it, so the framing,
+//! the correlation ids and the header versions are written once.
+//!
+//! A request is framed by [`minibroker_records::encode_request`] (length, header, body); an
+//! answer is read as a length-prefixed frame of at most [`MAX_ANSWER_BYTES`], its response
+//! header decoded at the version the API asks for, and its correlation id checked. Every read
+//! has a timeout ([`KafkaConnection::with_answer_timeout`]), so a broker that stops answering
+//! is an error, never a hang.
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use std::fmt::Display;
+use std::time::Duration;
+use thiserror::Error;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, ToSocketAddrs};
+
+/// The largest answer read (a Kafka fetch answer may be large; a frame claiming more is refused).
+pub const MAX_ANSWER_BYTES: usize = 64 << 20;
+
+/// How long an answer may take unless set otherwise.
+pub const DEFAULT_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a request got no answer.
+#[derive(Debug, Error)]
+pub enum KafkaClientError {
+    /// The connection failed.
+    #[error("talking to {addr}: {source}")]
+    Io {
+        /// The broker.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The request did not encode.
+    #[error(transparent)]
+    Encode(#[from] minibroker_records::RecordsError),
+    /// The answer did not decode.
+    #[error("an answer from {addr} did not decode: {reason}")]
+    Decode {
+        /// The broker.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+    /// The broker closed the connection instead of answering.
+    #[error("{addr} closed the connection instead of answering")]
+    Closed {
+        /// The broker.
+        addr: String,
+    },
+    /// An answer to another request.
+    #[error("{addr} answered request {answered}, not {asked}")]
+    Correlation {
+        /// The broker.
+        addr: String,
+        /// The correlation id asked.
+        asked: i32,
+        /// The one answered.
+        answered: i32,
+    },
+    /// A frame longer than [`MAX_ANSWER_BYTES`].
+    #[error("{addr} sent an answer of {bytes} bytes")]
+    TooLarge {
+        /// The broker.
+        addr: String,
+        /// Its length.
+        bytes: usize,
+    },
+    /// No answer within the timeout.
+    #[error("{addr} did not answer within {timeout:?}")]
+    Timeout {
+        /// The broker.
+        addr: String,
+        /// The timeout.
+        timeout: Duration,
+    },
+}
+
+/// One connection to a Kafka listener.
+#[derive(Debug)]
+pub struct KafkaConnection {
+    addr: String,
+    stream: TcpStream,
+    next_correlation_id: i32,
+    client_id: &'static str,
+    answer_timeout: Duration,
+}
+
+impl KafkaConnection {
+    /// Connects to `addr`.
+    ///
+    /// # Errors
+    /// [`KafkaClientError::Io`] if it cannot.
+    pub async fn connect(addr: impl ToSocketAddrs + Display) -> Result<Self, KafkaClientError> {
+        let name = addr.to_string();
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|source| KafkaClientError::Io {
+                addr: name.clone(),
+                source,
+            })?;
+        Ok(Self {
+            addr: name,
+            stream,
+            next_correlation_id: 1,
+            client_id: "minibroker",
+            answer_timeout: DEFAULT_ANSWER_TIMEOUT,
+        })
+    }
+
+    /// The client id sent in every request header.
+    #[must_use]
+    pub fn with_client_id(self, client_id: &'static str) -> Self {
+        Self { client_id, ..self }
+    }
+
+    /// How long an answer may take.
+    #[must_use]
+    pub fn with_answer_timeout(self, answer_timeout: Duration) -> Self {
+        Self {
+            answer_timeout,
+            ..self
+        }
+    }
+
+    fn io(&self, source: std::io::Error) -> KafkaClientError {
+        KafkaClientError::Io {
+            addr: self.addr.clone(),
+            source,
+        }
+    }
+
+    /// Writes one request of `api` at `version`; returns its correlation id.
+    ///
+    /// # Errors
+    /// If it does not encode or the write fails.
+    pub async fn send<R: Encodable>(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        request: &R,
+    ) -> Result<i32, KafkaClientError> {
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
+        let mut frame = BytesMut::new();
+        minibroker_records::encode_request(
+            &mut frame,
+            api,
+            version,
+            correlation_id,
+            Some(self.client_id),
+            request,
+        )?;
+        self.write_raw(&frame).await?;
+        Ok(correlation_id)
+    }
+
+    /// Writes `bytes` as they are (a test's malformed frame).
+    ///
+    /// # Errors
+    /// If the write fails.
+    pub async fn write_raw(&mut self, bytes: &[u8]) -> Result<(), KafkaClientError> {
+        self.stream.write_all(bytes).await.map_err(|e| self.io(e))
+    }
+
+    /// Reads the next answer, as `api` at `version`, with its correlation id; `None` if the
+    /// broker closed the connection instead.
+    ///
+    /// # Errors
+    /// If the frame is too large or does not decode, or nothing arrives in time.
+    pub async fn receive<T: Decodable>(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+    ) -> Result<Option<(i32, T)>, KafkaClientError> {
+        let timeout = self.answer_timeout;
+        let frame = tokio::time::timeout(timeout, self.next_frame())
+            .await
+            .map_err(|_| KafkaClientError::Timeout {
+                addr: self.addr.clone(),
+                timeout,
+            })??;
+        let Some(mut frame) = frame else {
+            return Ok(None);
+        };
+        let decode = |reason: String| KafkaClientError::Decode {
+            addr: self.addr.clone(),
+            reason,
+        };
+        let header = ResponseHeader::decode(&mut frame, api.response_header_version(version))
+            .map_err(|e| decode(format!("{e:#}")))?;
+        let answer = T::decode(&mut frame, version).map_err(|e| decode(format!("{e:#}")))?;
+        Ok(Some((header.correlation_id, answer)))
+    }
+
+    /// Sends `request` and reads its answer.
+    ///
+    /// # Errors
+    /// As [`Self::send`] and [`Self::receive`]; [`KafkaClientError::Closed`] if the broker
+    /// closed the connection, [`KafkaClientError::Correlation`] for an answer to another request.
+    pub async fn call<R: Encodable, T: Decodable>(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        request: &R,
+    ) -> Result<T, KafkaClientError> {
+        let asked = self.send(api, version, request).await?;
+        match self.receive(api, version).await? {
+            Some((answered, answer)) if answered == asked => Ok(answer),
+            Some((answered, _)) => Err(KafkaClientError::Correlation {
+                addr: self.addr.clone(),
+                asked,
+                answered,
+            }),
+            None => Err(KafkaClientError::Closed {
+                addr: self.addr.clone(),
+            }),
+        }
+    }
+
+    /// The next length-prefixed frame, `None` at a clean close or a reset.
+    async fn next_frame(&mut self) -> Result<Option<Bytes>, KafkaClientError> {
+        let closed = |error: &std::io::Error| {
+            matches!(
+                error.kind(),
+                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+            )
+        };
+        let length = match self.stream.read_u32().await {
+            Ok(length) => length as usize,
+            Err(error) if closed(&error) => return Ok(None),
+            Err(error) => return Err(self.io(error)),
+        };
+        if length > MAX_ANSWER_BYTES {
+            return Err(KafkaClientError::TooLarge {
+                addr: self.addr.clone(),
+                bytes: length,
+            });
+        }
+        let mut frame = vec![0; length];
+        match self.stream.read_exact(&mut frame).await {
+            Ok(_) => Ok(Some(Bytes::from(frame))),
+            Err(error) if closed(&error) => Ok(None),
+            Err(error) => Err(self.io(error)),
+        }
+    }
+}
