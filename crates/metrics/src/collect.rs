@@ -5,7 +5,7 @@
 //! so serving metrics adds no work to the request path beyond those counters.
 
 use minibroker_server::stats::{HistogramSnapshot, LATENCY_BUCKETS_US};
-use minibroker_server::{Broker, OUTCOMES};
+use minibroker_server::{Broker, Outcome};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -101,17 +101,9 @@ impl Collector for BrokerCollector {
         let broker = &self.0;
         let partitions = broker.partition_metrics();
         // Per topic sums of the per-partition counters.
-        let mut topics: BTreeMap<&str, [u64; 8]> = BTreeMap::new();
+        let mut topics: BTreeMap<&str, TopicSums> = BTreeMap::new();
         for p in &partitions {
-            let sums = topics.entry(&p.topic).or_default();
-            for (sum, value) in sums.iter_mut().zip(p.outcomes.iter().chain(&[
-                p.records_in,
-                p.bytes_in,
-                p.records_out,
-                p.bytes_out,
-            ])) {
-                *sum += value;
-            }
+            topics.entry(&p.topic).or_default().add(p);
         }
         family(
             &mut encoder,
@@ -119,29 +111,38 @@ impl Collector for BrokerCollector {
             "Produce requests by topic and outcome of the exactly-once rule",
             MetricType::Counter,
             topics.iter().flat_map(|(topic, sums)| {
-                OUTCOMES.iter().enumerate().map(move |(i, outcome)| {
+                Outcome::ALL.iter().map(move |outcome| {
                     (
                         vec![("topic", *topic), ("outcome", outcome_label(*outcome))],
-                        sums[i],
+                        sums.outcomes[outcome.index()],
                     )
                 })
             }),
             counter,
         )?;
-        for (index, name, help) in [
-            (4, "minibroker_records_in", "Records appended, by topic"),
-            (5, "minibroker_bytes_in", "Batch bytes appended, by topic"),
+        let flows: [(TopicCounter, &str, &str); 4] = [
             (
-                6,
+                |s| s.records_in,
+                "minibroker_records_in",
+                "Records appended, by topic",
+            ),
+            (
+                |s| s.bytes_in,
+                "minibroker_bytes_in",
+                "Batch bytes appended, by topic",
+            ),
+            (
+                |s| s.records_out,
                 "minibroker_records_out",
                 "Records handed out by fetches, by topic",
             ),
             (
-                7,
+                |s| s.bytes_out,
                 "minibroker_bytes_out",
                 "Batch bytes handed out by fetches, by topic",
             ),
-        ] {
+        ];
+        for (value, name, help) in flows {
             family(
                 &mut encoder,
                 name,
@@ -149,7 +150,7 @@ impl Collector for BrokerCollector {
                 MetricType::Counter,
                 topics
                     .iter()
-                    .map(|(topic, sums)| (vec![("topic", *topic)], sums[index])),
+                    .map(|(topic, sums)| (vec![("topic", *topic)], value(sums))),
                 counter,
             )?;
         }
@@ -320,11 +321,37 @@ impl BrokerCollector {
 }
 
 /// The outcome's label value.
-fn outcome_label(outcome: minibroker_server::Outcome) -> &'static str {
+fn outcome_label(outcome: Outcome) -> &'static str {
     match outcome {
-        minibroker_server::Outcome::Accepted => "accepted",
-        minibroker_server::Outcome::Duplicate => "duplicate",
-        minibroker_server::Outcome::OutOfOrder => "out_of_order",
-        minibroker_server::Outcome::FencedEpoch => "fenced_epoch",
+        Outcome::Accepted => "accepted",
+        Outcome::Duplicate => "duplicate",
+        Outcome::OutOfOrder => "out_of_order",
+        Outcome::FencedEpoch => "fenced_epoch",
+    }
+}
+
+/// One of a topic's summed counters.
+type TopicCounter = fn(&TopicSums) -> u64;
+
+/// One topic's counters: its partitions' summed.
+#[derive(Debug, Default)]
+struct TopicSums {
+    /// By [`Outcome::index`].
+    outcomes: [u64; 4],
+    records_in: u64,
+    bytes_in: u64,
+    records_out: u64,
+    bytes_out: u64,
+}
+
+impl TopicSums {
+    fn add(&mut self, partition: &minibroker_server::PartitionMetrics) {
+        for (sum, value) in self.outcomes.iter_mut().zip(partition.outcomes) {
+            *sum += value;
+        }
+        self.records_in += partition.records_in;
+        self.bytes_in += partition.bytes_in;
+        self.records_out += partition.records_out;
+        self.bytes_out += partition.bytes_out;
     }
 }

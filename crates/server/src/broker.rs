@@ -126,7 +126,7 @@ pub struct PartitionMetrics {
     pub log_end_offset: i64,
     /// Batch bytes held.
     pub stored_bytes: u64,
-    /// Produce outcomes, in [`OUTCOMES`] order.
+    /// Produce outcomes, by [`Outcome::index`].
     pub outcomes: [u64; 4],
     /// Records appended.
     pub records_in: u64,
@@ -142,14 +142,6 @@ pub struct PartitionMetrics {
     pub read_only: bool,
 }
 
-/// The four outcomes in the order [`PartitionMetrics::outcomes`] counts them.
-pub const OUTCOMES: [Outcome; 4] = [
-    Outcome::Accepted,
-    Outcome::Duplicate,
-    Outcome::OutOfOrder,
-    Outcome::FencedEpoch,
-];
-
 /// Runs `read` on the partition's log under its lock. A durable log writes its pending batches
 /// before a read; when that fails, the partition is read-only from then on.
 fn read_log<T>(
@@ -161,15 +153,6 @@ fn read_log<T>(
         crate::flush::storage_failed(partition, &error);
         error.into()
     })
-}
-
-fn outcome_index(outcome: Outcome) -> usize {
-    match outcome {
-        Outcome::Accepted => 0,
-        Outcome::Duplicate => 1,
-        Outcome::OutOfOrder => 2,
-        Outcome::FencedEpoch => 3,
-    }
 }
 
 /// A topic and its partition count.
@@ -452,7 +435,7 @@ impl Broker {
         let snapshot = rolled.then(|| self.take_snapshot(target)).flatten();
         self.outcomes.count(target.id, verdict.outcome);
         let stats = &target.stats;
-        PartitionStats::add(&stats.outcomes[outcome_index(verdict.outcome)], 1);
+        PartitionStats::add(&stats.outcomes[verdict.outcome.index()], 1);
         if verdict.outcome == Outcome::Accepted {
             PartitionStats::add(&stats.records_in, u64::from(info.record_count));
             PartitionStats::add(&stats.bytes_in, batch.len() as u64);

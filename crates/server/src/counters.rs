@@ -53,13 +53,8 @@ struct CounterSlot([AtomicU64; 4]);
 
 impl OutcomeCounters {
     pub(crate) fn count(&self, partition: PartitionId, outcome: Outcome) {
-        let slot = match outcome {
-            Outcome::Accepted => 0,
-            Outcome::Duplicate => 1,
-            Outcome::OutOfOrder => 2,
-            Outcome::FencedEpoch => 3,
-        };
-        self.0[partition as usize % self.0.len()].0[slot].fetch_add(1, Ordering::Relaxed);
+        self.0[partition as usize % self.0.len()].0[outcome.index()]
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn get(&self) -> OutcomeCounts {
@@ -70,10 +65,10 @@ impl OutcomeCounters {
                 .sum()
         };
         OutcomeCounts {
-            accepted: total(0),
-            duplicate: total(1),
-            out_of_order: total(2),
-            fenced_epoch: total(3),
+            accepted: total(Outcome::Accepted.index()),
+            duplicate: total(Outcome::Duplicate.index()),
+            out_of_order: total(Outcome::OutOfOrder.index()),
+            fenced_epoch: total(Outcome::FencedEpoch.index()),
         }
     }
 }

@@ -50,8 +50,8 @@ pub mod stats;
 mod topics;
 
 pub use broker::{
-    Broker, Fetched, MAX_DESCRIBE_PAGE, OUTCOMES, PartitionMetrics, PartitionSummary,
-    ProducerIdentity, ProducerSummary, ProducersPage, TopicSummary,
+    Broker, Fetched, MAX_DESCRIBE_PAGE, PartitionMetrics, PartitionSummary, ProducerIdentity,
+    ProducerSummary, ProducersPage, TopicSummary,
 };
 pub use budget::{BATCH_OVERHEAD_BYTES, accounted_bytes};
 pub use config::{Config, FlushPolicy, TopicConfig, batch_room};

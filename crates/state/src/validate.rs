@@ -24,6 +24,25 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, in [`Self::index`] order.
+    pub const ALL: [Self; 4] = [
+        Self::Accepted,
+        Self::Duplicate,
+        Self::OutOfOrder,
+        Self::FencedEpoch,
+    ];
+
+    /// Its place in [`Self::ALL`], for arrays of one counter per outcome.
+    #[must_use]
+    pub const fn index(self) -> usize {
+        match self {
+            Self::Accepted => 0,
+            Self::Duplicate => 1,
+            Self::OutOfOrder => 2,
+            Self::FencedEpoch => 3,
+        }
+    }
+
     /// The outcome's name as the mission text writes it, e.g. `"OUT_OF_ORDER"`.
     #[must_use]
     pub const fn as_str(self) -> &'static str {
