@@ -9,7 +9,10 @@
 //! # Layout
 //! - [`serve`] — a Kafka listener on the shared machinery.
 //! - `front_end` — [`KafkaFrontEnd`]: header, version check, dispatch, answer framing.
-//! - `handlers` — one function per API; `groups` — the consumer-group APIs.
+//! - `handlers` — one file per API family: `produce`, `fetch`, `metadata`, `offsets`
+//!   (ListOffsets), `topics` (CreateTopics, DeleteTopics), `producer_ids` (InitProducerId),
+//!   `groups` (the consumer-group APIs).
+//! - `answer_room` — the bound on one answer's size, counted as it is built.
 //! - `apis` — the APIs and versions implemented, which ApiVersions advertises exactly.
 //! - `errors` — the Kafka code of every outcome and refusal.
 //! - `preflight` — array counts checked before the decoder allocates for them.
@@ -18,7 +21,6 @@ mod answer_room;
 mod apis;
 mod errors;
 mod front_end;
-mod groups;
 mod handlers;
 mod preflight;
 

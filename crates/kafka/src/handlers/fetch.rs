@@ -1,0 +1,127 @@
+//! Fetch: whole stored batches from each partition asked for, within the answer's room, waiting
+//! for data up to the client's `max_wait_ms` (at most 30 s).
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{FetchRequest, FetchResponse};
+use std::time::Duration;
+
+use super::NONE;
+use crate::errors::code_of;
+use crate::front_end::KafkaFrontEnd;
+
+/// The longest a fetch waits for data, whatever the client asks.
+const MAX_FETCH_WAIT: Duration = Duration::from_secs(30);
+
+impl KafkaFrontEnd {
+    pub(crate) async fn fetch(&mut self, request: FetchRequest, version: i16) -> FetchResponse {
+        let wait = Duration::from_millis(u64::try_from(request.max_wait_ms).unwrap_or(0))
+            .min(MAX_FETCH_WAIT);
+        let deadline = tokio::time::Instant::now() + wait;
+        let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
+        let notifiers: Vec<_> = request
+            .topics
+            .iter()
+            .flat_map(|topic| {
+                topic.partitions.iter().filter_map(|p| {
+                    let partition = u32::try_from(p.partition).ok()?;
+                    self.broker.appends(&topic.topic, partition).ok()
+                })
+            })
+            .collect();
+        loop {
+            // Register for appends before reading, so one that lands in between still wakes us.
+            let waits: Vec<_> = notifiers.iter().map(|n| n.wait()).collect();
+            let (response, bytes) = self.fetch_once(&request, version);
+            let now = tokio::time::Instant::now();
+            // As Kafka: enough bytes (so at once for min_bytes 0), or an error to report, or
+            // time is up.
+            let failed = response
+                .responses
+                .iter()
+                .flat_map(|t| &t.partitions)
+                .any(|p| p.error_code != 0);
+            if bytes >= min_bytes || failed || now >= deadline || waits.is_empty() {
+                return response;
+            }
+            tokio::select! {
+                _ = futures::future::select_all(waits) => {}
+                () = tokio::time::sleep_until(deadline) => return self.fetch_once(&request, version).0,
+            }
+        }
+    }
+
+    /// One pass over the requested partitions; returns the answer and its record bytes.
+    fn fetch_once(&self, request: &FetchRequest, version: i16) -> (FetchResponse, usize) {
+        let mut room = usize::try_from(request.max_bytes)
+            .unwrap_or(0)
+            .min(self.config.max_fetch_response_bytes);
+        let mut total = 0usize;
+        let responses = request
+            .topics
+            .iter()
+            .map(|topic| {
+                let partitions = topic
+                    .partitions
+                    .iter()
+                    .map(|wanted| {
+                        let data = PartitionData::default()
+                            .with_partition_index(wanted.partition)
+                            .with_high_watermark(NONE)
+                            .with_last_stable_offset(NONE)
+                            .with_aborted_transactions(Some(Vec::new()));
+                        // The log start offset is in answers from v5 on.
+                        let start = |offset: i64| if version >= 5 { offset } else { NONE };
+                        let Ok(partition) = u32::try_from(wanted.partition) else {
+                            return data
+                                .with_error_code(ResponseError::UnknownTopicOrPartition.code());
+                        };
+                        // The broker always returns at least one batch; only the first partition
+                        // with data may go past the answer's room with it.
+                        let limit = usize::try_from(wanted.partition_max_bytes)
+                            .unwrap_or(0)
+                            .min(room);
+                        match self.broker.fetch(
+                            &topic.topic,
+                            partition,
+                            wanted.fetch_offset,
+                            limit.max(1),
+                            0,
+                        ) {
+                            Ok(fetched) => {
+                                let records: Bytes = match fetched.batches.as_slice() {
+                                    // Past the room only for the first partition with data.
+                                    [first, ..] if total > 0 && first.len() > limit => Bytes::new(),
+                                    // One batch, the usual tail read, goes out without a copy.
+                                    [one] => one.clone(),
+                                    many => many.concat().into(),
+                                };
+                                total += records.len();
+                                room = room.saturating_sub(records.len());
+                                data.with_high_watermark(fetched.high_watermark)
+                                    .with_last_stable_offset(fetched.high_watermark)
+                                    .with_log_start_offset(start(fetched.log_start_offset))
+                                    .with_records(Some(records))
+                            }
+                            Err(error) => {
+                                let (first, end) = self
+                                    .broker
+                                    .offsets(&topic.topic, partition)
+                                    .unwrap_or((NONE, NONE));
+                                data.with_error_code(code_of(&error).code())
+                                    .with_high_watermark(end)
+                                    .with_last_stable_offset(end)
+                                    .with_log_start_offset(start(first))
+                            }
+                        }
+                    })
+                    .collect();
+                FetchableTopicResponse::default()
+                    .with_topic(topic.topic.clone())
+                    .with_partitions(partitions)
+            })
+            .collect();
+        (FetchResponse::default().with_responses(responses), total)
+    }
+}

@@ -1,0 +1,114 @@
+//! ListOffsets: the earliest, latest and largest-timestamp offsets, and lookups by time (the
+//! segment index says where to start).
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+use minibroker_server::{Broker, BrokerError};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::{NONE, partition_index};
+use crate::answer_room::{AnswerRoom, AnswerTooLarge};
+use crate::errors::code_of;
+use crate::front_end::KafkaFrontEnd;
+
+impl KafkaFrontEnd {
+    /// Lookups by time read the log, so the whole request is answered on a blocking thread, off
+    /// the runtime's workers.
+    ///
+    /// # Errors
+    /// [`AnswerTooLarge`] when the answer would not fit in one frame.
+    pub(crate) async fn list_offsets(
+        &self,
+        request: ListOffsetsRequest,
+        version: i16,
+    ) -> Result<ListOffsetsResponse, AnswerTooLarge> {
+        let broker = Arc::clone(&self.broker);
+        let room = AnswerRoom::new(self.config.max_answer_bytes, version);
+        tokio::task::spawn_blocking(move || list_offsets(&broker, request, version, room))
+            .await
+            .unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()))
+    }
+}
+
+/// ListOffsets, answered in `room`. A partition named twice in one request is answered
+/// INVALID_REQUEST each time, unlooked-up, as Kafka does: each partition costs at most one
+/// lookup per request.
+fn list_offsets(
+    broker: &Broker,
+    request: ListOffsetsRequest,
+    version: i16,
+    mut room: AnswerRoom,
+) -> Result<ListOffsetsResponse, AnswerTooLarge> {
+    let mut asked: HashMap<(&str, i32), u32> = HashMap::new();
+    for topic in &request.topics {
+        for partition in &topic.partitions {
+            *asked
+                .entry((topic.name.0.as_str(), partition.partition_index))
+                .or_default() += 1;
+        }
+    }
+    let mut topics = Vec::with_capacity(request.topics.len());
+    for topic in &request.topics {
+        let mut partitions = Vec::with_capacity(topic.partitions.len());
+        for wanted in &topic.partitions {
+            let answer = ListOffsetsPartitionResponse::default()
+                .with_partition_index(wanted.partition_index)
+                .with_timestamp(NONE)
+                .with_offset(NONE);
+            let answer = if version >= 4 {
+                answer.with_leader_epoch(minibroker_records::LEADER_EPOCH)
+            } else {
+                answer
+            };
+            let repeated = asked[&(topic.name.0.as_str(), wanted.partition_index)] > 1;
+            let answer = if repeated {
+                answer.with_error_code(ResponseError::InvalidRequest.code())
+            } else {
+                match offset_at(
+                    broker,
+                    &topic.name,
+                    wanted.partition_index,
+                    wanted.timestamp,
+                ) {
+                    Ok((offset, timestamp)) => answer.with_offset(offset).with_timestamp(timestamp),
+                    Err(error) => answer.with_error_code(code_of(&error).code()),
+                }
+            };
+            partitions.push(room.keep(answer)?);
+        }
+        topics.push(
+            room.keep(
+                ListOffsetsTopicResponse::default()
+                    .with_name(topic.name.clone())
+                    .with_partitions(partitions),
+            )?,
+        );
+    }
+    Ok(ListOffsetsResponse::default().with_topics(topics))
+}
+
+/// Kafka's offset lookups: -2 earliest, -1 latest, -3 the record with the largest timestamp,
+/// otherwise the first record at or after the timestamp. Returns (offset, timestamp).
+fn offset_at(
+    broker: &Broker,
+    topic: &str,
+    partition: i32,
+    timestamp: i64,
+) -> Result<(i64, i64), BrokerError> {
+    let partition = partition_index(topic, partition)?;
+    let (start, end) = broker.offsets(topic, partition)?;
+    Ok(match timestamp {
+        -2 => (start, NONE),
+        -1 => (end, NONE),
+        -3 => broker
+            .offset_of_max_timestamp(topic, partition)?
+            .unwrap_or((NONE, NONE)),
+        at => broker
+            .offset_for_timestamp(topic, partition, at)?
+            .unwrap_or((NONE, NONE)),
+    })
+}

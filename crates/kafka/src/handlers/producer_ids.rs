@@ -1,0 +1,41 @@
+//! InitProducerId: a new idempotent producer id, or the next epoch of one.
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+use minibroker_records::NO_PRODUCER_ID;
+
+use crate::errors::code_of;
+use crate::front_end::KafkaFrontEnd;
+
+impl KafkaFrontEnd {
+    pub(crate) fn init_producer_id(
+        &self,
+        request: InitProducerIdRequest,
+    ) -> InitProducerIdResponse {
+        let refused = |error: ResponseError| {
+            InitProducerIdResponse::default()
+                .with_error_code(error.code())
+                .with_producer_id(ProducerId(NO_PRODUCER_ID))
+                .with_producer_epoch(-1)
+        };
+        match request.transactional_id.as_deref().map(|id| id.is_empty()) {
+            // As Kafka: an empty transactional id is a malformed request, not a transaction.
+            Some(true) => return refused(ResponseError::InvalidRequest),
+            Some(false) => {
+                tracing::info!(
+                    "InitProducerId with a transactional id refused: no transactions yet"
+                );
+                return refused(ResponseError::TransactionalIdAuthorizationFailed);
+            }
+            None => {}
+        }
+        // KIP-360: a producer that knows its id asks for the next epoch.
+        let known = (request.producer_id.0 != NO_PRODUCER_ID).then_some(request.producer_id.0);
+        match self.broker.init_producer(known) {
+            Ok(identity) => InitProducerIdResponse::default()
+                .with_producer_id(ProducerId(identity.producer_id))
+                .with_producer_epoch(identity.epoch),
+            Err(error) => refused(code_of(&error)),
+        }
+    }
+}
