@@ -3,8 +3,9 @@
 
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
+use kafka_protocol::messages::fetch_request::FetchPartition;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{FetchRequest, FetchResponse};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use std::time::Duration;
 
 use super::NONE;
@@ -54,74 +55,97 @@ impl KafkaFrontEnd {
 
     /// One pass over the requested partitions; returns the answer and its record bytes.
     fn fetch_once(&self, request: &FetchRequest, version: i16) -> (FetchResponse, usize) {
-        let mut room = usize::try_from(request.max_bytes)
-            .unwrap_or(0)
-            .min(self.config.max_fetch_response_bytes);
-        let mut total = 0usize;
-        let responses = request
-            .topics
-            .iter()
-            .map(|topic| {
-                let partitions = topic
-                    .partitions
-                    .iter()
-                    .map(|wanted| {
-                        let data = PartitionData::default()
-                            .with_partition_index(wanted.partition)
-                            .with_high_watermark(NONE)
-                            .with_last_stable_offset(NONE)
-                            .with_aborted_transactions(Some(Vec::new()));
-                        // The log start offset is in answers from v5 on.
-                        let start = |offset: i64| if version >= 5 { offset } else { NONE };
-                        let Ok(partition) = u32::try_from(wanted.partition) else {
-                            return data
-                                .with_error_code(ResponseError::UnknownTopicOrPartition.code());
-                        };
-                        // The broker always returns at least one batch; only the first partition
-                        // with data may go past the answer's room with it.
-                        let limit = usize::try_from(wanted.partition_max_bytes)
-                            .unwrap_or(0)
-                            .min(room);
-                        match self.broker.fetch(
-                            &topic.topic,
-                            partition,
-                            wanted.fetch_offset,
-                            limit.max(1),
-                            0,
-                        ) {
-                            Ok(fetched) => {
-                                let records: Bytes = match fetched.batches.as_slice() {
-                                    // Past the room only for the first partition with data.
-                                    [first, ..] if total > 0 && first.len() > limit => Bytes::new(),
-                                    // One batch, the usual tail read, goes out without a copy.
-                                    [one] => one.clone(),
-                                    many => many.concat().into(),
-                                };
-                                total += records.len();
-                                room = room.saturating_sub(records.len());
-                                data.with_high_watermark(fetched.high_watermark)
-                                    .with_last_stable_offset(fetched.high_watermark)
-                                    .with_log_start_offset(start(fetched.log_start_offset))
-                                    .with_records(Some(records))
-                            }
-                            Err(error) => {
-                                let (first, end) = self
-                                    .broker
-                                    .offsets(&topic.topic, partition)
-                                    .unwrap_or((NONE, NONE));
-                                data.with_error_code(code_of(&error).code())
-                                    .with_high_watermark(end)
-                                    .with_last_stable_offset(end)
-                                    .with_log_start_offset(start(first))
-                            }
-                        }
-                    })
-                    .collect();
+        let mut room = Room {
+            left: usize::try_from(request.max_bytes)
+                .unwrap_or(0)
+                .min(self.config.max_fetch_response_bytes),
+            taken: 0,
+        };
+        let mut responses = Vec::with_capacity(request.topics.len());
+        for topic in &request.topics {
+            let partitions = topic
+                .partitions
+                .iter()
+                .map(|wanted| self.fetch_partition(&topic.topic, wanted, version, &mut room))
+                .collect();
+            responses.push(
                 FetchableTopicResponse::default()
                     .with_topic(topic.topic.clone())
-                    .with_partitions(partitions)
-            })
-            .collect();
-        (FetchResponse::default().with_responses(responses), total)
+                    .with_partitions(partitions),
+            );
+        }
+        (
+            FetchResponse::default().with_responses(responses),
+            room.taken,
+        )
+    }
+
+    /// One partition's part of a fetch answer, taking its records from `room`.
+    fn fetch_partition(
+        &self,
+        topic: &TopicName,
+        wanted: &FetchPartition,
+        version: i16,
+        room: &mut Room,
+    ) -> PartitionData {
+        let data = PartitionData::default()
+            .with_partition_index(wanted.partition)
+            .with_high_watermark(NONE)
+            .with_last_stable_offset(NONE)
+            .with_aborted_transactions(Some(Vec::new()));
+        // The log start offset is in answers from v5 on.
+        let start = |offset: i64| if version >= 5 { offset } else { NONE };
+        let Ok(partition) = u32::try_from(wanted.partition) else {
+            return data.with_error_code(ResponseError::UnknownTopicOrPartition.code());
+        };
+        // The broker always returns at least one batch; only the first partition with data may
+        // go past the answer's room with it.
+        let limit = usize::try_from(wanted.partition_max_bytes)
+            .unwrap_or(0)
+            .min(room.left);
+        let fetched = self
+            .broker
+            .fetch(topic, partition, wanted.fetch_offset, limit.max(1), 0);
+        match fetched {
+            Ok(fetched) => {
+                let records = room.take(&fetched.batches, limit);
+                data.with_high_watermark(fetched.high_watermark)
+                    .with_last_stable_offset(fetched.high_watermark)
+                    .with_log_start_offset(start(fetched.log_start_offset))
+                    .with_records(Some(records))
+            }
+            Err(error) => {
+                let (first, end) = self
+                    .broker
+                    .offsets(topic, partition)
+                    .unwrap_or((NONE, NONE));
+                data.with_error_code(code_of(&error).code())
+                    .with_high_watermark(end)
+                    .with_last_stable_offset(end)
+                    .with_log_start_offset(start(first))
+            }
+        }
+    }
+}
+
+/// The record bytes a fetch answer still has room for, and those it holds.
+struct Room {
+    left: usize,
+    taken: usize,
+}
+
+impl Room {
+    /// The records of `batches` (read within `limit`) that go into the answer: all of them, but
+    /// nothing past the room unless no partition before had data (KIP-74).
+    fn take(&mut self, batches: &[Bytes], limit: usize) -> Bytes {
+        let records: Bytes = match batches {
+            [first, ..] if self.taken > 0 && first.len() > limit => Bytes::new(),
+            // One batch, the usual tail read, goes out without a copy.
+            [one] => one.clone(),
+            many => many.concat().into(),
+        };
+        self.taken += records.len();
+        self.left = self.left.saturating_sub(records.len());
+        records
     }
 }
