@@ -31,10 +31,9 @@ use std::sync::Arc;
 
 use crate::batch::{check_appendable, first_record_at_or_after};
 use crate::open_files::OpenFiles;
-use crate::segment::{Damage, INDEX_INTERVAL, Segment, SegmentMark};
-use crate::storage::{
-    Storage, StorageFile, TEMPORARY_SUFFIX, read_whole, replace_unsynced, write_atomically,
-};
+use crate::recovery::Recovery;
+use crate::segment::{INDEX_INTERVAL, Segment, SegmentMark};
+use crate::storage::{Storage, StorageFile, read_whole, replace_unsynced, write_atomically};
 use crate::{LogError, ReadLimits, Released};
 
 /// When segments roll.
@@ -211,100 +210,26 @@ impl DurableLog {
         config: SegmentConfig,
         open_files: Option<Arc<OpenFiles>>,
     ) -> Result<Opened, LogError> {
-        let io_error = |what: &str, error: io::Error| {
-            LogError::Storage(format!("{what} in {}: {error}", dir.display()))
+        let recovery = Recovery {
+            storage: &storage,
+            dir,
+            open_files: open_files.as_ref(),
         };
-        storage
-            .create_dir_all(dir)
-            .map_err(|e| io_error("creating the directory", e))?;
-        let names = storage
-            .list(dir)
-            .map_err(|e| io_error("listing the directory", e))?;
-        let mut bases = Vec::new();
-        for name in &names {
-            if name.ends_with(TEMPORARY_SUFFIX) {
-                // An atomic write that did not finish: the file it was replacing still stands.
-                let _ = storage.remove_file(&dir.join(name));
-            } else if let Some(base) = parse_name(name, LOG_SUFFIX) {
-                bases.push(base);
-            }
-        }
-        bases.sort_unstable();
-        let open_file = |base: i64| {
-            storage
-                .open(&dir.join(file_name(base, LOG_SUFFIX)))
-                .map_err(|e| io_error(&format!("opening {}", file_name(base, LOG_SUFFIX)), e))
-        };
-        // A sealed segment's file is opened once here for its length, then when read.
-        let open_sealed = |base: i64| match &open_files {
-            Some(files) => {
-                let len = open_file(base)?.len().map_err(|e| {
-                    io_error(&format!("reading {}", file_name(base, LOG_SUFFIX)), e)
-                })?;
-                Ok(files.sealed(dir.join(file_name(base, LOG_SUFFIX)), len))
-            }
-            None => open_file(base),
-        };
-        let mut sealed = VecDeque::new();
+        let bases = recovery.segment_bases()?;
         let Some((&last, older)) = bases.split_last() else {
-            let file = storage
-                .create(&dir.join(file_name(0, LOG_SUFFIX)))
-                .map_err(|e| io_error("creating the first segment", e))?;
-            storage
-                .sync_dir(dir)
-                .map_err(|e| io_error("syncing the directory", e))?;
-            let empty = Segment::empty(0, file);
-            let log = Self::assemble(storage, dir, config, (sealed, empty), open_files);
+            let first = recovery.first_segment()?;
+            let log = Self::assemble(storage, dir, config, (VecDeque::new(), first), open_files);
             return Ok(Opened {
                 log,
                 truncated: None,
             });
         };
-        for &base in older {
-            let file = open_sealed(base)?;
-            let index = read_whole(&*storage, &dir.join(file_name(base, INDEX_SUFFIX))).ok();
-            let segment = match index.and_then(|i| Segment::from_index(base, Arc::clone(&file), &i))
-            {
-                Some(segment) => segment,
-                None => match Segment::scan(base, file, false)
-                    .map_err(|e| io_error(&format!("reading {}", file_name(base, LOG_SUFFIX)), e))?
-                {
-                    (segment, None) => segment,
-                    (_, Some(Damage { reason, .. })) => {
-                        return Err(LogError::Damaged(format!(
-                            "sealed segment {} holds {reason}; it is never truncated (that would leave a hole)",
-                            dir.join(file_name(base, LOG_SUFFIX)).display()
-                        )));
-                    }
-                },
-            };
-            sealed.push_back(segment);
-        }
-        let (active, damage) = Segment::scan(last, open_file(last)?, true)
-            .map_err(|e| io_error(&format!("reading {}", file_name(last, LOG_SUFFIX)), e))?;
-        let mut truncated = None;
-        if let Some(Damage { dropped, reason }) = damage {
-            active
-                .file
-                .truncate(active.size)
-                .and_then(|()| active.file.sync())
-                .map_err(|e| io_error("truncating the torn tail", e))?;
-            truncated = Some((dropped, reason));
-        }
-        let mut expected: Option<(i64, i64)> = None;
-        for segment in sealed.iter().chain(std::iter::once(&active)) {
-            if let Some((previous_base, next)) = expected
-                && next != segment.base_offset
-            {
-                return Err(LogError::Damaged(format!(
-                    "segment {} ends at offset {next} but the next one is {}: the segment file {} is missing",
-                    dir.join(file_name(previous_base, LOG_SUFFIX)).display(),
-                    file_name(segment.base_offset, LOG_SUFFIX),
-                    dir.join(file_name(next, LOG_SUFFIX)).display(),
-                )));
-            }
-            expected = Some((segment.base_offset, segment.next_offset));
-        }
+        let sealed = older
+            .iter()
+            .map(|&base| recovery.sealed_segment(base))
+            .collect::<Result<VecDeque<_>, _>>()?;
+        let (active, truncated) = recovery.active_segment(last)?;
+        recovery.check_chain(sealed.iter().chain(std::iter::once(&active)))?;
         Ok(Opened {
             log: Self::assemble(storage, dir, config, (sealed, active), open_files),
             truncated,

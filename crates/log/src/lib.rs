@@ -39,6 +39,7 @@ mod error;
 mod memory;
 mod open_files;
 mod partition;
+mod recovery;
 /// The checksummed envelope of the small files beside the segments (see
 /// [`minibroker_envelope`]).
 pub use minibroker_envelope as sealed;

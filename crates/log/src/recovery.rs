@@ -1,0 +1,148 @@
+//! [`Recovery`]: how a durable log is read back from its directory, a step at a time: which
+//! segments there are, each sealed one from its index (or a scan of it when the index is missing,
+//! damaged or of an older format), the active one scanned and cut at its first torn or damaged
+//! batch, and the chain of base offsets checked for a missing segment.
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::LogError;
+use crate::durable::{INDEX_SUFFIX, LOG_SUFFIX, file_name, parse_name};
+use crate::open_files::OpenFiles;
+use crate::segment::{Damage, Segment};
+use crate::storage::{Storage, StorageFile, TEMPORARY_SUFFIX, read_whole};
+
+/// One log directory being opened.
+pub(crate) struct Recovery<'a> {
+    pub(crate) storage: &'a Arc<dyn Storage>,
+    pub(crate) dir: &'a Path,
+    /// Where sealed segments' files are opened when read; without it they stay open.
+    pub(crate) open_files: Option<&'a Arc<OpenFiles>>,
+}
+
+impl Recovery<'_> {
+    fn io_error(&self, what: &str, error: io::Error) -> LogError {
+        LogError::Storage(format!("{what} in {}: {error}", self.dir.display()))
+    }
+
+    /// The base offsets of the segment files, in order (the directory is created if missing,
+    /// and writes that never finished are removed: the file each was replacing still stands).
+    pub(crate) fn segment_bases(&self) -> Result<Vec<i64>, LogError> {
+        self.storage
+            .create_dir_all(self.dir)
+            .map_err(|e| self.io_error("creating the directory", e))?;
+        let names = self
+            .storage
+            .list(self.dir)
+            .map_err(|e| self.io_error("listing the directory", e))?;
+        let mut bases = Vec::new();
+        for name in &names {
+            if name.ends_with(TEMPORARY_SUFFIX) {
+                let _ = self.storage.remove_file(&self.dir.join(name));
+            } else if let Some(base) = parse_name(name, LOG_SUFFIX) {
+                bases.push(base);
+            }
+        }
+        bases.sort_unstable();
+        Ok(bases)
+    }
+
+    /// A new log's first, empty segment.
+    pub(crate) fn first_segment(&self) -> Result<Segment, LogError> {
+        let file = self
+            .storage
+            .create(&self.dir.join(file_name(0, LOG_SUFFIX)))
+            .map_err(|e| self.io_error("creating the first segment", e))?;
+        self.storage
+            .sync_dir(self.dir)
+            .map_err(|e| self.io_error("syncing the directory", e))?;
+        Ok(Segment::empty(0, file))
+    }
+
+    fn open_file(&self, base: i64) -> Result<Arc<dyn StorageFile>, LogError> {
+        let name = file_name(base, LOG_SUFFIX);
+        self.storage
+            .open(&self.dir.join(&name))
+            .map_err(|e| self.io_error(&format!("opening {name}"), e))
+    }
+
+    /// A sealed segment: from its index if that describes the file, else scanned (a sealed
+    /// segment that does not scan whole is damage: it is never truncated, that would leave a
+    /// hole). With [`OpenFiles`], its file is opened once here for its length, then when read.
+    pub(crate) fn sealed_segment(&self, base: i64) -> Result<Segment, LogError> {
+        let name = file_name(base, LOG_SUFFIX);
+        let file = match self.open_files {
+            Some(files) => {
+                let len = self
+                    .open_file(base)?
+                    .len()
+                    .map_err(|e| self.io_error(&format!("reading {name}"), e))?;
+                files.sealed(self.dir.join(&name), len)
+            }
+            None => self.open_file(base)?,
+        };
+        let index = read_whole(
+            &**self.storage,
+            &self.dir.join(file_name(base, INDEX_SUFFIX)),
+        );
+        if let Some(segment) = index
+            .ok()
+            .and_then(|index| Segment::from_index(base, Arc::clone(&file), &index))
+        {
+            return Ok(segment);
+        }
+        match Segment::scan(base, file, false)
+            .map_err(|e| self.io_error(&format!("reading {name}"), e))?
+        {
+            (segment, None) => Ok(segment),
+            (_, Some(Damage { reason, .. })) => Err(LogError::Damaged(format!(
+                "sealed segment {} holds {reason}; it is never truncated (that would leave a hole)",
+                self.dir.join(&name).display()
+            ))),
+        }
+    }
+
+    /// The active segment, every batch checked, cut (and synced) at the first torn or damaged
+    /// one; with what was cut, if anything: how many bytes, and why.
+    pub(crate) fn active_segment(
+        &self,
+        base: i64,
+    ) -> Result<(Segment, Option<(u64, String)>), LogError> {
+        let (active, damage) = Segment::scan(base, self.open_file(base)?, true)
+            .map_err(|e| self.io_error(&format!("reading {}", file_name(base, LOG_SUFFIX)), e))?;
+        let Some(Damage { dropped, reason }) = damage else {
+            return Ok((active, None));
+        };
+        active
+            .file
+            .truncate(active.size)
+            .and_then(|()| active.file.sync())
+            .map_err(|e| self.io_error("truncating the torn tail", e))?;
+        Ok((active, Some((dropped, reason))))
+    }
+
+    /// Each segment must begin where the one before it ends: a gap is a missing file.
+    pub(crate) fn check_chain<'s>(
+        &self,
+        segments: impl Iterator<Item = &'s Segment>,
+    ) -> Result<(), LogError> {
+        let mut expected: Option<(i64, i64)> = None;
+        for segment in segments {
+            if let Some((previous_base, next)) = expected
+                && next != segment.base_offset
+            {
+                return Err(LogError::Damaged(format!(
+                    "segment {} ends at offset {next} but the next one is {}: the segment file {} is missing",
+                    self.dir
+                        .join(file_name(previous_base, LOG_SUFFIX))
+                        .display(),
+                    file_name(segment.base_offset, LOG_SUFFIX),
+                    self.dir.join(file_name(next, LOG_SUFFIX)).display(),
+                )));
+            }
+            expected = Some((segment.base_offset, segment.next_offset));
+        }
+        Ok(())
+    }
+}
