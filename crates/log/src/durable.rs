@@ -68,6 +68,31 @@ pub struct Retention {
     pub ms: Option<i64>,
 }
 
+impl Retention {
+    /// Whether the oldest piece of a log (a durable log's segment, an in-memory log's chunk) of
+    /// `oldest_bytes` whose newest record is `oldest_max_timestamp` goes, in a log of
+    /// `stored_bytes`, as of `now_ms`: the one rule both logs apply.
+    #[must_use]
+    pub fn drops(
+        &self,
+        stored_bytes: u64,
+        (oldest_bytes, oldest_max_timestamp): (u64, i64),
+        now_ms: i64,
+    ) -> bool {
+        self.too_big(stored_bytes, oldest_bytes)
+            || self
+                .ms
+                .is_some_and(|ms| oldest_max_timestamp < now_ms.saturating_sub(ms))
+    }
+
+    /// The size half of [`Self::drops`]: whether the log holds `bytes` or more without it.
+    #[must_use]
+    pub fn too_big(&self, stored_bytes: u64, oldest_bytes: u64) -> bool {
+        self.bytes
+            .is_some_and(|max| stored_bytes.saturating_sub(oldest_bytes) >= max)
+    }
+}
+
 /// Where an append landed.
 #[derive(Debug)]
 pub struct Appended {
@@ -679,13 +704,8 @@ impl DurableLog {
     ) -> Result<Released, LogError> {
         let mut removed = Released::default();
         while let Some(oldest) = self.sealed.front() {
-            let too_big = retention
-                .bytes
-                .is_some_and(|max| self.stored_bytes - oldest.size >= max);
-            let too_old = retention
-                .ms
-                .is_some_and(|ms| oldest.max_timestamp < now_ms.saturating_sub(ms));
-            if !too_big && !too_old {
+            let oldest_piece = (oldest.size, oldest.max_timestamp);
+            if !retention.drops(self.stored_bytes, oldest_piece, now_ms) {
                 break;
             }
             let base = oldest.base_offset;

@@ -213,11 +213,10 @@ impl MemoryLog {
         if let Some(chunk) = self.chunks.back_mut() {
             chunk.rest = Some(std::mem::take(&mut self.free));
         }
-        let released = match self.retention.bytes {
-            Some(max) => self
-                .drop_chunks_while(|log, oldest| (log.stored_bytes - oldest.bytes) as u64 >= max),
-            None => Released::default(),
-        };
+        let retention = self.retention;
+        let released = self.drop_chunks_while(|log, oldest| {
+            retention.too_big(log.stored_bytes as u64, oldest.bytes as u64)
+        });
         self.free = match self.spare.pop() {
             Some(spare) if needed <= spare.capacity() => spare,
             _ => BytesMut::with_capacity(needed.max(CHUNK_BYTES)),
@@ -267,13 +266,8 @@ impl MemoryLog {
     pub fn apply_retention(&mut self, now_ms: i64) -> Released {
         let retention = self.retention;
         self.drop_chunks_while(|log, oldest| {
-            let too_big = retention
-                .bytes
-                .is_some_and(|max| (log.stored_bytes - oldest.bytes) as u64 >= max);
-            let too_old = retention
-                .ms
-                .is_some_and(|ms| oldest.max_timestamp < now_ms.saturating_sub(ms));
-            too_big || too_old
+            let oldest_piece = (oldest.bytes as u64, oldest.max_timestamp);
+            retention.drops(log.stored_bytes as u64, oldest_piece, now_ms)
         })
     }
 
