@@ -21,7 +21,7 @@ use minibroker_log::{FsStorage, LogError, PartitionLog, Storage};
 use minibroker_log::{ReadLimits, Released};
 use minibroker_records::{BatchInfo, NO_PRODUCER_ID};
 use minibroker_state::{
-    BatchHeader, NewEntry, Outcome, ProducerEntry, ProducerStateManager, ProducerView,
+    BatchHeader, NewEntry, Outcome, ProducerPage, ProducerStateManager, ProducerView,
     SequenceRange, Verdict, default_shard_count,
 };
 use std::sync::Arc;
@@ -69,33 +69,6 @@ pub struct ProducerIdentity {
     pub producer_id: i64,
     /// The epoch; older epochs of this id are fenced from now on.
     pub epoch: i16,
-}
-
-/// What the broker remembers about one producer on one partition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProducerSummary {
-    /// The producer id.
-    pub producer_id: i64,
-    /// Its stored state.
-    pub entry: ProducerEntry,
-}
-
-impl From<ProducerView> for ProducerSummary {
-    fn from(view: ProducerView) -> Self {
-        Self {
-            producer_id: view.producer_id,
-            entry: view.entry,
-        }
-    }
-}
-
-/// One page of a partition's producers, in producer id order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProducersPage {
-    /// The producers.
-    pub producers: Vec<ProducerSummary>,
-    /// When more follow: the id to continue after.
-    pub next_after: Option<i64>,
 }
 
 /// One partition of a described topic.
@@ -601,38 +574,22 @@ impl Broker {
         partition: u32,
         after: Option<i64>,
         limit: usize,
-    ) -> Result<ProducersPage, BrokerError> {
+    ) -> Result<ProducerPage, BrokerError> {
         let topic = self.topics.get(topic)?;
         let partition = topic.partition(partition)?;
         let page =
             self.state
                 .producers_page(partition.id, after, limit.clamp(1, MAX_DESCRIBE_PAGE));
-        Ok(ProducersPage {
-            producers: page
-                .producers
-                .into_iter()
-                .map(ProducerSummary::from)
-                .collect(),
-            next_after: page.next_after,
-        })
+        Ok(page)
     }
 
     /// Every producer of `topic`/`partition`, in id order, read a page at a time.
     ///
     /// # Errors
     /// As [`Self::describe_producers`].
-    pub fn producers(
-        &self,
-        topic: &str,
-        partition: u32,
-    ) -> Result<Vec<ProducerSummary>, BrokerError> {
+    pub fn producers(&self, topic: &str, partition: u32) -> Result<Vec<ProducerView>, BrokerError> {
         let partition = self.topics.get(topic)?.partition(partition)?.id;
-        Ok(self
-            .state
-            .producers(partition)
-            .into_iter()
-            .map(ProducerSummary::from)
-            .collect())
+        Ok(self.state.producers(partition))
     }
 
     /// The partition count of `topic`, creating it with the default count when `auto_create` is

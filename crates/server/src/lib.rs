@@ -51,7 +51,7 @@ mod topics;
 
 pub use broker::{
     Broker, Fetched, MAX_DESCRIBE_PAGE, PartitionMetrics, PartitionSummary, ProducerIdentity,
-    ProducerSummary, ProducersPage, TopicSummary,
+    TopicSummary,
 };
 pub use budget::{BATCH_OVERHEAD_BYTES, accounted_bytes};
 pub use config::{Config, FlushPolicy, TopicConfig, batch_room};
@@ -60,7 +60,7 @@ pub use embedded::EmbeddedBroker;
 pub use error::{BrokerError, ErrorKind, ServerError};
 pub use front_end::{FrontEnd, Next};
 pub use listener::{run, serve, serve_front_end};
-pub use minibroker_state::{Outcome, Verdict};
+pub use minibroker_state::{Outcome, ProducerPage, ProducerView, Verdict};
 pub use producers::FIRST_ISSUED_ID;
 pub use signal::{AppendSignal, AppendWait};
 pub use topics::{MAX_TOPIC_NAME_LEN, TopicCache};

@@ -11,11 +11,12 @@ use minibroker_protocol::{
 use std::sync::Arc;
 use tokio_util::codec::Encoder;
 
-use crate::broker::{Fetched, ProducersPage};
+use crate::broker::Fetched;
 use crate::front_end::{FrontEnd, Next};
 use crate::stats::ConnectionTimings;
 use crate::topics::TopicCache;
 use crate::{Broker, BrokerError, ErrorKind};
+use minibroker_state::ProducerPage;
 
 /// Bytes a native fetch answer spends on each batch besides its bytes (postcard's length prefix).
 const FETCH_BATCH_OVERHEAD: usize = 5;
@@ -251,7 +252,7 @@ fn fetch_response(fetched: Fetched) -> FetchResponse {
     }
 }
 
-fn describe_response(page: ProducersPage) -> DescribeProducersResponse {
+fn describe_response(page: ProducerPage) -> DescribeProducersResponse {
     DescribeProducersResponse {
         producers: page
             .producers
