@@ -10,15 +10,15 @@ use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListO
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
-    GroupId, JoinGroupRequest, JoinGroupResponse, ListOffsetsRequest, ListOffsetsResponse,
-    MetadataRequest, MetadataResponse, OffsetFetchRequest, OffsetFetchResponse, TopicName,
+    ApiKey, DescribeGroupsRequest, DescribeGroupsResponse, GroupId, JoinGroupRequest,
+    JoinGroupResponse, ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse,
+    OffsetFetchRequest, OffsetFetchResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use minibroker_server::Config;
-use minibroker_tests::{KafkaConnection, TestKafka, kafka_connection};
+use minibroker_tests::{KafkaConnection, kafka_connection};
 
-use crate::kafka::kafka;
+use crate::kafka::{closed_and_others_served, kafka};
 
 const METADATA: i16 = 9;
 const DESCRIBE_GROUPS: i16 = 4;
@@ -36,22 +36,6 @@ fn metadata_of(names: impl IntoIterator<Item = String>) -> MetadataRequest {
             .map(|name| MetadataRequestTopic::default().with_name(Some(TopicName(text(&name)))))
             .collect(),
     ))
-}
-
-/// The connection was closed, and another one is still served.
-async fn closed_and_others_served(mut conn: KafkaConnection, kafka: &TestKafka) -> Result<()> {
-    assert!(
-        conn.receive::<ApiVersionsResponse>(ApiKey::ApiVersions, 0)
-            .await?
-            .is_none(),
-        "the connection stays open"
-    );
-    let mut other = kafka_connection(kafka.addr).await?;
-    let versions: ApiVersionsResponse = other
-        .call(ApiKey::ApiVersions, 0, &ApiVersionsRequest::default())
-        .await?;
-    assert_eq!(versions.error_code, 0);
-    Ok(())
 }
 
 #[tokio::test]

@@ -243,7 +243,10 @@ async fn an_oversize_frame_closes_only_its_connection() -> Result<()> {
 }
 
 /// `conn` is closed by the broker, which goes on serving a new connection.
-async fn closed_and_others_served(mut conn: KafkaConnection, kafka: &TestKafka) -> Result<()> {
+pub(crate) async fn closed_and_others_served(
+    mut conn: KafkaConnection,
+    kafka: &TestKafka,
+) -> Result<()> {
     assert!(
         conn.receive::<ApiVersionsResponse>(ApiKey::ApiVersions, 0)
             .await?
