@@ -6,7 +6,17 @@ use crate::LogError;
 
 /// Refuses what no log stores: no records, a batch shorter than a header, or one of 4 GiB or
 /// more. The caller has checked the rest (`minibroker_records::inspect`).
-pub(crate) fn check_appendable(batch: &[u8], record_count: u32) -> Result<(), LogError> {
+pub(crate) fn check_appendable(
+    batch: &[u8],
+    record_count: u32,
+    next_offset: i64,
+) -> Result<(), LogError> {
+    if next_offset.checked_add(i64::from(record_count)).is_none() {
+        // Only a damaged log gets here: 2^63 offsets are never written.
+        return Err(LogError::Damaged(format!(
+            "the log's next offset {next_offset} leaves no room for {record_count} more"
+        )));
+    }
     if record_count == 0
         || batch.len() < minibroker_records::HEADER_LEN
         || u32::try_from(batch.len()).is_err()

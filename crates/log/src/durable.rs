@@ -398,7 +398,7 @@ impl DurableLog {
         if let Some(reason) = &self.failure {
             return Err(LogError::ReadOnly(reason.clone()));
         }
-        check_appendable(batch, record_count)?;
+        check_appendable(batch, record_count, self.active.next_offset)?;
         let len = batch.len() as u64;
         let too_big = self.active.size + len > self.config.segment_bytes;
         let too_old = self

@@ -164,7 +164,7 @@ impl MemoryLog {
     /// [`LogError::BadBatch`] for no records or a batch of 4 GiB or more (or shorter than a
     /// header); nothing is stored then.
     pub fn append(&mut self, batch: &[u8], record_count: u32) -> Result<(i64, Released), LogError> {
-        check_appendable(batch, record_count)?;
+        check_appendable(batch, record_count, self.next_offset)?;
         let mut released = Released::default();
         if self.chunks.is_empty() || self.free.capacity() - self.free.len() < batch.len() {
             released = self.start_chunk(batch.len());

@@ -148,7 +148,8 @@ impl Segment {
             let entry = self.index[at];
             (
                 u64::from(entry.position),
-                self.base_offset + i64::from(entry.offset_delta),
+                self.base_offset
+                    .saturating_add(i64::from(entry.offset_delta)),
             )
         })
     }
@@ -172,7 +173,8 @@ impl Segment {
             .index
             .partition_point(|entry| entry.max_timestamp_before < timestamp);
         after.checked_sub(1).map_or(self.base_offset, |at| {
-            self.base_offset + i64::from(self.index[at].offset_delta)
+            self.base_offset
+                .saturating_add(i64::from(self.index[at].offset_delta))
         })
     }
 

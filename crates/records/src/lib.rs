@@ -416,13 +416,17 @@ pub fn batch_len(header: &[u8]) -> Option<usize> {
     (whole >= HEADER_LEN).then_some(whole)
 }
 
-/// One past the offset of a stored batch's last record, from its header.
+/// One past the offset of a stored batch's last record, from its header. The sum saturates: a
+/// damaged header (a base offset near `i64::MAX`) gives an offset no log holds, never an
+/// overflow.
 ///
 /// # Panics
 /// If `batch` is shorter than a header.
 #[must_use]
 pub fn end_offset(batch: &[u8]) -> i64 {
-    base_offset(batch) + i64::from(i32_at(batch, layout::LAST_OFFSET_DELTA)) + 1
+    base_offset(batch)
+        .saturating_add(i64::from(i32_at(batch, layout::LAST_OFFSET_DELTA)))
+        .saturating_add(1)
 }
 
 /// Stamps a batch with its place in the log: the offset of its first record, and

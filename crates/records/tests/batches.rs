@@ -289,3 +289,22 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_damaged_base_offset_near_the_end_of_i64_gives_an_end_offset_not_an_overflow() {
+    // Found by the decoders' fuzzing: a segment file with this header stopped a starting broker
+    // with an arithmetic overflow.
+    let mut batch = encode(
+        Writer {
+            producer_id: 1,
+            epoch: 0,
+            base_sequence: 0,
+        },
+        &[NewRecord::value("a"), NewRecord::value("b")],
+        0,
+    )
+    .expect("encodes")
+    .to_vec();
+    set_base_offset(&mut batch, i64::MAX - 1);
+    assert_eq!(minibroker_records::end_offset(&batch), i64::MAX);
+}
