@@ -74,6 +74,15 @@ pub async fn run(args: Args) -> Result<()> {
     // often far below what the kernel allows.
     let open_files = minibroker_server::descriptors::raise_limit();
     tracing::debug!(?open_files, "open-file limit");
+    let needed =
+        config.max_connections as u64 + minibroker_server::descriptors::RESERVED_DESCRIPTORS;
+    if let Some(limit) = open_files.filter(|limit| *limit < needed) {
+        tracing::warn!(
+            limit,
+            max_connections = config.max_connections,
+            "the open-file limit is below max_connections plus what the broker keeps aside: connections may fail with EMFILE before max_connections (raise it: ulimit -n)"
+        );
+    }
     let signal = shutdown_signal()?;
     // Recovery happens here, before the listeners exist: once the addresses are announced, the
     // broker serves everything it stored.

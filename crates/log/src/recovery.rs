@@ -1,6 +1,6 @@
 //! [`Recovery`]: how a durable log is read back from its directory, a step at a time: which
 //! segments there are, each sealed one from its index (or a scan of it when the index is missing,
-//! damaged or of an older format), the active one scanned and cut at its first torn or damaged
+//! damaged or of an older format, after which the index is written again), the active one scanned and cut at its first torn or damaged
 //! batch, and the chain of base offsets checked for a missing segment.
 
 use std::io;
@@ -11,7 +11,7 @@ use crate::LogError;
 use crate::durable::{INDEX_SUFFIX, LOG_SUFFIX, file_name, parse_name};
 use crate::open_files::OpenFiles;
 use crate::segment::{Damage, Segment};
-use crate::storage::{Storage, StorageFile, TEMPORARY_SUFFIX, read_whole};
+use crate::storage::{Storage, StorageFile, TEMPORARY_SUFFIX, read_whole, replace_unsynced};
 
 /// One log directory being opened.
 pub(crate) struct Recovery<'a> {
@@ -82,10 +82,8 @@ impl Recovery<'_> {
             }
             None => self.open_file(base)?,
         };
-        let index = read_whole(
-            &**self.storage,
-            &self.dir.join(file_name(base, INDEX_SUFFIX)),
-        );
+        let index_path = self.dir.join(file_name(base, INDEX_SUFFIX));
+        let index = read_whole(&**self.storage, &index_path);
         if let Some(segment) = index
             .ok()
             .and_then(|index| Segment::from_index(base, Arc::clone(&file), &index))
@@ -95,7 +93,12 @@ impl Recovery<'_> {
         match Segment::scan(base, file, false)
             .map_err(|e| self.io_error(&format!("reading {name}"), e))?
         {
-            (segment, None) => Ok(segment),
+            (segment, None) => {
+                // Written again (missing, damaged or of an older format), so the next start
+                // reads it instead of scanning; not synced, as at a roll: a bad one is scanned.
+                let _ = replace_unsynced(&**self.storage, &index_path, &segment.encode_index());
+                Ok(segment)
+            }
             (_, Some(Damage { reason, .. })) => Err(LogError::Damaged(format!(
                 "sealed segment {} holds {reason}; it is never truncated (that would leave a hole)",
                 self.dir.join(&name).display()
