@@ -56,7 +56,7 @@ impl KafkaFrontEnd {
     /// One pass over the requested partitions; returns the answer and its record bytes.
     fn fetch_once(&self, request: &FetchRequest, version: i16) -> (FetchResponse, usize) {
         let mut room = Room {
-            left: usize::try_from(request.max_bytes)
+            max: usize::try_from(request.max_bytes)
                 .unwrap_or(0)
                 .min(self.config.max_fetch_response_bytes),
             taken: 0,
@@ -102,7 +102,7 @@ impl KafkaFrontEnd {
         // go past the answer's room with it.
         let limit = usize::try_from(wanted.partition_max_bytes)
             .unwrap_or(0)
-            .min(room.left);
+            .min(room.left());
         let fetched = self
             .broker
             .fetch(topic, partition, wanted.fetch_offset, limit.max(1), 0);
@@ -128,13 +128,17 @@ impl KafkaFrontEnd {
     }
 }
 
-/// The record bytes a fetch answer still has room for, and those it holds.
+/// The record bytes a fetch answer may hold, and those it holds.
 struct Room {
-    left: usize,
+    max: usize,
     taken: usize,
 }
 
 impl Room {
+    fn left(&self) -> usize {
+        self.max.saturating_sub(self.taken)
+    }
+
     /// The records of `batches` (read within `limit`) that go into the answer: all of them, but
     /// nothing past the room unless no partition before had data (KIP-74).
     fn take(&mut self, batches: &[Bytes], limit: usize) -> Bytes {
@@ -145,7 +149,6 @@ impl Room {
             many => many.concat().into(),
         };
         self.taken += records.len();
-        self.left = self.left.saturating_sub(records.len());
         records
     }
 }

@@ -15,9 +15,14 @@ use crate::answer_room::{AnswerRoom, AnswerTooLarge};
 use crate::errors::code_of;
 use crate::front_end::KafkaFrontEnd;
 
+/// ListOffsets' timestamps for the log start and the log end.
+const EARLIEST: i64 = -2;
+const LATEST: i64 = -1;
+
 impl KafkaFrontEnd {
-    /// Lookups by time read the log, so the whole request is answered on a blocking thread, off
-    /// the runtime's workers.
+    /// Lookups by time (and of the largest timestamp) read the log, so a request with any is
+    /// answered on a blocking thread, off the runtime's workers; the earliest and latest offsets
+    /// are known without a read, and answered here.
     ///
     /// # Errors
     /// [`AnswerTooLarge`] when the answer would not fit in one frame.
@@ -26,8 +31,16 @@ impl KafkaFrontEnd {
         request: ListOffsetsRequest,
         version: i16,
     ) -> Result<ListOffsetsResponse, AnswerTooLarge> {
-        let broker = Arc::clone(&self.broker);
         let room = AnswerRoom::new(self.config.max_answer_bytes, version);
+        let reads = request
+            .topics
+            .iter()
+            .flat_map(|topic| &topic.partitions)
+            .any(|partition| !matches!(partition.timestamp, EARLIEST | LATEST));
+        if !reads {
+            return list_offsets(&self.broker, request, version, room);
+        }
+        let broker = Arc::clone(&self.broker);
         tokio::task::spawn_blocking(move || list_offsets(&broker, request, version, room))
             .await
             .unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()))
@@ -102,8 +115,8 @@ fn offset_at(
     let partition = partition_index(topic, partition)?;
     let (start, end) = broker.offsets(topic, partition)?;
     Ok(match timestamp {
-        -2 => (start, NONE),
-        -1 => (end, NONE),
+        EARLIEST => (start, NONE),
+        LATEST => (end, NONE),
         -3 => broker
             .offset_of_max_timestamp(topic, partition)?
             .unwrap_or((NONE, NONE)),
