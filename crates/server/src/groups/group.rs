@@ -202,6 +202,14 @@ impl Group {
         members + self.offsets_bytes
     }
 
+    /// Every committed offset, copied out of the group's lock.
+    pub(super) fn all_offsets(&self) -> Vec<((String, i32), Committed)> {
+        self.offsets
+            .iter()
+            .map(|(key, committed)| (key.clone(), committed.clone()))
+            .collect()
+    }
+
     pub(super) fn state(&self) -> GroupState {
         self.state
     }

@@ -211,6 +211,8 @@ const GROUP_BYTES: u64 = 512;
 /// One group, with its own locks: a request for one group never waits for another's.
 #[derive(Debug)]
 struct Slot {
+    /// The group's id (also its key in the registry).
+    id: String,
     group: Mutex<Group>,
     /// Held while the group's committed offsets are changed and written, so its file is written
     /// in commit order (with a data directory).
@@ -220,6 +222,15 @@ struct Slot {
 }
 
 impl Slot {
+    fn new(id: String, group: Group, file: String) -> Arc<Self> {
+        Arc::new(Self {
+            id,
+            group: Mutex::new(group),
+            writer: tokio::sync::Mutex::new(()),
+            file,
+        })
+    }
+
     fn lock(&self) -> MutexGuard<'_, Group> {
         self.group.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -290,14 +301,8 @@ impl GroupCoordinator {
                 // What is on disk is kept whatever the budget: it was accepted once.
                 budget.charge(GROUP_BYTES + group.bytes());
                 registry.files.insert(file.clone());
-                registry.groups.insert(
-                    group_id,
-                    Arc::new(Slot {
-                        group: Mutex::new(group),
-                        writer: tokio::sync::Mutex::new(()),
-                        file,
-                    }),
-                );
+                let slot = Slot::new(group_id.clone(), group, file);
+                registry.groups.insert(group_id, slot);
             }
         }
         Ok(Self {
@@ -344,11 +349,7 @@ impl GroupCoordinator {
         } else {
             String::new()
         };
-        let slot = Arc::new(Slot {
-            group: Mutex::new(Group::default()),
-            writer: tokio::sync::Mutex::new(()),
-            file,
-        });
+        let slot = Slot::new(group_id.to_owned(), Group::default(), file);
         registry
             .groups
             .insert(group_id.to_owned(), Arc::clone(&slot));
@@ -612,12 +613,7 @@ impl GroupCoordinator {
         let _writing = slot.writer.lock().await;
         let (result, offsets) = self.apply(slot, needs, |group| {
             let result = change(group)?;
-            let offsets: Vec<_> = group
-                .offsets
-                .iter()
-                .map(|(key, committed)| (key.clone(), committed.clone()))
-                .collect();
-            Ok((result, offsets))
+            Ok((result, group.all_offsets()))
         })?;
         store.save(&slot.file, group_id.to_owned(), offsets).await?;
         Ok(result)
@@ -636,11 +632,7 @@ impl GroupCoordinator {
         };
         let group = slot.lock();
         match partitions {
-            None => group
-                .offsets
-                .iter()
-                .map(|(key, committed)| (key.clone(), committed.clone()))
-                .collect(),
+            None => group.all_offsets(),
             Some(wanted) => wanted
                 .iter()
                 .filter_map(|key| group.offsets.get(key).map(|c| (key.clone(), c.clone())))
@@ -648,13 +640,9 @@ impl GroupCoordinator {
         }
     }
 
-    /// Every group, with its id.
-    fn slots(&self) -> Vec<(String, Arc<Slot>)> {
-        self.registry()
-            .groups
-            .iter()
-            .map(|(id, slot)| (id.clone(), Arc::clone(slot)))
-            .collect()
+    /// Every group (references only: the ticks walk them several times a second).
+    fn slots(&self) -> Vec<Arc<Slot>> {
+        self.registry().groups.values().cloned().collect()
     }
 
     /// Every group: id, protocol type, state.
@@ -663,9 +651,9 @@ impl GroupCoordinator {
         let mut groups: Vec<_> = self
             .slots()
             .into_iter()
-            .map(|(id, slot)| {
+            .map(|slot| {
                 let group = slot.lock();
-                (id, group.protocol_type(), group.state())
+                (slot.id.clone(), group.protocol_type(), group.state())
             })
             .collect();
         groups.sort();
@@ -710,18 +698,19 @@ impl GroupCoordinator {
     /// broker calls it a few times a second.
     pub fn tick(&self) {
         let now = Instant::now();
-        for (id, slot) in self.slots() {
+        for slot in self.slots() {
             let empty = self
                 .apply(&slot, 0, |group| {
                     group.tick(now);
                     Ok(group.is_empty())
                 })
                 .unwrap_or(false);
-            drop(slot);
             // A group whose last member left and that holds no offsets goes at once (Kafka's
             // coordinator drops such a group as it empties), so it holds no place of
             // `max_groups`.
             if empty {
+                let id = slot.id.clone();
+                drop(slot);
                 self.remove_if(&id, Group::is_empty);
             }
         }
@@ -735,8 +724,8 @@ impl GroupCoordinator {
         let expired: Vec<String> = self
             .slots()
             .into_iter()
-            .filter(|(_, slot)| slot.lock().expired(now_ms, retention))
-            .map(|(id, _)| id)
+            .filter(|slot| slot.lock().expired(now_ms, retention))
+            .map(|slot| slot.id.clone())
             .collect();
         let mut count = 0;
         for id in expired {

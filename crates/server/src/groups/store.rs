@@ -138,22 +138,34 @@ impl OffsetStore {
         group: String,
         offsets: Vec<(TopicPartition, Committed)>,
     ) -> Result<(), GroupError> {
-        let data = Arc::clone(&self.data);
         let path = Self::path(name);
-        tokio::task::spawn_blocking(move || data.write_file(&path, &encode(&[(group, offsets)])))
-            .await
-            .map_err(|error| GroupError::Storage(error.to_string()))?
-            .map_err(|error| GroupError::Storage(format!("saving committed offsets: {error}")))
+        self.blocking("saving committed offsets", move |data| {
+            data.write_file(&path, &encode(&[(group, offsets)]))
+        })
+        .await
     }
 
     /// Removes a group's file `name`, on a blocking thread.
     pub(super) async fn remove(&self, name: &str) -> Result<(), GroupError> {
-        let data = Arc::clone(&self.data);
         let path = Self::path(name);
-        tokio::task::spawn_blocking(move || data.remove_file(&path))
+        self.blocking("removing committed offsets", move |data| {
+            data.remove_file(&path)
+        })
+        .await
+    }
+
+    /// Runs the file work `work` on a blocking thread; a failure is a storage error saying
+    /// `what` was being done.
+    async fn blocking(
+        &self,
+        what: &'static str,
+        work: impl FnOnce(&DataDir) -> std::io::Result<()> + Send + 'static,
+    ) -> Result<(), GroupError> {
+        let data = Arc::clone(&self.data);
+        tokio::task::spawn_blocking(move || work(&data))
             .await
             .map_err(|error| GroupError::Storage(error.to_string()))?
-            .map_err(|error| GroupError::Storage(format!("removing committed offsets: {error}")))
+            .map_err(|error| GroupError::Storage(format!("{what}: {error}")))
     }
 }
 
