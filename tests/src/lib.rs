@@ -3,9 +3,9 @@
 
 use anyhow::{Context, Result, bail};
 use bytes::BytesMut;
+use minibroker_broker::Config;
 use minibroker_protocol::{FrameCodec, Request, Response, codec};
 use minibroker_records::{NewRecord, Writer};
-use minibroker_server::Config;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -17,7 +17,7 @@ pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A broker served on an ephemeral loopback port, stopped when dropped: the same helper the
 /// `minibroker demo` and `bench` commands use.
-pub type TestBroker = minibroker_server::EmbeddedBroker;
+pub type TestBroker = minibroker_native::EmbeddedBroker;
 
 /// Starts a broker with the default configuration.
 ///
@@ -215,7 +215,7 @@ impl AsRequest for OwnedProduce {
 /// If the partition does not exist or a stored batch does not pass its check.
 #[must_use]
 pub fn stored_batches(
-    broker: &minibroker_server::Broker,
+    broker: &minibroker_broker::Broker,
     topic: &str,
     partition: u32,
 ) -> Vec<(i64, minibroker_records::BatchInfo)> {
@@ -335,16 +335,22 @@ pub fn produce(
     }
 }
 
-/// A Kafka listener on an ephemeral loopback port for a [`TestBroker`]'s core, stopped when
-/// dropped: the helper `minibroker bench --kafka` uses too.
-pub type TestKafka = minibroker_kafka::EmbeddedKafka;
+/// A Kafka listener on an ephemeral loopback port of a [`TestBroker`]'s host, stopped with it:
+/// what `minibroker bench --kafka` adds too.
+#[derive(Debug, Clone, Copy)]
+pub struct TestKafka {
+    /// Where Kafka clients connect.
+    pub addr: SocketAddr,
+}
 
-/// Starts a Kafka listener for `broker` under `config`.
+/// Starts a Kafka listener for `broker`, under its configuration.
 ///
 /// # Errors
 /// If the port cannot be bound.
-pub async fn start_kafka(broker: &TestBroker, config: Config) -> Result<TestKafka> {
-    Ok(TestKafka::start(std::sync::Arc::clone(&broker.broker), config).await?)
+pub async fn start_kafka(broker: &TestBroker) -> Result<TestKafka> {
+    Ok(TestKafka {
+        addr: minibroker_kafka::serve_on_loopback(&broker.host).await?,
+    })
 }
 
 /// A Kafka connection for wire-level tests of the Kafka front end: the project's one Kafka

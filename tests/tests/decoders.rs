@@ -14,10 +14,12 @@
 //! `MINIBROKER_FUZZ_ITERATIONS=200000 cargo test --release -p minibroker-tests --test decoders`.
 
 use bytes::{Bytes, BytesMut};
+use minibroker_broker::{Broker, Config, Unacknowledged};
 use minibroker_faults::SplitMix64;
+use minibroker_groups::GroupCoordinator;
 use minibroker_log::sim::SimStorage;
+use minibroker_net::FrontEnd;
 use minibroker_records::{NewRecord, Writer};
-use minibroker_server::{Broker, Config, FrontEnd, TopicCache};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -162,7 +164,8 @@ async fn kafka_requests_through_the_front_end() {
     use kafka_protocol::messages::*;
     use kafka_protocol::protocol::StrBytes;
     let config = Config::default();
-    let broker = Arc::new(Broker::new(&config).expect("a broker"));
+    let host = minibroker_net::Host::start(&config).expect("a broker");
+    let broker = Arc::clone(host.broker());
     let kafka_config = Arc::new(minibroker_kafka::KafkaConfig::from_config(
         &config,
         "127.0.0.1".into(),
@@ -249,7 +252,7 @@ async fn kafka_requests_through_the_front_end() {
     ];
     let mut rng = rng(3);
     let mut front_end =
-        minibroker_kafka::KafkaFrontEnd::new(Arc::clone(&broker), Arc::clone(&kafka_config));
+        minibroker_kafka::KafkaFrontEnd::new(host.node(), Arc::clone(&kafka_config));
     for round in 0..iterations() {
         let mut body = seeds[round % seeds.len()].clone();
         mutate(&mut rng, &mut body);
@@ -260,18 +263,16 @@ async fn kafka_requests_through_the_front_end() {
             front_end.answer(body.into(), &mut out),
         )
         .await;
-        if matches!(answered, Ok(minibroker_server::Next::Close)) {
+        if matches!(answered, Ok(minibroker_net::Next::Close)) {
             // A refused request closes its connection: the next one is a new connection.
-            front_end = minibroker_kafka::KafkaFrontEnd::new(
-                Arc::clone(&broker),
-                Arc::clone(&kafka_config),
-            );
+            front_end =
+                minibroker_kafka::KafkaFrontEnd::new(host.node(), Arc::clone(&kafka_config));
         }
     }
     // The broker still serves.
-    let mut topics = TopicCache::default();
+    let mut topics = Unacknowledged::default();
     broker
-        .produce(&mut topics, "after", 0, &batch(11, 0, 1))
+        .produce_stored(&mut topics, "after", 0, &batch(11, 0, 1))
         .await
         .expect("a produce after the fuzzing");
 }
@@ -288,22 +289,22 @@ async fn data_directory() -> (Config, BTreeMap<PathBuf, Vec<u8>>) {
     let storage = SimStorage::new();
     let broker = Broker::with_storage(&config, Arc::new(storage.clone())).expect("opens");
     broker.create_topic("t", 2).expect("creates");
-    let mut topics = TopicCache::default();
+    let mut topics = Unacknowledged::default();
     for sequence in 0..60 {
         let producer = 100 + i64::from(sequence % 3);
         broker
-            .produce(&mut topics, "t", 0, &batch(producer, sequence / 3 * 10, 10))
+            .produce_stored(&mut topics, "t", 0, &batch(producer, sequence / 3 * 10, 10))
             .await
             .expect("produces");
     }
     broker.init_producer(None).expect("an id");
-    broker
-        .groups()
+    let groups = GroupCoordinator::for_broker(&broker).expect("opens");
+    groups
         .commit("g", -1, "", vec![("t".into(), 0, 12, Some("meta".into()))])
         .await
         .expect("commits");
     broker.close();
-    drop(broker);
+    drop((groups, broker));
     let files = storage
         .paths()
         .into_iter()
@@ -362,8 +363,10 @@ async fn data_directory_files_through_a_starting_broker() {
             let content = if other == path { &bytes } else { content };
             storage.set_contents(other, content.clone());
         }
-        match Broker::with_storage(&config, Arc::new(storage)) {
-            Ok(broker) => {
+        let opened = Broker::with_storage(&config, Arc::new(storage))
+            .and_then(|broker| Ok((GroupCoordinator::for_broker(&broker)?, broker)));
+        match opened {
+            Ok((groups, broker)) => {
                 started += 1;
                 // Every partition it says it has can be read from its start: an answer or a
                 // storage error, never a panic.
@@ -374,7 +377,7 @@ async fn data_directory_files_through_a_starting_broker() {
                         }
                     }
                 }
-                let _ = broker.groups().committed("g", None);
+                let _ = groups.committed("g", None);
             }
             Err(_) => refused += 1,
         }

@@ -14,7 +14,10 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let report = minibroker_server::check::check_data_dir(&args.data_dir)?;
+    let report = minibroker_broker::check::check_data_dir(
+        &args.data_dir,
+        minibroker_groups::check_offsets_files,
+    )?;
     let mut out = std::io::stdout().lock();
     for finding in &report.findings {
         let kind = if finding.damage { "DAMAGED" } else { "note" };

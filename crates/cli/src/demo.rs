@@ -5,7 +5,7 @@
 
 use anyhow::{Context, Result, bail};
 use minibroker_client::{Client, ClientConfig, NewRecord, Producer, ProducerConfig, ProducerStats};
-use minibroker_server::EmbeddedBroker;
+use minibroker_native::EmbeddedBroker;
 use minibroker_verify::AckedBatch;
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
@@ -62,7 +62,7 @@ struct Outcome {
     total_records: u64,
     produced: Produced,
     faults: minibroker_faults::FaultCounts,
-    outcomes: minibroker_server::OutcomeCounts,
+    outcomes: minibroker_broker::OutcomeCounts,
     report: minibroker_verify::Report,
 }
 

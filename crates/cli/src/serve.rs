@@ -2,8 +2,8 @@
 //! one broker core on both until SIGINT or SIGTERM.
 
 use anyhow::{Context, Result};
-use minibroker_kafka::KafkaConfig;
-use minibroker_server::{Broker, Config};
+use minibroker_broker::Config;
+use minibroker_net::Host;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -40,7 +40,7 @@ pub struct Args {
     /// With --data-dir, when a produce is acknowledged: always (after an fsync covering it),
     /// interval:<ms> (after the write; fsync every <ms>), os (after the write).
     #[arg(long, value_name = "POLICY")]
-    flush: Option<minibroker_server::FlushPolicy>,
+    flush: Option<minibroker_broker::FlushPolicy>,
 }
 
 pub async fn run(args: Args) -> Result<()> {
@@ -72,10 +72,10 @@ pub async fn run(args: Args) -> Result<()> {
     config.validate()?;
     // Every connection and segment file is a descriptor: the soft limit a shell hands out is
     // often far below what the kernel allows.
-    let open_files = minibroker_server::descriptors::raise_limit();
+    let open_files = minibroker_broker::descriptors::raise_limit();
     tracing::debug!(?open_files, "open-file limit");
     let needed =
-        config.max_connections as u64 + minibroker_server::descriptors::RESERVED_DESCRIPTORS;
+        config.max_connections as u64 + minibroker_broker::descriptors::RESERVED_DESCRIPTORS;
     if let Some(limit) = open_files.filter(|limit| *limit < needed) {
         tracing::warn!(
             limit,
@@ -87,7 +87,7 @@ pub async fn run(args: Args) -> Result<()> {
     // Recovery happens here, before the listeners exist: once the addresses are announced, the
     // broker serves everything it stored.
     let started = std::time::Instant::now();
-    let broker = Arc::new(Broker::new(&config)?);
+    let host = Host::start(&config)?;
     if let Some(dir) = &config.data_dir {
         tracing::info!(
             data_dir = %dir.display(),
@@ -96,16 +96,15 @@ pub async fn run(args: Args) -> Result<()> {
             "opened the data directory"
         );
     }
-    let maintenance = broker.spawn_maintenance();
-    let stop = CancellationToken::new();
+    let stop_metrics = CancellationToken::new();
     let metrics = match config.metrics_listen {
         Some(addr) => {
             let listener = bind(addr).await?;
             let bound = listener.local_addr()?;
-            let served = Arc::clone(&broker);
-            let stopped = stop.clone().cancelled_owned();
+            let node = Arc::clone(host.node());
+            let stopped = stop_metrics.clone().cancelled_owned();
             tokio::spawn(async move {
-                if let Err(error) = minibroker_metrics::serve(listener, served, stopped).await {
+                if let Err(error) = minibroker_metrics::serve(listener, node, stopped).await {
                     tracing::warn!(%error, "the metrics listener failed");
                 }
             });
@@ -113,59 +112,23 @@ pub async fn run(args: Args) -> Result<()> {
         }
         None => None,
     };
-    let native = bind(config.listen).await?;
-    let kafka = bind(config.kafka_listen).await?;
-    let kafka_addr = kafka.local_addr()?;
+    let native = minibroker_native::serve(&host, bind(config.listen).await?)?;
+    let kafka = minibroker_kafka::serve(&host, bind(config.kafka_listen).await?)?;
     // Scripts wait for these lines to learn the ports; the native one comes first.
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "listening on {}", native.local_addr()?)?;
-    writeln!(stdout, "kafka listening on {kafka_addr}")?;
+    writeln!(stdout, "listening on {native}")?;
+    writeln!(stdout, "kafka listening on {kafka}")?;
     if let Some(bound) = metrics {
         writeln!(stdout, "metrics listening on {bound}")?;
     }
     stdout.flush()?;
     drop(stdout);
-    broker.set_ready();
+    host.set_ready();
 
-    let (host, port) = config.kafka_advertised(kafka_addr);
-    let kafka_config = KafkaConfig::from_config(&config, host, port);
-    let signalled = stop.clone();
-    tokio::spawn(async move {
-        signal.await;
-        signalled.cancel();
-    });
-    let native = minibroker_server::serve(
-        native,
-        Arc::clone(&broker),
-        &config,
-        stop.clone().cancelled_owned(),
-    );
-    let kafka = minibroker_kafka::serve(
-        kafka,
-        Arc::clone(&broker),
-        &config,
-        kafka_config,
-        stop.clone().cancelled_owned(),
-    );
-    // If one listener fails, the other stops too.
-    let stopping = stop.clone();
-    let (native, kafka) = tokio::join!(
-        async {
-            let result = native.await;
-            stopping.cancel();
-            result
-        },
-        async {
-            let result = kafka.await;
-            stop.cancel();
-            result
-        }
-    );
-    maintenance.abort();
-    broker.close();
-    native?;
-    kafka?;
-    Ok(())
+    signal.await;
+    // The metrics endpoint stops at once; both listeners drain, then the broker is closed.
+    stop_metrics.cancel();
+    Ok(host.stop().await?)
 }
 
 async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener> {

@@ -5,7 +5,8 @@
 
 mod support;
 
-use minibroker_server::{Broker, Config};
+use minibroker_broker::Config;
+use minibroker_net::Host;
 use std::collections::HashMap;
 use std::process::Command;
 use std::sync::Arc;
@@ -94,15 +95,17 @@ fn ready_only_once_the_listeners_are_bound() {
         metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
         ..Config::default()
     };
-    let broker = Arc::new(Broker::new(&config).unwrap());
+    let host = {
+        let _entered = runtime.enter();
+        Host::start(&config).unwrap()
+    };
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .unwrap();
     let addr = listener.local_addr().unwrap();
-    let served = Arc::clone(&broker);
     runtime.spawn(minibroker_metrics::serve(
         listener,
-        served,
+        Arc::clone(host.node()),
         std::future::pending(),
     ));
     let health = |path: &str| {
@@ -118,7 +121,7 @@ fn ready_only_once_the_listeners_are_bound() {
         !health("/ready"),
         "not ready before the listeners are bound"
     );
-    broker.set_ready();
+    host.set_ready();
     assert!(health("/ready"), "ready once they are");
     // `serve` marks itself ready once it has bound both listeners.
     let server = ServeProcess::spawn(

@@ -19,9 +19,10 @@ use kafka_protocol::messages::{
     ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use minibroker_broker::{Broker, Config, Outcome, Unacknowledged};
 use minibroker_kafka::{KafkaConfig, KafkaFrontEnd};
+use minibroker_net::{FrontEnd, Host, Next};
 use minibroker_records::{NewRecord, Writer, encode, encode_request, set_base_sequence};
-use minibroker_server::{Broker, Config, FrontEnd, Next, Outcome, TopicCache};
 use std::hint::black_box;
 use std::ops::Range;
 use std::sync::Arc;
@@ -73,12 +74,21 @@ fn produce_frame(records: usize) -> (Vec<u8>, Range<usize>) {
 }
 
 /// An in-memory broker as `bench --embedded` runs it.
-fn broker() -> Arc<Broker> {
-    let config = Config {
+fn config() -> Config {
+    Config {
         retention_bytes: Some(16 << 20),
         ..Config::default()
-    };
-    Arc::new(Broker::new(&config).expect("a valid configuration"))
+    }
+}
+
+/// The broker core alone.
+fn broker() -> Broker {
+    Broker::new(&config()).expect("a valid configuration")
+}
+
+/// A host around it, for the front end (inside the runtime: it starts the broker's clocks).
+fn host() -> Host {
+    Host::start(&config()).expect("a valid configuration")
 }
 
 /// Stamps the next sequence on the batch at `at` in `frame`.
@@ -121,9 +131,10 @@ fn bench(c: &mut Criterion) {
 
         let mut frame = template.clone();
         let mut sequence = 0;
+        let host = runtime.block_on(async { host() });
         let mut front_end = runtime.block_on(async {
             KafkaFrontEnd::new(
-                broker(),
+                host.node(),
                 Arc::new(KafkaConfig::from_config(
                     &Config::default(),
                     "127.0.0.1".into(),
@@ -156,14 +167,14 @@ fn bench(c: &mut Criterion) {
 
         let mut frame = template.clone();
         let mut sequence = 0;
-        let core = runtime.block_on(async { broker() });
-        let mut topics = TopicCache::default();
+        let core = broker();
+        let mut topics = Unacknowledged::default();
         group.bench_function("broker core", |b| {
             b.iter(|| {
                 next_request(&mut frame, &at, &mut sequence, records);
                 let batch = &frame[at.clone()];
                 let verdict = runtime
-                    .block_on(core.produce(&mut topics, TOPIC, 0, batch))
+                    .block_on(core.produce_stored(&mut topics, TOPIC, 0, batch))
                     .expect("stored");
                 assert_eq!(verdict.outcome, Outcome::Accepted);
             });

@@ -1,7 +1,7 @@
 //! The Kafka error code of every refusal and outcome, mapped here once.
 
 use kafka_protocol::ResponseError;
-use minibroker_server::{BrokerError, ErrorKind, Outcome, Verdict};
+use minibroker_broker::{BrokerError, ErrorKind, Outcome, Verdict};
 
 /// Kafka's code for a refusal of the broker core.
 pub(crate) fn code_of(error: &BrokerError) -> ResponseError {

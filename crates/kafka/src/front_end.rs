@@ -7,9 +7,11 @@ use kafka_protocol::messages::{
     ApiKey, ApiVersionsResponse, RequestHeader, RequestKind, ResponseHeader, ResponseKind,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
-use minibroker_protocol::ProtocolError;
-use minibroker_server::stats::ConnectionTimings;
-use minibroker_server::{Broker, BrokerError, FrontEnd, Next, TopicCache};
+use minibroker_broker::{Broker, BrokerError, Unacknowledged};
+use minibroker_groups::GroupCoordinator;
+use minibroker_net::framing::FramingError;
+use minibroker_net::timings::ConnectionTimings;
+use minibroker_net::{FrontEnd, Next, Node};
 use std::future::Future;
 use std::sync::Arc;
 
@@ -21,22 +23,25 @@ use crate::preflight;
 /// One Kafka connection's view of the broker.
 pub struct KafkaFrontEnd {
     pub(crate) broker: Arc<Broker>,
-    pub(crate) topics: TopicCache,
+    pub(crate) groups: Arc<GroupCoordinator>,
+    /// The connection's produces whose answers wait for their batches to be stored.
+    pub(crate) unacknowledged: Unacknowledged,
     pub(crate) config: Arc<KafkaConfig>,
     /// Request latencies, when metrics are on.
     timings: Option<ConnectionTimings>,
 }
 
 impl KafkaFrontEnd {
-    /// A front end for one connection to `broker`.
+    /// A front end for one connection to `node`.
     #[must_use]
-    pub fn new(broker: Arc<Broker>, config: Arc<KafkaConfig>) -> Self {
+    pub fn new(node: &Node, config: Arc<KafkaConfig>) -> Self {
         Self {
-            timings: broker
+            timings: node
                 .timings()
                 .map(|timings| ConnectionTimings::new(Arc::clone(timings), "kafka")),
-            broker,
-            topics: TopicCache::default(),
+            broker: Arc::clone(node.broker()),
+            groups: Arc::clone(node.groups()),
+            unacknowledged: Unacknowledged::default(),
             config,
         }
     }
@@ -210,10 +215,10 @@ impl FrontEnd for KafkaFrontEnd {
     }
 
     async fn store_answered(&mut self) -> Result<(), BrokerError> {
-        self.broker.write_produced(&mut self.topics).await
+        self.unacknowledged.commit().await
     }
 
-    fn framing_error(&mut self, error: &ProtocolError, _out: &mut BytesMut) {
+    fn framing_error(&mut self, error: &FramingError, _out: &mut BytesMut) {
         // Kafka has no way to answer a broken frame: the connection just closes.
         tracing::debug!(%error, "Kafka framing lost; closing the connection");
     }

@@ -4,10 +4,11 @@
 //! Every message is decoded and encoded by the `kafka-protocol` crate; this crate only
 //! translates between those messages and the broker core's domain API, and maps the core's
 //! outcomes and errors to Kafka error codes once (`errors`). The connection machinery — limits,
-//! pipelining, idle and write timeouts, drain — is the server's, shared with the native protocol.
+//! pipelining, idle and write timeouts, drain — is `minibroker_net`'s, shared with the native
+//! protocol; the consumer-group APIs call `minibroker_groups`.
 //!
 //! # Layout
-//! - [`serve`] — a Kafka listener on the shared machinery.
+//! - [`serve`] — a Kafka listener on a host; [`serve_on_loopback`] — one on a free port.
 //! - `front_end` — [`KafkaFrontEnd`]: header, version check, dispatch, answer framing.
 //! - `handlers` — one file per API family: `produce`, `fetch`, `metadata`, `offsets`
 //!   (ListOffsets), `topics` (CreateTopics, DeleteTopics), `producer_ids` (InitProducerId),
@@ -26,8 +27,9 @@ mod preflight;
 
 pub use front_end::KafkaFrontEnd;
 
-use minibroker_server::{Broker, Config, ServerError};
-use std::future::Future;
+use minibroker_broker::Config;
+use minibroker_net::{Host, HostError};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
@@ -63,79 +65,39 @@ impl KafkaConfig {
             cluster_id: config.cluster_id.clone(),
             default_partitions: config.default_partitions,
             // Answers stay within the frame size the broker accepts.
-            max_fetch_response_bytes: minibroker_server::batch_room(config.max_frame_bytes),
+            max_fetch_response_bytes: minibroker_broker::batch_room(config.max_frame_bytes),
             max_answer_bytes: config.max_frame_bytes,
         }
     }
 }
 
-/// Serves the Kafka protocol for `broker` on `listener` until `shutdown` resolves, under the
-/// limits of `config`.
+/// Serves the Kafka protocol for `host` on `listener` until the host stops, advertising the
+/// configuration's `kafka_advertise` or else the bound address; returns the bound address.
 ///
 /// # Errors
-/// [`ServerError::Config`] when the configuration is invalid.
-pub async fn serve(
-    listener: TcpListener,
-    broker: Arc<Broker>,
-    config: &Config,
-    kafka: KafkaConfig,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), ServerError> {
-    let kafka = Arc::new(kafka);
-    minibroker_server::serve_front_end(listener, broker, config, shutdown, move |broker| {
-        KafkaFrontEnd::new(broker, Arc::clone(&kafka))
+/// [`HostError::Bind`] when the listener's address cannot be read.
+pub fn serve(host: &Host, listener: TcpListener) -> Result<SocketAddr, HostError> {
+    let bound = listener.local_addr().map_err(|source| HostError::Bind {
+        addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        source,
+    })?;
+    let (advertised_host, port) = host.config().kafka_advertised(bound);
+    let kafka = Arc::new(KafkaConfig::from_config(
+        host.config(),
+        advertised_host,
+        port,
+    ));
+    host.serve(listener, move |node| {
+        KafkaFrontEnd::new(node, Arc::clone(&kafka))
     })
-    .await
 }
 
-/// A Kafka listener inside this process on a free loopback port, for an existing broker core:
-/// what `minibroker bench --kafka` and the tests run against. Stopped when dropped.
-#[derive(Debug)]
-pub struct EmbeddedKafka {
-    /// Where Kafka clients connect.
-    pub addr: std::net::SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl EmbeddedKafka {
-    /// Serves the Kafka protocol for `broker` on `127.0.0.1:0`, under `config`'s limits.
-    ///
-    /// # Errors
-    /// If no port can be bound.
-    pub async fn start(broker: Arc<Broker>, config: Config) -> Result<Self, ServerError> {
-        let bind_error = |source| ServerError::Bind {
-            addr: "127.0.0.1:0".to_owned(),
-            source,
-        };
-        let listener = TcpListener::bind("127.0.0.1:0").await.map_err(bind_error)?;
-        let addr = listener.local_addr().map_err(bind_error)?;
-        let kafka = KafkaConfig::from_config(&config, addr.ip().to_string(), addr.port());
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let stopped = async move {
-                let _ = stopped.await;
-            };
-            if let Err(error) = serve(listener, broker, &config, kafka, stopped).await {
-                tracing::warn!(%error, "the embedded Kafka listener stopped");
-            }
-        });
-        Ok(Self {
-            addr,
-            stop: Some(stop),
-        })
-    }
-
-    /// The address as a string, for clients.
-    #[must_use]
-    pub fn address(&self) -> String {
-        self.addr.to_string()
-    }
-}
-
-impl Drop for EmbeddedKafka {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
+/// A Kafka listener for `host` on a free loopback port (what `minibroker bench --kafka` and the
+/// tests add to an embedded broker); it stops with the host. Returns its address.
+///
+/// # Errors
+/// If no port can be bound.
+pub async fn serve_on_loopback(host: &Host) -> Result<SocketAddr, HostError> {
+    let listener = Host::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+    serve(host, listener)
 }

@@ -30,6 +30,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::batch::{check_appendable, first_record_at_or_after};
+use crate::health::Health;
+use crate::names::{INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, file_name, parse_name};
 use crate::open_files::OpenFiles;
 use crate::recovery::Recovery;
 use crate::segment::{INDEX_INTERVAL, Segment, SegmentMark};
@@ -117,26 +119,23 @@ pub struct Appended {
 #[derive(Debug)]
 pub struct WriteBack {
     file: Arc<dyn StorageFile>,
-    state: Arc<WriteBackState>,
-}
-
-#[derive(Debug, Default)]
-struct WriteBackState {
-    /// One background sync at a time per log.
-    running: std::sync::atomic::AtomicBool,
-    /// Why one failed, for the next append to report (read with one atomic load per append).
-    failure: std::sync::OnceLock<String>,
+    running: Arc<std::sync::atomic::AtomicBool>,
+    health: Health,
+    dir: PathBuf,
 }
 
 impl WriteBack {
-    /// Syncs the file (blocking).
+    /// Syncs the file (blocking). A failure fails the log's [`Health`]: the partition takes no
+    /// more writes.
     pub fn run(self) {
         use std::sync::atomic::Ordering;
         if let Err(error) = self.file.sync() {
-            // The first failure is the one reported; the log is read-only after it anyway.
-            let _ = self.state.failure.set(error.to_string());
+            self.health.fail(format!(
+                "a background sync in {} failed: {error}",
+                self.dir.display()
+            ));
         }
-        self.state.running.store(false, Ordering::Release);
+        self.running.store(false, Ordering::Release);
     }
 }
 
@@ -159,7 +158,8 @@ pub struct DurableLog {
     active: Segment,
     stored_bytes: u64,
     batch_count: u64,
-    failure: Option<String>,
+    /// Whether its files still take writes (shared with its background syncs and the broker).
+    health: Health,
     /// Batches appended to the active segment and not yet written to its file, back to back.
     pending: Vec<u8>,
     /// The active segment as it was before the first of them, while there are any (boxed: it
@@ -169,7 +169,8 @@ pub struct DurableLog {
     preallocated: u64,
     /// Bytes appended to the active segment since its last sync was asked for.
     unsynced: u64,
-    write_back: Arc<WriteBackState>,
+    /// Whether a background sync runs (one at a time per log).
+    write_back_running: Arc<std::sync::atomic::AtomicBool>,
     /// Where sealed segments' files are opened when read; without it they stay open.
     open_files: Option<Arc<OpenFiles>>,
 }
@@ -191,22 +192,6 @@ pub struct Opened {
     pub log: DurableLog,
     /// The torn or damaged bytes cut from the active segment: how many, and why.
     pub truncated: Option<(u64, String)>,
-}
-
-pub(crate) const LOG_SUFFIX: &str = ".log";
-pub(crate) const INDEX_SUFFIX: &str = ".index";
-pub(crate) const SNAPSHOT_SUFFIX: &str = ".snapshot";
-
-/// `00000000000000000042.log` and the like.
-pub(crate) fn file_name(offset: i64, suffix: &str) -> String {
-    format!("{offset:020}{suffix}")
-}
-
-pub(crate) fn parse_name(name: &str, suffix: &str) -> Option<i64> {
-    let digits = name.strip_suffix(suffix)?;
-    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
-        .then(|| digits.parse().ok())
-        .flatten()
 }
 
 impl DurableLog {
@@ -279,12 +264,12 @@ impl DurableLog {
             active,
             stored_bytes,
             batch_count,
-            failure: None,
+            health: Health::default(),
             pending: Vec::new(),
             unwritten: None,
             preallocated: 0,
             unsynced: 0,
-            write_back: Arc::default(),
+            write_back_running: Arc::default(),
             open_files,
         }
     }
@@ -303,8 +288,18 @@ impl DurableLog {
     /// Marks the log read-only (a sync of it failed elsewhere), with the reason. Batches not
     /// yet written are forgotten: they were never acknowledged, and never will be.
     pub fn set_failed(&mut self, reason: String) {
-        self.failure.get_or_insert(reason);
+        self.health.fail(reason);
         self.forget_pending();
+    }
+
+    /// [`LogError::ReadOnly`] once the log's health has failed (here, in a background sync or
+    /// in a sync the broker ran); batches not yet written are forgotten then.
+    fn refuse_if_failed(&mut self) -> Result<(), LogError> {
+        let Some(reason) = self.health.failure().map(str::to_owned) else {
+            return Ok(());
+        };
+        self.forget_pending();
+        Err(LogError::ReadOnly(reason))
     }
 
     /// Drops the batches not yet written, as if they had never been appended.
@@ -326,6 +321,12 @@ impl DurableLog {
     /// [`LogError::Storage`] when the write fails: the batches it held are forgotten (reads and
     /// the log end no longer show them) and the log is read-only from then on.
     pub fn write_pending(&mut self) -> Result<(), LogError> {
+        if self.health.is_failed() {
+            // Failed elsewhere (a background sync): what waits was never acknowledged, and
+            // never will be.
+            self.forget_pending();
+            return Ok(());
+        }
         let Some(before) = self.unwritten.as_deref().copied() else {
             return Ok(());
         };
@@ -371,7 +372,13 @@ impl DurableLog {
     /// Why the log is read-only, if it is.
     #[must_use]
     pub fn failure(&self) -> Option<&str> {
-        self.failure.as_deref()
+        self.health.failure()
+    }
+
+    /// Whether its files still take writes; clones share the state.
+    #[must_use]
+    pub fn health(&self) -> &Health {
+        &self.health
     }
 
     /// Appends a batch of `record_count` records at the end, stamped with its base offset;
@@ -386,18 +393,7 @@ impl DurableLog {
         record_count: u32,
         now_ms: i64,
     ) -> Result<Appended, LogError> {
-        if self.failure.is_none()
-            && let Some(reason) = self.write_back.failure.get()
-        {
-            let reason = format!(
-                "a background sync in {} failed: {reason}",
-                self.dir.display()
-            );
-            self.set_failed(reason);
-        }
-        if let Some(reason) = &self.failure {
-            return Err(LogError::ReadOnly(reason.clone()));
-        }
+        self.refuse_if_failed()?;
         check_appendable(batch, record_count, self.active.next_offset)?;
         let len = batch.len() as u64;
         let too_big = self.active.size + len > self.config.segment_bytes;
@@ -446,15 +442,17 @@ impl DurableLog {
         let Some(every) = self.config.write_back_bytes else {
             return Ok(None);
         };
-        if self.unsynced < every || self.write_back.running.load(Ordering::Acquire) {
+        if self.unsynced < every || self.write_back_running.load(Ordering::Acquire) {
             return Ok(None);
         }
         self.write_pending()?;
-        self.write_back.running.store(true, Ordering::Release);
+        self.write_back_running.store(true, Ordering::Release);
         self.unsynced = 0;
         Ok(Some(WriteBack {
             file: Arc::clone(&self.active.file),
-            state: Arc::clone(&self.write_back),
+            running: Arc::clone(&self.write_back_running),
+            health: self.health.clone(),
+            dir: self.dir.clone(),
         }))
     }
 
@@ -516,8 +514,9 @@ impl DurableLog {
     /// first).
     ///
     /// # Errors
-    /// As [`Self::write_pending`].
+    /// As [`Self::write_pending`]; [`LogError::ReadOnly`] after an earlier failure.
     pub fn sync_point(&mut self) -> Result<SyncPoint, LogError> {
+        self.refuse_if_failed()?;
         self.write_pending()?;
         Ok(SyncPoint {
             file: Arc::clone(&self.active.file),
@@ -530,9 +529,7 @@ impl DurableLog {
     /// # Errors
     /// [`LogError::Storage`] when the sync fails; the log is read-only from then on.
     pub fn sync(&mut self) -> Result<(), LogError> {
-        if let Some(reason) = &self.failure {
-            return Err(LogError::ReadOnly(reason.clone()));
-        }
+        self.refuse_if_failed()?;
         self.write_pending()?;
         match self.active.file.sync() {
             Ok(()) => Ok(()),

@@ -36,7 +36,9 @@ mod batch;
 pub mod check;
 mod durable;
 mod error;
+mod health;
 mod memory;
+mod names;
 mod open_files;
 mod partition;
 mod recovery;
@@ -52,6 +54,7 @@ pub use durable::{
     SnapshotStore, SyncPoint, WriteBack,
 };
 pub use error::LogError;
+pub use health::Health;
 pub use memory::{MemoryLog, ReadLimits, Released};
 pub use open_files::OpenFiles;
 pub use partition::PartitionLog;

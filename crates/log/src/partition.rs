@@ -165,4 +165,14 @@ impl PartitionLog {
             Self::Durable(log) => Some(log),
         }
     }
+
+    /// Whether its files still take writes, shared with the log (an in-memory log never
+    /// fails).
+    #[must_use]
+    pub fn health(&self) -> crate::Health {
+        match self {
+            Self::Memory(_) => crate::Health::default(),
+            Self::Durable(log) => log.health().clone(),
+        }
+    }
 }

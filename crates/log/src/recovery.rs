@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::LogError;
-use crate::durable::{INDEX_SUFFIX, LOG_SUFFIX, file_name, parse_name};
+use crate::names::{INDEX_SUFFIX, LOG_SUFFIX, file_name, parse_name};
 use crate::open_files::OpenFiles;
 use crate::segment::{Damage, Segment};
 use crate::storage::{Storage, StorageFile, TEMPORARY_SUFFIX, read_whole, replace_unsynced};

@@ -4,8 +4,9 @@
 //! connection) and this collector turns them into Prometheus families when `/metrics` is read,
 //! so serving metrics adds no work to the request path beyond those counters.
 
-use minibroker_server::stats::{HistogramSnapshot, LATENCY_BUCKETS_US};
-use minibroker_server::{Broker, Outcome};
+use minibroker_broker::stats::{HistogramSnapshot, LATENCY_BUCKETS_US};
+use minibroker_broker::{Outcome, OutcomeCounts, PartitionMetrics};
+use minibroker_net::Node;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -15,9 +16,9 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Reads a broker's figures on every scrape.
+/// Reads a broker's figures, and its listeners', on every scrape.
 #[derive(Debug)]
-pub struct BrokerCollector(pub Arc<Broker>);
+pub struct BrokerCollector(pub Arc<Node>);
 
 type Labels<'a> = Vec<(&'static str, &'a str)>;
 
@@ -98,7 +99,8 @@ fn histogram(
 
 impl Collector for BrokerCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let broker = &self.0;
+        let node = &self.0;
+        let broker = node.broker();
         let partitions = broker.partition_metrics();
         // Per topic sums of the per-partition counters.
         let mut topics: BTreeMap<&str, TopicSums> = BTreeMap::new();
@@ -114,7 +116,7 @@ impl Collector for BrokerCollector {
                 Outcome::ALL.iter().map(move |outcome| {
                     (
                         vec![("topic", *topic), ("outcome", outcome_label(*outcome))],
-                        sums.outcomes[outcome.index()],
+                        sums.outcomes.get(*outcome),
                     )
                 })
             }),
@@ -155,7 +157,7 @@ impl Collector for BrokerCollector {
             )?;
         }
         let indexes: Vec<String> = partitions.iter().map(|p| p.partition.to_string()).collect();
-        let by_partition = |value: fn(&minibroker_server::PartitionMetrics) -> i64| {
+        let by_partition = |value: fn(&PartitionMetrics) -> i64| {
             partitions.iter().zip(&indexes).map(move |(p, index)| {
                 (
                     vec![("topic", p.topic.as_str()), ("partition", index.as_str())],
@@ -188,7 +190,7 @@ impl Collector for BrokerCollector {
             gauge,
         )?;
         let (charged, limit) = broker.storage_charged();
-        let connections = broker.connection_counts();
+        let connections = node.connection_counts();
         for (name, help, value) in [
             (
                 "minibroker_stored_bytes",
@@ -246,7 +248,7 @@ impl Collector for BrokerCollector {
                 counter,
             )?;
         }
-        if let Some(timings) = broker.timings() {
+        if let Some(timings) = node.timings() {
             let snapshot = timings.snapshot();
             let mut metric = encoder.encode_descriptor(
                 "minibroker_request_duration_seconds",
@@ -283,10 +285,10 @@ impl Collector for BrokerCollector {
 impl BrokerCollector {
     /// Each group's lag per partition it has committed: the log end minus the committed offset.
     fn encode_group_lag(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let broker = &self.0;
+        let (broker, groups) = (self.0.broker(), self.0.groups());
         let mut lags = Vec::new();
-        for (group, _, _) in broker.groups().list() {
-            for ((topic, partition), committed) in broker.groups().committed(&group, None) {
+        for (group, _, _) in groups.list() {
+            for ((topic, partition), committed) in groups.committed(&group, None) {
                 let Ok(index) = u32::try_from(partition) else {
                     continue;
                 };
@@ -336,8 +338,7 @@ type TopicCounter = fn(&TopicSums) -> u64;
 /// One topic's counters: its partitions' summed.
 #[derive(Debug, Default)]
 struct TopicSums {
-    /// By [`Outcome::index`].
-    outcomes: [u64; 4],
+    outcomes: OutcomeCounts,
     records_in: u64,
     bytes_in: u64,
     records_out: u64,
@@ -345,10 +346,8 @@ struct TopicSums {
 }
 
 impl TopicSums {
-    fn add(&mut self, partition: &minibroker_server::PartitionMetrics) {
-        for (sum, value) in self.outcomes.iter_mut().zip(partition.outcomes) {
-            *sum += value;
-        }
+    fn add(&mut self, partition: &PartitionMetrics) {
+        self.outcomes = self.outcomes + partition.outcomes;
         self.records_in += partition.records_in;
         self.bytes_in += partition.bytes_in;
         self.records_out += partition.records_out;

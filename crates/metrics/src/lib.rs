@@ -7,9 +7,9 @@
 //!
 //! # Example
 //! ```no_run
-//! # async fn example(broker: std::sync::Arc<minibroker_server::Broker>) -> std::io::Result<()> {
+//! # async fn example(node: std::sync::Arc<minibroker_net::Node>) -> std::io::Result<()> {
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:9100").await?;
-//! minibroker_metrics::serve(listener, broker, std::future::pending()).await
+//! minibroker_metrics::serve(listener, node, std::future::pending()).await
 //! # }
 //! ```
 
@@ -24,7 +24,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use minibroker_server::Broker;
+use minibroker_net::Node;
 use prometheus_client::registry::Registry;
 use std::future::Future;
 use std::sync::Arc;
@@ -35,11 +35,11 @@ const TEXT_FORMAT: &str = "application/openmetrics-text; version=1.0.0; charset=
 
 #[derive(Clone)]
 struct Endpoint {
-    broker: Arc<Broker>,
+    broker: Arc<Node>,
     registry: Arc<Registry>,
 }
 
-fn registry(broker: &Arc<Broker>) -> Registry {
+fn registry(broker: &Arc<Node>) -> Registry {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(BrokerCollector(Arc::clone(broker))));
     registry
@@ -49,14 +49,14 @@ fn registry(broker: &Arc<Broker>) -> Registry {
 ///
 /// # Errors
 /// If the exposition cannot be encoded.
-pub fn render(broker: &Arc<Broker>) -> Result<String, std::fmt::Error> {
+pub fn render(broker: &Arc<Node>) -> Result<String, std::fmt::Error> {
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry(broker))?;
     Ok(text)
 }
 
 /// The router of the endpoint, for `broker`.
-pub fn router(broker: Arc<Broker>) -> Router {
+pub fn router(broker: Arc<Node>) -> Router {
     let registry = registry(&broker);
     Router::new()
         .route("/metrics", get(metrics))
@@ -75,7 +75,7 @@ pub fn router(broker: Arc<Broker>) -> Router {
 /// If the listener fails.
 pub async fn serve(
     listener: TcpListener,
-    broker: Arc<Broker>,
+    broker: Arc<Node>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     serve_with(listener, broker, MetricsLimits::default(), shutdown).await
@@ -87,7 +87,7 @@ pub async fn serve(
 /// If the listener fails.
 pub async fn serve_with(
     listener: TcpListener,
-    broker: Arc<Broker>,
+    broker: Arc<Node>,
     limits: MetricsLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {

@@ -1,12 +1,13 @@
 //! Label values a client chose cannot change the exposition's structure: a group id that tries to
 //! close its sample, add a series and end the exposition early stays one label value.
 
-use minibroker_server::{Broker, Config, TopicCache};
-use std::sync::Arc;
+use minibroker_broker::{Config, Unacknowledged};
+use minibroker_net::Host;
 
 #[tokio::test]
 async fn a_group_id_cannot_inject_series_or_end_the_exposition() {
-    let broker = Arc::new(Broker::new(&Config::default()).expect("a broker"));
+    let host = Host::start(&Config::default()).expect("a broker");
+    let broker = host.broker();
     let batch = minibroker_records::encode(
         minibroker_records::Writer {
             producer_id: 1,
@@ -17,17 +18,18 @@ async fn a_group_id_cannot_inject_series_or_end_the_exposition() {
         0,
     )
     .expect("encodes");
+    let mut unacknowledged = Unacknowledged::default();
     broker
-        .produce(&mut TopicCache::default(), "t", 0, &batch)
-        .await
+        .produce(&mut unacknowledged, "t", 0, &batch)
         .expect("produces");
+    unacknowledged.commit().await.expect("stores");
     let hostile = "g\"} 1\nminibroker_injected_total 42\n# EOF\n\\";
-    broker
+    host.node()
         .groups()
         .commit(hostile, -1, "", vec![("t".into(), 0, 0, None)])
         .await
         .expect("commits");
-    let text = minibroker_metrics::render(&broker).expect("renders");
+    let text = minibroker_metrics::render(host.node()).expect("renders");
     assert!(
         !text
             .lines()

@@ -1,8 +1,9 @@
 //! The metrics listener's own limits: half-sent requests hold no more than its few connections,
 //! each for no longer than its header timeout, and a scrape gets through once they are gone.
 
+use minibroker_broker::Config;
 use minibroker_metrics::MetricsLimits;
-use minibroker_server::{Broker, Config};
+use minibroker_net::Host;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -22,8 +23,8 @@ async fn closed_within(stream: &mut TcpStream, wait: Duration) -> Option<Vec<u8>
 #[tokio::test]
 async fn half_sent_requests_cannot_hold_the_listener_or_the_descriptors() {
     // Enough descriptors for both ends of every connection here.
-    minibroker_server::descriptors::raise_limit();
-    let broker = Arc::new(Broker::new(&Config::default()).expect("a broker"));
+    minibroker_broker::descriptors::raise_limit();
+    let host = Host::start(&Config::default()).expect("a broker");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("binds");
@@ -35,7 +36,7 @@ async fn half_sent_requests_cannot_hold_the_listener_or_the_descriptors() {
     };
     tokio::spawn(minibroker_metrics::serve_with(
         listener,
-        broker,
+        Arc::clone(host.node()),
         limits,
         std::future::pending(),
     ));

@@ -15,7 +15,7 @@ use kafka_protocol::messages::{
     OffsetFetchRequest, OffsetFetchResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use minibroker_server::Config;
+use minibroker_broker::Config;
 use minibroker_tests::{KafkaConnection, kafka_connection};
 
 use crate::kafka::{closed_and_others_served, kafka};
@@ -247,7 +247,7 @@ async fn offset_metadata_past_kafkas_limit_is_refused_per_partition() -> Result<
         .map(|p| p.error_code)
         .collect();
     assert_eq!(codes, [ResponseError::OffsetMetadataTooLarge.code(), 0]);
-    let committed = broker.broker.groups().committed("g", None);
+    let committed = broker.host.node().groups().committed("g", None);
     assert_eq!(committed.len(), 1);
     assert_eq!(committed[0].0, ("t".to_owned(), 1));
     Ok(())
@@ -272,6 +272,6 @@ async fn a_join_naming_fifty_thousand_protocols_is_an_invalid_request() -> Resul
         );
     let joined: JoinGroupResponse = conn.call(ApiKey::JoinGroup, 3, &join).await?;
     assert_eq!(joined.error_code, ResponseError::InvalidRequest.code());
-    assert!(broker.broker.groups().list().is_empty());
+    assert!(broker.host.node().groups().list().is_empty());
     Ok(())
 }

@@ -3,6 +3,7 @@
 use anyhow::Result;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
+use minibroker_broker::Config;
 use minibroker_client::{
     Client, ClientConfig, ClientError, NewRecord, PartitionReader, Producer, ProducerConfig,
     ProducerError,
@@ -10,7 +11,6 @@ use minibroker_client::{
 use minibroker_protocol::{
     ErrorCode, FrameCodec, InitProducerResponse, Outcome, ProduceResponse, Request, Response, codec,
 };
-use minibroker_server::Config;
 use minibroker_tests::{TestBroker, start_broker};
 use std::time::Duration;
 use tokio_util::codec::Framed;

@@ -2,12 +2,12 @@
 //! retries, zombies, gaps, and a seeded soak — each checked against what the broker stored.
 
 use anyhow::Result;
+use minibroker_broker::{Broker, Config};
 use minibroker_client::{
     Ack, Client, ClientConfig, NewRecord, Producer, ProducerConfig, ProducerError,
 };
 use minibroker_faults::{Fault, FaultConfig};
 use minibroker_protocol::Outcome;
-use minibroker_server::{Broker, Config};
 use minibroker_tests::{TestBroker, TestProxy, start_broker, stored_batches};
 use minibroker_verify::AckedBatch;
 use std::time::Duration;

@@ -6,11 +6,11 @@
 
 use anyhow::{Result, ensure};
 use bytes::{BufMut, BytesMut};
+use minibroker_broker::Config;
 use minibroker_faults::SplitMix64;
 use minibroker_protocol::{
     DescribeProducersRequest, FetchRequest, InitProducerRequest, Request, Response, codec,
 };
-use minibroker_server::Config;
 use minibroker_tests::{AsRequest, RawConnection, TestBroker, produce};
 
 /// Mutated frames sent per seed.

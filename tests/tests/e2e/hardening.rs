@@ -2,11 +2,11 @@
 //! limits where that shows it faster). After each attack the broker still serves a normal client.
 
 use anyhow::{Result, bail};
+use minibroker_broker::{Config, Unacknowledged};
 use minibroker_protocol::{
     DescribeProducersRequest, ErrorCode, FetchRequest, InitProducerRequest, Outcome, Request,
     Response, codec,
 };
-use minibroker_server::{Config, TopicCache};
 use minibroker_tests::{
     AsRequest, OwnedProduce, RawConnection, TestBroker, batch_of_len, produce, start_broker,
 };
@@ -214,7 +214,7 @@ async fn a_client_that_never_reads_loses_its_connection_and_its_slot() -> Result
     let batch = minibroker_tests::batch(1, 0, 0, &[&record]);
     let stored = broker
         .broker
-        .produce(&mut TopicCache::default(), "big", 0, &batch)
+        .produce_stored(&mut Unacknowledged::default(), "big", 0, &batch)
         .await?;
     assert_eq!(stored.outcome, Outcome::Accepted);
 
@@ -232,7 +232,7 @@ async fn a_client_that_never_reads_loses_its_connection_and_its_slot() -> Result
     }
     // The only slot was the stalled client's; a normal client gets it once the write times out.
     still_serves(broker.addr).await?;
-    assert!(broker.broker.connection_counts().accepted >= 2);
+    assert!(broker.host.node().connection_counts().accepted >= 2);
     drop(stalled);
     Ok(())
 }
@@ -378,7 +378,7 @@ async fn topics_and_partitions_are_charged_to_limits() -> Result<()> {
     assert_eq!(broker.broker.partition_count(), 200);
     // Every partition is charged to the storage budget as well.
     let (charged, _) = broker.broker.storage_charged();
-    assert!(charged >= 200 * minibroker_server::budget::PARTITION_BYTES);
+    assert!(charged >= 200 * minibroker_broker::budget::PARTITION_BYTES);
     still_serves(broker.addr).await
 }
 
@@ -402,7 +402,7 @@ async fn connections_beyond_the_limit_are_told_and_closed_at_once() -> Result<()
         error_of(&answers[0]).map(|e| e.0),
         Some(ErrorCode::TooManyConnections)
     );
-    assert_eq!(broker.broker.connection_counts().refused, 1);
+    assert_eq!(broker.host.node().connection_counts().refused, 1);
     // The first client was never disturbed, and once it leaves its slot is free again.
     assert!(matches!(
         first.call(2, &Request::Metadata).await?,
@@ -417,7 +417,7 @@ async fn a_batch_is_accepted_only_if_a_fetch_can_hand_it_back() -> Result<()> {
     // A batch filling an 8 MiB produce frame was accepted, and every fetch of its partition was
     // answered INTERNAL from then on: the answer needed 12 bytes more than a frame.
     let config = Config::default();
-    let max = minibroker_server::batch_room(config.max_frame_bytes);
+    let max = minibroker_broker::batch_room(config.max_frame_bytes);
     let broker = TestBroker::start(config.clone()).await?;
     let mut conn = RawConnection::connect(broker.addr).await?;
     let big = |batch| OwnedProduce {

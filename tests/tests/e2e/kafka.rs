@@ -13,7 +13,7 @@ use kafka_protocol::messages::{
     ProduceRequest, ProduceResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use minibroker_server::Config;
+use minibroker_broker::Config;
 use minibroker_tests::{
     KafkaConnection, TestBroker, TestKafka, batch, batch_of_len, kafka_connection, start_kafka,
 };
@@ -22,7 +22,7 @@ const PRODUCE: i16 = 9;
 
 pub(crate) async fn kafka(config: Config) -> Result<(TestBroker, TestKafka, KafkaConnection)> {
     let broker = TestBroker::start(config.clone()).await?;
-    let kafka = start_kafka(&broker, config).await?;
+    let kafka = start_kafka(&broker).await?;
     let conn = kafka_connection(kafka.addr).await?;
     Ok((broker, kafka, conn))
 }
@@ -519,7 +519,7 @@ async fn the_connection_limit_is_shared_by_both_protocols() -> Result<()> {
         ..Config::default()
     };
     let broker = TestBroker::start(config.clone()).await?;
-    let kafka = start_kafka(&broker, config).await?;
+    let kafka = start_kafka(&broker).await?;
     // A native client takes the only slot...
     let mut native = minibroker_tests::RawConnection::connect(broker.addr).await?;
     assert!(matches!(
@@ -540,7 +540,7 @@ async fn the_connection_limit_is_shared_by_both_protocols() -> Result<()> {
             .await?
             .is_none()
     );
-    assert_eq!(broker.broker.connection_counts().refused, 1);
+    assert_eq!(broker.host.node().connection_counts().refused, 1);
     Ok(())
 }
 
@@ -656,7 +656,7 @@ async fn fetch_all(conn: &mut KafkaConnection, topic: &str, count: i32) -> Resul
 #[tokio::test]
 async fn a_batch_too_large_to_fetch_back_is_message_too_large() -> Result<()> {
     let config = Config::default();
-    let max = minibroker_server::batch_room(config.max_frame_bytes);
+    let max = minibroker_broker::batch_room(config.max_frame_bytes);
     let (_broker, _kafka, mut conn) = kafka(config.clone()).await?;
     let filling = batch_of_len(7, 0, config.max_frame_bytes - 256);
     assert_eq!(
@@ -683,7 +683,7 @@ async fn only_the_first_partition_with_data_may_pass_the_fetch_room() -> Result<
         default_partitions: 2,
         ..Config::default()
     };
-    let max = minibroker_server::batch_room(config.max_frame_bytes);
+    let max = minibroker_broker::batch_room(config.max_frame_bytes);
     let (_broker, _kafka, mut conn) = kafka(config).await?;
     let lens = [max * 2 / 3, max];
     for partition in 0..2 {

@@ -3,8 +3,8 @@
 //! (The connection limit and the write timeout are in `hardening`.)
 
 use anyhow::Result;
+use minibroker_broker::Config;
 use minibroker_protocol::{Request, Response};
-use minibroker_server::Config;
 use minibroker_tests::{RawConnection, TestBroker};
 use std::time::Duration;
 use tokio::time::Instant;

@@ -3,11 +3,11 @@
 //! that covers its batch. While producers pipeline, the test takes "power loss" images of the
 //! storage; every batch answered before an image was taken is in it after recovery.
 
+use minibroker_broker::{Broker, Config, FlushPolicy};
 use minibroker_client::{Client, ClientConfig};
 use minibroker_log::sim::SimStorage;
 use minibroker_protocol::message::Outcome;
 use minibroker_records::{NewRecord, Writer};
-use minibroker_server::{Broker, Config, FlushPolicy};
 use minibroker_tests::stored_batches;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -54,21 +54,12 @@ async fn with_flush_always_pipelined_produces_share_fsyncs_and_survive_a_power_l
     let storage = SimStorage::new();
     // A slow disk, so that produces pile up behind each fsync.
     storage.faults.sync_micros.store(300, Ordering::Relaxed);
-    let broker =
-        Arc::new(Broker::with_storage(&config(), Arc::new(storage.clone())).expect("opens"));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+    let broker = Broker::with_storage(&config(), Arc::new(storage.clone())).expect("opens");
+    let host = minibroker_net::Host::with_broker(broker).expect("a host");
+    let embedded = minibroker_native::EmbeddedBroker::around(host)
         .await
-        .expect("binds");
-    let addr = listener.local_addr().expect("an address").to_string();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = Arc::clone(&broker);
-    let server = tokio::spawn(async move {
-        let config = config();
-        minibroker_server::serve(listener, served, &config, async {
-            let _ = stopped.await;
-        })
-        .await
-    });
+        .expect("serves");
+    let addr = embedded.address();
 
     let answered: Arc<Mutex<Vec<(i64, i32)>>> = Arc::default();
     let producers: Vec<_> = (0..PRODUCERS)
@@ -109,8 +100,7 @@ async fn with_flush_always_pipelined_produces_share_fsyncs_and_survive_a_power_l
     for producer in producers {
         producer.await.expect("the producer finished");
     }
-    let _ = stop.send(());
-    server.await.expect("the server task").expect("the server");
+    embedded.stop().await.expect("the server stops");
 
     let total = (PRODUCERS * i64::from(BATCHES)) as u64;
     let syncs = storage.faults.syncs.load(Ordering::Relaxed);

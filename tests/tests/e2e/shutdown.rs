@@ -6,7 +6,7 @@ use minibroker_tests::{RawConnection, frame, produce, start_broker};
 
 #[tokio::test]
 async fn in_flight_requests_complete_and_new_connections_are_refused() -> Result<()> {
-    let mut broker = start_broker().await?;
+    let broker = start_broker().await?;
     let addr = broker.addr;
     let mut conn = RawConnection::connect(addr).await?;
     let mut pipelined = Vec::new();
@@ -20,7 +20,7 @@ async fn in_flight_requests_complete_and_new_connections_are_refused() -> Result
     // Once the first answer is here, every request is in the broker's socket buffer.
     let (first_id, _) = conn.receive().await?;
     assert_eq!(first_id, 0);
-    let server = broker.begin_stop();
+    broker.begin_stop();
     for sequence in 1..100 {
         let (id, response) = conn.receive().await?;
         assert_eq!(id, sequence);
@@ -33,11 +33,10 @@ async fn in_flight_requests_complete_and_new_connections_are_refused() -> Result
         );
     }
     conn.expect_closed().await?;
-    if let Some(server) = server {
-        server.await??;
-    }
+    let core = std::sync::Arc::clone(&broker.broker);
+    broker.stop().await?;
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
-    let producers = broker.broker.producers("t", 0)?;
+    let producers = core.producers("t", 0)?;
     assert_eq!(producers[0].entry.last_sequence(), 99);
     Ok(())
 }

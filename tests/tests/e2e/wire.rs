@@ -1,12 +1,12 @@
 //! Wire tests: exact frames in, exact responses out, including every kind of bad input.
 
 use anyhow::Result;
+use minibroker_broker::budget::{PRODUCER_ENTRY_BYTES, topic_bytes};
+use minibroker_broker::{BATCH_OVERHEAD_BYTES, Config};
 use minibroker_protocol::{
     ErrorCode, FetchRequest, InitProducerRequest, Outcome, ProduceResponse, Request, Response,
     VERSION,
 };
-use minibroker_server::budget::{PRODUCER_ENTRY_BYTES, topic_bytes};
-use minibroker_server::{BATCH_OVERHEAD_BYTES, Config};
 use minibroker_tests::{RawConnection, TestBroker, frame, produce, start_broker};
 
 fn outcome(response: &Response) -> (Outcome, Option<i64>) {

@@ -11,18 +11,17 @@
 //! which leaves the directory as a SIGKILL leaves it, and a new broker opens it.
 
 use anyhow::{Context, Result, bail};
-use minibroker_server::{Broker, Config, FlushPolicy};
+use minibroker_broker::{Broker, Config, FlushPolicy};
 use serde_json::json;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::net::TcpListener;
 
 use super::load::{LoadResult, Workload};
 use super::memory::resident_bytes;
 use super::{embedded_config, measure};
-use minibroker_server::EmbeddedBroker;
+use minibroker_native::EmbeddedBroker;
 
 /// What the durable phase left behind, for the baselines and the report.
 struct Durable {
@@ -83,25 +82,14 @@ pub async fn run(workload: Workload, dir: &Path, flush: FlushPolicy, json_out: b
 /// Runs the workload on a durable broker, stops it uncleanly and times its recovery.
 async fn durable_phase(config: &Config, workload: &Workload, json_out: bool) -> Result<Durable> {
     let resident_before = resident_bytes()?;
-    let broker = Arc::new(Broker::new(config)?);
-    let listener = TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?.to_string();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = Arc::clone(&broker);
-    let server_config = config.clone();
-    let server = tokio::spawn(async move {
-        minibroker_server::serve(listener, served, &server_config, async move {
-            let _ = stopped.await;
-        })
-        .await
-    });
-    let result = measure("durable", &addr, workload, json_out).await?;
+    let embedded = EmbeddedBroker::start(config.clone()).await?;
+    let broker = Arc::clone(&embedded.broker);
+    let result = measure("durable", &embedded.address(), workload, json_out).await?;
     let stored_bytes = broker.stored_bytes();
     let fsyncs = broker.fsyncs();
     let resident_growth = resident_bytes()? as i64 - resident_before as i64;
-    let _ = stop.send(());
-    server.await??;
-    // No `close()`: no final sync, no snapshot — the directory as a SIGKILL leaves it.
+    // No final sync, no snapshot: the directory as a SIGKILL leaves it.
+    embedded.host.halt().await?;
     let Ok(broker) = Arc::try_unwrap(broker) else {
         bail!("the durable broker is still in use after its server stopped");
     };

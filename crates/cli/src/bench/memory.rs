@@ -9,8 +9,8 @@
 //! partition. The difference between the two is the producer state alone.
 
 use anyhow::{Context, Result, bail};
+use minibroker_broker::{Broker, Config, Outcome, Unacknowledged};
 use minibroker_records::{NewRecord, Writer};
-use minibroker_server::{Broker, Config, Outcome, TopicCache};
 use serde_json::json;
 use std::process::Command;
 
@@ -116,7 +116,8 @@ fn run_case(case: Case) -> Result<()> {
     let large: Vec<NewRecord> = (0..100)
         .map(|_| NewRecord::value(vec![b'y'; 1000]))
         .collect();
-    let mut topics = TopicCache::default();
+    // In memory, nothing waits to be stored: no commit is needed before an answer.
+    let mut topics = Unacknowledged::default();
     let before = resident_bytes()?;
     match case {
         Case::Entries(n) => {
@@ -151,7 +152,7 @@ fn run_case(case: Case) -> Result<()> {
 
 fn produce(
     broker: &Broker,
-    topics: &mut TopicCache,
+    topics: &mut Unacknowledged,
     partition: u32,
     producer_id: i64,
     sequence: i32,
@@ -163,10 +164,7 @@ fn produce(
         base_sequence: sequence,
     };
     let batch = minibroker_records::encode(writer, records, 0)?;
-    // An in-memory broker answers without waiting for a sync: the future is ready at once.
-    let verdict =
-        futures::FutureExt::now_or_never(broker.produce(topics, TOPIC, partition, &batch))
-            .context("an in-memory produce waited")??;
+    let verdict = broker.produce(topics, TOPIC, partition, &batch)?;
     if verdict.outcome != Outcome::Accepted {
         bail!("memory case write was {}", verdict.outcome);
     }

@@ -4,7 +4,7 @@
 //! a noisy machine.
 
 use anyhow::Result;
-use minibroker_server::EmbeddedBroker;
+use minibroker_native::EmbeddedBroker;
 use serde_json::json;
 use std::time::Duration;
 
@@ -23,11 +23,11 @@ pub async fn run(workload: Workload, json_out: bool) -> Result<()> {
         }
         let embedded = EmbeddedBroker::start(config).await?;
         let scraper = metrics_on.then(|| {
-            let broker = std::sync::Arc::clone(&embedded.broker);
+            let node = std::sync::Arc::clone(embedded.host.node());
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(Duration::from_secs(1)).await;
-                    let _ = minibroker_metrics::render(&broker);
+                    let _ = minibroker_metrics::render(&node);
                 }
             })
         });

@@ -19,7 +19,8 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use load::{LoadResult, Workload};
-use minibroker_server::{Config, EmbeddedBroker};
+use minibroker_broker::Config;
+use minibroker_native::EmbeddedBroker;
 use wire::Wire;
 
 /// Flags of `bench`.
@@ -94,7 +95,7 @@ pub struct Args {
     warm_up: f64,
     /// With --data-dir: always, interval:<ms> or os.
     #[arg(long, default_value = "always", requires = "data_dir")]
-    flush: minibroker_server::FlushPolicy,
+    flush: minibroker_broker::FlushPolicy,
 }
 
 const TOPIC: &str = "bench";
@@ -261,7 +262,7 @@ enum Target {
     /// In this process; measured through its Kafka front end when that is started.
     Embedded {
         broker: EmbeddedBroker,
-        kafka: Option<minibroker_kafka::EmbeddedKafka>,
+        kafka: Option<std::net::SocketAddr>,
     },
 }
 
@@ -270,10 +271,7 @@ impl Target {
     async fn embedded(config: &Config, wire: Wire) -> Result<Self> {
         let broker = EmbeddedBroker::start(config.clone()).await?;
         let kafka = match wire {
-            Wire::Kafka => Some(
-                minibroker_kafka::EmbeddedKafka::start(Arc::clone(&broker.broker), config.clone())
-                    .await?,
-            ),
+            Wire::Kafka => Some(minibroker_kafka::serve_on_loopback(&broker.host).await?),
             Wire::Native => None,
         };
         Ok(Self::Embedded { broker, kafka })
@@ -284,12 +282,12 @@ impl Target {
             Self::Remote(addr) => addr.clone(),
             Self::Embedded {
                 kafka: Some(kafka), ..
-            } => kafka.address(),
+            } => kafka.to_string(),
             Self::Embedded { broker, .. } => broker.address(),
         }
     }
 
-    fn outcomes(&self) -> Option<minibroker_server::OutcomeCounts> {
+    fn outcomes(&self) -> Option<minibroker_broker::OutcomeCounts> {
         match self {
             Self::Remote(_) => None,
             Self::Embedded { broker, .. } => Some(broker.broker.outcome_counts()),
@@ -299,10 +297,7 @@ impl Target {
     async fn stop(self) -> Result<()> {
         match self {
             Self::Remote(_) => Ok(()),
-            Self::Embedded { broker, kafka } => {
-                drop(kafka);
-                Ok(broker.stop().await?)
-            }
+            Self::Embedded { broker, .. } => Ok(broker.stop().await?),
         }
     }
 }
@@ -359,7 +354,7 @@ fn report(
     args: &Args,
     workload: &Workload,
     phases: &[(&str, LoadResult)],
-    outcomes: Option<minibroker_server::OutcomeCounts>,
+    outcomes: Option<minibroker_broker::OutcomeCounts>,
 ) {
     if args.json {
         println!("{}", json_report(workload, phases, outcomes));
@@ -380,7 +375,7 @@ fn ratio(a: f64, b: f64) -> f64 {
 fn json_report(
     workload: &Workload,
     phases: &[(&str, LoadResult)],
-    outcomes: Option<minibroker_server::OutcomeCounts>,
+    outcomes: Option<minibroker_broker::OutcomeCounts>,
 ) -> serde_json::Value {
     let phase_json: Vec<_> = phases
         .iter()
@@ -432,7 +427,7 @@ fn json_report(
     out
 }
 
-fn text_report(phases: &[(&str, LoadResult)], outcomes: Option<minibroker_server::OutcomeCounts>) {
+fn text_report(phases: &[(&str, LoadResult)], outcomes: Option<minibroker_broker::OutcomeCounts>) {
     let find = |name: &str| find(phases, name);
     println!(
         "{:<14} {:>12} {:>12} {:>9} {:>9} {:>9} {:>9}",

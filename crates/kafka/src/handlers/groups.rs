@@ -23,7 +23,7 @@ use kafka_protocol::messages::{
     SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use minibroker_server::groups::{
+use minibroker_groups::{
     Committed, GroupError, JoinRequest, MAX_OFFSET_METADATA_BYTES, TopicPartition,
 };
 use std::collections::{HashMap, HashSet};
@@ -118,7 +118,7 @@ impl KafkaFrontEnd {
                 .with_generation_id(-1)
                 .with_member_id(text(member_id))
         };
-        match self.broker.groups().join(join).await {
+        match self.groups.join(join).await {
             Ok(joined) => {
                 let members = joined
                     .members
@@ -156,8 +156,7 @@ impl KafkaFrontEnd {
             .map(|a| (a.member_id.to_string(), a.assignment))
             .collect();
         match self
-            .broker
-            .groups()
+            .groups
             .sync(
                 &request.group_id.0,
                 request.generation_id,
@@ -172,7 +171,7 @@ impl KafkaFrontEnd {
     }
 
     pub(crate) fn heartbeat(&self, request: HeartbeatRequest) -> HeartbeatResponse {
-        let result = self.broker.groups().heartbeat(
+        let result = self.groups.heartbeat(
             &request.group_id.0,
             request.generation_id,
             &request.member_id,
@@ -194,7 +193,7 @@ impl KafkaFrontEnd {
         } else {
             vec![request.member_id.to_string()]
         };
-        let results = self.broker.groups().leave(&request.group_id.0, &members);
+        let results = self.groups.leave(&request.group_id.0, &members);
         if version >= 3 {
             let answers = request
                 .members
@@ -245,8 +244,7 @@ impl KafkaFrontEnd {
             answers.push((topic.name.clone(), partitions));
         }
         let result = self
-            .broker
-            .groups()
+            .groups
             .commit(
                 &request.group_id.0,
                 request.generation_id_or_member_epoch,
@@ -296,7 +294,7 @@ impl KafkaFrontEnd {
                 .filter(|key| seen.insert(key.clone()))
                 .collect()
         });
-        let committed = self.broker.groups().committed(&group, wanted.as_deref());
+        let committed = self.groups.committed(&group, wanted.as_deref());
         let mut room = AnswerRoom::new(self.config.max_answer_bytes, version);
         let mut answers: Vec<OffsetFetchResponseTopic> = Vec::new();
         let mut topic_at: HashMap<String, usize> = HashMap::new();
@@ -352,8 +350,7 @@ impl KafkaFrontEnd {
             .map(|s| s.to_lowercase())
             .collect();
         let groups = self
-            .broker
-            .groups()
+            .groups
             .list()
             .into_iter()
             .filter(|(_, _, state)| {
@@ -378,7 +375,7 @@ impl KafkaFrontEnd {
     ) -> Result<DescribeGroupsResponse, AnswerTooLarge> {
         let mut room = AnswerRoom::new(self.config.max_answer_bytes, version);
         let groups = room.fill(request.groups, |group_id| {
-            let described = self.broker.groups().describe(&group_id.0);
+            let described = self.groups.describe(&group_id.0);
             let members = described
                 .members
                 .into_iter()
@@ -405,7 +402,7 @@ impl KafkaFrontEnd {
     pub(crate) async fn delete_groups(&self, request: DeleteGroupsRequest) -> DeleteGroupsResponse {
         let mut results = Vec::new();
         for group_id in request.groups_names {
-            let result = self.broker.groups().delete(&group_id.0).await;
+            let result = self.groups.delete(&group_id.0).await;
             results.push(
                 DeletableGroupResult::default()
                     .with_group_id(group_id)

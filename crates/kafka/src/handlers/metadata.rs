@@ -6,7 +6,7 @@ use kafka_protocol::messages::metadata_response::{
 };
 use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
 use kafka_protocol::protocol::StrBytes;
-use minibroker_server::{BrokerError, TopicSummary};
+use minibroker_broker::{BrokerError, TopicSummary};
 
 use super::topic_name;
 use crate::answer_room::{AnswerRoom, AnswerTooLarge};

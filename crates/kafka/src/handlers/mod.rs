@@ -12,7 +12,7 @@ mod topics;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{BrokerId, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use minibroker_server::BrokerError;
+use minibroker_broker::BrokerError;
 
 use crate::front_end::KafkaFrontEnd;
 

@@ -6,7 +6,7 @@ use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
-use minibroker_server::{Broker, BrokerError};
+use minibroker_broker::{Broker, BrokerError};
 use std::collections::HashMap;
 use std::sync::Arc;
 

@@ -5,8 +5,8 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
+use minibroker_broker::{BrokerError, Outcome};
 use minibroker_records::NO_PRODUCER_ID;
-use minibroker_server::{BrokerError, Outcome};
 
 use super::{NONE, code, partition_index};
 use crate::errors::{code_of, produce_answer};
@@ -87,7 +87,7 @@ impl KafkaFrontEnd {
         let partition = partition_index(topic, index)?;
         let verdict = self
             .broker
-            .produce_unwritten(&mut self.topics, topic, partition, batch)?;
+            .produce(&mut self.unacknowledged, topic, partition, batch)?;
         let (error, base_offset) = match (verdict.outcome, verdict.base_offset) {
             // The usual answers need nothing more.
             (Outcome::Accepted | Outcome::Duplicate, Some(offset)) => (None, offset),
@@ -103,7 +103,7 @@ impl KafkaFrontEnd {
         // Reported from v5 on.
         let log_start = self
             .broker
-            .log_start_offset(&mut self.topics, topic, partition)?;
+            .log_start_offset(&mut self.unacknowledged, topic, partition)?;
         Ok((error, base_offset, log_start))
     }
 }

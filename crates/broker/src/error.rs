@@ -1,0 +1,240 @@
+//! Errors: [`BrokerError`] for a request the broker core refuses, with an [`ErrorKind`] each front
+//! end maps to its wire once; and [`ServerError`] for the server failing to start.
+
+use minibroker_log::LogError;
+use minibroker_records::RecordsError;
+use minibroker_state::StateError;
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// A request the broker core cannot serve. The exactly-once rule's refusals (DUPLICATE and so
+/// on) are outcomes, not errors.
+#[derive(Debug, Error)]
+pub enum BrokerError {
+    /// A topic name no topic can have; `name` is already quoted and cut short.
+    #[error("invalid topic name {name}: use 1 to 249 of the characters A-Z a-z 0-9 . _ -")]
+    InvalidTopicName {
+        /// A short, escaped prefix of the name.
+        name: String,
+    },
+    /// No such topic, and auto-creation is off or does not apply (fetch, describe).
+    #[error("unknown topic {0:?}")]
+    UnknownTopic(String),
+    /// The partition index is not below the topic's partition count.
+    #[error("partition {partition} is out of range: topic {topic:?} has {count} partition(s)")]
+    PartitionOutOfRange {
+        /// Topic name.
+        topic: String,
+        /// Partition asked for.
+        partition: u32,
+        /// Partitions the topic has.
+        count: u32,
+    },
+    /// A producer id, epoch or sequence outside its range.
+    #[error(transparent)]
+    InvalidField(#[from] StateError),
+    /// A record batch that is damaged or not acceptable.
+    #[error(transparent)]
+    Batch(#[from] RecordsError),
+    /// A batch larger than a fetch answer could hand back (see [`crate::batch_room`]).
+    #[error("a record batch of {bytes} bytes is larger than the {max} bytes this broker accepts")]
+    BatchTooLarge {
+        /// The batch's size.
+        bytes: usize,
+        /// The largest accepted.
+        max: usize,
+    },
+    /// A transactional or control batch: transactions are not supported yet.
+    #[error("transactional and control batches are not supported by this broker")]
+    TransactionsUnsupported,
+    /// A fetch offset outside the partition's log.
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// init-producer for an id the broker never issued, or has forgotten.
+    #[error(
+        "producer id {0} is not known to this broker (never issued, or forgotten); ask for a new one with no id"
+    )]
+    UnknownProducerId(i64),
+    /// The epoch of this producer id cannot grow further.
+    #[error("producer id {0} has reached the largest epoch; ask for a new producer id")]
+    EpochExhausted(i64),
+    /// Every producer id up to `i64::MAX` has been issued.
+    #[error("every producer id has been issued")]
+    ProducerIdsExhausted,
+    /// The storage budget cannot hold what the request would store.
+    #[error("the broker's store is full ({limit} bytes); {refused} was not stored")]
+    StoreFull {
+        /// The limit (`max_stored_bytes`).
+        limit: u64,
+        /// What was refused, for people.
+        refused: &'static str,
+    },
+    /// CreateTopics for a topic that exists.
+    #[error("topic {0:?} already exists")]
+    TopicAlreadyExists(String),
+    /// A partition count no topic may have.
+    #[error("a topic needs 1 to {max} partitions, not {partitions}")]
+    InvalidPartitions {
+        /// Asked for.
+        partitions: u32,
+        /// `max_partitions_per_topic`.
+        max: u32,
+    },
+    /// The broker holds its maximum of topics.
+    #[error("the broker holds its maximum of {0} topics")]
+    TooManyTopics(usize),
+    /// A new topic's partitions do not fit the broker-wide cap.
+    #[error(
+        "the broker holds {held} of its maximum of {max} partitions; a topic of {wanted} does not fit"
+    )]
+    TooManyPartitions {
+        /// Partitions that exist.
+        held: u32,
+        /// `max_partitions`.
+        max: u32,
+        /// The new topic's partitions.
+        wanted: u32,
+    },
+    /// A new topic's partitions would need more file descriptors than the process may open.
+    #[error(
+        "the broker holds {held} partitions, the most its open-file limit allows is {max}; a topic of {wanted} does not fit (raise the limit: ulimit -n)"
+    )]
+    TooManyDescriptors {
+        /// Partitions that exist.
+        held: u32,
+        /// What the descriptor plan allows.
+        max: u64,
+        /// The new topic's partitions.
+        wanted: u32,
+    },
+    /// Writing or syncing to disk failed; the partition (or data directory) takes no more
+    /// writes.
+    #[error("storage error: {0}")]
+    Storage(String),
+    /// A write to a partition that stopped taking writes after a storage error.
+    #[error(
+        "storage error: the partition is read-only after a storage error ({reason}); restart the broker once the disk is fixed"
+    )]
+    ReadOnly {
+        /// The first failure, as the log recorded it.
+        reason: String,
+    },
+}
+
+/// What kind of refusal a [`BrokerError`] is: what a front end maps to its error codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// A field outside its range, or a bad topic name.
+    InvalidInput,
+    /// No such topic.
+    UnknownTopic,
+    /// No such partition.
+    PartitionOutOfRange,
+    /// A record batch with damaged bytes (length, CRC, encoding).
+    CorruptBatch,
+    /// A well-formed record batch that is not acceptable.
+    InvalidBatch,
+    /// A record batch larger than the broker accepts.
+    BatchTooLarge,
+    /// Something the broker does not support.
+    Unsupported,
+    /// A fetch offset outside the log.
+    OffsetOutOfRange,
+    /// An unknown producer id.
+    UnknownProducerId,
+    /// An epoch that cannot be bumped.
+    EpochExhausted,
+    /// A storage, topic, partition or id limit.
+    StorageFull,
+    /// The topic to create exists.
+    TopicAlreadyExists,
+    /// A partition count outside the allowed range.
+    InvalidPartitions,
+    /// A disk write, sync or read failed; the partition is read-only.
+    Storage,
+}
+
+impl BrokerError {
+    /// The kind of refusal, for the front end's error code.
+    #[must_use]
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::InvalidTopicName { .. } | Self::InvalidField(_) => ErrorKind::InvalidInput,
+            Self::UnknownTopic(_) => ErrorKind::UnknownTopic,
+            Self::PartitionOutOfRange { .. } => ErrorKind::PartitionOutOfRange,
+            Self::Batch(RecordsError::Corrupt(_) | RecordsError::Decode(_)) => {
+                ErrorKind::CorruptBatch
+            }
+            Self::Batch(_) | Self::Log(LogError::BadBatch { .. }) => ErrorKind::InvalidBatch,
+            Self::BatchTooLarge { .. } => ErrorKind::BatchTooLarge,
+            Self::TransactionsUnsupported => ErrorKind::Unsupported,
+            Self::Log(LogError::OffsetOutOfRange { .. }) => ErrorKind::OffsetOutOfRange,
+            Self::UnknownProducerId(_) => ErrorKind::UnknownProducerId,
+            Self::TopicAlreadyExists(_) => ErrorKind::TopicAlreadyExists,
+            Self::InvalidPartitions { .. } => ErrorKind::InvalidPartitions,
+            Self::EpochExhausted(_) => ErrorKind::EpochExhausted,
+            Self::Storage(_)
+            | Self::ReadOnly { .. }
+            | Self::Log(LogError::Storage(_) | LogError::ReadOnly(_) | LogError::Damaged(_)) => {
+                ErrorKind::Storage
+            }
+            Self::ProducerIdsExhausted
+            | Self::StoreFull { .. }
+            | Self::TooManyTopics(_)
+            | Self::TooManyPartitions { .. }
+            | Self::TooManyDescriptors { .. } => ErrorKind::StorageFull,
+        }
+    }
+}
+
+/// The server could not start.
+#[derive(Debug, Error)]
+pub enum ServerError {
+    /// A configuration value that makes no sense.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The configuration file could not be read.
+    #[error("cannot read {path}: {source}")]
+    ReadConfig {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The configuration is not valid TOML, or has unknown keys.
+    #[error("invalid configuration{}: {source}", .path.as_ref().map(|p| format!(" in {}", p.display())).unwrap_or_default())]
+    ParseConfig {
+        /// The file, if it came from one.
+        path: Option<PathBuf>,
+        /// What is wrong.
+        source: toml::de::Error,
+    },
+    /// The listening socket could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The server task ended abnormally.
+    #[error("the server task failed: {0}")]
+    Stopped(String),
+    /// The data directory cannot be used: its files cannot be read or written, or they do not
+    /// form a log that can be served.
+    #[error("cannot use the data directory {path}: {reason}")]
+    DataDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// A topic declared in the configuration cannot be created.
+    #[error("invalid configuration: declared topic {name:?}: {source}")]
+    DeclaredTopic {
+        /// The topic.
+        name: String,
+        /// Why.
+        source: BrokerError,
+    },
+}

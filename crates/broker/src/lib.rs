@@ -1,0 +1,69 @@
+//! The minibroker broker core: topics, partitions, producer ids, the storage budget,
+//! durability and the data directory, in domain terms. It knows no wire protocol and no socket:
+//! the front ends (`minibroker_native`, `minibroker_kafka`) translate their wire onto it, and the
+//! host (`minibroker_net`) runs its maintenance and serves it.
+//!
+//! # Layout
+//! - [`Broker`] — topics → partitions → producer state + log: produce (the exactly-once rule,
+//!   then the append, under one lock), fetch, offsets, producer ids, topic administration; its
+//!   `durability` recovers producer state at start, snapshots it, and runs retention and expiry.
+//! - [`Partition`] — a partition's log, its group commit of fsyncs (`group_commit`) and its one
+//!   health state; `topics` — the registry of topics and their partitions.
+//! - [`Unacknowledged`] — one connection's produces whose answers wait for their batches to be
+//!   stored, and the one `commit` step that stores them.
+//! - [`budget`] — what everything a client makes the broker keep costs against the storage limit.
+//! - [`Config`] — every limit, from TOML.
+//! - [`stats`] — the counters and latency histograms behind the metrics.
+//! - [`data_dir`] — a durable broker's directory: topics, producer-id reservations, and the
+//!   partitions' segment files (`minibroker_log`); [`check`] — `minibroker check-data`'s reading
+//!   of it; [`descriptors`] — the open-file plan.
+//!
+//! # Example
+//! ```
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use minibroker_broker::{Broker, Config, Outcome, Unacknowledged};
+//! use minibroker_records::{NewRecord, Writer, encode};
+//!
+//! let broker = Broker::new(&Config::default())?;
+//! let producer = broker.init_producer(None)?;
+//! let writer = Writer { producer_id: producer.producer_id, epoch: producer.epoch, base_sequence: 0 };
+//! let batch = encode(writer, &[NewRecord::value("hello")], 0)?;
+//! let mut unacknowledged = Unacknowledged::default();
+//! let first = broker.produce(&mut unacknowledged, "orders", 0, &batch)?;
+//! let retry = broker.produce(&mut unacknowledged, "orders", 0, &batch)?;
+//! unacknowledged.commit().await?; // before either verdict is sent
+//! assert_eq!((first.outcome, retry.outcome), (Outcome::Accepted, Outcome::Duplicate));
+//! # Ok(()) }
+//! ```
+
+mod broker;
+pub mod budget;
+pub mod check;
+mod clock;
+mod config;
+mod counters;
+pub mod data_dir;
+pub mod descriptors;
+mod error;
+mod group_commit;
+mod partition;
+mod producers;
+mod signal;
+mod snapshot;
+pub mod stats;
+mod topics;
+mod unacknowledged;
+
+pub use broker::{
+    Broker, Fetched, MAX_DESCRIBE_PAGE, PartitionMetrics, PartitionSummary, ProducerIdentity,
+    TopicSummary,
+};
+pub use budget::{BATCH_OVERHEAD_BYTES, StorageBudget, accounted_bytes};
+pub use config::{Config, FlushPolicy, TopicConfig, batch_room};
+pub use counters::OutcomeCounts;
+pub use error::{BrokerError, ErrorKind, ServerError};
+pub use minibroker_state::{Outcome, ProducerPage, ProducerView, Verdict};
+pub use producers::FIRST_ISSUED_ID;
+pub use signal::{AppendSignal, AppendWait};
+pub use topics::MAX_TOPIC_NAME_LEN;
+pub use unacknowledged::Unacknowledged;

@@ -1,0 +1,527 @@
+//! The topic registry: names to partitions, each partition a log behind its own mutex.
+//!
+//! Partitions get broker-wide ids (`PartitionId`) so the state manager can key producer state by
+//! partition without knowing topic names. Lookups take a read lock; creation a write lock.
+//!
+//! A name is validated before it is looked up, echoed or stored, and a request is checked
+//! against the topic it would create (partition in range, room in the storage budget) before
+//! creating it: a refused request leaves nothing behind. Every topic and partition is charged to
+//! the storage budget and to the `max_topics` and `max_partitions` caps.
+
+use minibroker_log::PartitionLog;
+use minibroker_state::PartitionId;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use crate::budget::{StorageBudget, topic_bytes};
+use crate::data_dir::DataDir;
+use crate::partition::Partition;
+use crate::{BrokerError, Config, ServerError};
+
+/// Longest topic name, as in Kafka.
+pub const MAX_TOPIC_NAME_LEN: usize = 249;
+
+/// A topic and its partitions.
+#[derive(Debug)]
+pub struct Topic {
+    /// The topic's name.
+    pub name: String,
+    partitions: Box<[Partition]>,
+    /// Set when the topic is deleted, so connections that cached it look it up again.
+    deleted: AtomicBool,
+}
+
+impl Topic {
+    /// Partition `index`, or a clear error naming the valid range.
+    ///
+    /// # Errors
+    /// [`BrokerError::PartitionOutOfRange`].
+    pub fn partition(&self, index: u32) -> Result<&Partition, BrokerError> {
+        self.partitions
+            .get(index as usize)
+            .ok_or_else(|| BrokerError::PartitionOutOfRange {
+                topic: self.name.clone(),
+                partition: index,
+                count: self.partition_count(),
+            })
+    }
+
+    /// How many partitions the topic has.
+    #[must_use]
+    pub fn partition_count(&self) -> u32 {
+        // Bounded by `max_partitions_per_topic`, a u32.
+        self.partitions.len() as u32
+    }
+
+    /// All partitions, by index.
+    #[must_use]
+    pub fn partitions(&self) -> &[Partition] {
+        &self.partitions
+    }
+
+    /// Whether the topic was deleted (connections that cached it look it up again).
+    pub(crate) fn is_deleted(&self) -> bool {
+        self.deleted.load(Ordering::Acquire)
+    }
+}
+
+/// All topics of a broker.
+#[derive(Debug)]
+pub struct TopicRegistry {
+    topics: RwLock<HashMap<String, Arc<Topic>>>,
+    /// Partition ids and how many partitions exist.
+    partition_ids: Mutex<PartitionIds>,
+    budget: Arc<StorageBudget>,
+    /// Where topics are stored, for a durable broker.
+    data: Option<Arc<DataDir>>,
+    /// The broker's configuration (shared with it), for each topic's retention.
+    config: Arc<Config>,
+    auto_create: bool,
+    default_partitions: u32,
+    max_topics: usize,
+    max_partitions: u32,
+    max_partitions_per_topic: u32,
+}
+
+/// Broker-wide partition ids are never reused, so producer state left by a deleted topic's
+/// partitions can never be mistaken for a new one's.
+#[derive(Debug, Default)]
+struct PartitionIds {
+    next: PartitionId,
+    live: u32,
+}
+
+/// Whether a topic is being created or recovered from the data directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    New,
+    Stored,
+}
+
+/// What a request that may auto-create its topic must satisfy before the topic is created.
+#[derive(Debug, Clone, Copy)]
+pub struct CreateCheck {
+    /// The partition the request writes to.
+    pub partition: u32,
+    /// Bytes the request will charge to the storage budget once the topic exists.
+    pub bytes: u64,
+}
+
+impl TopicRegistry {
+    /// A registry holding the topics stored in `data` (recovered from their files) and those
+    /// declared in `config`, charging them to `budget`.
+    ///
+    /// # Errors
+    /// [`ServerError::DataDir`] for stored topics that cannot be recovered;
+    /// [`ServerError::DeclaredTopic`] for a declared topic that cannot be created.
+    pub fn new(
+        config: &Arc<Config>,
+        budget: Arc<StorageBudget>,
+        data: Option<Arc<DataDir>>,
+    ) -> Result<Self, ServerError> {
+        let stored = match &data {
+            Some(data) => {
+                let stored = data.topics()?;
+                data.set_aside_unknown_topics(&stored)
+                    .map_err(|error| ServerError::DataDir {
+                        path: data.root().to_owned(),
+                        reason: error.to_string(),
+                    })?;
+                stored
+            }
+            None => Vec::new(),
+        };
+        let registry = Self {
+            topics: RwLock::new(HashMap::new()),
+            partition_ids: Mutex::new(PartitionIds::default()),
+            budget,
+            data,
+            config: Arc::clone(config),
+            auto_create: config.auto_create_topics,
+            default_partitions: config.default_partitions,
+            max_topics: config.max_topics.max(config.topics.len() + stored.len()),
+            max_partitions: config.max_partitions,
+            max_partitions_per_topic: config.max_partitions_per_topic,
+        };
+        let stored_partitions: u64 = stored.iter().map(|(_, n)| u64::from(*n)).sum();
+        if let Some(max) = registry
+            .data
+            .as_ref()
+            .and_then(|d| d.descriptors().partitions)
+            && stored_partitions > max
+        {
+            tracing::warn!(
+                partitions = stored_partitions,
+                max,
+                "the data directory holds more partitions than the open-file limit allows for; all are served, no topic can be created (raise the limit: ulimit -n)"
+            );
+        }
+        for (name, partitions) in &stored {
+            registry
+                .insert(name, *partitions, Origin::Stored)
+                .map_err(|source| match source {
+                    BrokerError::Storage(reason) => ServerError::DataDir {
+                        path: PathBuf::from(name),
+                        reason,
+                    },
+                    source => ServerError::DeclaredTopic {
+                        name: name.clone(),
+                        source,
+                    },
+                })?;
+        }
+        for topic in &config.topics {
+            registry
+                .create(&topic.name, topic.partitions)
+                .map_err(|source| ServerError::DeclaredTopic {
+                    name: topic.name.clone(),
+                    source,
+                })?;
+        }
+        Ok(registry)
+    }
+
+    /// The topic named `name`, if it exists.
+    ///
+    /// # Errors
+    /// [`BrokerError::InvalidTopicName`] for a name no topic can have;
+    /// [`BrokerError::UnknownTopic`] if it does not exist.
+    pub fn get(&self, name: &str) -> Result<Arc<Topic>, BrokerError> {
+        validate_topic_name(name)?;
+        self.read()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| BrokerError::UnknownTopic(name.to_owned()))
+    }
+
+    /// The topic named `name`, created with the default partition count if auto-creation is on
+    /// and the request passes `check` against the topic it would create.
+    ///
+    /// # Errors
+    /// [`BrokerError::InvalidTopicName`] for a bad name; [`BrokerError::UnknownTopic`] if it
+    /// does not exist and auto-creation is off; [`BrokerError::PartitionOutOfRange`] or
+    /// [`BrokerError::StoreFull`] if the request would be refused by the new topic (which is then
+    /// not created); a topic or partition limit error when one is reached.
+    pub fn get_or_create(&self, name: &str, check: CreateCheck) -> Result<Arc<Topic>, BrokerError> {
+        validate_topic_name(name)?;
+        if let Some(topic) = self.read().get(name) {
+            return Ok(Arc::clone(topic));
+        }
+        if !self.auto_create {
+            return Err(BrokerError::UnknownTopic(name.to_owned()));
+        }
+        let partitions = self.default_partitions;
+        if check.partition >= partitions {
+            return Err(BrokerError::PartitionOutOfRange {
+                topic: name.to_owned(),
+                partition: check.partition,
+                count: partitions,
+            });
+        }
+        if !self.budget.has_room(topic_bytes(partitions) + check.bytes) {
+            return Err(self.store_full());
+        }
+        self.create(name, partitions)
+    }
+
+    fn store_full(&self) -> BrokerError {
+        BrokerError::StoreFull {
+            limit: self.budget.max(),
+            refused: "the topic",
+        }
+    }
+
+    /// Creates `name` with `partitions` partitions, or returns it if it already exists.
+    fn create(&self, name: &str, partitions: u32) -> Result<Arc<Topic>, BrokerError> {
+        self.insert(name, partitions, Origin::New)
+    }
+
+    /// The partitions' logs: in memory, or opened (and recovered) from the data directory. A
+    /// new topic's directory is cleared first, so it never inherits files left behind.
+    fn open_logs(
+        &self,
+        name: &str,
+        partitions: u32,
+        origin: Origin,
+    ) -> Result<Vec<PartitionLog>, BrokerError> {
+        let Some(data) = &self.data else {
+            let retention = self.config.retention(name);
+            return Ok((0..partitions)
+                .map(|_| PartitionLog::in_memory(retention))
+                .collect());
+        };
+        let storage_error = |error: ServerError| BrokerError::Storage(error.to_string());
+        if origin == Origin::New {
+            data.remove_topic(name)
+                .map_err(|error| BrokerError::Storage(error.to_string()))?;
+        }
+        (0..partitions)
+            .map(|index| {
+                let opened = data.open_partition(name, index).map_err(storage_error)?;
+                if let Some((bytes, reason)) = opened.truncated {
+                    tracing::warn!(
+                        topic = name,
+                        partition = index,
+                        bytes,
+                        reason,
+                        "cut a torn or damaged tail from the log"
+                    );
+                }
+                Ok(PartitionLog::Durable(opened.log))
+            })
+            .collect()
+    }
+
+    /// Saves the topic list, for a durable broker.
+    fn save(&self, topics: &HashMap<String, Arc<Topic>>) -> Result<(), BrokerError> {
+        let Some(data) = &self.data else {
+            return Ok(());
+        };
+        let mut list: Vec<(&str, u32)> = topics
+            .values()
+            .map(|topic| (topic.name.as_str(), topic.partition_count()))
+            .collect();
+        list.sort_unstable();
+        data.save_topics(list)
+            .map_err(|error| BrokerError::Storage(format!("saving the topic list: {error}")))
+    }
+
+    /// Creates `name` (new, or recovered from the data directory), or returns it if it exists.
+    fn insert(
+        &self,
+        name: &str,
+        partitions: u32,
+        origin: Origin,
+    ) -> Result<Arc<Topic>, BrokerError> {
+        validate_topic_name(name)?;
+        let mut topics = self.topics.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(topic) = topics.get(name) {
+            return Ok(Arc::clone(topic));
+        }
+        if topics.len() >= self.max_topics {
+            return Err(BrokerError::TooManyTopics(self.max_topics));
+        }
+        let mut ids = self
+            .partition_ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if ids.live.saturating_add(partitions) > self.max_partitions
+            || ids.next.checked_add(partitions).is_none()
+        {
+            return Err(BrokerError::TooManyPartitions {
+                held: ids.live,
+                max: self.max_partitions,
+                wanted: partitions,
+            });
+        }
+        // Each durable partition holds its active segment open; what was stored is recovered
+        // whatever the limit (a warning at start says so).
+        let descriptors = self
+            .data
+            .as_ref()
+            .and_then(|data| data.descriptors().partitions);
+        if let Some(max) = descriptors
+            && origin == Origin::New
+            && u64::from(ids.live) + u64::from(partitions) > max
+        {
+            return Err(BrokerError::TooManyDescriptors {
+                held: ids.live,
+                max,
+                wanted: partitions,
+            });
+        }
+        if !self.budget.try_charge(topic_bytes(partitions)) {
+            return Err(self.store_full());
+        }
+        let logs = match self.open_logs(name, partitions, origin) {
+            Ok(logs) => logs,
+            Err(error) => {
+                self.budget.release(topic_bytes(partitions));
+                return Err(error);
+            }
+        };
+        ids.live += partitions;
+        let partitions = logs
+            .into_iter()
+            .map(|log| {
+                let id = ids.next;
+                ids.next += 1;
+                Partition::new(id, log)
+            })
+            .collect();
+        let topic = Arc::new(Topic {
+            name: name.to_owned(),
+            partitions,
+            deleted: AtomicBool::new(false),
+        });
+        topics.insert(name.to_owned(), Arc::clone(&topic));
+        if origin == Origin::New
+            && let Err(error) = self.save(&topics)
+        {
+            topics.remove(name);
+            ids.live -= topic.partition_count();
+            self.budget.release(topic_bytes(topic.partition_count()));
+            return Err(error);
+        }
+        tracing::info!(
+            topic = name,
+            partitions = topic.partition_count(),
+            "{}",
+            match origin {
+                Origin::New => "created topic",
+                Origin::Stored => "opened stored topic",
+            }
+        );
+        Ok(topic)
+    }
+
+    /// How many partitions exist across all topics.
+    #[must_use]
+    pub fn partition_count(&self) -> u32 {
+        self.partition_ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .live
+    }
+
+    /// Creates `name` with `partitions` partitions (an admin request, not auto-creation).
+    ///
+    /// # Errors
+    /// [`BrokerError::TopicAlreadyExists`]; [`BrokerError::InvalidPartitions`] outside 1 to
+    /// `max_partitions_per_topic`; a bad name or a limit, as for auto-creation.
+    pub fn create_new(&self, name: &str, partitions: u32) -> Result<Arc<Topic>, BrokerError> {
+        validate_topic_name(name)?;
+        if partitions == 0 || partitions > self.max_partitions_per_topic {
+            return Err(BrokerError::InvalidPartitions {
+                partitions,
+                max: self.max_partitions_per_topic,
+            });
+        }
+        if self.read().contains_key(name) {
+            return Err(BrokerError::TopicAlreadyExists(name.to_owned()));
+        }
+        self.create(name, partitions)
+    }
+
+    /// Deletes `name`: its records are gone, what it was charged is released, and connections
+    /// that cached it find it gone.
+    ///
+    /// # Errors
+    /// [`BrokerError::UnknownTopic`] if it does not exist.
+    pub fn delete(&self, name: &str) -> Result<Arc<Topic>, BrokerError> {
+        validate_topic_name(name)?;
+        let mut topics = self.topics.write().unwrap_or_else(PoisonError::into_inner);
+        let topic = topics
+            .remove(name)
+            .ok_or_else(|| BrokerError::UnknownTopic(name.to_owned()))?;
+        if let Err(error) = self.save(&topics) {
+            topics.insert(name.to_owned(), topic);
+            return Err(error);
+        }
+        drop(topics);
+        if let Some(data) = &self.data
+            && let Err(error) = data.remove_topic(name)
+        {
+            // The topic is gone from the list; its files are deleted at the next start.
+            tracing::warn!(topic = name, %error, "could not delete the topic's files");
+        }
+        topic.deleted.store(true, Ordering::Release);
+        let mut released = topic_bytes(topic.partition_count());
+        for partition in topic.partitions() {
+            let mut data = partition.log();
+            released += data.held + data.allowance;
+            data.held = 0;
+            data.allowance = 0;
+        }
+        self.budget.release(released);
+        self.partition_ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .live -= topic.partition_count();
+        tracing::info!(topic = name, "deleted topic");
+        Ok(topic)
+    }
+
+    /// Every topic, by name.
+    #[must_use]
+    pub fn list(&self) -> Vec<Arc<Topic>> {
+        let mut topics: Vec<Arc<Topic>> = self.read().values().cloned().collect();
+        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        topics
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Arc<Topic>>> {
+        self.topics.read().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Kafka's rule for topic names: 1 to 249 of `[A-Za-z0-9._-]`, and not `.` or `..`.
+///
+/// # Errors
+/// [`BrokerError::InvalidTopicName`], quoting at most a short, escaped prefix of the name.
+pub fn validate_topic_name(name: &str) -> Result<(), BrokerError> {
+    let valid_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if name.is_empty()
+        || name.len() > MAX_TOPIC_NAME_LEN
+        || !valid_chars
+        || name == "."
+        || name == ".."
+    {
+        return Err(BrokerError::InvalidTopicName {
+            name: quote_prefix(name),
+        });
+    }
+    Ok(())
+}
+
+/// Characters of client input quoted in an error message, at most.
+const QUOTED_CHARS: usize = 64;
+
+/// `text` for an error message: escaped, and cut to its first few characters with its length, so
+/// an error about a hostile input is never large.
+#[must_use]
+pub fn quote_prefix(text: &str) -> String {
+    let mut chars = text.chars();
+    let prefix: String = chars.by_ref().take(QUOTED_CHARS).collect();
+    if chars.next().is_none() {
+        format!("{prefix:?}")
+    } else {
+        format!("{prefix:?}... ({} bytes)", text.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_escapes_and_cuts_long_input() {
+        assert_eq!(quote_prefix("ok"), "\"ok\"");
+        let hostile = "\u{1}".repeat(1 << 20);
+        let quoted = quote_prefix(&hostile);
+        assert!(quoted.len() < 500, "{}", quoted.len());
+        assert!(quoted.ends_with("(1048576 bytes)"), "{quoted}");
+        assert!(quoted.starts_with("\"\\u{1}"), "{quoted}");
+    }
+
+    #[test]
+    fn invalid_names_are_refused_with_a_short_message() {
+        for name in [
+            "",
+            ".",
+            "..",
+            "a b",
+            &"x".repeat(250),
+            &"\0".repeat(100_000),
+        ] {
+            let error = validate_topic_name(name).unwrap_err();
+            assert!(error.to_string().len() < 400, "{error}");
+        }
+        assert!(validate_topic_name(&"x".repeat(249)).is_ok());
+        assert!(validate_topic_name("orders.v1_A-b").is_ok());
+    }
+}

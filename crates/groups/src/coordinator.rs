@@ -1,0 +1,599 @@
+//! [`GroupCoordinator`]: every group of the broker, each behind its own lock.
+
+use bytes::Bytes;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+use tokio::time::Instant;
+
+use minibroker_broker::data_dir::DataDir;
+use minibroker_broker::{Config, ServerError, StorageBudget};
+
+use crate::group::{self, Group};
+use crate::model::{
+    Committed, GroupDescription, GroupError, GroupState, JoinRequest, Joined,
+    MAX_MEMBER_METADATA_BYTES, MAX_PROTOCOLS_PER_MEMBER, TopicPartition, Waiting,
+};
+use crate::store::{self, OffsetStore};
+
+/// The bounds the coordinator enforces.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    min_session: Duration,
+    max_session: Duration,
+    offsets_retention: Duration,
+    max_groups: usize,
+    max_members: usize,
+    /// How often idle groups are looked for (the broker's `maintenance_interval_ms`).
+    expiry_interval: Duration,
+}
+
+/// How often members' sessions and rebalance deadlines are checked.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Most member ids handed out by MEMBER_ID_REQUIRED answers and kept waiting for their first
+/// join, across all groups; beyond it the oldest are forgotten (their join is answered
+/// UNKNOWN_MEMBER_ID, and the client asks again).
+const MAX_ISSUED_IDS: usize = 1000;
+
+/// Bytes charged for each group besides its members and offsets.
+const GROUP_BYTES: u64 = 512;
+
+/// One group, with its own locks: a request for one group never waits for another's.
+#[derive(Debug)]
+struct Slot {
+    /// The group's id (also its key in the registry).
+    id: String,
+    group: Mutex<Group>,
+    /// Held while the group's committed offsets are changed and written, so its file is written
+    /// in commit order (with a data directory).
+    writer: tokio::sync::Mutex<()>,
+    /// The name of its file of committed offsets (with a data directory).
+    file: String,
+}
+
+impl Slot {
+    fn new(id: String, group: Group, file: String) -> Arc<Self> {
+        Arc::new(Self {
+            id,
+            group: Mutex::new(group),
+            writer: tokio::sync::Mutex::new(()),
+            file,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Group> {
+        self.group.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The groups by id, and the offsets files they use.
+#[derive(Debug, Default)]
+struct Registry {
+    groups: HashMap<String, Arc<Slot>>,
+    /// Every group's file name, and those of removed groups until their file is gone.
+    files: HashSet<String>,
+}
+
+/// Every group of the broker.
+///
+/// The registry's lock is held only to find, add or remove a group; each group has its own
+/// lock for the work of a request. A group is removed only while nobody else holds it (its
+/// `Arc` is the registry's alone), always under the registry's lock and then the group's, so a
+/// request never works on a group that is no longer there.
+#[derive(Debug)]
+pub struct GroupCoordinator {
+    registry: Mutex<Registry>,
+    /// (group id, member id) pairs handed out by a MEMBER_ID_REQUIRED answer and not yet used;
+    /// kept here, not in a group, so that a refused join creates no group.
+    issued: Mutex<HashSet<(String, String)>>,
+    limits: Limits,
+    store: Option<OffsetStore>,
+    /// What groups hold is charged here, with everything else the broker keeps.
+    budget: Arc<StorageBudget>,
+    next_member: AtomicU64,
+}
+
+impl GroupCoordinator {
+    /// A coordinator with the bounds of `config` and a budget of its own of
+    /// `max_stored_bytes`, its committed offsets kept in `data` (and loaded from there) when
+    /// given.
+    ///
+    /// # Errors
+    /// [`ServerError::DataDir`] when stored offsets cannot be read.
+    pub fn new(config: &Config, data: Option<Arc<DataDir>>) -> Result<Self, ServerError> {
+        let budget = Arc::new(StorageBudget::new(config.max_stored_bytes));
+        Self::with_budget(config, data, budget)
+    }
+
+    /// The coordinator of `broker`: its committed offsets kept in the broker's data directory
+    /// (if durable) and charged to the broker's storage budget.
+    ///
+    /// # Errors
+    /// [`ServerError::DataDir`] when stored offsets cannot be read.
+    pub fn for_broker(broker: &minibroker_broker::Broker) -> Result<Self, ServerError> {
+        Self::with_budget(
+            broker.config(),
+            broker.data_dir().cloned(),
+            Arc::clone(broker.budget()),
+        )
+    }
+
+    /// [`Self::new`], charging what groups hold to `budget`.
+    ///
+    /// # Errors
+    /// [`ServerError::DataDir`] when stored offsets cannot be read.
+    pub fn with_budget(
+        config: &Config,
+        data: Option<Arc<DataDir>>,
+        budget: Arc<StorageBudget>,
+    ) -> Result<Self, ServerError> {
+        let store = data.map(OffsetStore::new);
+        let mut registry = Registry::default();
+        if let Some(store) = &store {
+            for (group_id, file, offsets) in store.load()? {
+                let group = Group::with_offsets(offsets);
+                // What is on disk is kept whatever the budget: it was accepted once.
+                budget.charge(GROUP_BYTES + group.bytes());
+                registry.files.insert(file.clone());
+                let slot = Slot::new(group_id.clone(), group, file);
+                registry.groups.insert(group_id, slot);
+            }
+        }
+        Ok(Self {
+            registry: Mutex::new(registry),
+            issued: Mutex::default(),
+            limits: Limits {
+                min_session: Duration::from_millis(config.group_min_session_timeout_ms),
+                max_session: Duration::from_millis(config.group_max_session_timeout_ms),
+                offsets_retention: Duration::from_millis(config.offsets_retention_ms),
+                max_groups: config.max_groups,
+                max_members: config.max_group_members,
+                expiry_interval: Duration::from_millis(config.maintenance_interval_ms),
+            },
+            store,
+            budget,
+            next_member: AtomicU64::new(1),
+        })
+    }
+
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The group `group_id`, if there is one.
+    fn find(&self, group_id: &str) -> Option<Arc<Slot>> {
+        self.registry().groups.get(group_id).cloned()
+    }
+
+    /// The group `group_id`, or a new empty one if the broker has room for another.
+    fn find_or_add(&self, group_id: &str) -> Result<Arc<Slot>, GroupError> {
+        let mut registry = self.registry();
+        if let Some(slot) = registry.groups.get(group_id) {
+            return Ok(Arc::clone(slot));
+        }
+        if registry.groups.len() >= self.limits.max_groups {
+            return Err(GroupError::TooManyGroups(self.limits.max_groups));
+        }
+        if !self.budget.try_charge(GROUP_BYTES) {
+            return Err(GroupError::StorageFull(self.budget.max()));
+        }
+        let file = if self.store.is_some() {
+            let file = store::file_name(group_id, &registry.files);
+            registry.files.insert(file.clone());
+            file
+        } else {
+            String::new()
+        };
+        let slot = Slot::new(group_id.to_owned(), Group::default(), file);
+        registry
+            .groups
+            .insert(group_id.to_owned(), Arc::clone(&slot));
+        Ok(slot)
+    }
+
+    /// Removes the group `group_id` if nobody else holds it and `gone` says so of it; returns
+    /// its file name if it had offsets on disk (the caller removes the file, then
+    /// [`Self::forget_file`]s the name).
+    fn remove_if(&self, group_id: &str, gone: impl Fn(&Group) -> bool) -> Option<Option<String>> {
+        let mut registry = self.registry();
+        let slot = registry.groups.get(group_id)?;
+        if Arc::strong_count(slot) > 1 {
+            return None;
+        }
+        let group = slot.lock();
+        if !gone(&group) {
+            return None;
+        }
+        let had_offsets = !group.offsets.is_empty();
+        self.budget.release(GROUP_BYTES + group.bytes());
+        drop(group);
+        let slot = registry.groups.remove(group_id)?;
+        if had_offsets {
+            Some(Some(slot.file.clone()))
+        } else {
+            registry.files.remove(&slot.file);
+            Some(None)
+        }
+    }
+
+    fn forget_file(&self, file: &str) {
+        self.registry().files.remove(file);
+    }
+
+    /// Applies `change` to `slot`'s group, charging what it added to the budget (which
+    /// `needs` bytes must fit first) and releasing what it freed.
+    fn apply<T>(
+        &self,
+        slot: &Slot,
+        needs: u64,
+        change: impl FnOnce(&mut Group) -> Result<T, GroupError>,
+    ) -> Result<T, GroupError> {
+        if needs > 0 && !self.budget.has_room(needs) {
+            return Err(GroupError::StorageFull(self.budget.max()));
+        }
+        let mut group = slot.lock();
+        let before = group.bytes();
+        let result = change(&mut group);
+        let after = group.bytes();
+        if after > before {
+            self.budget.charge(after - before);
+        } else {
+            self.budget.release(before - after);
+        }
+        result
+    }
+
+    /// Applies `change` to the group `group_id`, or to a new empty one if the broker has room
+    /// for another; a group left with neither members nor offsets goes at once, so a refused
+    /// request creates no group.
+    fn with_group<T>(
+        &self,
+        group_id: &str,
+        needs: u64,
+        change: impl FnOnce(&mut Group) -> Result<T, GroupError>,
+    ) -> Result<T, GroupError> {
+        let slot = self.find_or_add(group_id)?;
+        let result = self.apply(&slot, needs, change);
+        drop(slot);
+        self.remove_if(group_id, Group::is_empty);
+        result
+    }
+
+    /// Applies `change` to the group `group_id`, if there is one.
+    fn with_existing<T>(
+        &self,
+        group_id: &str,
+        change: impl FnOnce(&mut Group) -> Result<T, GroupError>,
+    ) -> Option<Result<T, GroupError>> {
+        let slot = self.find(group_id)?;
+        let result = self.apply(&slot, 0, change);
+        drop(slot);
+        self.remove_if(group_id, Group::is_empty);
+        Some(result)
+    }
+
+    /// Joins (or rejoins) a group and waits for the rebalance to complete.
+    ///
+    /// # Errors
+    /// [`GroupError`] for a request the group refuses.
+    pub async fn join(&self, request: JoinRequest) -> Result<Joined, GroupError> {
+        let waiting = self.begin_join(request)?;
+        waiting
+            .await
+            .unwrap_or(Err(GroupError::RebalanceInProgress))
+    }
+
+    fn begin_join(&self, request: JoinRequest) -> Result<Waiting<Joined>, GroupError> {
+        if request.group_id.is_empty() {
+            return Err(GroupError::InvalidGroupId);
+        }
+        let session = request.session_timeout;
+        if session < self.limits.min_session || session > self.limits.max_session {
+            return Err(GroupError::InvalidSessionTimeout {
+                min: self.limits.min_session.as_millis() as u64,
+                max: self.limits.max_session.as_millis() as u64,
+            });
+        }
+        if request.protocols.len() > MAX_PROTOCOLS_PER_MEMBER {
+            return Err(GroupError::TooMuchMetadata(format!(
+                "{} protocols (at most {MAX_PROTOCOLS_PER_MEMBER})",
+                request.protocols.len()
+            )));
+        }
+        let metadata: usize = request.protocols.iter().map(|(_, m)| m.len()).sum();
+        if metadata > MAX_MEMBER_METADATA_BYTES {
+            return Err(GroupError::TooMuchMetadata(format!(
+                "{metadata} bytes of protocol metadata (at most {MAX_MEMBER_METADATA_BYTES})"
+            )));
+        }
+        // A rebalance waits for a member at most as long as the longest session allowed, so
+        // one member cannot hold its group in a rebalance for weeks.
+        let request = JoinRequest {
+            rebalance_timeout: request.rebalance_timeout.min(self.limits.max_session),
+            ..request
+        };
+        let issued = !request.member_id.is_empty()
+            && self
+                .issued()
+                .remove(&(request.group_id.clone(), request.member_id.clone()));
+        let group_id = request.group_id.clone();
+        let new_member_id = || {
+            let n = self.next_member.fetch_add(1, Ordering::Relaxed);
+            let client = if request.client_id.is_empty() {
+                "member"
+            } else {
+                &request.client_id
+            };
+            format!("{client}-{n:016x}")
+        };
+        let needs = group::join_bytes(&request);
+        let joined = self.with_group(&group_id, needs, |group| {
+            if group.member_count() >= self.limits.max_members
+                && !group.is_member(&request.member_id)
+            {
+                return Err(GroupError::GroupFull(self.limits.max_members));
+            }
+            group.join(request.clone(), issued, new_member_id, Instant::now())
+        });
+        if let Err(GroupError::MemberIdRequired(member_id)) = &joined {
+            let mut pending = self.issued();
+            if pending.len() >= MAX_ISSUED_IDS {
+                pending.clear();
+            }
+            pending.insert((group_id, member_id.clone()));
+        }
+        joined
+    }
+
+    fn issued(&self) -> MutexGuard<'_, HashSet<(String, String)>> {
+        self.issued.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sends the leader's assignment (or, for the others, waits for it) and returns this
+    /// member's share.
+    ///
+    /// # Errors
+    /// [`GroupError`] for a request the group refuses.
+    pub async fn sync(
+        &self,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+        assignments: Vec<(String, Bytes)>,
+    ) -> Result<Bytes, GroupError> {
+        let needs = assignments.iter().map(|(_, a)| a.len() as u64).sum();
+        let slot = self.find(group_id).ok_or(GroupError::UnknownMemberId)?;
+        let waiting = self.apply(&slot, needs, |group| {
+            group.sync(generation, member_id, assignments, Instant::now())
+        })?;
+        drop(slot);
+        waiting
+            .await
+            .unwrap_or(Err(GroupError::RebalanceInProgress))
+    }
+
+    /// A member's heartbeat.
+    ///
+    /// # Errors
+    /// [`GroupError::RebalanceInProgress`] tells the member to join again.
+    pub fn heartbeat(
+        &self,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+    ) -> Result<(), GroupError> {
+        let slot = self.find(group_id).ok_or(GroupError::UnknownMemberId)?;
+        slot.lock().heartbeat(generation, member_id, Instant::now())
+    }
+
+    /// Members leaving; the answer for each, in order.
+    pub fn leave(&self, group_id: &str, members: &[String]) -> Vec<Result<(), GroupError>> {
+        self.with_existing(group_id, |group| Ok(group.leave(members, Instant::now())))
+            .and_then(Result::ok)
+            .unwrap_or_else(|| {
+                members
+                    .iter()
+                    .map(|_| Err(GroupError::UnknownMemberId))
+                    .collect()
+            })
+    }
+
+    /// Commits offsets for a group: by a member of its current generation, or — with
+    /// generation -1 and no member id — by a consumer outside any generation, for a group
+    /// with no members. With a data directory the group's offsets are on disk before this
+    /// returns.
+    ///
+    /// # Errors
+    /// [`GroupError`] for a commit the group refuses, or [`GroupError::Storage`].
+    pub async fn commit(
+        &self,
+        group_id: &str,
+        generation: i32,
+        member_id: &str,
+        offsets: Vec<(String, i32, i64, Option<String>)>,
+    ) -> Result<(), GroupError> {
+        if group_id.is_empty() {
+            return Err(GroupError::InvalidGroupId);
+        }
+        let commit_ms = minibroker_records::now_millis();
+        let needs = offsets
+            .iter()
+            .map(|(topic, _, _, metadata)| group::offset_bytes(topic, metadata.as_deref()))
+            .sum();
+        let slot = self.find_or_add(group_id)?;
+        let result = self
+            .change_offsets(&slot, group_id, needs, |group| {
+                group.commit(generation, member_id, offsets, commit_ms, Instant::now())
+            })
+            .await;
+        drop(slot);
+        self.remove_if(group_id, Group::is_empty);
+        result
+    }
+
+    /// Applies `change` to `slot`'s group and, with a data directory, writes the group's
+    /// offsets to its file before returning. One writer per group at a time, each writing
+    /// the group's offsets as its change left them, so the file never goes back to an older
+    /// state; other groups' commits go on meanwhile.
+    async fn change_offsets<T>(
+        &self,
+        slot: &Slot,
+        group_id: &str,
+        needs: u64,
+        change: impl FnOnce(&mut Group) -> Result<T, GroupError>,
+    ) -> Result<T, GroupError> {
+        let Some(store) = &self.store else {
+            return self.apply(slot, needs, change);
+        };
+        let _writing = slot.writer.lock().await;
+        let (result, offsets) = self.apply(slot, needs, |group| {
+            let result = change(group)?;
+            Ok((result, group.all_offsets()))
+        })?;
+        store.save(&slot.file, group_id.to_owned(), offsets).await?;
+        Ok(result)
+    }
+
+    /// The committed offsets of `partitions` of the group (all of them when `None`); a
+    /// partition with none is left out.
+    #[must_use]
+    pub fn committed(
+        &self,
+        group_id: &str,
+        partitions: Option<&[TopicPartition]>,
+    ) -> Vec<(TopicPartition, Committed)> {
+        let Some(slot) = self.find(group_id) else {
+            return Vec::new();
+        };
+        let group = slot.lock();
+        match partitions {
+            None => group.all_offsets(),
+            Some(wanted) => wanted
+                .iter()
+                .filter_map(|key| group.offsets.get(key).map(|c| (key.clone(), c.clone())))
+                .collect(),
+        }
+    }
+
+    /// Every group (references only: the ticks walk them several times a second).
+    fn slots(&self) -> Vec<Arc<Slot>> {
+        self.registry().groups.values().cloned().collect()
+    }
+
+    /// Every group: id, protocol type, state.
+    #[must_use]
+    pub fn list(&self) -> Vec<(String, String, GroupState)> {
+        let mut groups: Vec<_> = self
+            .slots()
+            .into_iter()
+            .map(|slot| {
+                let group = slot.lock();
+                (slot.id.clone(), group.protocol_type(), group.state())
+            })
+            .collect();
+        groups.sort();
+        groups
+    }
+
+    /// A group's state and members; an unknown group is `Dead` with none.
+    #[must_use]
+    pub fn describe(&self, group_id: &str) -> GroupDescription {
+        self.find(group_id)
+            .map_or_else(GroupDescription::dead, |slot| slot.lock().describe())
+    }
+
+    /// Deletes a group with no members, and its committed offsets.
+    ///
+    /// # Errors
+    /// [`GroupError::GroupIdNotFound`], [`GroupError::NonEmptyGroup`] (also while a request
+    /// for the group is being served), or [`GroupError::Storage`].
+    pub async fn delete(&self, group_id: &str) -> Result<(), GroupError> {
+        if self.find(group_id).is_none() {
+            return Err(GroupError::GroupIdNotFound);
+        }
+        let removed = self
+            .remove_if(group_id, |group| !group.has_members())
+            .ok_or(GroupError::NonEmptyGroup)?;
+        self.remove_file(removed).await
+    }
+
+    /// Removes a removed group's file, if it had one, then frees its name.
+    async fn remove_file(&self, file: Option<String>) -> Result<(), GroupError> {
+        let (Some(store), Some(file)) = (&self.store, file) else {
+            return Ok(());
+        };
+        let removed = store.remove(&file).await;
+        if removed.is_ok() {
+            self.forget_file(&file);
+        }
+        removed
+    }
+
+    /// The coordinator's clock, for as long as the returned future runs (the host spawns it,
+    /// and drops it at shutdown): [`Self::tick`] every 100 ms, and [`Self::expire_offsets`]
+    /// every `maintenance_interval_ms`.
+    pub async fn run(self: Arc<Self>) {
+        let mut ticks = tokio::time::interval(TICK);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_expiry = Instant::now();
+        loop {
+            ticks.tick().await;
+            self.tick();
+            if last_expiry.elapsed() >= self.limits.expiry_interval {
+                last_expiry = Instant::now();
+                let groups = self.expire_offsets(minibroker_records::now_millis()).await;
+                if groups > 0 {
+                    tracing::info!(groups, "forgot idle groups and their committed offsets");
+                }
+            }
+        }
+    }
+
+    /// Removes members whose session expired and completes rebalances whose time is up;
+    /// [`Self::run`] calls it ten times a second.
+    pub fn tick(&self) {
+        let now = Instant::now();
+        for slot in self.slots() {
+            let empty = self
+                .apply(&slot, 0, |group| {
+                    group.tick(now);
+                    Ok(group.is_empty())
+                })
+                .unwrap_or(false);
+            // A group whose last member left and that holds no offsets goes at once (Kafka's
+            // coordinator drops such a group as it empties), so it holds no place of
+            // `max_groups`.
+            if empty {
+                let id = slot.id.clone();
+                drop(slot);
+                self.remove_if(&id, Group::is_empty);
+            }
+        }
+    }
+
+    /// Forgets groups that have had no members and no commit for `offsets_retention_ms`
+    /// (Kafka's `offsets.retention.minutes`, 7 days), and their files; returns how many.
+    pub async fn expire_offsets(&self, now_ms: i64) -> usize {
+        let retention =
+            i64::try_from(self.limits.offsets_retention.as_millis()).unwrap_or(i64::MAX);
+        let expired: Vec<String> = self
+            .slots()
+            .into_iter()
+            .filter(|slot| slot.lock().expired(now_ms, retention))
+            .map(|slot| slot.id.clone())
+            .collect();
+        let mut count = 0;
+        for id in expired {
+            let Some(file) = self.remove_if(&id, |group| group.expired(now_ms, retention)) else {
+                continue;
+            };
+            count += 1;
+            if let Err(error) = self.remove_file(file).await {
+                tracing::warn!(%error, group = id, "could not remove an expired group's offsets");
+            }
+        }
+        count
+    }
+}

@@ -1,0 +1,204 @@
+//! The coordinator's domain types: what a request asks, what it is answered, and why it is
+//! refused. The Kafka front end translates its messages to and from these.
+
+use bytes::Bytes;
+use std::fmt;
+use std::time::Duration;
+use thiserror::Error;
+use tokio::sync::oneshot;
+
+/// Most assignment strategies one member may name (consumers name one to three).
+pub const MAX_PROTOCOLS_PER_MEMBER: usize = 32;
+
+/// Most bytes of subscription metadata one member may send with its protocols, all together
+/// (a subscription to 10,000 topics is about 300 KB).
+pub const MAX_MEMBER_METADATA_BYTES: usize = 1 << 20;
+
+/// Most bytes of a committed offset's metadata string (Kafka's `offset.metadata.max.bytes`); a
+/// partition committed with more is refused OFFSET_METADATA_TOO_LARGE.
+pub const MAX_OFFSET_METADATA_BYTES: usize = 4096;
+
+/// Where a group is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum GroupState {
+    /// No members.
+    Empty,
+    /// Waiting for the members to join again.
+    PreparingRebalance,
+    /// Waiting for the leader's assignment.
+    CompletingRebalance,
+    /// Assigned and running.
+    Stable,
+    /// No such group.
+    Dead,
+}
+
+impl fmt::Display for GroupState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Kafka's names, which DescribeGroups and ListGroups report.
+        f.write_str(match self {
+            Self::Empty => "Empty",
+            Self::PreparingRebalance => "PreparingRebalance",
+            Self::CompletingRebalance => "CompletingRebalance",
+            Self::Stable => "Stable",
+            Self::Dead => "Dead",
+        })
+    }
+}
+
+/// A group request the coordinator refuses; each maps to one Kafka error code.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum GroupError {
+    /// A first join (v4 and later) must come back with the member id it is given.
+    #[error("rejoin with the member id {0:?}")]
+    MemberIdRequired(String),
+    /// The member is not (or no longer) in the group.
+    #[error("unknown member id")]
+    UnknownMemberId,
+    /// The request is for another generation of the group.
+    #[error("illegal generation")]
+    IllegalGeneration,
+    /// The group is rebalancing: join again.
+    #[error("the group is rebalancing")]
+    RebalanceInProgress,
+    /// The member's protocol type or protocols do not match the group's.
+    #[error("inconsistent group protocol")]
+    InconsistentGroupProtocol,
+    /// The session timeout is outside the broker's bounds.
+    #[error("the session timeout must be between {min} and {max} ms")]
+    InvalidSessionTimeout {
+        /// `group_min_session_timeout_ms`.
+        min: u64,
+        /// `group_max_session_timeout_ms`.
+        max: u64,
+    },
+    /// An empty group id.
+    #[error("invalid group id")]
+    InvalidGroupId,
+    /// DeleteGroups of a group with members.
+    #[error("the group has members")]
+    NonEmptyGroup,
+    /// No such group.
+    #[error("no such group")]
+    GroupIdNotFound,
+    /// Committed offsets could not be written to disk.
+    #[error("storage error: {0}")]
+    Storage(String),
+    /// The group holds its maximum of members.
+    #[error("the group holds its maximum of {0} members")]
+    GroupFull(usize),
+    /// The broker holds its maximum of groups.
+    #[error("the broker holds its maximum of {0} groups")]
+    TooManyGroups(usize),
+    /// What groups hold would pass the broker's `max_stored_bytes`.
+    #[error("the broker holds its maximum of {0} bytes")]
+    StorageFull(u64),
+    /// A join names too many protocols, or sends too much metadata with them.
+    #[error("too much group metadata: {0}")]
+    TooMuchMetadata(String),
+}
+
+/// A join request, in domain terms.
+#[derive(Debug, Clone)]
+pub struct JoinRequest {
+    /// The group.
+    pub group_id: String,
+    /// The member's id; empty on its first join.
+    pub member_id: String,
+    /// Static membership id, kept for describing the group.
+    pub group_instance_id: Option<String>,
+    /// The client's id and host, for describing the group.
+    pub client_id: String,
+    /// See [`Self::client_id`].
+    pub client_host: String,
+    /// A member not heard from for this long is removed.
+    pub session_timeout: Duration,
+    /// How long a rebalance waits for this member to join again.
+    pub rebalance_timeout: Duration,
+    /// "consumer" for consumers.
+    pub protocol_type: String,
+    /// The assignment strategies the member supports, in preference order, each with its
+    /// subscription metadata.
+    pub protocols: Vec<(String, Bytes)>,
+    /// A first join must get a member id and come back with it (JoinGroup v4 and later).
+    pub require_known_member: bool,
+}
+
+/// The answer to a join: the new generation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Joined {
+    /// The generation opened.
+    pub generation: i32,
+    /// The group's protocol type.
+    pub protocol_type: String,
+    /// The strategy every member supports, chosen for this generation.
+    pub protocol: String,
+    /// The leader's member id.
+    pub leader: String,
+    /// This member's id.
+    pub member_id: String,
+    /// For the leader only: every member's id, instance id and metadata for `protocol`.
+    pub members: Vec<(String, Option<String>, Bytes)>,
+}
+
+/// A committed offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    /// The next offset the group will read.
+    pub offset: i64,
+    /// The client's metadata string.
+    pub metadata: Option<String>,
+    /// When it was committed (milliseconds since the epoch).
+    pub commit_ms: i64,
+}
+
+/// One member as DescribeGroups shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberDescription {
+    /// Member id.
+    pub member_id: String,
+    /// Static membership id.
+    pub group_instance_id: Option<String>,
+    /// Client id.
+    pub client_id: String,
+    /// Client host.
+    pub client_host: String,
+    /// Its subscription metadata for the group's protocol.
+    pub metadata: Bytes,
+    /// Its assignment in the current generation.
+    pub assignment: Bytes,
+}
+
+/// A group as DescribeGroups shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupDescription {
+    /// Its state.
+    pub state: GroupState,
+    /// The protocol type ("consumer"), empty for a group with no members.
+    pub protocol_type: String,
+    /// The chosen strategy, empty unless stable or completing.
+    pub protocol: String,
+    /// Its members.
+    pub members: Vec<MemberDescription>,
+}
+
+/// A topic and partition.
+pub type TopicPartition = (String, i32);
+
+/// Groups' committed offsets: what the store saves.
+pub(crate) type OffsetsSnapshot = Vec<(String, Vec<(TopicPartition, Committed)>)>;
+
+/// What waits for a join or sync to complete.
+pub(crate) type Waiting<T> = oneshot::Receiver<Result<T, GroupError>>;
+
+impl GroupDescription {
+    /// A group that does not exist, as DescribeGroups shows it.
+    pub(crate) fn dead() -> Self {
+        Self {
+            state: GroupState::Dead,
+            protocol_type: String::new(),
+            protocol: String::new(),
+            members: Vec::new(),
+        }
+    }
+}

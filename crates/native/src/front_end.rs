@@ -1,0 +1,289 @@
+//! [`NativeFrontEnd`]: decode a request frame, call the broker core, encode the answer. The only
+//! place that knows both the native wire types and the core's domain types; every error kind is
+//! mapped to its wire code here, once.
+
+use bytes::{Bytes, BytesMut};
+use minibroker_broker::{Broker, BrokerError, ErrorKind, Fetched, ProducerPage, Unacknowledged};
+use minibroker_net::framing::FramingError;
+use minibroker_net::timings::ConnectionTimings;
+use minibroker_net::{FrontEnd, Next, Node};
+use minibroker_protocol::{
+    BadFrame, DescribeProducersResponse, DescribeTopicResponse, ErrorCode, ErrorResponse,
+    FetchResponse, FrameCodec, InitProducerResponse, MetadataResponse, PartitionDescription,
+    ProduceResponse, ProducerState, ProtocolError, Request, Response, TopicMetadata, codec,
+};
+use std::sync::Arc;
+use tokio_util::codec::Encoder;
+
+/// Bytes a native fetch answer spends on each batch besides its bytes (postcard's length prefix).
+const FETCH_BATCH_OVERHEAD: usize = 5;
+
+/// Bytes one producer takes in a describe-producers answer, at most.
+const DESCRIBED_PRODUCER_BYTES: usize = 40;
+
+/// One connection's view of the broker through the native protocol.
+pub struct NativeFrontEnd {
+    /// The core.
+    broker: Arc<Broker>,
+    /// The connection's produces whose answers wait for their batches to be stored.
+    unacknowledged: Unacknowledged,
+    /// The largest answer frame, which bounds fetch and describe answers.
+    max_frame_bytes: usize,
+    /// Encodes answers straight into the connection's output buffer.
+    codec: FrameCodec,
+    /// Request latencies, when metrics are on.
+    timings: Option<ConnectionTimings>,
+}
+
+impl FrontEnd for NativeFrontEnd {
+    async fn answer(&mut self, frame: Bytes, out: &mut BytesMut) -> Next {
+        // Every native request is served without waiting (a produce's write and fsync wait in
+        // `store_answered`), so the future holds nothing across an await.
+        self.answer_now(&frame, out)
+    }
+
+    async fn store_answered(&mut self) -> Result<(), BrokerError> {
+        self.unacknowledged.commit().await
+    }
+
+    fn framing_error(&mut self, error: &FramingError, out: &mut BytesMut) {
+        let response = Response::Error(ErrorResponse::new(
+            ErrorCode::MalformedRequest,
+            format!("{error}; closing the connection"),
+        ));
+        self.encode_error(0, &response, out);
+    }
+
+    fn refusal(max_connections: usize, out: &mut BytesMut) {
+        let response = Response::Error(ErrorResponse::new(
+            ErrorCode::TooManyConnections,
+            format!(
+                "the broker already serves its maximum of {max_connections} connections; try again later"
+            ),
+        ));
+        let _ = FrameCodec::default().encode((0, &response), out);
+    }
+}
+
+impl NativeFrontEnd {
+    /// Serves one frame and encodes its answer into `out`.
+    fn answer_now(&mut self, frame: &Bytes, out: &mut BytesMut) -> Next {
+        let (correlation_id, response) = self.respond(frame);
+        match self.codec.encode((correlation_id, &response), out) {
+            Ok(()) => {}
+            Err(ProtocolError::FrameTooLarge { size, max }) => {
+                // Answers are sized to fit a frame, so this is a bug; say so, and go on.
+                tracing::warn!(size, max, "an answer did not fit a frame");
+                let error = Response::Error(ErrorResponse::new(
+                    ErrorCode::Internal,
+                    format!(
+                        "internal error: the answer of {size} bytes exceeds the maximum frame of {max} bytes"
+                    ),
+                ));
+                self.encode_error(correlation_id, &error, out);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "an answer did not encode");
+                return Next::Close;
+            }
+        }
+        Next::Continue
+    }
+
+    /// A front end for one connection to `node`'s broker, with answers of at most
+    /// `max_frame_bytes`.
+    #[must_use]
+    pub fn new(node: &Node, max_frame_bytes: usize) -> Self {
+        Self {
+            unacknowledged: Unacknowledged::default(),
+            max_frame_bytes,
+            codec: FrameCodec::new(max_frame_bytes),
+            timings: node
+                .timings()
+                .map(|timings| ConnectionTimings::new(Arc::clone(timings), "native")),
+            broker: Arc::clone(node.broker()),
+        }
+    }
+
+    /// Encodes a short error answer; such answers always fit a frame.
+    fn encode_error(&mut self, correlation_id: u32, response: &Response, out: &mut BytesMut) {
+        if let Err(error) = self.codec.encode((correlation_id, response), out) {
+            tracing::warn!(%error, "an error answer did not encode");
+        }
+    }
+    /// Decodes and serves one frame; a frame that does not decode gets an error answer with its
+    /// correlation id (0 when even the header is missing).
+    fn respond(&mut self, frame: &Bytes) -> (u32, Response) {
+        match codec::decode_request(frame) {
+            Ok((correlation_id, request)) => {
+                tracing::trace!(correlation_id, kind = request.kind(), "request");
+                let kind = request.kind();
+                let started = self.timings.as_ref().map(ConnectionTimings::start);
+                let handled = self.handle(request);
+                if let (Some(timings), Some(started)) = (&mut self.timings, started) {
+                    timings.record_since(kind, started);
+                }
+                let response = handled.unwrap_or_else(|error| {
+                    tracing::debug!(%error, "request refused");
+                    Response::Error(ErrorResponse::new(
+                        wire_code(error.kind()),
+                        error.to_string(),
+                    ))
+                });
+                (correlation_id, response)
+            }
+            Err(BadFrame {
+                correlation_id,
+                error,
+            }) => {
+                tracing::debug!(%error, "undecodable request");
+                let code = match error {
+                    ProtocolError::UnsupportedVersion { .. } => ErrorCode::UnsupportedVersion,
+                    _ => ErrorCode::MalformedRequest,
+                };
+                let message = match code {
+                    ErrorCode::MalformedRequest => format!("malformed request: {error}"),
+                    _ => error.to_string(),
+                };
+                (
+                    correlation_id.unwrap_or(0),
+                    Response::Error(ErrorResponse::new(code, message)),
+                )
+            }
+        }
+    }
+
+    /// Serves `request`, which borrows from its frame (a produce request's batch is read in
+    /// place and copied once, into the log).
+    fn handle(&mut self, request: Request<'_>) -> Result<Response, BrokerError> {
+        let broker = &*self.broker;
+        // Batch data an answer may hold, so that a fetch answer always fits one frame.
+        let room = minibroker_broker::batch_room(self.max_frame_bytes);
+        Ok(match request {
+            Request::Produce(produce) => {
+                // The batch is borrowed from the frame: the log copies it, nothing keeps it.
+                let verdict = broker.produce(
+                    &mut self.unacknowledged,
+                    produce.topic,
+                    produce.partition,
+                    produce.batch,
+                )?;
+                Response::Produce(ProduceResponse {
+                    outcome: verdict.outcome,
+                    base_offset: verdict.base_offset,
+                })
+            }
+            Request::Fetch(fetch) => {
+                let max_bytes = (fetch.max_bytes as usize).min(room);
+                let fetched = broker.fetch(
+                    fetch.topic,
+                    fetch.partition,
+                    fetch.offset,
+                    max_bytes,
+                    FETCH_BATCH_OVERHEAD,
+                )?;
+                Response::Fetch(fetch_response(fetched))
+            }
+            Request::InitProducer(init) => {
+                let identity = broker.init_producer(init.producer_id)?;
+                Response::InitProducer(InitProducerResponse {
+                    producer_id: identity.producer_id,
+                    epoch: identity.epoch,
+                })
+            }
+            Request::DescribeProducers(describe) => {
+                let fits = (room / DESCRIBED_PRODUCER_BYTES).max(1);
+                let limit = match describe.limit as usize {
+                    0 => fits,
+                    n => n.min(fits),
+                };
+                let page = broker.describe_producers(
+                    describe.topic,
+                    describe.partition,
+                    describe.after_producer_id,
+                    limit,
+                )?;
+                Response::DescribeProducers(describe_response(page))
+            }
+            Request::CreateTopic(create) => {
+                broker.create_topic(create.topic, create.partitions)?;
+                Response::Done
+            }
+            Request::DeleteTopic(delete) => {
+                broker.delete_topic(delete.topic)?;
+                Response::Done
+            }
+            Request::DescribeTopic(describe) => {
+                let partitions = broker.describe_topic(describe.topic)?;
+                Response::DescribeTopic(DescribeTopicResponse {
+                    name: describe.topic.to_owned(),
+                    partitions: partitions
+                        .into_iter()
+                        .map(|p| PartitionDescription {
+                            partition: p.partition,
+                            log_start_offset: p.log_start_offset,
+                            log_end_offset: p.log_end_offset,
+                            stored_bytes: p.stored_bytes,
+                            producers: p.producers,
+                        })
+                        .collect(),
+                })
+            }
+            Request::Metadata => Response::Metadata(MetadataResponse {
+                topics: broker
+                    .metadata()
+                    .into_iter()
+                    .map(|topic| TopicMetadata {
+                        name: topic.name,
+                        partitions: topic.partitions,
+                    })
+                    .collect(),
+            }),
+        })
+    }
+}
+
+fn fetch_response(fetched: Fetched) -> FetchResponse {
+    FetchResponse {
+        high_watermark: fetched.high_watermark,
+        log_start_offset: fetched.log_start_offset,
+        batches: fetched.batches,
+    }
+}
+
+fn describe_response(page: ProducerPage) -> DescribeProducersResponse {
+    DescribeProducersResponse {
+        producers: page
+            .producers
+            .into_iter()
+            .map(|producer| ProducerState {
+                producer_id: producer.producer_id,
+                epoch: producer.entry.epoch(),
+                last_sequence: producer.entry.last_sequence(),
+                last_base_offset: producer.entry.batches().next().and_then(|b| b.base_offset),
+                // At most CACHED_BATCHES (5).
+                cached_batches: producer.entry.batches().len() as u8,
+            })
+            .collect(),
+        next_after: page.next_after,
+    }
+}
+
+/// The native wire code of each kind of refusal.
+fn wire_code(kind: ErrorKind) -> ErrorCode {
+    match kind {
+        ErrorKind::InvalidInput => ErrorCode::InvalidInput,
+        ErrorKind::UnknownTopic => ErrorCode::UnknownTopic,
+        ErrorKind::PartitionOutOfRange => ErrorCode::PartitionOutOfRange,
+        ErrorKind::CorruptBatch => ErrorCode::CorruptBatch,
+        ErrorKind::InvalidBatch | ErrorKind::BatchTooLarge => ErrorCode::InvalidBatch,
+        ErrorKind::Unsupported => ErrorCode::Unsupported,
+        ErrorKind::OffsetOutOfRange => ErrorCode::OffsetOutOfRange,
+        ErrorKind::UnknownProducerId => ErrorCode::UnknownProducerId,
+        ErrorKind::EpochExhausted => ErrorCode::EpochExhausted,
+        ErrorKind::StorageFull => ErrorCode::StorageFull,
+        ErrorKind::Storage => ErrorCode::StorageError,
+        // The native protocol has no topic administration; these never reach it.
+        ErrorKind::TopicAlreadyExists | ErrorKind::InvalidPartitions => ErrorCode::InvalidInput,
+    }
+}

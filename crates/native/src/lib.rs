@@ -1,0 +1,30 @@
+//! minibroker's native front end: the native protocol (`minibroker_protocol`) served by the broker
+//! core on the shared connection machinery of `minibroker_net`.
+//!
+//! # Layout
+//! - [`NativeFrontEnd`] — one connection: decode, call the core, encode; every refusal mapped to
+//!   its wire code once.
+//! - [`serve`] — a native listener on a [`Host`]; [`EmbeddedBroker`] — a host with a native
+//!   listener on a free loopback port, for the tests, `demo` and `bench`.
+
+mod embedded;
+mod front_end;
+
+pub use embedded::EmbeddedBroker;
+pub use front_end::NativeFrontEnd;
+
+use minibroker_net::{Host, HostError};
+use std::net::SocketAddr;
+use tokio::net::TcpListener;
+
+/// Serves the native protocol for `host` on `listener` until the host stops; returns the address
+/// it listens on.
+///
+/// # Errors
+/// [`HostError::Bind`] when the listener's address cannot be read.
+pub fn serve(host: &Host, listener: TcpListener) -> Result<SocketAddr, HostError> {
+    let max_frame_bytes = host.config().max_frame_bytes;
+    host.serve(listener, move |node| {
+        NativeFrontEnd::new(node, max_frame_bytes)
+    })
+}

@@ -1,0 +1,246 @@
+//! [`Host`]: the lifecycle of one broker process, the same for `minibroker serve`, the embedded
+//! brokers of the tests, `demo` and `bench`.
+//!
+//! Starting builds the broker core (recovering its data directory) and its group coordinator, and
+//! spawns their clocks: the broker's maintenance (retention, expiry, the interval flush) and the
+//! coordinator's ticks. Listeners are added one by one, each with its protocol's front end; all
+//! share the node's connection slots. Stopping stops every listener (each drains its
+//! connections within `drain_timeout_ms`), then the clocks, then closes the broker (a durable
+//! one syncs and snapshots, so the next start replays nothing). Dropping a host that was not
+//! stopped does the same in the background.
+
+use minibroker_broker::{Broker, Config, ServerError};
+use minibroker_groups::GroupCoordinator;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio::task::{JoinError, JoinHandle};
+use tokio_util::sync::CancellationToken;
+
+use crate::front_end::FrontEnd;
+use crate::node::Node;
+
+/// Why a host could not start, listen or stop cleanly.
+#[derive(Debug, Error)]
+pub enum HostError {
+    /// The broker or its coordinator could not be built (configuration, data directory).
+    #[error(transparent)]
+    Start(#[from] ServerError),
+    /// A listening socket could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A listener's task ended abnormally.
+    #[error("a listener task failed: {0}")]
+    Stopped(#[from] JoinError),
+}
+
+/// One running broker process; see the module docs.
+#[derive(Debug)]
+pub struct Host {
+    node: Arc<Node>,
+    config: Arc<Config>,
+    /// Fires when the host stops: every listener drains and ends.
+    stop: CancellationToken,
+    listeners: Mutex<Vec<JoinHandle<()>>>,
+    /// The broker's maintenance and the coordinator's ticks.
+    clocks: Vec<JoinHandle<()>>,
+    stopped: bool,
+}
+
+impl Host {
+    /// Builds the broker and its group coordinator from `config` and starts their clocks (call
+    /// it inside a tokio runtime). No listener yet: see [`Self::serve`].
+    ///
+    /// # Errors
+    /// An invalid configuration, or a data directory that cannot be used.
+    pub fn start(config: &Config) -> Result<Self, HostError> {
+        Self::with_broker(Broker::new(config)?)
+    }
+
+    /// As [`Self::start`], around a broker the caller built (tests build one on a storage that
+    /// can crash).
+    ///
+    /// # Errors
+    /// Stored committed offsets that cannot be read.
+    pub fn with_broker(broker: Broker) -> Result<Self, HostError> {
+        let config = Arc::new(broker.config().clone());
+        let groups = Arc::new(GroupCoordinator::for_broker(&broker)?);
+        let node = Arc::new(Node::new(Arc::new(broker), groups, &config));
+        let clocks = vec![
+            tokio::spawn(Arc::clone(node.broker()).maintain()),
+            tokio::spawn(Arc::clone(node.groups()).run()),
+        ];
+        Ok(Self {
+            node,
+            config,
+            stop: CancellationToken::new(),
+            listeners: Mutex::default(),
+            clocks,
+            stopped: false,
+        })
+    }
+
+    /// What the host serves: the core, the coordinator and the listeners' state.
+    #[must_use]
+    pub fn node(&self) -> &Arc<Node> {
+        &self.node
+    }
+
+    /// The broker core.
+    #[must_use]
+    pub fn broker(&self) -> &Arc<Broker> {
+        self.node.broker()
+    }
+
+    /// The configuration the host runs with.
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Binds `addr` (port 0 picks a free port), with an error that names it.
+    ///
+    /// # Errors
+    /// [`HostError::Bind`].
+    pub async fn bind(addr: SocketAddr) -> Result<TcpListener, HostError> {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| HostError::Bind { addr, source })
+    }
+
+    /// Serves `listener` with the front end `new_front_end` makes for each connection, until the
+    /// host stops; returns the address it listens on.
+    ///
+    /// # Errors
+    /// [`HostError::Bind`] when the listener's address cannot be read.
+    pub fn serve<F: FrontEnd>(
+        &self,
+        listener: TcpListener,
+        new_front_end: impl Fn(&Arc<Node>) -> F + Send + 'static,
+    ) -> Result<SocketAddr, HostError> {
+        let addr = listener.local_addr().map_err(|source| HostError::Bind {
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            source,
+        })?;
+        let node = Arc::clone(&self.node);
+        let config = Arc::clone(&self.config);
+        let stop = self.stop.clone().cancelled_owned();
+        let task = tokio::spawn(async move {
+            crate::listener::serve(listener, node, &config, stop, new_front_end).await;
+        });
+        self.listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(task);
+        Ok(addr)
+    }
+
+    /// Marks the node ready (`/ready`): call it once every listener is bound.
+    pub fn set_ready(&self) {
+        self.node.set_ready();
+    }
+
+    /// Begins the stop without waiting: listeners refuse new connections and drain.
+    pub fn begin_stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Stops the host gracefully and waits until every listener has drained and the broker is
+    /// closed.
+    ///
+    /// # Errors
+    /// [`HostError::Stopped`] if a listener's task panicked (the broker is closed all the same).
+    pub async fn stop(mut self) -> Result<(), HostError> {
+        self.stopped = true;
+        let (listeners, clocks, node) = self.take_parts();
+        finish(listeners, clocks, node).await
+    }
+
+    /// Stops serving as [`Self::stop`] does, but leaves the broker unclosed: no final sync, no
+    /// snapshot — its data directory as a crash would leave it (for recovery benchmarks).
+    ///
+    /// # Errors
+    /// As [`Self::stop`].
+    pub async fn halt(mut self) -> Result<(), HostError> {
+        self.stopped = true;
+        let (listeners, clocks, _) = self.take_parts();
+        drain(listeners, clocks).await
+    }
+
+    fn take_parts(&mut self) -> (Vec<JoinHandle<()>>, Vec<JoinHandle<()>>, Arc<Node>) {
+        self.stop.cancel();
+        let listeners = std::mem::take(
+            &mut *self
+                .listeners
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        (
+            listeners,
+            std::mem::take(&mut self.clocks),
+            Arc::clone(&self.node),
+        )
+    }
+}
+
+/// Waits for the listeners to drain, stops the clocks, and closes the broker (on a blocking
+/// thread: its syncs and snapshots are file work).
+async fn finish(
+    listeners: Vec<JoinHandle<()>>,
+    clocks: Vec<JoinHandle<()>>,
+    node: Arc<Node>,
+) -> Result<(), HostError> {
+    let drained = drain(listeners, clocks).await;
+    let broker = Arc::clone(node.broker());
+    drop(node);
+    let closed = tokio::task::spawn_blocking(move || broker.close()).await;
+    drained.and(closed.map_err(HostError::from))
+}
+
+/// Waits for the listeners to drain, then stops the clocks.
+async fn drain(
+    listeners: Vec<JoinHandle<()>>,
+    clocks: Vec<JoinHandle<()>>,
+) -> Result<(), HostError> {
+    let mut result = Ok(());
+    for listener in listeners {
+        if let Err(error) = listener.await {
+            tracing::error!(%error, "a listener task failed");
+            result = result.and(Err(error.into()));
+        }
+    }
+    for clock in clocks {
+        clock.abort();
+        let _ = clock.await;
+    }
+    result
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        if self.stopped {
+            return;
+        }
+        let (listeners, clocks, node) = self.take_parts();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Err(error) = finish(listeners, clocks, node).await {
+                        tracing::warn!(%error, "the dropped host did not stop cleanly");
+                    }
+                });
+            }
+            Err(_) => {
+                for task in clocks.iter().chain(&listeners) {
+                    task.abort();
+                }
+            }
+        }
+    }
+}

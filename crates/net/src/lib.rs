@@ -1,0 +1,60 @@
+//! minibroker's host: the listeners, the connection loop every protocol shares, and the
+//! lifecycle of one broker process.
+//!
+//! Every protocol minibroker speaks frames its messages the same way — a 4-byte big-endian
+//! length, then the body — so one connection loop serves them all: limits, pipelined answers,
+//! idle and write timeouts, and a graceful drain with a deadline. A [`FrontEnd`] is what differs:
+//! it turns one request frame into its answer frames, calling the broker core in between
+//! (`minibroker_native`, `minibroker_kafka`).
+//!
+//! # Layout
+//! - [`Host`] — start (the broker core and its group coordinator, and their clocks), add
+//!   listeners, mark ready, stop: one lifecycle for `serve`, the embedded brokers, demo and
+//!   bench.
+//! - [`Node`] — what a front end is made from and the metrics read: the core, the coordinator,
+//!   connection slots and counts, request timings, readiness.
+//! - [`FrontEnd`] — the seam a protocol plugs into; `connection` — one connection's loop;
+//!   `listener` — the accept loop, the connection limit and the drain.
+//! - [`framing`] — the length-prefixed frames, on `tokio_util`'s `LengthDelimitedCodec`.
+//! - [`timings`] — request latencies per connection, summed for the metrics.
+//!
+//! # Example
+//! A host serving a protocol that answers every frame by echoing it:
+//! ```no_run
+//! use bytes::{BufMut, Bytes, BytesMut};
+//! use minibroker_net::framing::FramingError;
+//! use minibroker_net::{FrontEnd, Host, Next};
+//!
+//! struct Echo;
+//!
+//! impl FrontEnd for Echo {
+//!     async fn answer(&mut self, frame: Bytes, out: &mut BytesMut) -> Next {
+//!         out.put_u32(frame.len() as u32);
+//!         out.put_slice(&frame);
+//!         Next::Continue
+//!     }
+//!
+//!     fn framing_error(&mut self, _: &FramingError, _: &mut BytesMut) {}
+//! }
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let host = Host::start(&minibroker_broker::Config::default())?;
+//! let listener = Host::bind("127.0.0.1:0".parse()?).await?;
+//! println!("listening on {}", host.serve(listener, |_node| Echo)?);
+//! host.set_ready();
+//! tokio::signal::ctrl_c().await?;
+//! host.stop().await?;
+//! # Ok(()) }
+//! ```
+
+mod connection;
+pub mod framing;
+mod front_end;
+mod host;
+mod listener;
+mod node;
+pub mod timings;
+
+pub use front_end::{FrontEnd, Next};
+pub use host::{Host, HostError};
+pub use node::{ConnectionCounts, Node};

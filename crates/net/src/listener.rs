@@ -1,0 +1,172 @@
+//! The accept loop and graceful shutdown.
+//!
+//! Every connection is accepted at once. One that finds all `max_connections` slots taken (the
+//! slots are the node's, shared by all its listeners) gets a
+//! best-effort TOO_MANY_CONNECTIONS error frame and is closed right away, and is counted, so a
+//! client fails fast instead of waiting silently in the kernel's backlog until its connect times
+//! out. On shutdown the listener is dropped first (new connections are refused), every connection
+//! finishes the requests it has read, and the whole drain is bounded by a deadline after which
+//! the stragglers are aborted. A connection task that panics is logged, never dropped silently.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{JoinError, JoinSet};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::connection::Connection;
+use crate::front_end::FrontEnd;
+use crate::node::Node;
+use minibroker_broker::Config;
+
+/// Serves `node` on `listener` with the front end `new_front_end` makes for each connection,
+/// under the limits of `config`, until `shutdown` resolves, then drains: the machinery every
+/// protocol shares.
+pub(crate) async fn serve<F: FrontEnd>(
+    listener: TcpListener,
+    node: Arc<Node>,
+    config: &Config,
+    shutdown: impl Future<Output = ()>,
+    new_front_end: impl Fn(&Arc<Node>) -> F,
+) {
+    let stop_connections = CancellationToken::new();
+    let mut connections = JoinSet::new();
+    let mut refusals = RefusalLog::default();
+    tokio::pin!(shutdown);
+    loop {
+        while let Some(done) = connections.try_join_next() {
+            log_panic(done);
+        }
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = accept(&listener) => accepted,
+        };
+        let Ok(permit) = Arc::clone(&node.slots).try_acquire_owned() else {
+            node.refused.fetch_add(1, Ordering::Relaxed);
+            refusals.note(peer, config.max_connections);
+            refuse::<F>(&stream, config.max_connections);
+            continue;
+        };
+        node.accepted.fetch_add(1, Ordering::Relaxed);
+        let connection = Connection {
+            front_end: new_front_end(&node),
+            shutdown: stop_connections.clone(),
+            max_frame_bytes: config.max_frame_bytes,
+            max_in_flight: config.max_in_flight,
+            idle_timeout: config.idle_timeout(),
+            write_timeout: config.write_timeout(),
+        };
+        let span = tracing::info_span!("connection", %peer);
+        let counted = Arc::clone(&node);
+        connections.spawn(
+            async move {
+                tracing::debug!("accepted");
+                // Counted closed even if the task panics or is aborted.
+                let _closed = CloseCount(counted);
+                connection.run(stream).await;
+                drop(permit);
+            }
+            .instrument(span),
+        );
+    }
+
+    drop(listener);
+    while let Some(done) = connections.try_join_next() {
+        log_panic(done);
+    }
+    tracing::info!(
+        connections = connections.len(),
+        "shutting down: no new connections, draining"
+    );
+    stop_connections.cancel();
+    let drained = tokio::time::timeout(config.drain_timeout(), async {
+        while let Some(done) = connections.join_next().await {
+            log_panic(done);
+        }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            remaining = connections.len(),
+            "drain deadline passed; aborting remaining connections"
+        );
+        connections.shutdown().await;
+    }
+    tracing::info!("stopped");
+}
+
+/// Counts a connection closed when its task ends, however it ends.
+struct CloseCount(Arc<Node>);
+
+impl Drop for CloseCount {
+    fn drop(&mut self) {
+        self.0.closed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Logs a connection task that panicked (a bug: the network path must never panic).
+fn log_panic(done: Result<(), JoinError>) {
+    if let Err(error) = done
+        && error.is_panic()
+    {
+        tracing::error!(%error, "a connection task panicked; its connection was closed");
+    }
+}
+
+/// Tells an over-limit connection why it is closed (if its protocol can), without waiting on
+/// it: the frame goes out only if the socket takes it at once (a fresh socket always has room).
+fn refuse<F: FrontEnd>(stream: &TcpStream, max_connections: usize) {
+    let mut frame = bytes::BytesMut::new();
+    F::refusal(max_connections, &mut frame);
+    if !frame.is_empty() {
+        let _ = stream.try_write(&frame);
+    }
+}
+
+/// Refused connections are logged at most once a second, with how many were refused since.
+#[derive(Debug, Default)]
+struct RefusalLog {
+    last: Option<Instant>,
+    unlogged: u64,
+}
+
+impl RefusalLog {
+    fn note(&mut self, peer: std::net::SocketAddr, max_connections: usize) {
+        self.unlogged += 1;
+        let now = Instant::now();
+        if self
+            .last
+            .is_some_and(|last| now.duration_since(last) < Duration::from_secs(1))
+        {
+            return;
+        }
+        tracing::warn!(
+            %peer,
+            refused = self.unlogged,
+            max_connections,
+            "connection limit reached: refusing connections"
+        );
+        self.last = Some(now);
+        self.unlogged = 0;
+    }
+}
+
+/// Accepts one connection, backing off on errors (such as running out of file descriptors)
+/// instead of spinning.
+async fn accept(listener: &TcpListener) -> (TcpStream, std::net::SocketAddr) {
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        match listener.accept().await {
+            Ok(accepted) => return accepted,
+            Err(error) => {
+                tracing::warn!(%error, backoff_ms = backoff.as_millis() as u64, "accept failed");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! [`Node`]: what one broker process serves — its core, its group coordinator — and the state of
+//! its listeners: connection slots and counts, request timings, readiness. Front ends are made
+//! from it, and the metrics read it.
+
+use minibroker_broker::{Broker, Config};
+use minibroker_groups::GroupCoordinator;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use tokio::sync::Semaphore;
+
+use crate::timings::RequestTimings;
+
+/// How many connections the listeners have accepted, refused and hold open.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectionCounts {
+    /// Connections served since the broker started.
+    pub accepted: u64,
+    /// Connections closed at once because `max_connections` were already served.
+    pub refused: u64,
+    /// Connections being served now.
+    pub open: u64,
+}
+
+/// One broker process's core, coordinator and listener state; see the module docs.
+#[derive(Debug)]
+pub struct Node {
+    broker: Arc<Broker>,
+    groups: Arc<GroupCoordinator>,
+    /// Connection slots, shared by every listener: `max_connections` is one limit whatever the
+    /// protocols.
+    pub(crate) slots: Arc<Semaphore>,
+    pub(crate) accepted: AtomicU64,
+    pub(crate) refused: AtomicU64,
+    pub(crate) closed: AtomicU64,
+    /// Every connection's request latencies, when metrics are on.
+    timings: Option<Arc<RequestTimings>>,
+    /// Set once the listeners are bound (and recovery, done when the broker was built, is over).
+    ready: AtomicBool,
+}
+
+impl Node {
+    /// The node serving `broker` and `groups` under the limits of `config`.
+    #[must_use]
+    pub fn new(broker: Arc<Broker>, groups: Arc<GroupCoordinator>, config: &Config) -> Self {
+        Self {
+            broker,
+            groups,
+            slots: Arc::new(Semaphore::new(config.max_connections)),
+            accepted: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            closed: AtomicU64::new(0),
+            timings: config
+                .metrics_listen
+                .map(|_| Arc::new(RequestTimings::default())),
+            ready: AtomicBool::new(false),
+        }
+    }
+
+    /// The broker core.
+    #[must_use]
+    pub fn broker(&self) -> &Arc<Broker> {
+        &self.broker
+    }
+
+    /// The consumer-group coordinator.
+    #[must_use]
+    pub fn groups(&self) -> &Arc<GroupCoordinator> {
+        &self.groups
+    }
+
+    /// Every connection's request latencies, when metrics are on (`metrics_listen`).
+    #[must_use]
+    pub fn timings(&self) -> Option<&Arc<RequestTimings>> {
+        self.timings.as_ref()
+    }
+
+    /// How many connections were accepted and refused, and how many are open.
+    #[must_use]
+    pub fn connection_counts(&self) -> ConnectionCounts {
+        let accepted = self.accepted.load(Ordering::Relaxed);
+        ConnectionCounts {
+            accepted,
+            refused: self.refused.load(Ordering::Relaxed),
+            open: accepted.saturating_sub(self.closed.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// Marks the node ready: its listeners are bound.
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::Release);
+    }
+
+    /// Whether the node is ready to serve (`/ready`).
+    #[must_use]
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+}
