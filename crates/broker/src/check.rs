@@ -27,8 +27,8 @@ fn small_file<T>(
     report.files += 1;
     match read {
         Ok(value) => Some(value),
-        Err(ServerError::DataDir { path, reason }) => {
-            report.add_damage(path, reason);
+        Err(ServerError::DataDir { path, problem }) => {
+            report.add_damage(path, problem.to_string());
             None
         }
         Err(error) => {
@@ -51,10 +51,7 @@ pub fn check_data_dir(
     check_others: impl FnOnce(&DataDir) -> Vec<CheckedFile>,
 ) -> Result<Report, ServerError> {
     if !root.is_dir() {
-        return Err(ServerError::DataDir {
-            path: root.to_owned(),
-            reason: "no such directory".into(),
-        });
+        return Err(ServerError::data_dir(root, "no such directory"));
     }
     let storage: Arc<dyn minibroker_log::Storage> = Arc::new(minibroker_log::FsStorage);
     let data = DataDir::open(
@@ -80,10 +77,9 @@ pub fn check_data_dir(
     }
     let logs = root.join("logs");
     let listed = |dir: &Path| {
-        storage.list(dir).map_err(|error| ServerError::DataDir {
-            path: dir.to_owned(),
-            reason: error.to_string(),
-        })
+        storage
+            .list(dir)
+            .map_err(|error| ServerError::data_dir_io(dir, "listing it", error))
     };
     for topic in listed(&logs)? {
         let topic_dir = logs.join(&topic);
@@ -103,13 +99,8 @@ pub fn check_data_dir(
                 report.add_note(dir, "not a partition of the topic (left alone)");
                 continue;
             }
-            let checked =
-                minibroker_log::check::check_partition_dir(&storage, &dir).map_err(|error| {
-                    ServerError::DataDir {
-                        path: dir.clone(),
-                        reason: error.to_string(),
-                    }
-                })?;
+            let checked = minibroker_log::check::check_partition_dir(&storage, &dir)
+                .map_err(|error| ServerError::data_dir_io(dir.clone(), "checking it", error))?;
             report.merge(checked);
         }
     }

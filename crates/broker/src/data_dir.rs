@@ -23,7 +23,7 @@
 
 use minibroker_log::sealed::{seal, unseal};
 use minibroker_log::storage::{read_whole, write_atomically};
-use minibroker_log::{DurableLog, OpenFiles, Opened, SegmentConfig, Storage};
+use minibroker_log::{DurableLog, LogError, OpenFiles, Opened, SegmentConfig, Storage};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -70,22 +70,21 @@ impl DataDir {
         lock: bool,
         (max_connections, max_open_files): (usize, Option<u64>),
     ) -> Result<Self, ServerError> {
-        let failed = |reason: String| ServerError::DataDir {
-            path: root.to_owned(),
-            reason,
-        };
         storage
             .create_dir_all(&root.join("logs"))
-            .map_err(|e| failed(e.to_string()))?;
+            .map_err(|e| ServerError::data_dir_io(root, "creating it", e))?;
         let lock = if lock {
             let file = std::fs::OpenOptions::new()
                 .create(true)
                 .truncate(false)
                 .write(true)
                 .open(root.join("lock"))
-                .map_err(|e| failed(format!("cannot open its lock file: {e}")))?;
+                .map_err(|e| ServerError::data_dir_io(root, "opening its lock file", e))?;
             file.try_lock().map_err(|_| {
-                failed("another minibroker is using it (its lock file is held)".into())
+                ServerError::data_dir(
+                    root,
+                    "another minibroker is using it (its lock file is held)",
+                )
             })?;
             Some(file)
         } else {
@@ -166,7 +165,7 @@ impl DataDir {
         let bytes = match read_whole(&*self.storage, path) {
             Ok(bytes) => bytes,
             Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(error) => return Err(self.damaged(path, &error.to_string())),
+            Err(error) => return Err(ServerError::data_dir_io(path, "reading it", error)),
         };
         let plain_text = |b: &u8| b.is_ascii_graphic() || *b == b' ' || *b == b'\n';
         if bytes.iter().all(plain_text) {
@@ -174,7 +173,7 @@ impl DataDir {
         }
         unseal(magic, VERSION, &bytes)
             .map(|body| Some(body.to_vec()))
-            .map_err(|error| self.damaged(path, &error.to_string()))
+            .map_err(|error| ServerError::data_dir(path, error))
     }
 
     /// The first producer id not yet reserved, if any was ever saved.
@@ -265,16 +264,11 @@ impl DataDir {
     /// Opens (recovering) partition `index` of `topic`.
     ///
     /// # Errors
-    /// [`ServerError::DataDir`] when its files cannot be read or do not form a log.
-    pub fn open_partition(&self, topic: &str, index: u32) -> Result<Opened, ServerError> {
+    /// A [`LogError`] when its files cannot be read or do not form a log.
+    pub fn open_partition(&self, topic: &str, index: u32) -> Result<Opened, LogError> {
         let dir = self.topic_dir(topic).join(index.to_string());
         let open_files = Some(Arc::clone(&self.open_files));
-        DurableLog::open_with(Arc::clone(&self.storage), &dir, self.segments, open_files).map_err(
-            |error| ServerError::DataDir {
-                path: dir,
-                reason: error.to_string(),
-            },
-        )
+        DurableLog::open_with(Arc::clone(&self.storage), &dir, self.segments, open_files)
     }
 
     /// Deletes everything stored for `topic`.
@@ -315,9 +309,6 @@ impl DataDir {
     }
 
     fn damaged(&self, path: &Path, reason: &str) -> ServerError {
-        ServerError::DataDir {
-            path: path.to_owned(),
-            reason: reason.to_owned(),
-        }
+        ServerError::data_dir(path, reason)
     }
 }

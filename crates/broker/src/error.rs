@@ -107,18 +107,21 @@ pub enum BrokerError {
         /// The new topic's partitions.
         wanted: u32,
     },
-    /// Writing or syncing to disk failed; the partition (or data directory) takes no more
-    /// writes.
-    #[error("storage error: {0}")]
-    Storage(String),
+    /// A file of the data directory could not be written (the topic list, the producer-id
+    /// reservation).
+    #[error("storage error: {what}: {source}")]
+    Storage {
+        /// What was being done.
+        what: &'static str,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
     /// A write to a partition that stopped taking writes after a storage error.
     #[error(
-        "storage error: the partition is read-only after a storage error ({reason}); restart the broker once the disk is fixed"
+        "storage error: the partition is read-only after a storage error ({0}); restart the broker once the disk is fixed"
     )]
-    ReadOnly {
-        /// The first failure, as the log recorded it.
-        reason: String,
-    },
+    ReadOnly(#[source] std::sync::Arc<LogError>),
 }
 
 /// What kind of refusal a [`BrokerError`] is: what a front end maps to its error codes.
@@ -173,8 +176,8 @@ impl BrokerError {
             Self::TopicAlreadyExists(_) => ErrorKind::TopicAlreadyExists,
             Self::InvalidPartitions { .. } => ErrorKind::InvalidPartitions,
             Self::EpochExhausted(_) => ErrorKind::EpochExhausted,
-            Self::Storage(_)
-            | Self::ReadOnly { .. }
+            Self::Storage { .. }
+            | Self::ReadOnly(_)
             | Self::Log(LogError::Storage(_) | LogError::ReadOnly(_) | LogError::Damaged(_)) => {
                 ErrorKind::Storage
             }
@@ -184,6 +187,60 @@ impl BrokerError {
             | Self::TooManyPartitions { .. }
             | Self::TooManyDescriptors { .. } => ErrorKind::StorageFull,
         }
+    }
+}
+
+/// What is wrong with a data directory or one of its files; see [`ServerError::DataDir`].
+#[derive(Debug, Error)]
+pub enum DataDirProblem {
+    /// The file system refused an operation.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A partition's files do not form a log that can be served.
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// A checksummed file that does not open.
+    #[error(transparent)]
+    Sealed(#[from] minibroker_log::sealed::SealError),
+    /// A file's content cannot be what the file holds.
+    #[error("{0}")]
+    Content(String),
+}
+
+impl ServerError {
+    /// [`ServerError::DataDir`] for `path`.
+    pub fn data_dir(path: impl Into<PathBuf>, problem: impl Into<DataDirProblem>) -> Self {
+        Self::DataDir {
+            path: path.into(),
+            problem: problem.into(),
+        }
+    }
+
+    /// [`ServerError::DataDir`] for `path`, where `what` failed with `source`.
+    pub fn data_dir_io(
+        path: impl Into<PathBuf>,
+        what: &'static str,
+        source: std::io::Error,
+    ) -> Self {
+        Self::data_dir(path, DataDirProblem::Io { what, source })
+    }
+}
+
+impl From<String> for DataDirProblem {
+    fn from(content: String) -> Self {
+        Self::Content(content)
+    }
+}
+
+impl From<&str> for DataDirProblem {
+    fn from(content: &str) -> Self {
+        Self::Content(content.to_owned())
     }
 }
 
@@ -209,25 +266,15 @@ pub enum ServerError {
         /// What is wrong.
         source: toml::de::Error,
     },
-    /// The listening socket could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: String,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The server task ended abnormally.
-    #[error("the server task failed: {0}")]
-    Stopped(String),
     /// The data directory cannot be used: its files cannot be read or written, or they do not
     /// form a log that can be served.
-    #[error("cannot use the data directory {path}: {reason}")]
+    #[error("cannot use the data directory {path}: {problem}")]
     DataDir {
-        /// The directory.
+        /// The directory, or the file in it.
         path: PathBuf,
-        /// Why.
-        reason: String,
+        /// What is wrong.
+        #[source]
+        problem: DataDirProblem,
     },
     /// A topic declared in the configuration cannot be created.
     #[error("invalid configuration: declared topic {name:?}: {source}")]

@@ -61,7 +61,7 @@ pub use broker::{
 pub use budget::{BATCH_OVERHEAD_BYTES, StorageBudget, accounted_bytes};
 pub use config::{Config, FlushPolicy, TopicConfig, batch_room};
 pub use counters::OutcomeCounts;
-pub use error::{BrokerError, ErrorKind, ServerError};
+pub use error::{BrokerError, DataDirProblem, ErrorKind, ServerError};
 pub use minibroker_state::{Outcome, ProducerPage, ProducerView, Verdict};
 pub use producers::FIRST_ISSUED_ID;
 pub use signal::{AppendSignal, AppendWait};

@@ -87,15 +87,15 @@ impl Partition {
         self.health.is_failed()
     }
 
-    /// The error for a write to a read-only partition.
+    /// The error for a write to a read-only partition: its first failure.
     #[must_use]
     pub fn read_only_error(&self) -> BrokerError {
-        BrokerError::ReadOnly {
-            reason: self
-                .health
-                .failure()
-                .unwrap_or("a write or sync failed")
-                .to_owned(),
+        match self.health.failure() {
+            Some(first) => BrokerError::ReadOnly(Arc::clone(first)),
+            // Not read-only: nothing failed, yet a write was refused as if it had.
+            None => BrokerError::Log(LogError::Damaged(
+                "the partition was refused a write without a failure".to_owned(),
+            )),
         }
     }
 
@@ -175,7 +175,8 @@ impl Partition {
             Err(error) => {
                 self.commit.record(elapsed, None);
                 if let Some(log) = self.log().log.durable() {
-                    log.set_failed(format!("fsync failed: {error}"));
+                    let failure = LogError::storage("syncing a segment (fsync)", log.dir(), error);
+                    log.set_failed(failure);
                 }
             }
         }

@@ -154,9 +154,11 @@ impl ProducerIds {
                     && id >= issued.reserved_until
                 {
                     let until = id.saturating_add(PRODUCER_ID_BLOCK);
-                    data.reserve_producer_ids(until).map_err(|error| {
-                        BrokerError::Storage(format!("reserving producer ids: {error}"))
-                    })?;
+                    data.reserve_producer_ids(until)
+                        .map_err(|source| BrokerError::Storage {
+                            what: "reserving producer ids",
+                            source,
+                        })?;
                     issued.reserved_until = until;
                 }
                 issued.next_id = next;

@@ -124,11 +124,9 @@ impl TopicRegistry {
         let stored = match &data {
             Some(data) => {
                 let stored = data.topics()?;
-                data.set_aside_unknown_topics(&stored)
-                    .map_err(|error| ServerError::DataDir {
-                        path: data.root().to_owned(),
-                        reason: error.to_string(),
-                    })?;
+                data.set_aside_unknown_topics(&stored).map_err(|error| {
+                    ServerError::data_dir_io(data.root(), "setting unknown topics aside", error)
+                })?;
                 stored
             }
             None => Vec::new(),
@@ -162,10 +160,7 @@ impl TopicRegistry {
             registry
                 .insert(name, *partitions, Origin::Stored)
                 .map_err(|source| match source {
-                    BrokerError::Storage(reason) => ServerError::DataDir {
-                        path: PathBuf::from(name),
-                        reason,
-                    },
+                    BrokerError::Log(error) => ServerError::data_dir(PathBuf::from(name), error),
                     source => ServerError::DeclaredTopic {
                         name: name.clone(),
                         source,
@@ -252,14 +247,16 @@ impl TopicRegistry {
                 .map(|_| PartitionLog::in_memory(retention))
                 .collect());
         };
-        let storage_error = |error: ServerError| BrokerError::Storage(error.to_string());
         if origin == Origin::New {
             data.remove_topic(name)
-                .map_err(|error| BrokerError::Storage(error.to_string()))?;
+                .map_err(|source| BrokerError::Storage {
+                    what: "clearing a new topic's directory",
+                    source,
+                })?;
         }
         (0..partitions)
             .map(|index| {
-                let opened = data.open_partition(name, index).map_err(storage_error)?;
+                let opened = data.open_partition(name, index)?;
                 if let Some((bytes, reason)) = opened.truncated {
                     tracing::warn!(
                         topic = name,
@@ -285,7 +282,10 @@ impl TopicRegistry {
             .collect();
         list.sort_unstable();
         data.save_topics(list)
-            .map_err(|error| BrokerError::Storage(format!("saving the topic list: {error}")))
+            .map_err(|source| BrokerError::Storage {
+                what: "saving the topic list",
+                source,
+            })
     }
 
     /// Creates `name` (new, or recovered from the data directory), or returns it if it exists.

@@ -3,6 +3,7 @@
 
 use bytes::Bytes;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::oneshot;
@@ -83,7 +84,7 @@ pub enum GroupError {
     GroupIdNotFound,
     /// Committed offsets could not be written to disk.
     #[error("storage error: {0}")]
-    Storage(String),
+    Storage(#[source] StoreFailure),
     /// The group holds its maximum of members.
     #[error("the group holds its maximum of {0} members")]
     GroupFull(usize),
@@ -97,6 +98,37 @@ pub enum GroupError {
     #[error("too much group metadata: {0}")]
     TooMuchMetadata(String),
 }
+
+/// A write of committed offsets that failed: what was being done and the I/O error, shared by
+/// every request that waited on it, and compared by what failed and the error's kind.
+#[derive(Debug, Clone, Error)]
+#[error("{what}: {source}")]
+pub struct StoreFailure {
+    /// What was being done.
+    pub what: &'static str,
+    /// Why it failed.
+    #[source]
+    pub source: Arc<std::io::Error>,
+}
+
+impl StoreFailure {
+    /// `what` failed with `source`.
+    #[must_use]
+    pub fn new(what: &'static str, source: std::io::Error) -> Self {
+        Self {
+            what,
+            source: Arc::new(source),
+        }
+    }
+}
+
+impl PartialEq for StoreFailure {
+    fn eq(&self, other: &Self) -> bool {
+        self.what == other.what && self.source.kind() == other.source.kind()
+    }
+}
+
+impl Eq for StoreFailure {}
 
 /// A join request, in domain terms.
 #[derive(Debug, Clone)]

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use minibroker_broker::ServerError;
 use minibroker_broker::data_dir::DataDir;
 
-use crate::model::{Committed, GroupError, OffsetsSnapshot, TopicPartition};
+use crate::model::{Committed, GroupError, OffsetsSnapshot, StoreFailure, TopicPartition};
 
 /// The directory of per-group files.
 const DIR: &str = "groups";
@@ -64,7 +64,12 @@ impl OffsetStore {
         format!("{DIR}/{file}{SUFFIX}")
     }
 
-    fn damaged(&self, name: &str, reason: impl std::fmt::Display) -> ServerError {
+    /// A data-directory error for `name`, where `what` failed with `error`.
+    fn io_error(&self, name: &str, what: &'static str, error: std::io::Error) -> ServerError {
+        ServerError::data_dir_io(self.data.root().join(name), what, error)
+    }
+
+    fn damaged(&self, name: &str, reason: impl Into<String>) -> ServerError {
         damaged(&self.data, name, reason)
     }
 
@@ -72,21 +77,21 @@ impl OffsetStore {
     pub(super) fn load(&self) -> Result<Vec<Saved>, ServerError> {
         self.data
             .create_dir(DIR)
-            .map_err(|error| self.damaged(DIR, error))?;
+            .map_err(|error| self.io_error(DIR, "creating it", error))?;
         self.split_legacy_file()?;
         let mut saved = Vec::new();
         let mut ids = HashSet::new();
         let names = self
             .data
             .list(DIR)
-            .map_err(|error| self.damaged(DIR, error))?;
+            .map_err(|error| self.io_error(DIR, "listing it", error))?;
         for name in names {
             if name.ends_with(TEMPORARY_SUFFIX) {
                 let path = format!("{DIR}/{name}");
                 // A write that never finished: the file it was to replace is still there.
                 self.data
                     .remove_file(&path)
-                    .map_err(|error| self.damaged(&path, error))?;
+                    .map_err(|error| self.io_error(&path, "removing an unfinished write", error))?;
                 continue;
             }
             let Some(file) = name.strip_suffix(SUFFIX) else {
@@ -122,12 +127,12 @@ impl OffsetStore {
             let path = Self::path(&name);
             self.data
                 .write_file(&path, &encode(&[(id, offsets)]))
-                .map_err(|error| self.damaged(&path, error))?;
+                .map_err(|error| self.io_error(&path, "writing it", error))?;
             used.insert(name);
         }
         self.data
             .remove_file(LEGACY_FILE)
-            .map_err(|error| self.damaged(LEGACY_FILE, error))?;
+            .map_err(|error| self.io_error(LEGACY_FILE, "removing it", error))?;
         tracing::info!("committed offsets moved from group-offsets to a file per group");
         Ok(())
     }
@@ -165,16 +170,15 @@ impl OffsetStore {
         let data = Arc::clone(&self.data);
         tokio::task::spawn_blocking(move || work(&data))
             .await
-            .map_err(|error| GroupError::Storage(error.to_string()))?
-            .map_err(|error| GroupError::Storage(format!("{what}: {error}")))
+            .map_err(|error| {
+                GroupError::Storage(StoreFailure::new(what, std::io::Error::other(error)))
+            })?
+            .map_err(|error| GroupError::Storage(StoreFailure::new(what, error)))
     }
 }
 
-fn damaged(data: &DataDir, name: &str, reason: impl std::fmt::Display) -> ServerError {
-    ServerError::DataDir {
-        path: data.root().join(name),
-        reason: reason.to_string(),
-    }
+fn damaged(data: &DataDir, name: &str, reason: impl Into<String>) -> ServerError {
+    ServerError::data_dir(data.root().join(name), reason.into())
 }
 
 /// The groups of the file `path` of `data`, none if it does not exist.
@@ -184,7 +188,11 @@ fn read_groups(data: &DataDir, path: &str) -> Result<Option<Snapshot>, ServerErr
         Ok(Some(bytes)) => decode(&bytes)
             .map(Some)
             .ok_or_else(|| damaged(data, path, "damaged (bad checksum or layout)")),
-        Err(error) => Err(damaged(data, path, error)),
+        Err(error) => Err(ServerError::data_dir_io(
+            data.root().join(path),
+            "reading it",
+            error,
+        )),
     }
 }
 
@@ -206,6 +214,9 @@ pub fn check_files(data: &DataDir) -> Vec<(std::path::PathBuf, Option<String>)> 
             match read_groups(data, &name) {
                 Ok(None) => None,
                 Ok(Some(_)) => Some((path, None)),
+                Err(ServerError::DataDir { problem, .. }) => {
+                    Some((path, Some(problem.to_string())))
+                }
                 Err(error) => Some((path, Some(error.to_string()))),
             }
         })

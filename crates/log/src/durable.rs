@@ -130,10 +130,8 @@ impl WriteBack {
     pub fn run(self) {
         use std::sync::atomic::Ordering;
         if let Err(error) = self.file.sync() {
-            self.health.fail(format!(
-                "a background sync in {} failed: {error}",
-                self.dir.display()
-            ));
+            self.health
+                .fail(LogError::storage("a background sync", self.dir, error));
         }
         self.running.store(false, Ordering::Release);
     }
@@ -279,27 +277,27 @@ impl DurableLog {
     }
 
     /// Makes the log read-only after a failed write or sync, and says why.
-    fn fail(&mut self, what: &str, error: &io::Error) -> LogError {
-        let reason = format!("{what} in {} failed: {error}", self.dir.display());
-        self.set_failed(reason.clone());
-        LogError::Storage(reason)
+    fn fail(&mut self, what: &str, error: io::Error) -> LogError {
+        let failure = LogError::storage(what, &self.dir, error);
+        self.set_failed(failure.clone());
+        failure
     }
 
     /// Marks the log read-only (a sync of it failed elsewhere), with the reason. Batches not
     /// yet written are forgotten: they were never acknowledged, and never will be.
-    pub fn set_failed(&mut self, reason: String) {
-        self.health.fail(reason);
+    pub fn set_failed(&mut self, error: LogError) {
+        self.health.fail(error);
         self.forget_pending();
     }
 
     /// [`LogError::ReadOnly`] once the log's health has failed (here, in a background sync or
     /// in a sync the broker ran); batches not yet written are forgotten then.
     fn refuse_if_failed(&mut self) -> Result<(), LogError> {
-        let Some(reason) = self.health.failure().map(str::to_owned) else {
+        let Some(first) = self.health.failure().cloned() else {
             return Ok(());
         };
         self.forget_pending();
-        Err(LogError::ReadOnly(reason))
+        Err(LogError::ReadOnly(first))
     }
 
     /// Drops the batches not yet written, as if they had never been appended.
@@ -334,7 +332,7 @@ impl DurableLog {
         if let Err(error) = self.active.file.append(&self.pending) {
             // Cut any part that was written; the log stays read-only either way.
             let _ = self.active.file.truncate(before.size);
-            return Err(self.fail("writing batches", &error));
+            return Err(self.fail("writing batches", error));
         }
         self.unwritten = None;
         self.pending.clear();
@@ -369,10 +367,16 @@ impl DurableLog {
         self.unwritten.is_some()
     }
 
-    /// Why the log is read-only, if it is.
+    /// The failure that made the log read-only, if one did.
     #[must_use]
-    pub fn failure(&self) -> Option<&str> {
+    pub fn failure(&self) -> Option<&Arc<LogError>> {
         self.health.failure()
+    }
+
+    /// The log's directory.
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Whether its files still take writes; clones share the state.
@@ -460,14 +464,15 @@ impl DurableLog {
     /// for now (EMFILE, ENFILE): nothing was lost, the active segment stays active, and the
     /// next append tries to roll again, so a passing shortage never makes a partition
     /// read-only for good.
-    fn fail_unless_transient(&mut self, what: &str, error: &io::Error) -> LogError {
+    fn fail_unless_transient(&mut self, what: &str, error: io::Error) -> LogError {
         const ENFILE: i32 = 23;
         const EMFILE: i32 = 24;
         if matches!(error.raw_os_error(), Some(ENFILE | EMFILE)) {
-            return LogError::Storage(format!(
-                "{what} in {}: {error} (tried again at the next append)",
-                self.dir.display()
-            ));
+            return LogError::storage(
+                format!("{what} (tried again at the next append)"),
+                &self.dir,
+                error,
+            );
         }
         self.fail(what, error)
     }
@@ -477,7 +482,7 @@ impl DurableLog {
         self.write_pending()?;
         self.unsynced = 0;
         if let Err(error) = self.active.file.sync() {
-            return Err(self.fail("syncing a segment", &error));
+            return Err(self.fail("syncing a segment", error));
         }
         if self.preallocated > self.active.size {
             // Give back the reserved space the sealed segment will never use (best effort).
@@ -489,7 +494,7 @@ impl DurableLog {
             .join(file_name(self.active.base_offset, INDEX_SUFFIX));
         // Not synced: the index only saves recovery a scan, and a damaged one is scanned.
         if let Err(error) = replace_unsynced(&*self.storage, &index, &self.active.encode_index()) {
-            return Err(self.fail_unless_transient("writing a segment index", &error));
+            return Err(self.fail_unless_transient("writing a segment index", error));
         }
         let next = self.active.next_offset;
         let created = self
@@ -506,7 +511,7 @@ impl DurableLog {
                 self.sealed.push_back(sealed);
                 Ok(())
             }
-            Err(error) => Err(self.fail_unless_transient("creating a segment", &error)),
+            Err(error) => Err(self.fail_unless_transient("creating a segment", error)),
         }
     }
 
@@ -533,7 +538,7 @@ impl DurableLog {
         self.write_pending()?;
         match self.active.file.sync() {
             Ok(()) => Ok(()),
-            Err(error) => Err(self.fail("syncing a segment", &error)),
+            Err(error) => Err(self.fail("syncing a segment", error)),
         }
     }
 
@@ -597,17 +602,16 @@ impl DurableLog {
         let base = segment.base_offset;
         let read = segment.read(from, limits);
         read.map_err(|error| {
-            let reason = format!(
-                "reading segment {}: {error}",
-                self.dir.join(file_name(base, LOG_SUFFIX)).display()
-            );
+            let what = format!("reading segment {}", file_name(base, LOG_SUFFIX));
             if error.kind() == io::ErrorKind::InvalidData {
                 // Damaged bytes do not mend: nothing more is written after them, and the
                 // broker reports the partition's storage as failed.
-                self.set_failed(reason.clone());
-                LogError::Damaged(reason)
+                let damaged =
+                    LogError::Damaged(format!("{what} in {}: {error}", self.dir.display()));
+                self.set_failed(damaged.clone());
+                damaged
             } else {
-                LogError::Storage(reason)
+                LogError::storage(what, &self.dir, error)
             }
         })
     }
@@ -708,7 +712,7 @@ impl DurableLog {
             let base = oldest.base_offset;
             self.storage
                 .remove_file(&self.dir.join(file_name(base, LOG_SUFFIX)))
-                .map_err(|e| LogError::Storage(format!("deleting an old segment: {e}")))?;
+                .map_err(|e| LogError::storage("deleting an old segment", &self.dir, e))?;
             let _ = self
                 .storage
                 .remove_file(&self.dir.join(file_name(base, INDEX_SUFFIX)));
@@ -716,7 +720,7 @@ impl DurableLog {
             // without the newer ones after it (that would be a hole).
             self.storage
                 .sync_dir(&self.dir)
-                .map_err(|e| LogError::Storage(format!("syncing {}: {e}", self.dir.display())))?;
+                .map_err(|e| LogError::storage("syncing the directory", &self.dir, e))?;
             if let Some(segment) = self.sealed.pop_front() {
                 self.stored_bytes -= segment.size;
                 self.batch_count -= segment.batches;

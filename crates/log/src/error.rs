@@ -1,9 +1,38 @@
 //! Why an append or a read was refused.
 
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
 use thiserror::Error;
 
+/// A failed operation on a log's files: what was being done, in which directory, and the I/O
+/// error that stopped it.
+#[derive(Debug, Error)]
+#[error("{what} in {} failed: {source}", .dir.display())]
+pub struct StorageFailure {
+    /// What was being done ("writing batches", "syncing a segment").
+    pub what: String,
+    /// The log's directory.
+    pub dir: PathBuf,
+    /// Why it failed.
+    #[source]
+    pub source: io::Error,
+}
+
+impl StorageFailure {
+    /// `what` failed in `dir` with `source`.
+    #[must_use]
+    pub fn new(what: impl Into<String>, dir: impl Into<PathBuf>, source: io::Error) -> Self {
+        Self {
+            what: what.into(),
+            dir: dir.into(),
+            source,
+        }
+    }
+}
+
 /// An append or read the log cannot serve.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[derive(Debug, Clone, Error)]
 pub enum LogError {
     /// A batch must hold at least one record and fit one 4 GiB buffer.
     #[error(
@@ -30,11 +59,19 @@ pub enum LogError {
     /// A write, sync or read of the log's files failed; after a failed write or sync the
     /// partition is read-only.
     #[error("storage error: {0}")]
-    Storage(String),
-    /// The partition stopped taking writes after a storage error.
+    Storage(#[source] Arc<StorageFailure>),
+    /// The partition stopped taking writes after a storage error: the first one.
     #[error("the partition is read-only after a storage error: {0}")]
-    ReadOnly(String),
+    ReadOnly(#[source] Arc<LogError>),
     /// The files on disk cannot be served as a log (a damaged sealed segment, a missing one).
     #[error("the log's files are damaged: {0}")]
     Damaged(String),
+}
+
+impl LogError {
+    /// [`Self::Storage`]: `what` failed in `dir` with `source`.
+    #[must_use]
+    pub fn storage(what: impl Into<String>, dir: impl Into<PathBuf>, source: io::Error) -> Self {
+        Self::Storage(Arc::new(StorageFailure::new(what, dir, source)))
+    }
 }

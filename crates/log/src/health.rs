@@ -7,27 +7,26 @@
 
 use std::sync::{Arc, OnceLock};
 
+use crate::LogError;
+
 /// A partition's health; clones share it.
 #[derive(Debug, Clone, Default)]
-pub struct Health(Arc<OnceLock<String>>);
+pub struct Health(Arc<OnceLock<Arc<LogError>>>);
 
 impl Health {
-    /// Fails it with `reason` (logged the first time); a later failure keeps the first reason.
-    pub fn fail(&self, reason: String) {
-        if let Err(reason) = self.0.set(reason) {
-            tracing::debug!(reason, "another storage error on a read-only partition");
-        } else {
-            tracing::error!(
-                reason = self.failure(),
-                "a write or sync failed; the partition is read-only from now on"
-            );
+    /// Fails it with `error` (logged the first time); a later failure keeps the first.
+    pub fn fail(&self, error: LogError) {
+        if let Err(later) = self.0.set(Arc::new(error)) {
+            tracing::debug!(error = %later, "another storage error on a read-only partition");
+        } else if let Some(error) = self.failure() {
+            tracing::error!(%error, "a write or sync failed; the partition is read-only from now on");
         }
     }
 
-    /// Why it failed, if it did.
+    /// The failure that made it read-only, if one did.
     #[must_use]
-    pub fn failure(&self) -> Option<&str> {
-        self.0.get().map(String::as_str)
+    pub fn failure(&self) -> Option<&Arc<LogError>> {
+        self.0.get()
     }
 
     /// Whether a write or sync failed.
@@ -46,8 +45,10 @@ mod tests {
         let health = Health::default();
         let shared = health.clone();
         assert!(!shared.is_failed());
-        health.fail("fsync failed".to_owned());
-        health.fail("a later write failed".to_owned());
-        assert_eq!(shared.failure(), Some("fsync failed"));
+        let failure = |what: &str| LogError::storage(what, "/p", std::io::Error::other("disk"));
+        health.fail(failure("syncing a segment"));
+        health.fail(failure("writing batches"));
+        let first = shared.failure().expect("failed").to_string();
+        assert!(first.contains("syncing a segment"), "{first}");
     }
 }

@@ -53,7 +53,7 @@ pub use durable::{
     Appended, DurableLog, MAX_PENDING_BYTES, Opened, PREALLOCATE_BYTES, Retention, SegmentConfig,
     SnapshotStore, SyncPoint, WriteBack,
 };
-pub use error::LogError;
+pub use error::{LogError, StorageFailure};
 pub use health::Health;
 pub use memory::{MemoryLog, ReadLimits, Released};
 pub use open_files::OpenFiles;

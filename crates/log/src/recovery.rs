@@ -23,7 +23,7 @@ pub(crate) struct Recovery<'a> {
 
 impl Recovery<'_> {
     fn io_error(&self, what: &str, error: io::Error) -> LogError {
-        LogError::Storage(format!("{what} in {}: {error}", self.dir.display()))
+        LogError::storage(what, self.dir, error)
     }
 
     /// The base offsets of the segment files, in order (the directory is created if missing,

@@ -101,8 +101,8 @@ fn running_out_of_descriptors_for_a_roll_leaves_the_log_writable() {
     for sequence in 0..40 {
         match append(&mut log, sequence - refused) {
             Ok(_) => {}
-            Err(LogError::Storage(reason)) => {
-                assert!(reason.contains("tried again"), "{reason}");
+            Err(LogError::Storage(failure)) => {
+                assert!(failure.what.contains("tried again"), "{failure}");
                 refused += 1;
             }
             Err(error) => panic!("{error}"),

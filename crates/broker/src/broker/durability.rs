@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use crate::budget::PRODUCER_ENTRY_BYTES;
 use crate::config::FlushPolicy;
+use crate::error::DataDirProblem;
 use crate::partition::Partition;
 use crate::snapshot::TakenSnapshot;
 use crate::{Broker, ServerError};
@@ -29,12 +30,9 @@ impl Broker {
         }
         for topic in self.topics.list() {
             for (index, partition) in topic.partitions().iter().enumerate() {
-                let replayed =
-                    self.recover_partition(partition)
-                        .map_err(|reason| ServerError::DataDir {
-                            path: format!("{}/{index}", topic.name).into(),
-                            reason,
-                        })?;
+                let replayed = self.recover_partition(partition).map_err(|problem| {
+                    ServerError::data_dir(format!("{}/{index}", topic.name), problem)
+                })?;
                 tracing::info!(topic = topic.name, partition = index, replayed, "recovered");
             }
         }
@@ -45,7 +43,7 @@ impl Broker {
     /// many batches were replayed. Runs before the broker serves anyone, so holding the
     /// partition's lock while replaying into the state's shard (the reverse of the append path's
     /// order) cannot deadlock.
-    fn recover_partition(&self, partition: &Partition) -> Result<u64, String> {
+    fn recover_partition(&self, partition: &Partition) -> Result<u64, DataDirProblem> {
         let now_ms = now_millis();
         let mut data = partition.log();
         let Some(log) = data.log.durable() else {
@@ -55,7 +53,10 @@ impl Broker {
         let snapshots = log
             .snapshots()
             .newest_first(log.next_offset())
-            .map_err(|error| format!("listing snapshots: {error}"))?;
+            .map_err(|source| DataDirProblem::Io {
+                what: "listing snapshots",
+                source,
+            })?;
         for (offset, bytes) in snapshots {
             match decode_snapshot(&bytes) {
                 Ok(producers) => {
@@ -90,12 +91,11 @@ impl Broker {
                 None => bad = Some(minibroker_records::base_offset(batch)),
             }
             bad.is_none()
-        })
-        .map_err(|error| error.to_string())?;
+        })?;
         if let Some(offset) = bad {
-            return Err(format!(
+            return Err(DataDirProblem::Content(format!(
                 "the stored batch at offset {offset} has impossible producer fields"
-            ));
+            )));
         }
         drop(data);
         let producers = self.state.partition_len(partition.id);
