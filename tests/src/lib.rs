@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result, bail};
 use bytes::BytesMut;
-use minibroker_broker::Config;
+use minibroker_net::Config;
 use minibroker_protocol::{FrameCodec, Request, Response, codec};
 use minibroker_records::{NewRecord, Writer};
 use std::net::SocketAddr;

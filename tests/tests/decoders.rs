@@ -14,10 +14,12 @@
 //! `MINIBROKER_FUZZ_ITERATIONS=200000 cargo test --release -p minibroker-tests --test decoders`.
 
 use bytes::{Bytes, BytesMut};
-use minibroker_broker::{Broker, Config, Unacknowledged};
+use minibroker_broker::{Broker, BrokerConfig, Unacknowledged};
 use minibroker_faults::SplitMix64;
+use minibroker_groups::GroupConfig;
 use minibroker_groups::GroupCoordinator;
 use minibroker_log::sim::SimStorage;
+use minibroker_net::Config;
 use minibroker_net::FrontEnd;
 use minibroker_records::{NewRecord, Writer};
 use std::collections::BTreeMap;
@@ -281,13 +283,19 @@ async fn kafka_requests_through_the_front_end() {
 /// segments with their indexes, producer-state snapshots.
 async fn data_directory() -> (Config, BTreeMap<PathBuf, Vec<u8>>) {
     let config = Config {
-        data_dir: Some("/data".into()),
-        segment_bytes: 4096,
-        group_min_session_timeout_ms: 1,
+        broker: BrokerConfig {
+            data_dir: Some("/data".into()),
+            segment_bytes: 4096,
+            ..BrokerConfig::default()
+        },
+        groups: GroupConfig {
+            group_min_session_timeout_ms: 1,
+            ..GroupConfig::default()
+        },
         ..Config::default()
     };
     let storage = SimStorage::new();
-    let broker = Broker::with_storage(&config, Arc::new(storage.clone())).expect("opens");
+    let broker = Broker::with_storage(&config.broker, Arc::new(storage.clone())).expect("opens");
     broker.create_topic("t", 2).expect("creates");
     let mut topics = Unacknowledged::default();
     for sequence in 0..60 {
@@ -298,7 +306,7 @@ async fn data_directory() -> (Config, BTreeMap<PathBuf, Vec<u8>>) {
             .expect("produces");
     }
     broker.init_producer(None).expect("an id");
-    let groups = GroupCoordinator::for_broker(&broker).expect("opens");
+    let groups = GroupCoordinator::for_broker(&broker, &config.groups).expect("opens");
     groups
         .commit("g", -1, "", vec![("t".into(), 0, 12, Some("meta".into()))])
         .await
@@ -363,8 +371,12 @@ async fn data_directory_files_through_a_starting_broker() {
             let content = if other == path { &bytes } else { content };
             storage.set_contents(other, content.clone());
         }
-        let opened = Broker::with_storage(&config, Arc::new(storage))
-            .and_then(|broker| Ok((GroupCoordinator::for_broker(&broker)?, broker)));
+        let opened = Broker::with_storage(&config.broker, Arc::new(storage)).and_then(|broker| {
+            Ok((
+                GroupCoordinator::for_broker(&broker, &config.groups)?,
+                broker,
+            ))
+        });
         match opened {
             Ok((groups, broker)) => {
                 started += 1;

@@ -34,7 +34,7 @@ use crate::signal::AppendSignal;
 use crate::stats::{HistogramSnapshot, PartitionStats};
 use crate::topics::{CreateCheck, TopicRegistry};
 use crate::unacknowledged::{Left, Unacknowledged};
-use crate::{BrokerError, Config, ServerError};
+use crate::{BrokerConfig, BrokerError, ServerError};
 
 /// Most producers one page of [`Broker::describe_producers`] holds.
 pub const MAX_DESCRIBE_PAGE: usize = 1000;
@@ -136,7 +136,7 @@ pub struct Broker {
     deleted_outcomes: Mutex<OutcomeCounts>,
     /// The configuration, for what durability and maintenance read from it (shared with the
     /// topic registry, for each new topic's retention).
-    config: Arc<Config>,
+    config: Arc<BrokerConfig>,
 }
 
 impl Broker {
@@ -145,7 +145,7 @@ impl Broker {
     /// # Errors
     /// [`ServerError::Config`] for limits that make no sense together;
     /// [`ServerError::DeclaredTopic`] for a declared topic that cannot be created.
-    pub fn new(config: &Config) -> Result<Self, ServerError> {
+    pub fn new(config: &BrokerConfig) -> Result<Self, ServerError> {
         Self::build(config, Arc::new(FsStorage), true)
     }
 
@@ -154,11 +154,18 @@ impl Broker {
     ///
     /// # Errors
     /// As [`Self::new`].
-    pub fn with_storage(config: &Config, storage: Arc<dyn Storage>) -> Result<Self, ServerError> {
+    pub fn with_storage(
+        config: &BrokerConfig,
+        storage: Arc<dyn Storage>,
+    ) -> Result<Self, ServerError> {
         Self::build(config, storage, false)
     }
 
-    fn build(config: &Config, storage: Arc<dyn Storage>, lock: bool) -> Result<Self, ServerError> {
+    fn build(
+        config: &BrokerConfig,
+        storage: Arc<dyn Storage>,
+        lock: bool,
+    ) -> Result<Self, ServerError> {
         config.validate()?;
         let shards = match config.state_shards {
             0 => default_shard_count(),
@@ -708,7 +715,7 @@ impl Broker {
 
     /// The configuration the broker was built with.
     #[must_use]
-    pub fn config(&self) -> &Config {
+    pub fn config(&self) -> &BrokerConfig {
         &self.config
     }
 

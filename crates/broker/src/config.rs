@@ -1,12 +1,13 @@
-//! Broker configuration: every limit the server enforces, with defaults that suit a laptop.
+//! The broker core's section of the configuration ([`BrokerConfig`]): every limit the core
+//! enforces, with defaults that suit a laptop.
 //!
-//! Read from TOML (`config/minibroker.toml` documents every key); the CLI overrides single keys
-//! with flags. Unknown keys are an error, so a typo never silently falls back to a default.
+//! The file is flat TOML (`config/minibroker.toml` documents every key); each crate owns the
+//! section of keys it reads, and `minibroker_net::Config` gathers them, refusing a key that no
+//! section owns.
 
 use serde::Deserialize;
 use std::fmt;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -17,6 +18,10 @@ use crate::ServerError;
 /// file can wait while a sync's writeback maps its range: the p99 latency at half load grew
 /// with this size (the README's Performance section has the figures).
 const WRITE_BACK_BYTES: u64 = 1 << 20;
+
+/// The longest timeout or interval any section accepts: a year (beyond it a deadline computed
+/// from "now" could overflow).
+pub const MAX_TIMEOUT_MS: u64 = 365 * 24 * 3600 * 1000;
 
 /// The default `max_frame_bytes`: 8 MiB, as the native protocol's clients assume.
 pub const DEFAULT_MAX_FRAME_BYTES: usize = 8 << 20;
@@ -90,24 +95,16 @@ impl fmt::Display for FlushPolicy {
     }
 }
 
-/// Everything the broker and its listener need to know.
+/// The broker core's section of the configuration: topics, limits, durability. The file is flat
+/// (`config/minibroker.toml`); `minibroker_net::Config` gathers this section with the others.
+///
+/// `max_connections`, `max_open_files` and `max_frame_bytes` are here because the core plans
+/// around them (the open-file plan shares descriptors between connections and segment files; no
+/// batch may be larger than an answer frame can hand back); the host and the front ends read
+/// them from this section.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Config {
-    /// Address of the native protocol's listener.
-    pub listen: SocketAddr,
-    /// Address of the Kafka protocol's listener (9092, the port every Kafka tool assumes).
-    pub kafka_listen: SocketAddr,
-    /// Address of the HTTP listener for `/metrics` (Prometheus), `/health` and `/ready`; off
-    /// when absent.
-    pub metrics_listen: Option<SocketAddr>,
-    /// `HOST:PORT` that Kafka Metadata hands to clients; the bound address when absent. Needed
-    /// behind a proxy, a NAT or in containers.
-    pub kafka_advertise: Option<String>,
-    /// This broker's Kafka node id.
-    pub node_id: i32,
-    /// The cluster id Kafka clients see.
-    pub cluster_id: String,
+#[serde(default)]
+pub struct BrokerConfig {
     /// Connections served at once; a connection beyond it is accepted, told
     /// TOO_MANY_CONNECTIONS and closed at once.
     pub max_connections: usize,
@@ -118,16 +115,6 @@ pub struct Config {
     pub max_open_files: Option<u64>,
     /// Largest frame accepted or sent, in bytes (after the 4-byte length prefix).
     pub max_frame_bytes: usize,
-    /// Responses a connection may buffer before they are flushed to the socket.
-    pub max_in_flight: usize,
-    /// A connection with no request for this long (up to twice as long, as the timer is checked
-    /// once per period) is closed.
-    pub idle_timeout_ms: u64,
-    /// A write of answers that does not complete within this (the client is not reading them)
-    /// closes the connection, freeing its slot.
-    pub write_timeout_ms: u64,
-    /// On shutdown, how long connections get to finish their requests before they are aborted.
-    pub drain_timeout_ms: u64,
     /// Create a topic on its first produce request.
     pub auto_create_topics: bool,
     /// Partition count of auto-created topics.
@@ -173,36 +160,14 @@ pub struct Config {
     pub retention_ms: Option<u64>,
     /// How often retention and producer-state expiry run.
     pub maintenance_interval_ms: u64,
-    /// Shortest session timeout a consumer-group member may ask for (Kafka's
-    /// `group.min.session.timeout.ms`).
-    pub group_min_session_timeout_ms: u64,
-    /// Longest session timeout a member may ask for (`group.max.session.timeout.ms`).
-    pub group_max_session_timeout_ms: u64,
-    /// A group with no members and no commit for this long is forgotten, with its committed
-    /// offsets (Kafka's `offsets.retention.minutes`, 7 days).
-    pub offsets_retention_ms: u64,
-    /// Most consumer groups the broker holds (with members or committed offsets).
-    pub max_groups: usize,
-    /// Most members one group may have.
-    pub max_group_members: usize,
 }
 
-impl Default for Config {
+impl Default for BrokerConfig {
     fn default() -> Self {
         Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 9093)),
-            kafka_listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
-            kafka_advertise: None,
-            metrics_listen: None,
-            node_id: 1,
-            cluster_id: "minibroker".to_owned(),
             max_connections: 1024,
             max_open_files: None,
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
-            max_in_flight: 64,
-            idle_timeout_ms: 600_000,
-            write_timeout_ms: 30_000,
-            drain_timeout_ms: 5_000,
             auto_create_topics: true,
             default_partitions: 1,
             topics: Vec::new(),
@@ -221,11 +186,6 @@ impl Default for Config {
             retention_bytes: None,
             retention_ms: None,
             maintenance_interval_ms: 60_000,
-            group_min_session_timeout_ms: 6_000,
-            group_max_session_timeout_ms: 1_800_000,
-            offsets_retention_ms: 7 * 24 * 3_600_000,
-            max_groups: 10_000,
-            max_group_members: 1_000,
         }
     }
 }
@@ -240,7 +200,7 @@ pub fn batch_room(max_frame_bytes: usize) -> usize {
     max_frame_bytes - (max_frame_bytes / 4).min(64 << 10)
 }
 
-impl Config {
+impl BrokerConfig {
     /// This configuration with auto-created topics of `partitions` partitions, raising
     /// `max_partitions_per_topic` to that if it is lower.
     #[must_use]
@@ -250,68 +210,17 @@ impl Config {
         self
     }
 
-    /// Parses TOML; absent keys take their defaults.
-    ///
-    /// # Errors
-    /// [`ServerError::ParseConfig`] for invalid TOML or unknown keys; [`ServerError::Config`] for
-    /// values that fail [`Self::validate`].
-    pub fn from_toml(text: &str) -> Result<Self, ServerError> {
-        Self::parse(text, None)
-    }
-
-    /// Reads and parses a TOML file.
-    ///
-    /// # Errors
-    /// [`ServerError::ReadConfig`] if the file cannot be read; otherwise as [`Self::from_toml`].
-    pub fn from_file(path: &Path) -> Result<Self, ServerError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ServerError::ReadConfig {
-            path: path.to_owned(),
-            source,
-        })?;
-        Self::parse(&text, Some(path))
-    }
-
-    fn parse(text: &str, path: Option<&Path>) -> Result<Self, ServerError> {
-        let config: Self = toml::from_str(text).map_err(|source| ServerError::ParseConfig {
-            path: path.map(Path::to_owned),
-            source,
-        })?;
-        config.validate()?;
-        Ok(config)
-    }
-
     /// Checks that the limits make sense together.
     ///
     /// # Errors
     /// [`ServerError::Config`] naming the first offending key.
     pub fn validate(&self) -> Result<(), ServerError> {
         let fail = |msg: &str| Err(ServerError::Config(msg.to_owned()));
-        if let Some(advertise) = &self.kafka_advertise
-            && advertise_parts(advertise).is_none()
-        {
-            return Err(ServerError::Config(format!(
-                "kafka_advertise must be HOST:PORT, got {advertise:?}"
-            )));
-        }
         if self.max_connections == 0 {
             return fail("max_connections must be at least 1");
         }
         if self.max_frame_bytes < 64 || self.max_frame_bytes > u32::MAX as usize {
             return fail("max_frame_bytes must be between 64 and 4294967295");
-        }
-        if self.max_in_flight == 0 {
-            return fail("max_in_flight must be at least 1");
-        }
-        // A year; beyond it a deadline computed from "now" could overflow.
-        const MAX_TIMEOUT_MS: u64 = 365 * 24 * 3600 * 1000;
-        if self.idle_timeout_ms == 0 || self.idle_timeout_ms > MAX_TIMEOUT_MS {
-            return fail("idle_timeout_ms must be between 1 and 31536000000 (a year)");
-        }
-        if self.write_timeout_ms == 0 || self.write_timeout_ms > MAX_TIMEOUT_MS {
-            return fail("write_timeout_ms must be between 1 and 31536000000 (a year)");
-        }
-        if self.drain_timeout_ms > MAX_TIMEOUT_MS {
-            return fail("drain_timeout_ms must be at most 31536000000 (a year)");
         }
         if self.producer_id_expiration_ms > MAX_TIMEOUT_MS {
             return fail("producer_id_expiration_ms must be at most 31536000000 (a year)");
@@ -331,20 +240,6 @@ impl Config {
         if self.maintenance_interval_ms == 0 || self.maintenance_interval_ms > MAX_TIMEOUT_MS {
             return fail("maintenance_interval_ms must be between 1 and 31536000000 (a year)");
         }
-        if self.group_min_session_timeout_ms == 0
-            || self.group_min_session_timeout_ms > self.group_max_session_timeout_ms
-            || self.group_max_session_timeout_ms > MAX_TIMEOUT_MS
-        {
-            return fail(
-                "group_min_session_timeout_ms must be at least 1 and at most group_max_session_timeout_ms (at most a year)",
-            );
-        }
-        if self.max_groups == 0 || self.max_group_members == 0 {
-            return fail("max_groups and max_group_members must be at least 1");
-        }
-        if self.offsets_retention_ms > MAX_TIMEOUT_MS * 10 {
-            return fail("offsets_retention_ms must be at most ten years");
-        }
         if matches!(self.flush, FlushPolicy::Interval(ms) if ms > MAX_TIMEOUT_MS) {
             return fail("the flush interval must be at most 31536000000 ms (a year)");
         }
@@ -357,28 +252,6 @@ impl Config {
             }
         }
         Ok(())
-    }
-
-    /// [`Self::idle_timeout_ms`] as a duration.
-    #[must_use]
-    pub fn idle_timeout(&self) -> Duration {
-        Duration::from_millis(self.idle_timeout_ms)
-    }
-
-    /// The host and port Kafka clients are told to connect to: `kafka_advertise`, or `bound` (the
-    /// Kafka listener's address).
-    #[must_use]
-    pub fn kafka_advertised(&self, bound: SocketAddr) -> (String, u16) {
-        self.kafka_advertise
-            .as_deref()
-            .and_then(advertise_parts)
-            .unwrap_or_else(|| (bound.ip().to_string(), bound.port()))
-    }
-
-    /// [`Self::write_timeout_ms`] as a duration.
-    #[must_use]
-    pub fn write_timeout(&self) -> Duration {
-        Duration::from_millis(self.write_timeout_ms)
     }
 
     /// [`Self::producer_id_expiration_ms`] as a duration.
@@ -411,46 +284,27 @@ impl Config {
             write_back_bytes: (self.flush != FlushPolicy::Always).then_some(WRITE_BACK_BYTES),
         }
     }
-
-    /// [`Self::drain_timeout_ms`] as a duration.
-    #[must_use]
-    pub fn drain_timeout(&self) -> Duration {
-        Duration::from_millis(self.drain_timeout_ms)
-    }
-}
-
-/// `HOST:PORT` split, if it is that.
-fn advertise_parts(advertise: &str) -> Option<(String, u16)> {
-    let (host, port) = advertise.rsplit_once(':')?;
-    let port = port.parse().ok()?;
-    (!host.is_empty()).then(|| (host.to_owned(), port))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_shipped_config_file_parses() {
-        let text = include_str!("../../../config/minibroker.toml");
-        let config = Config::from_toml(text).unwrap();
-        // The file documents the defaults: it must say exactly what the code does.
-        assert_eq!(config, Config::default());
-    }
-
-    #[test]
-    fn empty_text_gives_defaults() {
-        assert_eq!(Config::from_toml("").unwrap(), Config::default());
+    fn parse(text: &str) -> Result<BrokerConfig, ServerError> {
+        let config: BrokerConfig = toml::from_str(text)
+            .map_err(|source| ServerError::ParseConfig { path: None, source })?;
+        config.validate()?;
+        Ok(config)
     }
 
     #[test]
     fn default_partitions_raise_the_per_topic_cap_only_when_needed() {
-        let few = Config::default().with_default_partitions(4);
+        let few = BrokerConfig::default().with_default_partitions(4);
         assert_eq!(
             (few.default_partitions, few.max_partitions_per_topic),
             (4, 1_024)
         );
-        let many = Config::default().with_default_partitions(2_000);
+        let many = BrokerConfig::default().with_default_partitions(2_000);
         assert_eq!(
             (many.default_partitions, many.max_partitions_per_topic),
             (2_000, 2_000)
@@ -459,23 +313,14 @@ mod tests {
     }
 
     #[test]
-    fn unknown_keys_are_errors() {
-        let err = Config::from_toml("max_conections = 3").unwrap_err();
-        assert!(err.to_string().contains("max_conections"), "{err}");
-    }
-
-    #[test]
     fn nonsense_limits_are_errors() {
-        assert!(Config::from_toml("max_connections = 0").is_err());
-        assert!(Config::from_toml("idle_timeout_ms = 18446744073709551615").is_err());
-        assert!(Config::from_toml("default_partitions = 0").is_err());
-        assert!(Config::from_toml("write_timeout_ms = 0").is_err());
-        assert!(Config::from_toml("max_producer_ids = 0").is_err());
-        assert!(Config::from_toml("kafka_advertise = \"no-port\"").is_err());
-        assert!(Config::from_toml("[[topics]]\nname = \"a\"\npartitions = 0").is_err());
-        assert!(Config::from_toml("flush = \"sometimes\"").is_err());
-        assert!(Config::from_toml("flush = \"interval:0\"").is_err());
-        assert!(Config::from_toml("segment_bytes = 10").is_err());
+        assert!(parse("max_connections = 0").is_err());
+        assert!(parse("default_partitions = 0").is_err());
+        assert!(parse("max_producer_ids = 0").is_err());
+        assert!(parse("[[topics]]\nname = \"a\"\npartitions = 0").is_err());
+        assert!(parse("flush = \"sometimes\"").is_err());
+        assert!(parse("flush = \"interval:0\"").is_err());
+        assert!(parse("segment_bytes = 10").is_err());
     }
 
     #[test]
@@ -484,13 +329,13 @@ mod tests {
             let policy: FlushPolicy = text.parse().unwrap();
             assert_eq!(policy.to_string(), text);
         }
-        let config = Config::from_toml("flush = \"interval:5\"\ndata_dir = \"/tmp/x\"").unwrap();
+        let config = parse("flush = \"interval:5\"\ndata_dir = \"/tmp/x\"").unwrap();
         assert_eq!(config.flush, FlushPolicy::Interval(5));
     }
 
     #[test]
     fn a_topic_overrides_the_brokers_retention() {
-        let config = Config::from_toml(
+        let config = parse(
             "retention_ms = 1000\n[[topics]]\nname = \"a\"\npartitions = 1\nretention_bytes = 5",
         )
         .unwrap();

@@ -12,7 +12,7 @@
 //! - [`Unacknowledged`] — one connection's produces whose answers wait for their batches to be
 //!   stored, and the one `commit` step that stores them.
 //! - [`budget`] — what everything a client makes the broker keep costs against the storage limit.
-//! - [`Config`] — every limit, from TOML.
+//! - [`BrokerConfig`] — the core's section of the configuration: every limit it enforces.
 //! - [`stats`] — the counters and latency histograms behind the metrics.
 //! - [`data_dir`] — a durable broker's directory: topics, producer-id reservations, and the
 //!   partitions' segment files (`minibroker_log`); [`check`] — `minibroker check-data`'s reading
@@ -21,10 +21,10 @@
 //! # Example
 //! ```
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! use minibroker_broker::{Broker, Config, Outcome, Unacknowledged};
+//! use minibroker_broker::{Broker, BrokerConfig, Outcome, Unacknowledged};
 //! use minibroker_records::{NewRecord, Writer, encode};
 //!
-//! let broker = Broker::new(&Config::default())?;
+//! let broker = Broker::new(&BrokerConfig::default())?;
 //! let producer = broker.init_producer(None)?;
 //! let writer = Writer { producer_id: producer.producer_id, epoch: producer.epoch, base_sequence: 0 };
 //! let batch = encode(writer, &[NewRecord::value("hello")], 0)?;
@@ -59,7 +59,9 @@ pub use broker::{
     TopicSummary,
 };
 pub use budget::{BATCH_OVERHEAD_BYTES, StorageBudget, accounted_bytes};
-pub use config::{Config, FlushPolicy, TopicConfig, batch_room};
+pub use config::{
+    BrokerConfig, DEFAULT_MAX_FRAME_BYTES, FlushPolicy, MAX_TIMEOUT_MS, TopicConfig, batch_room,
+};
 pub use counters::OutcomeCounts;
 pub use error::{BrokerError, DataDirProblem, ErrorKind, ServerError};
 pub use minibroker_state::{Outcome, ProducerPage, ProducerView, Verdict};

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use crate::budget::{StorageBudget, topic_bytes};
 use crate::data_dir::DataDir;
 use crate::partition::Partition;
-use crate::{BrokerError, Config, ServerError};
+use crate::{BrokerConfig, BrokerError, ServerError};
 
 /// Longest topic name, as in Kafka.
 pub const MAX_TOPIC_NAME_LEN: usize = 249;
@@ -77,7 +77,7 @@ pub struct TopicRegistry {
     /// Where topics are stored, for a durable broker.
     data: Option<Arc<DataDir>>,
     /// The broker's configuration (shared with it), for each topic's retention.
-    config: Arc<Config>,
+    config: Arc<BrokerConfig>,
     auto_create: bool,
     default_partitions: u32,
     max_topics: usize,
@@ -117,7 +117,7 @@ impl TopicRegistry {
     /// [`ServerError::DataDir`] for stored topics that cannot be recovered;
     /// [`ServerError::DeclaredTopic`] for a declared topic that cannot be created.
     pub fn new(
-        config: &Arc<Config>,
+        config: &Arc<BrokerConfig>,
         budget: Arc<StorageBudget>,
         data: Option<Arc<DataDir>>,
     ) -> Result<Self, ServerError> {

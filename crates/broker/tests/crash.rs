@@ -11,7 +11,7 @@
 
 use bytes::Bytes;
 use minibroker_broker::{
-    Broker, BrokerError, Config, ErrorKind, FlushPolicy, Outcome, Unacknowledged,
+    Broker, BrokerConfig, BrokerError, ErrorKind, FlushPolicy, Outcome, Unacknowledged,
 };
 use minibroker_log::sim::SimStorage;
 use minibroker_records::{NewRecord, Writer};
@@ -23,13 +23,13 @@ const TOPIC: &str = "crash";
 const PARTITIONS: u32 = 2;
 const PRODUCERS: i64 = 3;
 
-fn config(flush: FlushPolicy) -> Config {
-    Config {
+fn config(flush: FlushPolicy) -> BrokerConfig {
+    BrokerConfig {
         data_dir: Some("/data".into()),
         flush,
         // Small segments, so runs cross rolls, sealed segments and snapshots.
         segment_bytes: 4096,
-        ..Config::default().with_default_partitions(PARTITIONS)
+        ..BrokerConfig::default().with_default_partitions(PARTITIONS)
     }
 }
 

@@ -3,22 +3,22 @@
 
 use bytes::Bytes;
 use minibroker_broker::{
-    Broker, Config, ErrorKind, FlushPolicy, Outcome, TopicConfig, Unacknowledged,
+    Broker, BrokerConfig, ErrorKind, FlushPolicy, Outcome, TopicConfig, Unacknowledged,
 };
 use minibroker_log::sim::SimStorage;
 use minibroker_records::{NewRecord, Writer};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-fn config() -> Config {
-    Config {
+fn config() -> BrokerConfig {
+    BrokerConfig {
         data_dir: Some("/data".into()),
         segment_bytes: 4096,
-        ..Config::default()
+        ..BrokerConfig::default()
     }
 }
 
-fn open(storage: &SimStorage, config: &Config) -> Broker {
+fn open(storage: &SimStorage, config: &BrokerConfig) -> Broker {
     Broker::with_storage(config, Arc::new(storage.clone())).expect("open")
 }
 
@@ -89,7 +89,7 @@ async fn producer_ids_are_never_issued_twice_across_crashes() {
 #[tokio::test]
 async fn retention_deletes_old_segments_and_reads_below_the_start_are_out_of_range() {
     let storage = SimStorage::new();
-    let config = Config {
+    let config = BrokerConfig {
         topics: vec![TopicConfig {
             name: "short".into(),
             partitions: 1,
@@ -137,7 +137,7 @@ async fn retention_deletes_old_segments_and_reads_below_the_start_are_out_of_ran
 #[tokio::test]
 async fn the_interval_policy_acknowledges_at_once_and_syncs_on_its_tick() {
     let storage = SimStorage::new();
-    let config = Config {
+    let config = BrokerConfig {
         flush: FlushPolicy::Interval(50),
         ..config()
     };
@@ -284,7 +284,7 @@ async fn an_older_data_directory_is_read_and_an_unknown_directory_set_aside() {
 async fn topics_beyond_the_open_file_limit_are_refused_and_other_partitions_still_roll() {
     // One client creating ~1,000 topics under a limit of 1,024 made another client's partition
     // fail its roll (KAFKA_STORAGE_ERROR), and stay read-only after descriptors were freed.
-    let config = Config {
+    let config = BrokerConfig {
         max_open_files: Some(1024),
         ..config()
     };

@@ -3,7 +3,7 @@
 //! and producers keep their state, so a retry is still a duplicate.
 
 use bytes::Bytes;
-use minibroker_broker::{Broker, Config, ErrorKind, Outcome, TopicConfig, Unacknowledged};
+use minibroker_broker::{Broker, BrokerConfig, ErrorKind, Outcome, TopicConfig, Unacknowledged};
 use minibroker_records::{NewRecord, Writer};
 
 const RECORD_BYTES: usize = 10_000;
@@ -30,7 +30,7 @@ fn batch(sequence: i32, timestamp: i64) -> Bytes {
 }
 
 fn broker(retention_bytes: Option<u64>, retention_ms: Option<u64>, max_stored: u64) -> Broker {
-    Broker::new(&Config {
+    Broker::new(&BrokerConfig {
         topics: vec![TopicConfig {
             name: "t".into(),
             partitions: 1,
@@ -38,7 +38,7 @@ fn broker(retention_bytes: Option<u64>, retention_ms: Option<u64>, max_stored: u
             retention_ms,
         }],
         max_stored_bytes: max_stored,
-        ..Config::default()
+        ..BrokerConfig::default()
     })
     .unwrap()
 }

@@ -2,7 +2,7 @@
 //! one broker core on both until SIGINT or SIGTERM.
 
 use anyhow::{Context, Result};
-use minibroker_broker::Config;
+use minibroker_net::Config;
 use minibroker_net::Host;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -49,25 +49,25 @@ pub async fn run(args: Args) -> Result<()> {
         None => Config::default(),
     };
     if let Some(listen) = args.listen {
-        config.listen = listen;
+        config.net.listen = listen;
     }
     if let Some(listen) = args.kafka_listen {
-        config.kafka_listen = listen;
+        config.net.kafka_listen = listen;
     }
     if let Some(advertise) = args.kafka_advertise {
-        config.kafka_advertise = Some(advertise);
+        config.net.kafka_advertise = Some(advertise);
     }
     if let Some(partitions) = args.partitions {
         config = config.with_default_partitions(partitions);
     }
     if let Some(dir) = args.data_dir {
-        config.data_dir = Some(dir);
+        config.broker.data_dir = Some(dir);
     }
     if let Some(flush) = args.flush {
-        config.flush = flush;
+        config.broker.flush = flush;
     }
     if let Some(listen) = args.metrics_listen {
-        config.metrics_listen = Some(listen);
+        config.net.metrics_listen = Some(listen);
     }
     config.validate()?;
     // Every connection and segment file is a descriptor: the soft limit a shell hands out is
@@ -75,11 +75,11 @@ pub async fn run(args: Args) -> Result<()> {
     let open_files = minibroker_broker::descriptors::raise_limit();
     tracing::debug!(?open_files, "open-file limit");
     let needed =
-        config.max_connections as u64 + minibroker_broker::descriptors::RESERVED_DESCRIPTORS;
+        config.broker.max_connections as u64 + minibroker_broker::descriptors::RESERVED_DESCRIPTORS;
     if let Some(limit) = open_files.filter(|limit| *limit < needed) {
         tracing::warn!(
             limit,
-            max_connections = config.max_connections,
+            max_connections = config.broker.max_connections,
             "the open-file limit is below max_connections plus what the broker keeps aside: connections may fail with EMFILE before max_connections (raise it: ulimit -n)"
         );
     }
@@ -88,16 +88,16 @@ pub async fn run(args: Args) -> Result<()> {
     // broker serves everything it stored.
     let started = std::time::Instant::now();
     let host = Host::start(&config)?;
-    if let Some(dir) = &config.data_dir {
+    if let Some(dir) = &config.broker.data_dir {
         tracing::info!(
             data_dir = %dir.display(),
-            flush = %config.flush,
+            flush = %config.broker.flush,
             recovery_ms = started.elapsed().as_millis() as u64,
             "opened the data directory"
         );
     }
     let stop_metrics = CancellationToken::new();
-    let metrics = match config.metrics_listen {
+    let metrics = match config.net.metrics_listen {
         Some(addr) => {
             let listener = bind(addr).await?;
             let bound = listener.local_addr()?;
@@ -112,8 +112,8 @@ pub async fn run(args: Args) -> Result<()> {
         }
         None => None,
     };
-    let native = minibroker_native::serve(&host, bind(config.listen).await?)?;
-    let kafka = minibroker_kafka::serve(&host, bind(config.kafka_listen).await?)?;
+    let native = minibroker_native::serve(&host, bind(config.net.listen).await?)?;
+    let kafka = minibroker_kafka::serve(&host, bind(config.net.kafka_listen).await?)?;
     // Scripts wait for these lines to learn the ports; the native one comes first.
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "listening on {native}")?;

@@ -5,8 +5,8 @@
 
 mod support;
 
-use minibroker_broker::Config;
 use minibroker_net::Host;
+use minibroker_net::{Config, NetConfig};
 use std::collections::HashMap;
 use std::process::Command;
 use std::sync::Arc;
@@ -92,7 +92,10 @@ fn each_outcome_moves_its_counter_by_exactly_one() {
 fn ready_only_once_the_listeners_are_bound() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let config = Config {
-        metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
+        net: NetConfig {
+            metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
+            ..NetConfig::default()
+        },
         ..Config::default()
     };
     let host = {

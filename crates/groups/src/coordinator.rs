@@ -8,7 +8,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use minibroker_broker::data_dir::DataDir;
-use minibroker_broker::{Config, ServerError, StorageBudget};
+use minibroker_broker::{BrokerConfig, ServerError, StorageBudget};
+
+use crate::config::GroupConfig;
 
 use crate::group::{self, Group};
 use crate::model::{
@@ -96,28 +98,35 @@ pub struct GroupCoordinator {
 }
 
 impl GroupCoordinator {
-    /// A coordinator with the bounds of `config` and a budget of its own of
-    /// `max_stored_bytes`, its committed offsets kept in `data` (and loaded from there) when
-    /// given.
+    /// A coordinator with the bounds of `config` and a budget of its own of the broker's
+    /// default `max_stored_bytes`, its committed offsets kept in `data` (and loaded from there)
+    /// when given.
     ///
     /// # Errors
     /// [`ServerError::DataDir`] when stored offsets cannot be read.
-    pub fn new(config: &Config, data: Option<Arc<DataDir>>) -> Result<Self, ServerError> {
-        let budget = Arc::new(StorageBudget::new(config.max_stored_bytes));
-        Self::with_budget(config, data, budget)
+    pub fn new(config: &GroupConfig, data: Option<Arc<DataDir>>) -> Result<Self, ServerError> {
+        let limit = BrokerConfig::default().max_stored_bytes;
+        Self::with_budget(config, data, Arc::new(StorageBudget::new(limit)))
     }
 
-    /// The coordinator of `broker`: its committed offsets kept in the broker's data directory
-    /// (if durable) and charged to the broker's storage budget.
+    /// The coordinator of `broker` with the bounds of `config`: its committed offsets kept in
+    /// the broker's data directory (if durable) and charged to the broker's storage budget,
+    /// idle groups looked for at the broker's `maintenance_interval_ms`.
     ///
     /// # Errors
     /// [`ServerError::DataDir`] when stored offsets cannot be read.
-    pub fn for_broker(broker: &minibroker_broker::Broker) -> Result<Self, ServerError> {
-        Self::with_budget(
-            broker.config(),
+    pub fn for_broker(
+        broker: &minibroker_broker::Broker,
+        config: &GroupConfig,
+    ) -> Result<Self, ServerError> {
+        let mut coordinator = Self::with_budget(
+            config,
             broker.data_dir().cloned(),
             Arc::clone(broker.budget()),
-        )
+        )?;
+        coordinator.limits.expiry_interval =
+            Duration::from_millis(broker.config().maintenance_interval_ms);
+        Ok(coordinator)
     }
 
     /// [`Self::new`], charging what groups hold to `budget`.
@@ -125,7 +134,7 @@ impl GroupCoordinator {
     /// # Errors
     /// [`ServerError::DataDir`] when stored offsets cannot be read.
     pub fn with_budget(
-        config: &Config,
+        config: &GroupConfig,
         data: Option<Arc<DataDir>>,
         budget: Arc<StorageBudget>,
     ) -> Result<Self, ServerError> {
@@ -150,7 +159,9 @@ impl GroupCoordinator {
                 offsets_retention: Duration::from_millis(config.offsets_retention_ms),
                 max_groups: config.max_groups,
                 max_members: config.max_group_members,
-                expiry_interval: Duration::from_millis(config.maintenance_interval_ms),
+                expiry_interval: Duration::from_millis(
+                    BrokerConfig::default().maintenance_interval_ms,
+                ),
             },
             store,
             budget,

@@ -25,11 +25,13 @@
 //! what it holds is charged to the broker's `max_stored_bytes`: one client's group can neither
 //! stall another group nor grow the broker past its budget.
 
+mod config;
 mod coordinator;
 mod group;
 mod model;
 mod store;
 
+pub use config::GroupConfig;
 pub use coordinator::GroupCoordinator;
 pub use model::{
     Committed, GroupDescription, GroupError, GroupState, JoinRequest, Joined,

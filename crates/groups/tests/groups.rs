@@ -3,21 +3,21 @@
 //! that survive a crash of a durable broker's disk.
 
 use bytes::Bytes;
-use minibroker_broker::{Broker, Config, ServerError, StorageBudget};
+use minibroker_broker::{Broker, BrokerConfig, ServerError, StorageBudget};
 use minibroker_groups::{
-    GroupCoordinator, GroupError, GroupState, JoinRequest, Joined, MAX_MEMBER_METADATA_BYTES,
-    MAX_OFFSET_METADATA_BYTES, MAX_PROTOCOLS_PER_MEMBER,
+    GroupConfig, GroupCoordinator, GroupError, GroupState, JoinRequest, Joined,
+    MAX_MEMBER_METADATA_BYTES, MAX_OFFSET_METADATA_BYTES, MAX_PROTOCOLS_PER_MEMBER,
 };
 use minibroker_log::sim::SimStorage;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-fn config() -> Config {
-    Config {
+fn config() -> GroupConfig {
+    GroupConfig {
         group_min_session_timeout_ms: 1,
         max_group_members: 3,
-        ..Config::default()
+        ..GroupConfig::default()
     }
 }
 
@@ -34,9 +34,9 @@ impl Durable {
     }
 }
 
-fn open(config: &Config, storage: SimStorage) -> Result<Durable, ServerError> {
+fn open(config: &BrokerConfig, storage: SimStorage) -> Result<Durable, ServerError> {
     let broker = Broker::with_storage(config, Arc::new(storage))?;
-    let groups = GroupCoordinator::for_broker(&broker)?;
+    let groups = GroupCoordinator::for_broker(&broker, &self::config())?;
     Ok(Durable {
         _broker: broker,
         groups,
@@ -262,7 +262,7 @@ async fn groups_and_members_are_bounded() {
         Err(GroupError::GroupFull(3))
     );
     let few = GroupCoordinator::new(
-        &Config {
+        &GroupConfig {
             max_groups: 1,
             ..config()
         },
@@ -282,9 +282,9 @@ async fn groups_and_members_are_bounded() {
 #[tokio::test]
 async fn committed_offsets_survive_a_crash_of_a_durable_broker() {
     let storage = SimStorage::new();
-    let config = Config {
+    let config = BrokerConfig {
         data_dir: Some("/data".into()),
-        ..config()
+        ..BrokerConfig::default()
     };
     let broker = open(&config, storage.clone()).unwrap();
     broker
@@ -308,7 +308,7 @@ async fn refused_requests_create_no_group_and_an_emptied_group_goes_at_once() {
     // Each MEMBER_ID_REQUIRED answer and each failed commit created a group that lived for
     // `offsets_retention_ms` (7 days): `max_groups` of them locked every new group out.
     let groups = GroupCoordinator::new(
-        &Config {
+        &GroupConfig {
             max_groups: 10,
             ..config()
         },
@@ -423,10 +423,10 @@ async fn what_groups_hold_is_charged_to_the_storage_budget() {
 
 /// A durable broker on `storage` whose groups commit offsets to its data directory.
 fn durable_broker(storage: &SimStorage) -> Durable {
-    let config = Config {
+    let config = BrokerConfig {
         data_dir: Some("/data".into()),
         max_stored_bytes: 1 << 30,
-        ..config()
+        ..BrokerConfig::default()
     };
     open(&config, storage.clone()).unwrap()
 }
@@ -535,9 +535,9 @@ async fn an_older_single_offsets_file_is_split_into_a_file_per_group() {
     let mut bytes = storage.contents(&file).unwrap();
     bytes[10] ^= 1;
     storage.set_contents(&file, bytes);
-    let config = Config {
+    let config = BrokerConfig {
         data_dir: Some("/data".into()),
-        ..config()
+        ..BrokerConfig::default()
     };
     let error = open(&config, storage.clone()).err().unwrap();
     assert!(

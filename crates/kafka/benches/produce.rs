@@ -19,8 +19,9 @@ use kafka_protocol::messages::{
     ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-use minibroker_broker::{Broker, Config, Outcome, Unacknowledged};
+use minibroker_broker::{Broker, Outcome, Unacknowledged};
 use minibroker_kafka::{KafkaConfig, KafkaFrontEnd};
+use minibroker_net::Config;
 use minibroker_net::{FrontEnd, Host, Next};
 use minibroker_records::{NewRecord, Writer, encode, encode_request, set_base_sequence};
 use std::hint::black_box;
@@ -75,15 +76,14 @@ fn produce_frame(records: usize) -> (Vec<u8>, Range<usize>) {
 
 /// An in-memory broker as `bench --embedded` runs it.
 fn config() -> Config {
-    Config {
-        retention_bytes: Some(16 << 20),
-        ..Config::default()
-    }
+    let mut config = Config::default();
+    config.broker.retention_bytes = Some(16 << 20);
+    config
 }
 
 /// The broker core alone.
 fn broker() -> Broker {
-    Broker::new(&config()).expect("a valid configuration")
+    Broker::new(&config().broker).expect("a valid configuration")
 }
 
 /// A host around it, for the front end (inside the runtime: it starts the broker's clocks).

@@ -27,7 +27,7 @@ mod preflight;
 
 pub use front_end::KafkaFrontEnd;
 
-use minibroker_broker::Config;
+use minibroker_net::Config;
 use minibroker_net::{Host, HostError};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -59,14 +59,14 @@ impl KafkaConfig {
     #[must_use]
     pub fn from_config(config: &Config, host: String, port: u16) -> Self {
         Self {
-            node_id: config.node_id,
+            node_id: config.net.node_id,
             advertised_host: host,
             advertised_port: i32::from(port),
-            cluster_id: config.cluster_id.clone(),
-            default_partitions: config.default_partitions,
+            cluster_id: config.net.cluster_id.clone(),
+            default_partitions: config.broker.default_partitions,
             // Answers stay within the frame size the broker accepts.
-            max_fetch_response_bytes: minibroker_broker::batch_room(config.max_frame_bytes),
-            max_answer_bytes: config.max_frame_bytes,
+            max_fetch_response_bytes: minibroker_broker::batch_room(config.broker.max_frame_bytes),
+            max_answer_bytes: config.broker.max_frame_bytes,
         }
     }
 }
@@ -81,7 +81,7 @@ pub fn serve(host: &Host, listener: TcpListener) -> Result<SocketAddr, HostError
         addr: SocketAddr::from(([0, 0, 0, 0], 0)),
         source,
     })?;
-    let (advertised_host, port) = host.config().kafka_advertised(bound);
+    let (advertised_host, port) = host.config().net.kafka_advertised(bound);
     let kafka = Arc::new(KafkaConfig::from_config(
         host.config(),
         advertised_host,

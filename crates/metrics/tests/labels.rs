@@ -1,7 +1,8 @@
 //! Label values a client chose cannot change the exposition's structure: a group id that tries to
 //! close its sample, add a series and end the exposition early stays one label value.
 
-use minibroker_broker::{Config, Unacknowledged};
+use minibroker_broker::Unacknowledged;
+use minibroker_net::Config;
 use minibroker_net::Host;
 
 #[tokio::test]

@@ -2,7 +2,8 @@
 //! `minibroker demo` and `bench`, and every end-to-end test, run against. It is a [`Host`] with a
 //! native listener; more listeners (Kafka's) can be added to its host.
 
-use minibroker_broker::{Broker, Config};
+use minibroker_broker::Broker;
+use minibroker_net::Config;
 use minibroker_net::{Host, HostError};
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -23,7 +23,7 @@ use tokio::net::TcpListener;
 /// # Errors
 /// [`HostError::Bind`] when the listener's address cannot be read.
 pub fn serve(host: &Host, listener: TcpListener) -> Result<SocketAddr, HostError> {
-    let max_frame_bytes = host.config().max_frame_bytes;
+    let max_frame_bytes = host.config().broker.max_frame_bytes;
     host.serve(listener, move |node| {
         NativeFrontEnd::new(node, max_frame_bytes)
     })

@@ -9,8 +9,8 @@
 //! one syncs and snapshots, so the next start replays nothing). Dropping a host that was not
 //! stopped does the same in the background.
 
-use minibroker_broker::{Broker, Config, ServerError};
-use minibroker_groups::GroupCoordinator;
+use minibroker_broker::{Broker, ServerError};
+use minibroker_groups::{GroupConfig, GroupCoordinator};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use thiserror::Error;
@@ -18,6 +18,7 @@ use tokio::net::TcpListener;
 use tokio::task::{JoinError, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
+use crate::config::{Config, NetConfig};
 use crate::front_end::FrontEnd;
 use crate::node::Node;
 
@@ -60,17 +61,27 @@ impl Host {
     /// # Errors
     /// An invalid configuration, or a data directory that cannot be used.
     pub fn start(config: &Config) -> Result<Self, HostError> {
-        Self::with_broker(Broker::new(config)?)
+        config.validate()?;
+        Self::with_broker(Broker::new(&config.broker)?, &config.groups, &config.net)
     }
 
     /// As [`Self::start`], around a broker the caller built (tests build one on a storage that
-    /// can crash).
+    /// can crash), with the coordinator's and the listeners' sections.
     ///
     /// # Errors
-    /// Stored committed offsets that cannot be read.
-    pub fn with_broker(broker: Broker) -> Result<Self, HostError> {
-        let config = Arc::new(broker.config().clone());
-        let groups = Arc::new(GroupCoordinator::for_broker(&broker)?);
+    /// Invalid sections, or stored committed offsets that cannot be read.
+    pub fn with_broker(
+        broker: Broker,
+        groups: &GroupConfig,
+        net: &NetConfig,
+    ) -> Result<Self, HostError> {
+        let config = Arc::new(Config {
+            broker: broker.config().clone(),
+            groups: groups.clone(),
+            net: net.clone(),
+        });
+        config.validate()?;
+        let groups = Arc::new(GroupCoordinator::for_broker(&broker, groups)?);
         let node = Arc::new(Node::new(Arc::new(broker), groups, &config));
         let clocks = vec![
             tokio::spawn(Arc::clone(node.broker()).maintain()),

@@ -38,7 +38,7 @@
 //! }
 //!
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! let host = Host::start(&minibroker_broker::Config::default())?;
+//! let host = Host::start(&minibroker_net::Config::default())?;
 //! let listener = Host::bind("127.0.0.1:0".parse()?).await?;
 //! println!("listening on {}", host.serve(listener, |_node| Echo)?);
 //! host.set_ready();
@@ -47,6 +47,7 @@
 //! # Ok(()) }
 //! ```
 
+mod config;
 mod connection;
 pub mod framing;
 mod front_end;
@@ -55,6 +56,7 @@ mod listener;
 mod node;
 pub mod timings;
 
+pub use config::{Config, NetConfig};
 pub use front_end::{FrontEnd, Next};
 pub use host::{Host, HostError};
 pub use node::{ConnectionCounts, Node};

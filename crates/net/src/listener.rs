@@ -18,10 +18,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::config::Config;
 use crate::connection::Connection;
 use crate::front_end::FrontEnd;
 use crate::node::Node;
-use minibroker_broker::Config;
 
 /// Serves `node` on `listener` with the front end `new_front_end` makes for each connection,
 /// under the limits of `config`, until `shutdown` resolves, then drains: the machinery every
@@ -47,18 +47,18 @@ pub(crate) async fn serve<F: FrontEnd>(
         };
         let Ok(permit) = Arc::clone(&node.slots).try_acquire_owned() else {
             node.refused.fetch_add(1, Ordering::Relaxed);
-            refusals.note(peer, config.max_connections);
-            refuse::<F>(&stream, config.max_connections);
+            refusals.note(peer, config.broker.max_connections);
+            refuse::<F>(&stream, config.broker.max_connections);
             continue;
         };
         node.accepted.fetch_add(1, Ordering::Relaxed);
         let connection = Connection {
             front_end: new_front_end(&node),
             shutdown: stop_connections.clone(),
-            max_frame_bytes: config.max_frame_bytes,
-            max_in_flight: config.max_in_flight,
-            idle_timeout: config.idle_timeout(),
-            write_timeout: config.write_timeout(),
+            max_frame_bytes: config.broker.max_frame_bytes,
+            max_in_flight: config.net.max_in_flight,
+            idle_timeout: config.net.idle_timeout(),
+            write_timeout: config.net.write_timeout(),
         };
         let span = tracing::info_span!("connection", %peer);
         let counted = Arc::clone(&node);
@@ -83,7 +83,7 @@ pub(crate) async fn serve<F: FrontEnd>(
         "shutting down: no new connections, draining"
     );
     stop_connections.cancel();
-    let drained = tokio::time::timeout(config.drain_timeout(), async {
+    let drained = tokio::time::timeout(config.net.drain_timeout(), async {
         while let Some(done) = connections.join_next().await {
             log_panic(done);
         }

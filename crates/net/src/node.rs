@@ -2,12 +2,13 @@
 //! its listeners: connection slots and counts, request timings, readiness. Front ends are made
 //! from it, and the metrics read it.
 
-use minibroker_broker::{Broker, Config};
+use minibroker_broker::Broker;
 use minibroker_groups::GroupCoordinator;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tokio::sync::Semaphore;
 
+use crate::config::Config;
 use crate::timings::RequestTimings;
 
 /// How many connections the listeners have accepted, refused and hold open.
@@ -45,11 +46,12 @@ impl Node {
         Self {
             broker,
             groups,
-            slots: Arc::new(Semaphore::new(config.max_connections)),
+            slots: Arc::new(Semaphore::new(config.broker.max_connections)),
             accepted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             closed: AtomicU64::new(0),
             timings: config
+                .net
                 .metrics_listen
                 .map(|_| Arc::new(RequestTimings::default())),
             ready: AtomicBool::new(false),

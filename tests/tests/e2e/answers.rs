@@ -15,7 +15,8 @@ use kafka_protocol::messages::{
     OffsetFetchRequest, OffsetFetchResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use minibroker_broker::Config;
+use minibroker_broker::BrokerConfig;
+use minibroker_net::Config;
 use minibroker_tests::{KafkaConnection, kafka_connection};
 
 use crate::kafka::{closed_and_others_served, kafka};
@@ -71,7 +72,10 @@ async fn a_topic_named_again_and_again_is_answered_once() -> Result<()> {
 #[tokio::test]
 async fn a_metadata_answer_past_the_frame_closes_only_its_connection() -> Result<()> {
     let config = Config {
-        max_frame_bytes: 64 << 10,
+        broker: BrokerConfig {
+            max_frame_bytes: 64 << 10,
+            ..BrokerConfig::default()
+        },
         ..Config::default()
     };
     let (broker, kafka, mut conn) = kafka(config).await?;
@@ -128,7 +132,10 @@ async fn a_group_named_again_and_again_is_described_once() -> Result<()> {
 #[tokio::test]
 async fn a_describe_groups_answer_past_the_frame_closes_only_its_connection() -> Result<()> {
     let config = Config {
-        max_frame_bytes: 64 << 10,
+        broker: BrokerConfig {
+            max_frame_bytes: 64 << 10,
+            ..BrokerConfig::default()
+        },
         ..Config::default()
     };
     let (_broker, kafka, mut conn) = kafka(config).await?;

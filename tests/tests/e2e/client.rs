@@ -3,11 +3,12 @@
 use anyhow::Result;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
-use minibroker_broker::Config;
+use minibroker_broker::BrokerConfig;
 use minibroker_client::{
     Client, ClientConfig, ClientError, NewRecord, PartitionReader, Producer, ProducerConfig,
     ProducerError,
 };
+use minibroker_net::Config;
 use minibroker_protocol::{
     ErrorCode, FrameCodec, InitProducerResponse, Outcome, ProduceResponse, Request, Response, codec,
 };
@@ -61,7 +62,10 @@ async fn producer_batches_are_stored_once_in_order() -> Result<()> {
 #[tokio::test]
 async fn sequences_are_numbered_per_partition() -> Result<()> {
     let config = Config {
-        default_partitions: 2,
+        broker: BrokerConfig {
+            default_partitions: 2,
+            ..BrokerConfig::default()
+        },
         ..Config::default()
     };
     let broker = TestBroker::start(config).await?;

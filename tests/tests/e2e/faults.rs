@@ -2,11 +2,12 @@
 //! retries, zombies, gaps, and a seeded soak — each checked against what the broker stored.
 
 use anyhow::Result;
-use minibroker_broker::{Broker, Config};
+use minibroker_broker::{Broker, BrokerConfig};
 use minibroker_client::{
     Ack, Client, ClientConfig, NewRecord, Producer, ProducerConfig, ProducerError,
 };
 use minibroker_faults::{Fault, FaultConfig};
+use minibroker_net::Config;
 use minibroker_protocol::Outcome;
 use minibroker_tests::{TestBroker, TestProxy, start_broker, stored_batches};
 use minibroker_verify::AckedBatch;
@@ -231,7 +232,10 @@ const SOAK_WINDOW: usize = 5;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soak_with_every_fault_at_a_fixed_seed_stays_exactly_once() -> Result<()> {
     let config = Config {
-        default_partitions: SOAK_PARTITIONS,
+        broker: BrokerConfig {
+            default_partitions: SOAK_PARTITIONS,
+            ..BrokerConfig::default()
+        },
         ..Config::default()
     };
     let broker = TestBroker::start(config).await?;

@@ -6,8 +6,9 @@
 
 use anyhow::{Result, ensure};
 use bytes::{BufMut, BytesMut};
-use minibroker_broker::Config;
+use minibroker_broker::BrokerConfig;
 use minibroker_faults::SplitMix64;
+use minibroker_net::Config;
 use minibroker_protocol::{
     DescribeProducersRequest, FetchRequest, InitProducerRequest, Request, Response, codec,
 };
@@ -109,8 +110,11 @@ fn mutate(body: &mut Vec<u8>, rng: &mut SplitMix64) {
 #[tokio::test]
 async fn mutated_requests_get_well_formed_answers_and_never_break_the_connection() -> Result<()> {
     let config = Config {
-        default_partitions: 4,
-        max_stored_bytes: 64 << 20,
+        broker: BrokerConfig {
+            default_partitions: 4,
+            max_stored_bytes: 64 << 20,
+            ..BrokerConfig::default()
+        },
         ..Config::default()
     };
     let broker = TestBroker::start(config).await?;

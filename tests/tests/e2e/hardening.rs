@@ -2,7 +2,8 @@
 //! limits where that shows it faster). After each attack the broker still serves a normal client.
 
 use anyhow::{Result, bail};
-use minibroker_broker::{Config, Unacknowledged};
+use minibroker_broker::{BrokerConfig, Unacknowledged};
+use minibroker_net::{Config, NetConfig};
 use minibroker_protocol::{
     DescribeProducersRequest, ErrorCode, FetchRequest, InitProducerRequest, Outcome, Request,
     Response, codec,
@@ -77,7 +78,10 @@ async fn tiny_produces_to_many_new_partitions_do_not_use_up_the_store() -> Resul
     // 4 MiB store while it held four bytes.
     let limit = 4u64 << 20;
     let config = Config {
-        max_stored_bytes: limit,
+        broker: BrokerConfig {
+            max_stored_bytes: limit,
+            ..BrokerConfig::default()
+        },
         ..Config::default()
     };
     let broker = TestBroker::start(config).await?;
@@ -162,8 +166,11 @@ async fn a_partition_of_empty_records_stays_readable_within_the_fetch_limit() ->
     // a per-batch header each: more than any frame holds, answered INTERNAL forever after.
     let max_fetch_bytes = 16 << 10;
     let config = Config {
-        max_frame_bytes: 64 << 10,
-        max_fetch_bytes,
+        broker: BrokerConfig {
+            max_frame_bytes: 64 << 10,
+            max_fetch_bytes,
+            ..BrokerConfig::default()
+        },
         ..Config::default()
     };
     let broker = TestBroker::start(config).await?;
@@ -205,8 +212,14 @@ async fn a_partition_of_empty_records_stays_readable_within_the_fetch_limit() ->
 #[tokio::test]
 async fn a_client_that_never_reads_loses_its_connection_and_its_slot() -> Result<()> {
     let config = Config {
-        max_connections: 1,
-        write_timeout_ms: 300,
+        broker: BrokerConfig {
+            max_connections: 1,
+            ..BrokerConfig::default()
+        },
+        net: NetConfig {
+            write_timeout_ms: 300,
+            ..NetConfig::default()
+        },
         ..Config::default()
     };
     let broker = TestBroker::start(config).await?;
@@ -243,7 +256,10 @@ async fn producer_ids_never_run_out_and_what_is_remembered_stays_bounded() -> Re
     // remembers.
     let remembered = 1000;
     let config = Config {
-        max_producer_ids: remembered,
+        broker: BrokerConfig {
+            max_producer_ids: remembered,
+            ..BrokerConfig::default()
+        },
         ..Config::default()
     };
     let broker = TestBroker::start(config).await?;
@@ -278,7 +294,10 @@ async fn producer_ids_never_run_out_and_what_is_remembered_stays_bounded() -> Re
 async fn describe_producers_pages_a_partition_too_large_for_one_answer() -> Result<()> {
     // 5,000 producers take about 100 KB to describe: more than a 64 KiB frame.
     let config = Config {
-        max_frame_bytes: 64 << 10,
+        broker: BrokerConfig {
+            max_frame_bytes: 64 << 10,
+            ..BrokerConfig::default()
+        },
         ..Config::default()
     };
     let broker = TestBroker::start(config).await?;
@@ -330,7 +349,10 @@ async fn describe_producers_pages_a_partition_too_large_for_one_answer() -> Resu
 #[tokio::test]
 async fn refused_produce_requests_create_no_topic() -> Result<()> {
     let config = Config {
-        max_stored_bytes: 1 << 20,
+        broker: BrokerConfig {
+            max_stored_bytes: 1 << 20,
+            ..BrokerConfig::default()
+        },
         ..Config::default()
     };
     let broker = TestBroker::start(config).await?;
@@ -359,8 +381,11 @@ async fn refused_produce_requests_create_no_topic() -> Result<()> {
 #[tokio::test]
 async fn topics_and_partitions_are_charged_to_limits() -> Result<()> {
     let config = Config {
-        default_partitions: 100,
-        max_partitions: 250,
+        broker: BrokerConfig {
+            default_partitions: 100,
+            max_partitions: 250,
+            ..BrokerConfig::default()
+        },
         ..Config::default()
     };
     let broker = TestBroker::start(config).await?;
@@ -385,7 +410,10 @@ async fn topics_and_partitions_are_charged_to_limits() -> Result<()> {
 #[tokio::test]
 async fn connections_beyond_the_limit_are_told_and_closed_at_once() -> Result<()> {
     let config = Config {
-        max_connections: 1,
+        broker: BrokerConfig {
+            max_connections: 1,
+            ..BrokerConfig::default()
+        },
         ..Config::default()
     };
     let broker = TestBroker::start(config).await?;
@@ -417,7 +445,7 @@ async fn a_batch_is_accepted_only_if_a_fetch_can_hand_it_back() -> Result<()> {
     // A batch filling an 8 MiB produce frame was accepted, and every fetch of its partition was
     // answered INTERNAL from then on: the answer needed 12 bytes more than a frame.
     let config = Config::default();
-    let max = minibroker_broker::batch_room(config.max_frame_bytes);
+    let max = minibroker_broker::batch_room(config.broker.max_frame_bytes);
     let broker = TestBroker::start(config.clone()).await?;
     let mut conn = RawConnection::connect(broker.addr).await?;
     let big = |batch| OwnedProduce {
@@ -425,7 +453,7 @@ async fn a_batch_is_accepted_only_if_a_fetch_can_hand_it_back() -> Result<()> {
         partition: 0,
         batch,
     };
-    let filling = big(batch_of_len(1, 0, config.max_frame_bytes - 64));
+    let filling = big(batch_of_len(1, 0, config.broker.max_frame_bytes - 64));
     match error_of(&conn.call(1, &filling).await?) {
         Some((ErrorCode::InvalidBatch, message)) => {
             assert!(message.contains("larger than"), "{message}");

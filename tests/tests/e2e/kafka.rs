@@ -13,7 +13,8 @@ use kafka_protocol::messages::{
     ProduceRequest, ProduceResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use minibroker_broker::Config;
+use minibroker_broker::BrokerConfig;
+use minibroker_net::Config;
 use minibroker_tests::{
     KafkaConnection, TestBroker, TestKafka, batch, batch_of_len, kafka_connection, start_kafka,
 };
@@ -126,7 +127,10 @@ async fn records_no_consumer_could_read_are_a_corrupt_message() -> Result<()> {
 #[tokio::test]
 async fn an_unknown_topic_is_refused_when_auto_creation_is_off() -> Result<()> {
     let config = Config {
-        auto_create_topics: false,
+        broker: BrokerConfig {
+            auto_create_topics: false,
+            ..BrokerConfig::default()
+        },
         ..Config::default()
     };
     let (_broker, _kafka, mut conn) = kafka(config).await?;
@@ -234,7 +238,10 @@ async fn an_unsupported_request_version_closes_the_connection() -> Result<()> {
 #[tokio::test]
 async fn an_oversize_frame_closes_only_its_connection() -> Result<()> {
     let config = Config {
-        max_frame_bytes: 1024,
+        broker: BrokerConfig {
+            max_frame_bytes: 1024,
+            ..BrokerConfig::default()
+        },
         ..Config::default()
     };
     let (_broker, kafka, mut conn) = kafka(config).await?;
@@ -515,7 +522,10 @@ fn with_header(api: ApiKey, version: i16, correlation_id: i32, body: &[u8]) -> R
 #[tokio::test]
 async fn the_connection_limit_is_shared_by_both_protocols() -> Result<()> {
     let config = Config {
-        max_connections: 1,
+        broker: BrokerConfig {
+            max_connections: 1,
+            ..BrokerConfig::default()
+        },
         ..Config::default()
     };
     let broker = TestBroker::start(config.clone()).await?;
@@ -560,7 +570,10 @@ async fn a_huge_array_count_closes_the_connection_instead_of_exhausting_memory()
 #[tokio::test]
 async fn a_fetch_answer_holds_one_batch_past_its_limit_and_no_more() -> Result<()> {
     let config = Config {
-        default_partitions: 2,
+        broker: BrokerConfig {
+            default_partitions: 2,
+            ..BrokerConfig::default()
+        },
         ..Config::default()
     };
     let (_broker, _kafka, mut conn) = kafka(config).await?;
@@ -656,9 +669,9 @@ async fn fetch_all(conn: &mut KafkaConnection, topic: &str, count: i32) -> Resul
 #[tokio::test]
 async fn a_batch_too_large_to_fetch_back_is_message_too_large() -> Result<()> {
     let config = Config::default();
-    let max = minibroker_broker::batch_room(config.max_frame_bytes);
+    let max = minibroker_broker::batch_room(config.broker.max_frame_bytes);
     let (_broker, _kafka, mut conn) = kafka(config.clone()).await?;
-    let filling = batch_of_len(7, 0, config.max_frame_bytes - 256);
+    let filling = batch_of_len(7, 0, config.broker.max_frame_bytes - 256);
     assert_eq!(
         produce(&mut conn, "big", filling).await?,
         (code(ResponseError::MessageTooLarge), -1)
@@ -679,11 +692,14 @@ async fn only_the_first_partition_with_data_may_pass_the_fetch_room() -> Result<
     // Two batches that each fit an answer, in two partitions: together they did not, and the
     // fetch of both was answered with an error, whatever the client did.
     let config = Config {
-        max_frame_bytes: 64 << 10,
-        default_partitions: 2,
+        broker: BrokerConfig {
+            max_frame_bytes: 64 << 10,
+            default_partitions: 2,
+            ..BrokerConfig::default()
+        },
         ..Config::default()
     };
-    let max = minibroker_broker::batch_room(config.max_frame_bytes);
+    let max = minibroker_broker::batch_room(config.broker.max_frame_bytes);
     let (_broker, _kafka, mut conn) = kafka(config).await?;
     let lens = [max * 2 / 3, max];
     for partition in 0..2 {

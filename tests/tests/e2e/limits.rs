@@ -3,7 +3,7 @@
 //! (The connection limit and the write timeout are in `hardening`.)
 
 use anyhow::Result;
-use minibroker_broker::Config;
+use minibroker_net::{Config, NetConfig};
 use minibroker_protocol::{Request, Response};
 use minibroker_tests::{RawConnection, TestBroker};
 use std::time::Duration;
@@ -13,7 +13,10 @@ const IDLE: Duration = Duration::from_secs(4);
 
 async fn broker_with_idle_timeout() -> Result<TestBroker> {
     let config = Config {
-        idle_timeout_ms: IDLE.as_millis() as u64,
+        net: NetConfig {
+            idle_timeout_ms: IDLE.as_millis() as u64,
+            ..NetConfig::default()
+        },
         ..Config::default()
     };
     Ok(TestBroker::start(config).await?)

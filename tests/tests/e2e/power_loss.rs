@@ -3,7 +3,7 @@
 //! that covers its batch. While producers pipeline, the test takes "power loss" images of the
 //! storage; every batch answered before an image was taken is in it after recovery.
 
-use minibroker_broker::{Broker, Config, FlushPolicy};
+use minibroker_broker::{Broker, BrokerConfig, FlushPolicy};
 use minibroker_client::{Client, ClientConfig};
 use minibroker_log::sim::SimStorage;
 use minibroker_protocol::message::Outcome;
@@ -19,13 +19,13 @@ const PRODUCERS: i64 = 2;
 const BATCHES: i32 = 600;
 const PIPELINE: i32 = 16;
 
-fn config() -> Config {
-    Config {
+fn config() -> BrokerConfig {
+    BrokerConfig {
         data_dir: Some("/data".into()),
         flush: FlushPolicy::Always,
         // Small segments, so the run crosses rolls.
         segment_bytes: 64 << 10,
-        ..Config::default().with_default_partitions(PRODUCERS as u32)
+        ..BrokerConfig::default().with_default_partitions(PRODUCERS as u32)
     }
 }
 
@@ -55,7 +55,8 @@ async fn with_flush_always_pipelined_produces_share_fsyncs_and_survive_a_power_l
     // A slow disk, so that produces pile up behind each fsync.
     storage.faults.sync_micros.store(300, Ordering::Relaxed);
     let broker = Broker::with_storage(&config(), Arc::new(storage.clone())).expect("opens");
-    let host = minibroker_net::Host::with_broker(broker).expect("a host");
+    let host = minibroker_net::Host::with_broker(broker, &Default::default(), &Default::default())
+        .expect("a host");
     let embedded = minibroker_native::EmbeddedBroker::around(host)
         .await
         .expect("serves");

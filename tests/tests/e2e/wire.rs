@@ -2,7 +2,8 @@
 
 use anyhow::Result;
 use minibroker_broker::budget::{PRODUCER_ENTRY_BYTES, topic_bytes};
-use minibroker_broker::{BATCH_OVERHEAD_BYTES, Config};
+use minibroker_broker::{BATCH_OVERHEAD_BYTES, BrokerConfig};
+use minibroker_net::Config;
 use minibroker_protocol::{
     ErrorCode, FetchRequest, InitProducerRequest, Outcome, ProduceResponse, Request, Response,
     VERSION,
@@ -148,7 +149,10 @@ async fn unsupported_version_is_reported() -> Result<()> {
 #[tokio::test]
 async fn oversize_frame_closes_only_that_connection() -> Result<()> {
     let config = Config {
-        max_frame_bytes: 1024,
+        broker: BrokerConfig {
+            max_frame_bytes: 1024,
+            ..BrokerConfig::default()
+        },
         ..Config::default()
     };
     let broker = TestBroker::start(config).await?;
@@ -187,7 +191,10 @@ async fn truncated_frame_closes_only_that_connection() -> Result<()> {
 #[tokio::test]
 async fn unknown_topic_is_an_error_when_auto_create_is_off() -> Result<()> {
     let config = Config {
-        auto_create_topics: false,
+        broker: BrokerConfig {
+            auto_create_topics: false,
+            ..BrokerConfig::default()
+        },
         ..Config::default()
     };
     let broker = TestBroker::start(config).await?;
@@ -397,10 +404,13 @@ async fn storage_limit_refuses_the_batch_and_leaves_state_untouched() -> Result<
         minibroker_tests::batch(1, 0, 0, &[value]).len() as u64 + BATCH_OVERHEAD_BYTES
     };
     let config = Config {
-        max_stored_bytes: topic_bytes(1)
-            + PRODUCER_ENTRY_BYTES
-            + charge(b"12345678")
-            + charge(b"9"),
+        broker: BrokerConfig {
+            max_stored_bytes: topic_bytes(1)
+                + PRODUCER_ENTRY_BYTES
+                + charge(b"12345678")
+                + charge(b"9"),
+            ..BrokerConfig::default()
+        },
         ..Config::default()
     };
     let broker = TestBroker::start(config).await?;

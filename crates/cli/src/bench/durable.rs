@@ -11,7 +11,8 @@
 //! which leaves the directory as a SIGKILL leaves it, and a new broker opens it.
 
 use anyhow::{Context, Result, bail};
-use minibroker_broker::{Broker, Config, FlushPolicy};
+use minibroker_broker::{Broker, FlushPolicy};
+use minibroker_net::Config;
 use serde_json::json;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -43,11 +44,9 @@ pub fn fresh_dir(dir: &Path) -> Result<PathBuf> {
 pub async fn run(workload: Workload, dir: &Path, flush: FlushPolicy, json_out: bool) -> Result<()> {
     let broker_dir = fresh_dir(&dir.join("bench-broker"))?;
     let raw_dir = fresh_dir(&dir.join("bench-raw"))?;
-    let config = Config {
-        data_dir: Some(broker_dir.clone()),
-        flush,
-        ..embedded_config(workload.partitions, None)
-    };
+    let mut config = embedded_config(workload.partitions, None);
+    config.broker.data_dir = Some(broker_dir.clone());
+    config.broker.flush = flush;
     let durable = durable_phase(&config, &workload, json_out).await?;
     let raw = {
         let (requests, bytes, fsyncs) = (
@@ -95,7 +94,7 @@ async fn durable_phase(config: &Config, workload: &Workload, json_out: bool) -> 
     };
     drop(broker);
     let started = Instant::now();
-    let recovered = Broker::new(config)?;
+    let recovered = Broker::new(&config.broker)?;
     let recovery = started.elapsed();
     if recovered.stored_bytes() != stored_bytes {
         bail!(

@@ -9,7 +9,7 @@
 //! partition. The difference between the two is the producer state alone.
 
 use anyhow::{Context, Result, bail};
-use minibroker_broker::{Broker, Config, Outcome, Unacknowledged};
+use minibroker_broker::{Broker, BrokerConfig, Outcome, Unacknowledged};
 use minibroker_records::{NewRecord, Writer};
 use serde_json::json;
 use std::process::Command;
@@ -106,10 +106,10 @@ fn child(case: Case) -> Result<u64> {
 }
 
 fn run_case(case: Case) -> Result<()> {
-    let config = Config {
+    let config = BrokerConfig {
         default_partitions: PARTITIONS,
         max_stored_bytes: 8 << 30,
-        ..Config::default()
+        ..BrokerConfig::default()
     };
     let broker = Broker::new(&config)?;
     let small = [NewRecord::value("x")];

@@ -19,7 +19,7 @@ pub async fn run(workload: Workload, json_out: bool) -> Result<()> {
         let metrics_on = round % 2 == 1;
         let mut config = embedded_config(workload.partitions, Some(16 << 30));
         if metrics_on {
-            config.metrics_listen = Some("127.0.0.1:0".parse()?);
+            config.net.metrics_listen = Some("127.0.0.1:0".parse()?);
         }
         let embedded = EmbeddedBroker::start(config).await?;
         let scraper = metrics_on.then(|| {

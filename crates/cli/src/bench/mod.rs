@@ -19,8 +19,8 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use load::{LoadResult, Workload};
-use minibroker_broker::Config;
 use minibroker_native::EmbeddedBroker;
+use minibroker_net::Config;
 use wire::Wire;
 
 /// Flags of `bench`.
@@ -141,14 +141,12 @@ pub async fn run(args: Args) -> Result<()> {
         Some(dir) => Some(durable::fresh_dir(&dir.join("bench-broker"))?),
         None => None,
     };
-    let config = Config {
-        retention_bytes: (args.retention_mib > 0).then_some(args.retention_mib << 20),
-        data_dir: broker_dir.clone(),
-        flush: args.flush,
-        // Without retention batched phases store several GiB; the default 4 GiB limit would
-        // refuse them.
-        ..embedded_config(args.partitions, Some(16 << 30))
-    };
+    // Without retention batched phases store several GiB; the default 4 GiB limit would refuse
+    // them.
+    let mut config = embedded_config(args.partitions, Some(16 << 30));
+    config.broker.retention_bytes = (args.retention_mib > 0).then_some(args.retention_mib << 20);
+    config.broker.data_dir.clone_from(&broker_dir);
+    config.broker.flush = args.flush;
     let target = match &args.broker {
         Some(addr) => Target::Remote(addr.clone()),
         None => Target::embedded(&config, workload.wire).await?,
@@ -163,7 +161,7 @@ pub async fn run(args: Args) -> Result<()> {
             args.partitions
         );
         if args.broker.is_none() {
-            match config.retention_bytes {
+            match config.broker.retention_bytes {
                 Some(bytes) => println!("embedded broker keeps {} MiB per partition", bytes >> 20),
                 None => println!("embedded broker keeps everything"),
             }
@@ -249,11 +247,11 @@ pub async fn run(args: Args) -> Result<()> {
 /// The configuration of an in-process broker whose auto-created topics get `partitions`
 /// partitions, storing up to `max_stored_bytes` (the default limit when `None`).
 pub fn embedded_config(partitions: u32, max_stored_bytes: Option<u64>) -> Config {
-    let defaults = Config::default().with_default_partitions(partitions);
-    Config {
-        max_stored_bytes: max_stored_bytes.unwrap_or(defaults.max_stored_bytes),
-        ..defaults
+    let mut config = Config::default().with_default_partitions(partitions);
+    if let Some(max) = max_stored_bytes {
+        config.broker.max_stored_bytes = max;
     }
+    config
 }
 
 /// Where the broker under test runs.

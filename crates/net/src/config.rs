@@ -1,0 +1,261 @@
+//! The configuration: one flat TOML file (`config/minibroker.toml` documents every key), whose
+//! keys each belong to the section of the crate that reads them — [`BrokerConfig`] (the core),
+//! [`GroupConfig`] (the group coordinator) and [`NetConfig`] (this crate: listeners and
+//! connections). [`Config`] gathers them; a key that no section owns is an error, so a typo never
+//! silently falls back to a default. The CLI overrides single keys with flags.
+
+use minibroker_broker::{BrokerConfig, MAX_TIMEOUT_MS, ServerError};
+use minibroker_groups::GroupConfig;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+/// Every section, as one broker process runs with it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Config {
+    /// The broker core's keys.
+    pub broker: BrokerConfig,
+    /// The group coordinator's keys.
+    pub groups: GroupConfig,
+    /// The listeners' and connections' keys.
+    pub net: NetConfig,
+}
+
+/// The file as read: every section's keys, and whatever no section owns.
+#[derive(Deserialize)]
+struct File {
+    #[serde(flatten)]
+    broker: BrokerConfig,
+    #[serde(flatten)]
+    groups: GroupConfig,
+    #[serde(flatten)]
+    net: NetConfig,
+    #[serde(flatten)]
+    unknown: BTreeMap<String, serde::de::IgnoredAny>,
+}
+
+impl Config {
+    /// Parses TOML; absent keys take their defaults.
+    ///
+    /// # Errors
+    /// [`ServerError::ParseConfig`] for invalid TOML; [`ServerError::Config`] for a key no
+    /// section owns, or values that fail [`Self::validate`].
+    pub fn from_toml(text: &str) -> Result<Self, ServerError> {
+        Self::parse(text, None)
+    }
+
+    /// Reads and parses a TOML file.
+    ///
+    /// # Errors
+    /// [`ServerError::ReadConfig`] if the file cannot be read; otherwise as [`Self::from_toml`].
+    pub fn from_file(path: &Path) -> Result<Self, ServerError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ServerError::ReadConfig {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, Some(path))
+    }
+
+    fn parse(text: &str, path: Option<&Path>) -> Result<Self, ServerError> {
+        let file: File = toml::from_str(text).map_err(|source| ServerError::ParseConfig {
+            path: path.map(Path::to_owned),
+            source,
+        })?;
+        if let Some(key) = file.unknown.keys().next() {
+            let file = path
+                .map(|p| format!(" in {}", p.display()))
+                .unwrap_or_default();
+            return Err(ServerError::Config(format!(
+                "unknown key `{key}`{file} (config/minibroker.toml lists every key)"
+            )));
+        }
+        let config = Self {
+            broker: file.broker,
+            groups: file.groups,
+            net: file.net,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks that every section's values make sense.
+    ///
+    /// # Errors
+    /// [`ServerError::Config`] naming the first offending key.
+    pub fn validate(&self) -> Result<(), ServerError> {
+        self.broker.validate()?;
+        self.groups.validate()?;
+        self.net.validate()
+    }
+
+    /// This configuration with auto-created topics of `partitions` partitions (see
+    /// [`BrokerConfig::with_default_partitions`]).
+    #[must_use]
+    pub fn with_default_partitions(mut self, partitions: u32) -> Self {
+        self.broker = self.broker.with_default_partitions(partitions);
+        self
+    }
+}
+
+/// The host's section of the configuration: where its listeners listen and what they tell
+/// clients, and how each connection is served (flat in the file, like every section).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct NetConfig {
+    /// Address of the native protocol's listener.
+    pub listen: SocketAddr,
+    /// Address of the Kafka protocol's listener (9092, the port every Kafka tool assumes).
+    pub kafka_listen: SocketAddr,
+    /// Address of the HTTP listener for `/metrics` (Prometheus), `/health` and `/ready`; off
+    /// when absent.
+    pub metrics_listen: Option<SocketAddr>,
+    /// `HOST:PORT` that Kafka Metadata hands to clients; the bound address when absent. Needed
+    /// behind a proxy, a NAT or in containers.
+    pub kafka_advertise: Option<String>,
+    /// This broker's Kafka node id.
+    pub node_id: i32,
+    /// The cluster id Kafka clients see.
+    pub cluster_id: String,
+    /// Responses a connection may buffer before they are flushed to the socket.
+    pub max_in_flight: usize,
+    /// A connection with no request for this long (up to twice as long, as the timer is checked
+    /// once per period) is closed.
+    pub idle_timeout_ms: u64,
+    /// A write of answers that does not complete within this (the client is not reading them)
+    /// closes the connection, freeing its slot.
+    pub write_timeout_ms: u64,
+    /// On shutdown, how long connections get to finish their requests before they are aborted.
+    pub drain_timeout_ms: u64,
+}
+
+impl Default for NetConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9093)),
+            kafka_listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
+            metrics_listen: None,
+            kafka_advertise: None,
+            node_id: 1,
+            cluster_id: "minibroker".to_owned(),
+            max_in_flight: 64,
+            idle_timeout_ms: 600_000,
+            write_timeout_ms: 30_000,
+            drain_timeout_ms: 5_000,
+        }
+    }
+}
+
+impl NetConfig {
+    /// Checks that the limits make sense.
+    ///
+    /// # Errors
+    /// [`ServerError::Config`] naming the first offending key.
+    pub fn validate(&self) -> Result<(), ServerError> {
+        let fail = |msg: &str| Err(ServerError::Config(msg.to_owned()));
+        if let Some(advertise) = &self.kafka_advertise
+            && advertise_parts(advertise).is_none()
+        {
+            return Err(ServerError::Config(format!(
+                "kafka_advertise must be HOST:PORT, got {advertise:?}"
+            )));
+        }
+        if self.max_in_flight == 0 {
+            return fail("max_in_flight must be at least 1");
+        }
+        if self.idle_timeout_ms == 0 || self.idle_timeout_ms > MAX_TIMEOUT_MS {
+            return fail("idle_timeout_ms must be between 1 and 31536000000 (a year)");
+        }
+        if self.write_timeout_ms == 0 || self.write_timeout_ms > MAX_TIMEOUT_MS {
+            return fail("write_timeout_ms must be between 1 and 31536000000 (a year)");
+        }
+        if self.drain_timeout_ms > MAX_TIMEOUT_MS {
+            return fail("drain_timeout_ms must be at most 31536000000 (a year)");
+        }
+        Ok(())
+    }
+
+    /// [`Self::idle_timeout_ms`] as a duration.
+    #[must_use]
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.idle_timeout_ms)
+    }
+
+    /// [`Self::write_timeout_ms`] as a duration.
+    #[must_use]
+    pub fn write_timeout(&self) -> Duration {
+        Duration::from_millis(self.write_timeout_ms)
+    }
+
+    /// [`Self::drain_timeout_ms`] as a duration.
+    #[must_use]
+    pub fn drain_timeout(&self) -> Duration {
+        Duration::from_millis(self.drain_timeout_ms)
+    }
+
+    /// The host and port Kafka clients are told to connect to: `kafka_advertise`, or `bound` (the
+    /// Kafka listener's address).
+    #[must_use]
+    pub fn kafka_advertised(&self, bound: SocketAddr) -> (String, u16) {
+        self.kafka_advertise
+            .as_deref()
+            .and_then(advertise_parts)
+            .unwrap_or_else(|| (bound.ip().to_string(), bound.port()))
+    }
+}
+
+/// `HOST:PORT` split, if it is that.
+fn advertise_parts(advertise: &str) -> Option<(String, u16)> {
+    let (host, port) = advertise.rsplit_once(':')?;
+    let port = port.parse().ok()?;
+    (!host.is_empty()).then(|| (host.to_owned(), port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_config_file_parses() {
+        let text = include_str!("../../../config/minibroker.toml");
+        let config = Config::from_toml(text).unwrap();
+        // The file documents the defaults: it must say exactly what the code does.
+        assert_eq!(config, Config::default());
+    }
+
+    #[test]
+    fn empty_text_gives_defaults() {
+        assert_eq!(Config::from_toml("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn every_section_reads_its_keys_from_the_flat_file() {
+        let config = Config::from_toml(
+            "max_connections = 7\nmax_groups = 3\nidle_timeout_ms = 5\n[[topics]]\nname = \"a\"\npartitions = 2",
+        )
+        .unwrap();
+        assert_eq!(config.broker.max_connections, 7);
+        assert_eq!(config.broker.topics[0].partitions, 2);
+        assert_eq!(config.groups.max_groups, 3);
+        assert_eq!(config.net.idle_timeout_ms, 5);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let err = Config::from_toml("max_conections = 3").unwrap_err();
+        assert!(err.to_string().contains("max_conections"), "{err}");
+        let err = Config::from_toml("[[topics]]\nname = \"a\"\npartitons = 1").unwrap_err();
+        assert!(err.to_string().contains("partitons"), "{err}");
+    }
+
+    #[test]
+    fn nonsense_limits_are_errors_in_every_section() {
+        assert!(Config::from_toml("max_connections = 0").is_err());
+        assert!(Config::from_toml("idle_timeout_ms = 18446744073709551615").is_err());
+        assert!(Config::from_toml("write_timeout_ms = 0").is_err());
+        assert!(Config::from_toml("kafka_advertise = \"no-port\"").is_err());
+        assert!(Config::from_toml("max_groups = 0").is_err());
+        assert!(Config::from_toml("segment_bytes = 10").is_err());
+    }
+}
