@@ -234,7 +234,7 @@ async fn kafka_requests_through_the_front_end() {
         request: &R,
     ) -> Vec<u8> {
         let mut frame = BytesMut::new();
-        minibroker_records::encode_request(&mut frame, api, version, 1, Some("fz"), request)
+        minibroker_kafka_client::encode_request(&mut frame, api, version, 1, Some("fz"), request)
             .expect("encodes");
         frame[4..].to_vec()
     }

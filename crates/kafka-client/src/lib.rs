@@ -3,7 +3,7 @@
 //! asks for groups and offsets, and the tests drive the Kafka front end with it, so the framing,
 //! the correlation ids and the header versions are written once.
 //!
-//! A request is framed by [`minibroker_records::encode_request`] (length, header, body); an
+//! A request is framed by [`encode_request`] (length, header, body); an
 //! answer is read as a length-prefixed frame of at most [`MAX_ANSWER_BYTES`], its response
 //! header decoded at the version the API asks for, and its correlation id checked. Every read
 //! has a timeout ([`KafkaConnection::with_answer_timeout`]), so a broker that stops answering
@@ -17,6 +17,9 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, ToSocketAddrs};
+
+mod request;
+pub use request::{EncodeError, encode_request};
 
 /// The largest answer read (a Kafka fetch answer may be large; a frame claiming more is refused).
 pub const MAX_ANSWER_BYTES: usize = 64 << 20;
@@ -37,14 +40,15 @@ pub enum KafkaClientError {
     },
     /// The request did not encode.
     #[error(transparent)]
-    Encode(#[from] minibroker_records::RecordsError),
+    Encode(#[from] EncodeError),
     /// The answer did not decode.
-    #[error("an answer from {addr} did not decode: {reason}")]
+    #[error("an answer from {addr} did not decode: {source}")]
     Decode {
         /// The broker.
         addr: String,
         /// Why.
-        reason: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The broker closed the connection instead of answering.
     #[error("{addr} closed the connection instead of answering")]
@@ -147,7 +151,7 @@ impl KafkaConnection {
         let correlation_id = self.next_correlation_id;
         self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
         let mut frame = BytesMut::new();
-        minibroker_records::encode_request(
+        encode_request(
             &mut frame,
             api,
             version,
@@ -187,13 +191,13 @@ impl KafkaConnection {
         let Some(mut frame) = frame else {
             return Ok(None);
         };
-        let decode = |reason: String| KafkaClientError::Decode {
+        let decode = |source: Box<dyn std::error::Error + Send + Sync>| KafkaClientError::Decode {
             addr: self.addr.clone(),
-            reason,
+            source,
         };
         let header = ResponseHeader::decode(&mut frame, api.response_header_version(version))
-            .map_err(|e| decode(format!("{e:#}")))?;
-        let answer = T::decode(&mut frame, version).map_err(|e| decode(format!("{e:#}")))?;
+            .map_err(|e| decode(e.into()))?;
+        let answer = T::decode(&mut frame, version).map_err(|e| decode(e.into()))?;
         Ok(Some((header.correlation_id, answer)))
     }
 

@@ -15,7 +15,6 @@
 //!   it must have and the leader epoch the log stamps, so a change to any byte is detected;
 //! - [`decode`] turns a stored batch back into records, for whoever needs them.
 //!
-//! [`encode_request`] frames one Kafka request, for the code that talks to a broker as a client.
 //!
 //! # Example
 //! ```
@@ -45,8 +44,6 @@ use thiserror::Error;
 
 pub use kafka_protocol::records::NO_PRODUCER_ID;
 
-mod request;
-pub use request::encode_request;
 mod validate;
 pub use validate::{MAX_DECOMPRESSED_BYTES, validate};
 
@@ -105,9 +102,6 @@ pub enum RecordsError {
     /// A batch could not be built (a record or header too large).
     #[error("cannot encode the record batch: {0}")]
     Encode(#[source] BoxError),
-    /// A Kafka request could not be framed (see [`encode_request`]).
-    #[error("cannot encode the Kafka request: {0}")]
-    Request(#[source] BoxError),
 }
 
 /// The decoder's and encoder's own errors, kept as the source.

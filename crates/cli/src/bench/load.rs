@@ -129,22 +129,18 @@ pub async fn run(addr: &str, workload: &Workload, answered: Arc<AtomicU64>) -> R
         .map(|rate| Duration::from_secs_f64(workload.connections as f64 / rate.max(1.0)));
     let mut tasks = tokio::task::JoinSet::new();
     for connection in 0..workload.connections {
-        let stream = TcpStream::connect(addr)
-            .await
-            .with_context(|| format!("cannot connect to {addr}"))?;
-        stream.set_nodelay(true)?;
-        let (read_half, mut write_half) = stream.into_split();
-        let mut responses = FramedRead::new(read_half, FrameCodec::default());
         // One connection at a time, before any load, as producers start in a client: some
         // brokers issue ids from one shared record and fence when asked concurrently.
         let (producer_id, epoch) = workload
             .wire
-            .producer_identity(
-                workload.first_producer_id + connection as i64,
-                &mut write_half,
-                &mut responses,
-            )
+            .producer_identity(workload.first_producer_id + connection as i64, addr)
             .await?;
+        let stream = TcpStream::connect(addr)
+            .await
+            .with_context(|| format!("cannot connect to {addr}"))?;
+        stream.set_nodelay(true)?;
+        let (read_half, write_half) = stream.into_split();
+        let responses = FramedRead::new(read_half, FrameCodec::default());
         let job = Connection {
             write_half,
             responses,

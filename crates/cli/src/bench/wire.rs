@@ -99,7 +99,7 @@ impl Wire {
                             .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
                             .with_partition_data(vec![data]),
                     ]);
-                minibroker_records::encode_request(
+                minibroker_kafka_client::encode_request(
                     out,
                     ApiKey::Produce,
                     KAFKA_PRODUCE_VERSION,
@@ -162,26 +162,15 @@ impl Wire {
         Some((ApiKey::InitProducerId as i16, body))
     }
 
-    /// Asks a Kafka broker for a producer id and epoch (InitProducerId v4, not transactional),
-    /// as a real idempotent producer does before its first batch: brokers that issue ids
-    /// refuse batches from ids they never issued. The native protocol takes the caller's id.
-    pub async fn producer_identity(
-        self,
-        proposed: i64,
-        writer: &mut (impl tokio::io::AsyncWrite + Unpin),
-        answers: &mut (
-                 impl futures::Stream<Item = Result<BytesMut, minibroker_protocol::ProtocolError>>
-                 + Unpin
-             ),
-    ) -> Result<(i64, i16)> {
-        use futures::StreamExt;
+    /// Asks a Kafka broker at `addr` for a producer id and epoch (InitProducerId v4, not
+    /// transactional), over a connection of its own, as a real idempotent producer does before
+    /// its first batch: brokers that issue ids refuse batches from ids they never issued. The
+    /// native protocol takes the caller's id.
+    pub async fn producer_identity(self, proposed: i64, addr: &str) -> Result<(i64, i16)> {
         use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse};
-        use tokio::io::AsyncWriteExt;
-        const VERSION: i16 = IDENTITY_VERSION;
         if self == Self::Native {
             return Ok((proposed, 0));
         }
-        let mut frame = BytesMut::new();
         // Not transactional (the crate's default is an empty transactional id), and no id yet
         // (-1, -1): what librdkafka sends for a new idempotent producer.
         let request = InitProducerIdRequest::default()
@@ -189,25 +178,10 @@ impl Wire {
             .with_transaction_timeout_ms(60_000)
             .with_producer_id(kafka_protocol::messages::ProducerId(-1))
             .with_producer_epoch(-1);
-        minibroker_records::encode_request(
-            &mut frame,
-            ApiKey::InitProducerId,
-            VERSION,
-            0,
-            None,
-            &request,
-        )?;
-        writer.write_all(&frame).await?;
-        let mut body = answers
-            .next()
-            .await
-            .ok_or_else(|| anyhow::anyhow!("the broker closed the connection"))??
-            .freeze();
-        ResponseHeader::decode(
-            &mut body,
-            ApiKey::InitProducerId.response_header_version(VERSION),
-        )?;
-        let answer = InitProducerIdResponse::decode(&mut body, VERSION)?;
+        let mut connection = minibroker_kafka_client::KafkaConnection::connect(addr).await?;
+        let answer: InitProducerIdResponse = connection
+            .call(ApiKey::InitProducerId, IDENTITY_VERSION, &request)
+            .await?;
         if answer.error_code != 0 {
             anyhow::bail!(
                 "InitProducerId failed with error code {}",

@@ -1,19 +1,23 @@
-//! One Kafka request frame, for the code that talks to a broker as a Kafka client (the verifier,
-//! the benchmark, the tests): the 4-byte length, the request header, then the body, each encoded
-//! by `kafka-protocol`.
+//! One Kafka request frame: the 4-byte length, the request header, then the body, each encoded
+//! by `kafka-protocol`. [`crate::KafkaConnection`] sends its requests framed by it; the benchmark
+//! and the fuzzers frame theirs with it too, so framing is written once.
 
 use bytes::{BufMut, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::{Encodable, StrBytes};
 
-use crate::RecordsError;
+/// A request that cannot be framed: the header or the body does not encode at its version, or
+/// the frame is longer than its length field can say.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot encode the Kafka request: {0}")]
+pub struct EncodeError(#[source] Box<dyn std::error::Error + Send + Sync>);
 
 /// Appends the frame of `request`, sent as `api` at `version` with `correlation_id` (and
 /// `client_id`, if any), to `out`. On an error `out` is left as it was.
 ///
 /// # Errors
-/// [`RecordsError::Request`] if the header or the body does not encode at `version`, or the frame
-/// is longer than its length field can say.
+/// [`EncodeError`] if the header or the body does not encode at `version`, or the frame is
+/// longer than its length field can say.
 pub fn encode_request<R: Encodable>(
     out: &mut BytesMut,
     api: ApiKey,
@@ -21,7 +25,7 @@ pub fn encode_request<R: Encodable>(
     correlation_id: i32,
     client_id: Option<&'static str>,
     request: &R,
-) -> Result<(), RecordsError> {
+) -> Result<(), EncodeError> {
     let start = out.len();
     out.put_u32(0); // patched below
     let header = RequestHeader::default()
@@ -32,10 +36,9 @@ pub fn encode_request<R: Encodable>(
     let encoded = header
         .encode(out, api.request_header_version(version))
         .and_then(|()| request.encode(out, version))
-        .map_err(|error| RecordsError::Request(error.into()))
+        .map_err(|error| EncodeError(error.into()))
         .and_then(|()| {
-            u32::try_from(out.len() - start - 4)
-                .map_err(|error| RecordsError::Request(Box::new(error)))
+            u32::try_from(out.len() - start - 4).map_err(|error| EncodeError(Box::new(error)))
         });
     match encoded {
         Ok(length) => {
