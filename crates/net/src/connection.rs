@@ -25,8 +25,8 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
-use crate::framing::Frames;
 use crate::front_end::{FrontEnd, Next};
+use minibroker_framing::Frames;
 
 /// Answers buffered beyond this many bytes are written before the next request is read.
 const FLUSH_BYTES: usize = 64 << 10;

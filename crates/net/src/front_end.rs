@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use minibroker_broker::BrokerError;
 use std::future::Future;
 
-use crate::framing::FramingError;
+use minibroker_framing::FramingError;
 
 /// Whether the connection goes on after a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

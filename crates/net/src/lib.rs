@@ -15,7 +15,7 @@
 //!   connection slots and counts, request timings, readiness.
 //! - [`FrontEnd`] — the seam a protocol plugs into; `connection` — one connection's loop;
 //!   `listener` — the accept loop, the connection limit and the drain.
-//! - [`framing`] — the length-prefixed frames, on `tokio_util`'s `LengthDelimitedCodec`.
+//! - [`framing`] — the length-prefixed frames (`minibroker_framing`).
 //! - [`timings`] — request latencies per connection, summed for the metrics.
 //!
 //! # Example
@@ -49,12 +49,14 @@
 
 mod config;
 mod connection;
-pub mod framing;
 mod front_end;
 mod host;
 mod listener;
 mod node;
 pub mod timings;
+
+/// The length-prefixed frames of every connection (`minibroker_framing`).
+pub use minibroker_framing as framing;
 
 pub use config::{Config, NetConfig};
 pub use front_end::{FrontEnd, Next};

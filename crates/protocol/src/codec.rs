@@ -6,8 +6,9 @@
 //! body encoding, so it can change here alone.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use minibroker_framing::Frames;
 use serde::Serialize;
-use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec};
+use tokio_util::codec::{Decoder, Encoder};
 
 use crate::{BadFrame, ProtocolError, Request, Response};
 
@@ -18,7 +19,7 @@ pub const VERSION: u8 = 2;
 pub const HEADER_LEN: usize = 5;
 
 /// Bytes of the length prefix.
-pub const LENGTH_PREFIX_LEN: usize = 4;
+pub use minibroker_framing::LENGTH_PREFIX_LEN;
 
 /// Default cap on a frame's length (after the prefix): 8 MiB.
 pub const DEFAULT_MAX_FRAME_BYTES: usize = 8 << 20;
@@ -122,7 +123,7 @@ fn decode_exact<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, Pro
 /// header and message straight into the output buffer.
 #[derive(Debug)]
 pub struct FrameCodec {
-    lengths: LengthDelimitedCodec,
+    frames: Frames,
     max_frame_bytes: usize,
 }
 
@@ -131,10 +132,7 @@ impl FrameCodec {
     #[must_use]
     pub fn new(max_frame_bytes: usize) -> Self {
         Self {
-            lengths: LengthDelimitedCodec::builder()
-                .length_field_length(LENGTH_PREFIX_LEN)
-                .max_frame_length(max_frame_bytes)
-                .new_codec(),
+            frames: Frames::new(max_frame_bytes),
             max_frame_bytes,
         }
     }
@@ -157,33 +155,11 @@ impl Decoder for FrameCodec {
     type Error = ProtocolError;
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<BytesMut>, ProtocolError> {
-        self.lengths
-            .decode(src)
-            .map_err(|error| self.oversize(src, error))
+        self.frames.decode(src).map_err(ProtocolError::from)
     }
 
     fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<BytesMut>, ProtocolError> {
-        self.lengths
-            .decode_eof(src)
-            .map_err(|error| self.oversize(src, error))
-    }
-}
-
-impl FrameCodec {
-    /// Turns the length codec's "frame size too big" into [`ProtocolError::FrameTooLarge`].
-    fn oversize(&self, src: &BytesMut, error: std::io::Error) -> ProtocolError {
-        let too_big = error
-            .get_ref()
-            .is_some_and(|inner| inner.is::<tokio_util::codec::LengthDelimitedCodecError>());
-        if too_big && src.len() >= LENGTH_PREFIX_LEN {
-            let size = u32::from_be_bytes([src[0], src[1], src[2], src[3]]) as usize;
-            ProtocolError::FrameTooLarge {
-                size,
-                max: self.max_frame_bytes,
-            }
-        } else {
-            ProtocolError::Io(error)
-        }
+        self.frames.decode_eof(src).map_err(ProtocolError::from)
     }
 }
 

@@ -32,6 +32,17 @@ pub enum ProtocolError {
     Io(#[from] std::io::Error),
 }
 
+impl From<minibroker_framing::FramingError> for ProtocolError {
+    fn from(error: minibroker_framing::FramingError) -> Self {
+        match error {
+            minibroker_framing::FramingError::TooLarge { size, max } => {
+                Self::FrameTooLarge { size, max }
+            }
+            minibroker_framing::FramingError::Io(error) => Self::Io(error),
+        }
+    }
+}
+
 /// A frame whose body could not be decoded, with the correlation id when the header was intact,
 /// so the peer can be told which request failed.
 #[derive(Debug, Error)]
