@@ -18,6 +18,7 @@ use minibroker_protocol::{
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -27,7 +28,7 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{Encoder, FramedRead};
 
-use crate::ClientError;
+use crate::{ClientError, ConnectionEnd};
 
 /// Connection settings.
 #[derive(Debug, Clone)]
@@ -85,9 +86,9 @@ impl Future for PendingResponse {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         if let Poll::Ready(result) = Pin::new(&mut self.reply).poll(cx) {
             return Poll::Ready(result.unwrap_or_else(|_| {
-                Err(ClientError::ConnectionClosed(
-                    "the connection task ended".into(),
-                ))
+                Err(ClientError::ConnectionClosed(Arc::new(
+                    ConnectionEnd::TaskEnded,
+                )))
             }));
         }
         match self.timeout.as_mut().poll(cx) {
@@ -158,7 +159,7 @@ impl Client {
                 reply,
             })
             .await
-            .map_err(|_| ClientError::ConnectionClosed("the connection is closed".into()))?;
+            .map_err(|_| ClientError::ConnectionClosed(Arc::new(ConnectionEnd::TaskEnded)))?;
         Ok(PendingResponse {
             reply: answer,
             timeout: Box::pin(tokio::time::sleep(self.request_timeout)),
@@ -359,24 +360,24 @@ async fn connection_task(
     let reason = loop {
         tokio::select! {
             next = outgoing.recv() => {
-                let Some(first) = next else { break "client dropped".to_owned() };
+                let Some(first) = next else { break ConnectionEnd::Dropped };
                 if let Err(error) = write_queued(&mut writer, &mut outgoing, &mut waiting, first).await {
-                    break format!("write failed: {error}");
+                    break ConnectionEnd::Write(error);
                 }
             }
             frame = reader.next() => match frame {
                 Some(Ok(body)) => match codec::decode_response(&body) {
-                    Ok((0, Response::Error(error))) => break format!("broker closed the connection: {error}"),
+                    Ok((0, Response::Error(error))) => break ConnectionEnd::Refused(error),
                     Ok((correlation_id, response)) => {
                         // An answer nobody waits for any more (its caller timed out) is dropped.
                         if let Some(reply) = waiting.replies.remove(&correlation_id) {
                             let _ = reply.send(Ok(response));
                         }
                     }
-                    Err(error) => break format!("undecodable response: {error}"),
+                    Err(error) => break ConnectionEnd::Undecodable(error),
                 },
-                Some(Err(error)) => break format!("read failed: {error}"),
-                None => break "closed by the broker".to_owned(),
+                Some(Err(error)) => break ConnectionEnd::Read(error),
+                None => break ConnectionEnd::Closed,
             },
         }
     };
@@ -385,8 +386,9 @@ async fn connection_task(
     while let Ok(request) = outgoing.try_recv() {
         waiting.insert(request.correlation_id, request.reply);
     }
+    let reason = Arc::new(reason);
     for (_, reply) in waiting.replies {
-        let _ = reply.send(Err(ClientError::ConnectionClosed(reason.clone())));
+        let _ = reply.send(Err(ClientError::ConnectionClosed(Arc::clone(&reason))));
     }
 }
 

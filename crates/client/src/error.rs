@@ -1,7 +1,37 @@
 //! Client and producer errors.
 
-use minibroker_protocol::{ErrorCode, ErrorResponse, ProtocolError};
+use minibroker_protocol::{BadFrame, ErrorCode, ErrorResponse, ProtocolError};
+use std::sync::Arc;
 use thiserror::Error;
+
+/// Why a connection ended; every request waiting on it is answered with the same one.
+#[derive(Debug, Error)]
+pub enum ConnectionEnd {
+    /// The client was dropped.
+    #[error("client dropped")]
+    Dropped,
+    /// No connection is open (the producer lost it and has not reconnected yet).
+    #[error("not connected")]
+    NotConnected,
+    /// The connection's task has ended.
+    #[error("the connection task ended")]
+    TaskEnded,
+    /// Writing a request failed.
+    #[error("write failed: {0}")]
+    Write(#[source] std::io::Error),
+    /// Reading an answer failed (or its frame was unreadable).
+    #[error("read failed: {0}")]
+    Read(#[source] ProtocolError),
+    /// An answer did not decode.
+    #[error("undecodable response: {0}")]
+    Undecodable(#[source] BadFrame),
+    /// The broker said why it closed the connection (an error answer with correlation id 0).
+    #[error("broker closed the connection: {0}")]
+    Refused(ErrorResponse),
+    /// The broker closed the connection.
+    #[error("closed by the broker")]
+    Closed,
+}
 
 /// A request that did not get a usable answer.
 #[derive(Debug, Error)]
@@ -19,7 +49,7 @@ pub enum ClientError {
     Timeout(std::time::Duration),
     /// The connection closed before the answer came.
     #[error("connection closed: {0}")]
-    ConnectionClosed(String),
+    ConnectionClosed(#[source] Arc<ConnectionEnd>),
     /// A frame could not be encoded or decoded.
     #[error(transparent)]
     Protocol(#[from] ProtocolError),
@@ -89,7 +119,13 @@ pub enum ProducerError {
     /// A request failed in a way retrying cannot fix.
     #[error(transparent)]
     Client(#[from] ClientError),
-    /// The producer stopped earlier and cannot be used any more.
+    /// The producer stopped earlier and cannot be used any more: why it stopped.
     #[error("the producer stopped earlier: {0}")]
-    Stopped(String),
+    Stopped(#[source] Arc<ProducerError>),
+    /// The batches' sequences would pass the largest sequence a producer may use.
+    #[error(transparent)]
+    Sequence(#[from] minibroker_state::StateError),
+    /// The broker acknowledged fewer batches than were sent.
+    #[error("the broker acknowledged fewer batches than were sent")]
+    Unacknowledged,
 }

@@ -27,7 +27,7 @@ mod producer;
 mod reader;
 
 pub use client::{Client, ClientConfig, PendingResponse};
-pub use error::{ClientError, ProducerError};
+pub use error::{ClientError, ConnectionEnd, ProducerError};
 pub use minibroker_protocol as protocol;
 pub use minibroker_records::{ConsumedRecord, DecodedBatch, NewRecord};
 pub use producer::{Ack, Producer, ProducerConfig, ProducerStats};

@@ -17,9 +17,10 @@ use minibroker_protocol::{Outcome, ProduceRequest, Request, Response};
 use minibroker_records::{NewRecord, Writer};
 use minibroker_state::SequenceRange;
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::{Client, ClientConfig, ClientError, PendingResponse, ProducerError};
+use crate::{Client, ClientConfig, ClientError, ConnectionEnd, PendingResponse, ProducerError};
 
 /// The most batches a producer keeps in flight per partition, as in Kafka: the broker caches the
 /// last five batches per producer, so any retry within the window is answered with its offset.
@@ -130,7 +131,7 @@ pub struct Producer {
     /// Per topic, then partition: looked up by `&str`, so an acknowledgement allocates nothing.
     next_sequence: HashMap<String, HashMap<u32, i32>>,
     stats: ProducerStats,
-    stopped: Option<String>,
+    stopped: Option<Arc<ProducerError>>,
 }
 
 impl Producer {
@@ -233,8 +234,7 @@ impl Producer {
         records: Vec<NewRecord>,
     ) -> Result<Ack, ProducerError> {
         let mut acks = self.send_batches(topic, partition, vec![records]).await?;
-        acks.pop()
-            .ok_or_else(|| ProducerError::Stopped("no acknowledgement".into()))
+        acks.pop().ok_or(ProducerError::Unacknowledged)
     }
 
     /// Sends batches to one partition in order, up to `max_in_flight` at a time, and returns one
@@ -253,13 +253,28 @@ impl Producer {
         batches: Vec<Vec<NewRecord>>,
     ) -> Result<Vec<Ack>, ProducerError> {
         if let Some(reason) = &self.stopped {
-            return Err(ProducerError::Stopped(reason.clone()));
+            return Err(ProducerError::Stopped(Arc::clone(reason)));
         }
         let result = self.run_window(topic, partition, &batches).await;
-        if let Err(error @ (ProducerError::Fenced { .. } | ProducerError::OutOfOrder { .. })) =
-            &result
-        {
-            self.stopped = Some(error.to_string());
+        // Fenced and out of order stop the producer; later calls are told why.
+        let stop = match &result {
+            Err(ProducerError::Fenced { producer_id, epoch }) => Some(ProducerError::Fenced {
+                producer_id: *producer_id,
+                epoch: *epoch,
+            }),
+            Err(ProducerError::OutOfOrder {
+                topic,
+                partition,
+                sequence,
+            }) => Some(ProducerError::OutOfOrder {
+                topic: topic.clone(),
+                partition: *partition,
+                sequence: *sequence,
+            }),
+            _ => None,
+        };
+        if let Some(stop) = stop {
+            self.stopped = Some(Arc::new(stop));
         }
         result
     }
@@ -276,8 +291,8 @@ impl Producer {
             .iter()
             .map(|records| {
                 let count = u32::try_from(records.len()).unwrap_or(u32::MAX);
-                let sequences = SequenceRange::spanning(next, count)
-                    .map_err(|error| ProducerError::Stopped(error.to_string()))?;
+                let sequences =
+                    SequenceRange::spanning(next, count).map_err(ProducerError::Sequence)?;
                 let writer = Writer {
                     producer_id: self.producer_id,
                     epoch: self.epoch,
@@ -452,7 +467,9 @@ impl Producer {
         });
         match &self.client {
             Some(client) => client.send(&request).await,
-            None => Err(ClientError::ConnectionClosed("not connected".into())),
+            None => Err(ClientError::ConnectionClosed(Arc::new(
+                ConnectionEnd::NotConnected,
+            ))),
         }
     }
 
