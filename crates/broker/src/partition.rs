@@ -140,6 +140,16 @@ impl Partition {
                 }
                 return Ok(());
             };
+            if point.through < through {
+                // No sync can cover it: the verdict would acknowledge an offset the log does
+                // not hold. Refused, never waited for (a wait would spin on syncs forever).
+                drop(leading);
+                return Err(BrokerError::Log(LogError::Damaged(format!(
+                    "an answer waits for offset {} to be synced, but the log ends at {}",
+                    through - 1,
+                    point.through
+                ))));
+            }
             let file = point.file;
             let started = Instant::now();
             let synced = tokio::task::spawn_blocking(move || file.sync())

@@ -380,6 +380,42 @@ async fn a_failed_write_of_gathered_batches_stores_and_answers_none_of_them() {
     assert_eq!(stored(&restarted, 0).len(), 2);
 }
 
+/// A clean shutdown after a failed write snapshots nothing of the read-only partition: its
+/// producer state still holds the batches the failed write forgot, and a snapshot claiming them
+/// would make the producer's resend a DUPLICATE of a batch that is not stored.
+#[tokio::test]
+async fn a_clean_shutdown_after_a_failed_write_claims_no_forgotten_batch() {
+    let storage = SimStorage::new();
+    let broker = open(&storage, FlushPolicy::Always);
+    let mut connection = Unacknowledged::default();
+    let first = broker
+        .produce_stored(&mut connection, TOPIC, 0, &batch(1, 0, 10))
+        .await
+        .unwrap();
+    assert_eq!(first.outcome, Outcome::Accepted);
+    let unstored = broker
+        .produce(&mut connection, TOPIC, 0, &batch(1, 1, 10))
+        .unwrap();
+    assert_eq!(unstored.outcome, Outcome::Accepted);
+    storage.faults.full.store(true, Ordering::Relaxed);
+    assert!(
+        matches!(connection.commit().await, Err(error) if error.kind() == ErrorKind::Storage),
+        "the write of the second batch fails, so its verdict is never sent"
+    );
+    // The disk takes writes again by the time the broker stops cleanly.
+    storage.faults.full.store(false, Ordering::Relaxed);
+    broker.close();
+    drop(broker);
+    let crashed = storage.crash(3);
+    let restarted = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        resend_after_restart(&crashed, FlushPolicy::Always),
+    )
+    .await
+    .expect("the resend is answered");
+    assert_eq!(stored(&restarted, 0).len(), 2);
+}
+
 /// The files of partition 0 whose name ends in `.{extension}`.
 fn partition_files(storage: &SimStorage, extension: &str) -> Vec<std::path::PathBuf> {
     storage
