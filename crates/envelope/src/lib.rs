@@ -2,7 +2,7 @@
 //! producer-id reservation, committed offsets, producer-state snapshots, segment indexes): a
 //! 4-byte magic naming the file's kind, a version byte, the body, and a CRC-32C of everything
 //! before it. A crate of its own so that every crate that writes such a file (the state engine's
-//! snapshots, the log's indexes, the server's metadata) shares one reader and one writer.
+//! snapshots, the log's indexes, the broker's metadata) shares one reader and one writer.
 //!
 //! ```text
 //! magic:[u8; 4] version:u8 body:[u8] crc32c:u32 (big-endian, of magic, version and body)

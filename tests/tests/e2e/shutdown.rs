@@ -40,3 +40,38 @@ async fn in_flight_requests_complete_and_new_connections_are_refused() -> Result
     assert_eq!(producers[0].entry.last_sequence(), 99);
     Ok(())
 }
+
+/// The host's two ways to stop a durable broker: `stop` closes it (every partition synced and its
+/// producer state snapshotted, so the next start replays nothing), `halt` leaves the data
+/// directory as a crash would (no snapshot: the next start replays the log).
+#[tokio::test]
+async fn a_stopped_host_snapshots_its_partitions_and_a_halted_one_does_not() -> Result<()> {
+    for halt in [false, true] {
+        let storage = minibroker_log::sim::SimStorage::new();
+        let config = minibroker_broker::BrokerConfig {
+            data_dir: Some("/data".into()),
+            ..minibroker_broker::BrokerConfig::default()
+        };
+        let broker =
+            minibroker_broker::Broker::with_storage(&config, std::sync::Arc::new(storage.clone()))?;
+        let host =
+            minibroker_net::Host::with_broker(broker, &Default::default(), &Default::default())?;
+        let embedded = minibroker_native::EmbeddedBroker::around(host).await?;
+        let mut conn = RawConnection::connect(embedded.addr).await?;
+        let answer = conn.call(1, &produce("t", 0, 1, 0, 0, &[b"x"])).await?;
+        assert!(matches!(answer, Response::Produce(_)), "{answer:?}");
+        drop(conn);
+        if halt {
+            embedded.host.halt().await?;
+        } else {
+            embedded.stop().await?;
+        }
+        let snapshots = storage
+            .paths()
+            .into_iter()
+            .filter(|path| path.to_string_lossy().ends_with(".snapshot"))
+            .count();
+        assert_eq!(snapshots > 0, !halt, "halt: {halt}, snapshots: {snapshots}");
+    }
+    Ok(())
+}
