@@ -7,7 +7,7 @@
 //! - [`Broker`] — topics → partitions → producer state + log: produce (the exactly-once rule,
 //!   then the append, under one lock), fetch, offsets, producer ids, topic administration; its
 //!   `durability` recovers producer state at start, snapshots it, and runs retention and expiry.
-//! - [`Partition`] — a partition's log, its group commit of fsyncs (`group_commit`) and its one
+//! - `Partition` — a partition's log, its group commit of fsyncs (`group_commit`) and its one
 //!   health state; `topics` — the registry of topics and their partitions.
 //! - [`Unacknowledged`] — one connection's produces whose answers wait for their batches to be
 //!   stored, and the one `commit` step that stores them.

@@ -31,7 +31,7 @@ pub const MAX_IN_FLIGHT: usize = 5;
 pub struct ProducerConfig {
     /// Connection settings, including the per-request timeout that triggers a resend.
     pub client: ClientConfig,
-    /// Batches in flight per partition, 1 to [`MAX_IN_FLIGHT`].
+    /// Batches in flight per partition, 1 to `MAX_IN_FLIGHT` (5, as in Kafka).
     pub max_in_flight: usize,
     /// Resends of a batch that overtook an earlier one (an OUT_OF_ORDER answer while the earlier
     /// one was unanswered) before the OUT_OF_ORDER is reported.
