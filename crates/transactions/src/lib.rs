@@ -1,0 +1,33 @@
+//! minibroker's transaction coordinator, in domain terms: the state of one transactional id and
+//! every transition Kafka's coordinator allows it (KIP-98; Apache Kafka's
+//! `TransactionMetadata`), as a pure type with no I/O. Whoever drives it — the coordinator that
+//! will sit beside `minibroker_groups` — persists what a transition returns as changed before
+//! it answers, writes the markers a Prepare* state calls for, and then completes it.
+//!
+//! # Layout
+//! - [`TxnState`] — the states, and which may follow which.
+//! - [`Transaction`] — one transactional id: its producer id and epoch, its timeout, its
+//!   partitions and groups, and the requests that move it (init, add, end, complete, fence).
+//! - [`TxnError`] — each refusal, named as Kafka's error code is; the Kafka front end picks the
+//!   code its request version has (PRODUCER_FENCED or INVALID_PRODUCER_EPOCH).
+//!
+//! # Example
+//! ```
+//! use minibroker_transactions::{Change, Transaction, TxnState};
+//!
+//! let mut txn = Transaction::new("pipeline", 1000, 60_000);
+//! let (producer_id, epoch) = (txn.producer_id(), txn.epoch());
+//! txn.add_partitions(producer_id, epoch, [("out".to_owned(), 0)], 10)?;
+//! assert_eq!(txn.state(), TxnState::Ongoing);
+//! assert_eq!(txn.end(producer_id, epoch, true, 20)?, Change::Changed); // PrepareCommit, to persist
+//! // ... the COMMIT markers are written to every partition of the transaction ...
+//! txn.complete(30)?;
+//! assert_eq!(txn.state(), TxnState::CompleteCommit);
+//! # Ok::<(), minibroker_transactions::TxnError>(())
+//! ```
+
+mod state;
+mod transaction;
+
+pub use state::TxnState;
+pub use transaction::{Change, InitOutcome, Transaction, TxnError};

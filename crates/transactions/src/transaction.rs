@@ -1,0 +1,387 @@
+//! [`Transaction`]: one transactional id and the requests that move it, following Kafka's
+//! coordinator (`TransactionCoordinator`, `TransactionMetadata`) case by case.
+//!
+//! Each request either refuses with a [`TxnError`] and changes nothing, or changes the state and
+//! says so ([`Change`]); a change must be durable before the request is answered. A Prepare*
+//! state means markers to write: the driver writes them to every partition of the transaction,
+//! then calls [`Transaction::complete`].
+
+use std::collections::BTreeSet;
+use thiserror::Error;
+
+use crate::TxnState;
+
+/// Why a transactional request is refused; each is one Kafka error code.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum TxnError {
+    /// The producer's epoch is not the id's current one: a newer instance took over
+    /// (PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH for the older request versions).
+    #[error("the producer was fenced by a newer instance of its transactional id")]
+    ProducerFenced,
+    /// The producer id is not the one this transactional id has (INVALID_PRODUCER_ID_MAPPING).
+    #[error("the producer id is not the one this transactional id has")]
+    InvalidProducerIdMapping,
+    /// Markers of an earlier transition are being written; retry (CONCURRENT_TRANSACTIONS).
+    #[error("another transition of this transaction is under way; retry")]
+    ConcurrentTransactions,
+    /// The request makes no sense in the current state (INVALID_TXN_STATE).
+    #[error("the transaction cannot do that in state {state:?}")]
+    InvalidTxnState {
+        /// The state it is in.
+        state: TxnState,
+    },
+    /// The transaction timeout asked for is above the broker's maximum
+    /// (INVALID_TRANSACTION_TIMEOUT).
+    #[error("a transaction timeout of {asked} ms is above the broker's maximum of {max} ms")]
+    InvalidTransactionTimeout {
+        /// Asked for.
+        asked: u64,
+        /// `transaction.max.timeout.ms`.
+        max: u64,
+    },
+}
+
+/// Whether a request changed the transaction (and so must be made durable before its answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Nothing to persist: a retry, or partitions already in the transaction.
+    Unchanged,
+    /// The transaction changed.
+    Changed,
+}
+
+/// What InitProducerId gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InitOutcome {
+    /// The producer id and epoch to answer with; the state is Empty.
+    Ready {
+        /// The producer id (a new one once the epoch ran out).
+        producer_id: i64,
+        /// The epoch; every older one is fenced.
+        epoch: i16,
+    },
+    /// An open transaction of an older instance was fenced: the epoch is bumped to `epoch` and
+    /// the transaction is PrepareAbort. Write its ABORT markers with `epoch`, complete it, and
+    /// answer CONCURRENT_TRANSACTIONS; the client asks again and gets the next epoch.
+    Fenced {
+        /// The bumped epoch the markers carry.
+        epoch: i16,
+    },
+}
+
+/// The epoch at which InitProducerId moves to a new producer id instead of bumping (Kafka
+/// leaves the last epoch for a fence).
+const LAST_BUMPED_EPOCH: i16 = i16::MAX - 1;
+
+/// One transactional id's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transaction {
+    transactional_id: String,
+    producer_id: i64,
+    epoch: i16,
+    timeout_ms: u64,
+    state: TxnState,
+    /// The partitions the open (or ending) transaction wrote to.
+    partitions: BTreeSet<(String, u32)>,
+    /// The consumer groups whose offsets it commits.
+    groups: BTreeSet<String>,
+    /// When its first partition or group was added (the timeout counts from here).
+    start_ms: Option<i64>,
+    /// When it last changed (expiry counts from here).
+    last_update_ms: i64,
+}
+
+impl Transaction {
+    /// A new transactional id with `producer_id` at epoch 0, Empty, with a timeout of
+    /// `timeout_ms`.
+    #[must_use]
+    pub fn new(transactional_id: &str, producer_id: i64, timeout_ms: u64) -> Self {
+        Self {
+            transactional_id: transactional_id.to_owned(),
+            producer_id,
+            epoch: 0,
+            timeout_ms,
+            state: TxnState::Empty,
+            partitions: BTreeSet::new(),
+            groups: BTreeSet::new(),
+            start_ms: None,
+            last_update_ms: 0,
+        }
+    }
+
+    /// The transactional id.
+    #[must_use]
+    pub fn transactional_id(&self) -> &str {
+        &self.transactional_id
+    }
+
+    /// The producer id.
+    #[must_use]
+    pub fn producer_id(&self) -> i64 {
+        self.producer_id
+    }
+
+    /// The current epoch.
+    #[must_use]
+    pub fn epoch(&self) -> i16 {
+        self.epoch
+    }
+
+    /// The state.
+    #[must_use]
+    pub fn state(&self) -> TxnState {
+        self.state
+    }
+
+    /// The partitions of the open or ending transaction, by topic and index.
+    pub fn partitions(&self) -> impl Iterator<Item = &(String, u32)> {
+        self.partitions.iter()
+    }
+
+    /// The groups whose offsets the open or ending transaction commits.
+    pub fn groups(&self) -> impl Iterator<Item = &String> {
+        self.groups.iter()
+    }
+
+    /// InitProducerId for this id at `now`: a new epoch (or producer id, from
+    /// `new_producer_id`, once the epoch ran out) with a timeout of `timeout_ms`, or the fence
+    /// of an open transaction. `expected` is the (producer id, epoch) a KIP-360 client sends to
+    /// recover; it must be the current pair.
+    ///
+    /// # Errors
+    /// [`TxnError::ProducerFenced`] for an `expected` pair that is not current;
+    /// [`TxnError::ConcurrentTransactions`] while markers are being written.
+    pub fn init(
+        &mut self,
+        expected: Option<(i64, i16)>,
+        timeout_ms: u64,
+        new_producer_id: impl FnOnce() -> i64,
+        now: i64,
+    ) -> Result<InitOutcome, TxnError> {
+        if self.state == TxnState::Dead {
+            *self = Self::new(&self.transactional_id, new_producer_id(), timeout_ms);
+            self.last_update_ms = now;
+            return Ok(self.ready());
+        }
+        if expected.is_some_and(|pair| pair != (self.producer_id, self.epoch)) {
+            return Err(TxnError::ProducerFenced);
+        }
+        match self.state {
+            state if state.is_preparing() => Err(TxnError::ConcurrentTransactions),
+            TxnState::Ongoing => {
+                let epoch = self.fence(now)?;
+                Ok(InitOutcome::Fenced { epoch })
+            }
+            _ => {
+                if self.epoch >= LAST_BUMPED_EPOCH {
+                    self.producer_id = new_producer_id();
+                    self.epoch = 0;
+                } else {
+                    self.epoch += 1;
+                }
+                self.timeout_ms = timeout_ms;
+                self.move_to(TxnState::Empty, now);
+                self.partitions.clear();
+                self.groups.clear();
+                self.start_ms = None;
+                Ok(self.ready())
+            }
+        }
+    }
+
+    fn ready(&self) -> InitOutcome {
+        InitOutcome::Ready {
+            producer_id: self.producer_id,
+            epoch: self.epoch,
+        }
+    }
+
+    /// AddPartitionsToTxn: `partitions` join the transaction, opening it if none is open.
+    ///
+    /// # Errors
+    /// As [`Self::add`].
+    pub fn add_partitions(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        partitions: impl IntoIterator<Item = (String, u32)>,
+        now: i64,
+    ) -> Result<Change, TxnError> {
+        let partitions: Vec<_> = partitions.into_iter().collect();
+        self.add(producer_id, epoch, now, |txn| {
+            let before = txn.partitions.len();
+            txn.partitions.extend(partitions);
+            txn.partitions.len() > before
+        })
+    }
+
+    /// AddOffsetsToTxn: `group`'s offsets join the transaction, opening it if none is open.
+    ///
+    /// # Errors
+    /// As [`Self::add`].
+    pub fn add_group(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        group: &str,
+        now: i64,
+    ) -> Result<Change, TxnError> {
+        self.add(producer_id, epoch, now, |txn| {
+            txn.groups.insert(group.to_owned())
+        })
+    }
+
+    /// What both adds do: check the producer, then add (`grow` says whether anything was new);
+    /// a transaction that was not open opens at `now`.
+    ///
+    /// # Errors
+    /// [`TxnError::InvalidProducerIdMapping`] for another producer id;
+    /// [`TxnError::ProducerFenced`] for another epoch; [`TxnError::ConcurrentTransactions`]
+    /// while markers are being written; [`TxnError::InvalidTxnState`] for a dead id.
+    fn add(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        now: i64,
+        grow: impl FnOnce(&mut Self) -> bool,
+    ) -> Result<Change, TxnError> {
+        self.check_producer(producer_id, epoch)?;
+        match self.state {
+            state if state.is_preparing() => Err(TxnError::ConcurrentTransactions),
+            TxnState::Dead => Err(TxnError::InvalidTxnState { state: self.state }),
+            TxnState::Ongoing => Ok(if grow(self) {
+                self.last_update_ms = now;
+                Change::Changed
+            } else {
+                Change::Unchanged
+            }),
+            _ => {
+                self.partitions.clear();
+                self.groups.clear();
+                grow(self);
+                self.start_ms = Some(now);
+                self.move_to(TxnState::Ongoing, now);
+                Ok(Change::Changed)
+            }
+        }
+    }
+
+    /// EndTxn: commit (`commit`) or abort the open transaction. The answer may go once the
+    /// returned change is durable; the markers follow ([`Self::complete`]). A retry of an end
+    /// that completed changes nothing.
+    ///
+    /// # Errors
+    /// [`TxnError::InvalidProducerIdMapping`], [`TxnError::ProducerFenced`] as for the adds;
+    /// [`TxnError::ConcurrentTransactions`] for a retry while its markers are being written;
+    /// [`TxnError::InvalidTxnState`] for an end with no open transaction, or the other result
+    /// of one that is ending or ended.
+    pub fn end(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        now: i64,
+    ) -> Result<Change, TxnError> {
+        self.check_producer(producer_id, epoch)?;
+        let invalid = Err(TxnError::InvalidTxnState { state: self.state });
+        match (self.state, commit) {
+            (TxnState::Ongoing, true) => {
+                self.move_to(TxnState::PrepareCommit, now);
+                Ok(Change::Changed)
+            }
+            (TxnState::Ongoing, false) => {
+                self.move_to(TxnState::PrepareAbort, now);
+                Ok(Change::Changed)
+            }
+            (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
+                Err(TxnError::ConcurrentTransactions)
+            }
+            (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => {
+                Ok(Change::Unchanged)
+            }
+            _ => invalid,
+        }
+    }
+
+    /// Completes a Prepare* state once its markers are written: CompleteCommit or
+    /// CompleteAbort. The partitions and groups are forgotten.
+    ///
+    /// # Errors
+    /// [`TxnError::InvalidTxnState`] when nothing is being prepared.
+    pub fn complete(&mut self, now: i64) -> Result<(), TxnError> {
+        let next = match self.state {
+            TxnState::PrepareCommit => TxnState::CompleteCommit,
+            TxnState::PrepareAbort => TxnState::CompleteAbort,
+            state => return Err(TxnError::InvalidTxnState { state }),
+        };
+        self.move_to(next, now);
+        self.partitions.clear();
+        self.groups.clear();
+        self.start_ms = None;
+        Ok(())
+    }
+
+    /// Whether the open transaction has run past its timeout at `now` (it counts from its first
+    /// add).
+    #[must_use]
+    pub fn is_timed_out(&self, now: i64) -> bool {
+        let timeout = i64::try_from(self.timeout_ms).unwrap_or(i64::MAX);
+        self.state == TxnState::Ongoing
+            && self
+                .start_ms
+                .is_some_and(|start| now.saturating_sub(start) > timeout)
+    }
+
+    /// Fences the open transaction (a newer instance, or its timeout): the epoch is bumped and
+    /// the transaction goes to PrepareAbort, its ABORT markers to carry the returned epoch.
+    ///
+    /// # Errors
+    /// [`TxnError::InvalidTxnState`] when no transaction is open.
+    pub fn fence(&mut self, now: i64) -> Result<i16, TxnError> {
+        if self.state != TxnState::Ongoing {
+            return Err(TxnError::InvalidTxnState { state: self.state });
+        }
+        self.move_to(TxnState::PrepareEpochFence, now);
+        self.epoch = self.epoch.saturating_add(1);
+        self.move_to(TxnState::PrepareAbort, now);
+        Ok(self.epoch)
+    }
+
+    /// Whether the id may be forgotten at `now`: no transaction open or ending, and no change
+    /// for `expiration_ms` (Kafka's `transactional.id.expiration.ms`).
+    #[must_use]
+    pub fn is_expired(&self, now: i64, expiration_ms: u64) -> bool {
+        let expiration = i64::try_from(expiration_ms).unwrap_or(i64::MAX);
+        TxnState::Dead.may_follow(self.state)
+            && now.saturating_sub(self.last_update_ms) > expiration
+    }
+
+    /// Forgets the id (Dead): what the coordinator does to an expired one. Its next
+    /// InitProducerId starts it over with a new producer id.
+    ///
+    /// # Errors
+    /// [`TxnError::InvalidTxnState`] while a transaction is open or ending.
+    pub fn forget(&mut self, now: i64) -> Result<(), TxnError> {
+        if !TxnState::Dead.may_follow(self.state) {
+            return Err(TxnError::InvalidTxnState { state: self.state });
+        }
+        self.move_to(TxnState::Dead, now);
+        Ok(())
+    }
+
+    fn check_producer(&self, producer_id: i64, epoch: i16) -> Result<(), TxnError> {
+        if producer_id != self.producer_id {
+            return Err(TxnError::InvalidProducerIdMapping);
+        }
+        if epoch != self.epoch {
+            return Err(TxnError::ProducerFenced);
+        }
+        Ok(())
+    }
+
+    fn move_to(&mut self, next: TxnState, now: i64) {
+        debug_assert!(next.may_follow(self.state), "{:?} -> {next:?}", self.state);
+        self.state = next;
+        self.last_update_ms = now;
+    }
+}
