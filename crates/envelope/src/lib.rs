@@ -10,6 +10,10 @@
 //!
 //! A file that does not open is refused, never half-read: the caller stops with the file's name.
 
+mod fields;
+
+pub use fields::{FieldWriter, Fields};
+
 use thiserror::Error;
 
 /// Why a sealed file cannot be opened.

@@ -25,6 +25,7 @@
 //! (`str` is a u32 length and UTF-8 bytes; integers big-endian.) A per-group file holds one
 //! group.
 
+use minibroker_log::sealed::{FieldWriter, Fields};
 use minibroker_log::storage::TEMPORARY_SUFFIX;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -242,72 +243,39 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-fn put_str(out: &mut Vec<u8>, text: &str) {
-    out.extend_from_slice(&(text.len() as u32).to_be_bytes());
-    out.extend_from_slice(text.as_bytes());
-}
-
 fn encode(snapshot: &[(String, Vec<(TopicPartition, Committed)>)]) -> Vec<u8> {
-    let mut out = Vec::new();
-    out.extend_from_slice(&(snapshot.len() as u32).to_be_bytes());
+    let mut out = FieldWriter::default();
+    out.count(snapshot.len());
     for (group, offsets) in snapshot {
-        put_str(&mut out, group);
-        out.extend_from_slice(&(offsets.len() as u32).to_be_bytes());
+        out.string(group);
+        out.count(offsets.len());
         for ((topic, partition), committed) in offsets {
-            put_str(&mut out, topic);
-            out.extend_from_slice(&partition.to_be_bytes());
-            out.extend_from_slice(&committed.offset.to_be_bytes());
-            out.push(u8::from(committed.metadata.is_some()));
-            put_str(&mut out, committed.metadata.as_deref().unwrap_or(""));
-            out.extend_from_slice(&committed.commit_ms.to_be_bytes());
+            out.string(topic);
+            out.int(partition.to_be_bytes());
+            out.int(committed.offset.to_be_bytes());
+            out.u8(u8::from(committed.metadata.is_some()));
+            out.string(committed.metadata.as_deref().unwrap_or(""));
+            out.int(committed.commit_ms.to_be_bytes());
         }
     }
-    minibroker_log::sealed::seal(MAGIC, VERSION, &out)
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
-        let (head, rest) = self.0.split_first_chunk::<N>()?;
-        self.0 = rest;
-        Some(*head)
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        self.take().map(u32::from_be_bytes)
-    }
-
-    fn i64(&mut self) -> Option<i64> {
-        self.take().map(i64::from_be_bytes)
-    }
-
-    fn string(&mut self) -> Option<String> {
-        let len = self.u32()? as usize;
-        if self.0.len() < len {
-            return None;
-        }
-        let (text, rest) = self.0.split_at(len);
-        self.0 = rest;
-        String::from_utf8(text.to_vec()).ok()
-    }
+    minibroker_log::sealed::seal(MAGIC, VERSION, &out.into_body())
 }
 
 fn decode(bytes: &[u8]) -> Option<Snapshot> {
-    let mut r = Reader(minibroker_log::sealed::unseal(MAGIC, VERSION, bytes).ok()?);
-    let groups = r.u32()?;
+    let mut r = Fields::new(minibroker_log::sealed::unseal(MAGIC, VERSION, bytes).ok()?);
+    let groups = r.count()?;
     let mut snapshot = Vec::new();
     for _ in 0..groups {
         let group = r.string()?;
-        let count = r.u32()?;
+        let count = r.count()?;
         let mut offsets = Vec::new();
         for _ in 0..count {
             let topic = r.string()?;
             let partition = i32::from_be_bytes(r.take()?);
-            let offset = r.i64()?;
-            let [has_metadata] = r.take()?;
+            let offset = i64::from_be_bytes(r.take()?);
+            let has_metadata = r.u8()?;
             let metadata = r.string()?;
-            let commit_ms = r.i64()?;
+            let commit_ms = i64::from_be_bytes(r.take()?);
             offsets.push((
                 (topic, partition),
                 Committed {
@@ -319,7 +287,7 @@ fn decode(bytes: &[u8]) -> Option<Snapshot> {
         }
         snapshot.push((group, offsets));
     }
-    r.0.is_empty().then_some(snapshot)
+    (r.remaining() == 0).then_some(snapshot)
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 //!
 //! All integers are big-endian; the cached batches are listed newest first.
 
+use minibroker_envelope::{FieldWriter, Fields};
 use thiserror::Error;
 
 use crate::{BatchMetadata, CACHED_BATCHES, ProducerEntry};
@@ -37,20 +38,20 @@ pub enum SnapshotError {
 /// Encodes one partition's producers (id and entry each).
 #[must_use]
 pub fn encode_snapshot(producers: &[(i64, ProducerEntry)]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(4 + producers.len() * (19 + CACHED_BATCHES * 16));
-    out.extend_from_slice(&(producers.len() as u32).to_be_bytes());
+    let mut out = FieldWriter::with_capacity(4 + producers.len() * (19 + CACHED_BATCHES * 16));
+    out.count(producers.len());
     for (producer_id, entry) in producers {
-        out.extend_from_slice(&producer_id.to_be_bytes());
-        out.extend_from_slice(&entry.epoch().to_be_bytes());
-        out.extend_from_slice(&entry.last_timestamp().to_be_bytes());
-        out.push(entry.batches().len() as u8);
+        out.int(producer_id.to_be_bytes());
+        out.int(entry.epoch().to_be_bytes());
+        out.int(entry.last_timestamp().to_be_bytes());
+        out.u8(entry.batches().len() as u8);
         for batch in entry.batches() {
-            out.extend_from_slice(&batch.first_sequence.to_be_bytes());
-            out.extend_from_slice(&batch.last_sequence.to_be_bytes());
-            out.extend_from_slice(&batch.base_offset.unwrap_or(-1).to_be_bytes());
+            out.int(batch.first_sequence.to_be_bytes());
+            out.int(batch.last_sequence.to_be_bytes());
+            out.int(batch.base_offset.unwrap_or(-1).to_be_bytes());
         }
     }
-    minibroker_envelope::seal(MAGIC, VERSION, &out)
+    minibroker_envelope::seal(MAGIC, VERSION, &out.into_body())
 }
 
 /// Decodes what [`encode_snapshot`] wrote.
@@ -64,7 +65,7 @@ pub fn decode_snapshot(data: &[u8]) -> Result<Vec<(i64, ProducerEntry)>, Snapsho
         SealError::Checksum => SnapshotError::Damaged("checksum mismatch"),
         SealError::Kind { .. } => SnapshotError::Damaged("not a version 1 snapshot"),
     })?;
-    let mut reader = Reader(body);
+    let mut reader = Reader(Fields::new(body));
     let count = u32::from_be_bytes(reader.take()?);
     let mut producers = Vec::with_capacity((count as usize).min(body.len() / 19));
     for _ in 0..count {
@@ -91,22 +92,18 @@ pub fn decode_snapshot(data: &[u8]) -> Result<Vec<(i64, ProducerEntry)>, Snapsho
             .ok_or(SnapshotError::BadEntry(producer_id))?;
         producers.push((producer_id, entry));
     }
-    if !reader.0.is_empty() {
+    if reader.0.remaining() > 0 {
         return Err(SnapshotError::Damaged("bytes after the last entry"));
     }
     Ok(producers)
 }
 
-struct Reader<'a>(&'a [u8]);
+/// The body's fields, a short body being damage.
+struct Reader<'a>(Fields<'a>);
 
 impl Reader<'_> {
     fn take<const N: usize>(&mut self) -> Result<[u8; N], SnapshotError> {
-        let (head, rest) = self
-            .0
-            .split_first_chunk::<N>()
-            .ok_or(SnapshotError::Damaged("ends early"))?;
-        self.0 = rest;
-        Ok(*head)
+        self.0.take().ok_or(SnapshotError::Damaged("ends early"))
     }
 }
 
