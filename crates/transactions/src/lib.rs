@@ -8,6 +8,8 @@
 //! - [`TxnState`] — the states, and which may follow which.
 //! - [`Transaction`] — one transactional id: its producer id and epoch, its timeout, its
 //!   partitions and groups, and the requests that move it (init, add, end, complete, fence).
+//! - `record` — a transactional id's durable record ([`Transaction::encode`],
+//!   [`Transaction::decode`]), in the data directory's checksummed envelope.
 //! - [`TxnError`] — each refusal, named as Kafka's error code is; the Kafka front end picks the
 //!   code its request version has (PRODUCER_FENCED or INVALID_PRODUCER_EPOCH).
 //!
@@ -26,8 +28,10 @@
 //! # Ok::<(), minibroker_transactions::TxnError>(())
 //! ```
 
+mod record;
 mod state;
 mod transaction;
 
+pub use record::RecordError;
 pub use state::TxnState;
 pub use transaction::{Change, InitOutcome, Transaction, TxnError};

@@ -369,6 +369,41 @@ impl Transaction {
         Ok(())
     }
 
+    /// Every field, for the record: id, producer id, epoch, timeout, state, start, last update.
+    pub(crate) fn parts(&self) -> (&str, i64, i16, u64, TxnState, Option<i64>, i64) {
+        (
+            &self.transactional_id,
+            self.producer_id,
+            self.epoch,
+            self.timeout_ms,
+            self.state,
+            self.start_ms,
+            self.last_update_ms,
+        )
+    }
+
+    /// A transaction from a record's fields, unchecked (see `record`).
+    pub(crate) fn from_parts(
+        transactional_id: String,
+        (producer_id, epoch, timeout_ms): (i64, i16, u64),
+        state: TxnState,
+        (start_ms, last_update_ms): (Option<i64>, i64),
+        partitions: BTreeSet<(String, u32)>,
+        groups: BTreeSet<String>,
+    ) -> Self {
+        Self {
+            transactional_id,
+            producer_id,
+            epoch,
+            timeout_ms,
+            state,
+            partitions,
+            groups,
+            start_ms,
+            last_update_ms,
+        }
+    }
+
     fn check_producer(&self, producer_id: i64, epoch: i16) -> Result<(), TxnError> {
         if producer_id != self.producer_id {
             return Err(TxnError::InvalidProducerIdMapping);

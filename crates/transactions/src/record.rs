@@ -1,0 +1,199 @@
+//! A transactional id's record: what the coordinator keeps durable for it, in the checksummed
+//! envelope every small file of the data directory shares (`minibroker_envelope`), so a
+//! damaged record is refused with its reason, never half-read:
+//!
+//! ```text
+//! "MBTX" version:u8 (1)
+//! transactional_id:string producer_id:i64 epoch:i16 timeout_ms:u64 state:u8
+//! start_ms:i64 (-1: none) last_update_ms:i64
+//! partitions:u32 × { topic:string index:u32 }
+//! groups:u32 × { group:string }
+//! crc32c:u32 (of everything before it)
+//! ```
+//!
+//! Integers are big-endian; a string is its u32 byte length, then UTF-8. The state is Kafka's
+//! id ([`TxnState::id`]); PrepareEpochFence, which is never current, is never stored.
+
+use minibroker_envelope::{FieldWriter, Fields, SealError};
+use std::collections::BTreeSet;
+use thiserror::Error;
+
+use crate::{Transaction, TxnState};
+
+const MAGIC: &[u8; 4] = b"MBTX";
+const VERSION: u8 = 1;
+
+/// Why a record was not read.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum RecordError {
+    /// Not a whole record of this version: too short, another kind, or a failed checksum.
+    #[error("the transaction record is damaged: {0}")]
+    Sealed(#[from] SealError),
+    /// The checksum holds but the fields do not: bytes missing or left over, a bad string.
+    #[error("the transaction record is damaged: {0}")]
+    Damaged(&'static str),
+    /// Fields no sequence of transitions could have left.
+    #[error("the transaction record is impossible: {0}")]
+    Impossible(&'static str),
+}
+
+impl Transaction {
+    /// The record of this id, to write before a changed transaction's answer.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        let (id, producer_id, epoch, timeout_ms, state, start_ms, last_update_ms) = self.parts();
+        let mut out = FieldWriter::with_capacity(64);
+        out.string(id);
+        out.int(producer_id.to_be_bytes());
+        out.int(epoch.to_be_bytes());
+        out.int(timeout_ms.to_be_bytes());
+        out.u8(state.id());
+        out.int(start_ms.unwrap_or(-1).to_be_bytes());
+        out.int(last_update_ms.to_be_bytes());
+        out.count(self.partitions().count());
+        for (topic, index) in self.partitions() {
+            out.string(topic);
+            out.int(index.to_be_bytes());
+        }
+        out.count(self.groups().count());
+        for group in self.groups() {
+            out.string(group);
+        }
+        minibroker_envelope::seal(MAGIC, VERSION, &out.into_body())
+    }
+
+    /// The transaction a record written by [`Self::encode`] holds.
+    ///
+    /// # Errors
+    /// [`RecordError`] for bytes that are damaged, or fields no transition leaves.
+    pub fn decode(record: &[u8]) -> Result<Self, RecordError> {
+        let body = minibroker_envelope::unseal(MAGIC, VERSION, record)?;
+        let mut fields = Fields::new(body);
+        let short = RecordError::Damaged("it ends early, or holds a string that is not UTF-8");
+        let mut read = || -> Option<Self> {
+            let id = fields.string()?;
+            let producer_id = i64::from_be_bytes(fields.take()?);
+            let epoch = i16::from_be_bytes(fields.take()?);
+            let timeout_ms = u64::from_be_bytes(fields.take()?);
+            let state = fields.u8()?;
+            let start_ms = i64::from_be_bytes(fields.take()?);
+            let last_update_ms = i64::from_be_bytes(fields.take()?);
+            let mut partitions = BTreeSet::new();
+            for _ in 0..fields.count()? {
+                let topic = fields.string()?;
+                partitions.insert((topic, u32::from_be_bytes(fields.take()?)));
+            }
+            let mut groups = BTreeSet::new();
+            for _ in 0..fields.count()? {
+                groups.insert(fields.string()?);
+            }
+            Some(Self::from_parts(
+                id,
+                (producer_id, epoch, timeout_ms),
+                TxnState::from_id(state).unwrap_or(TxnState::PrepareEpochFence),
+                ((start_ms >= 0).then_some(start_ms), last_update_ms),
+                partitions,
+                groups,
+            ))
+        };
+        let txn = read().ok_or(short)?;
+        if fields.remaining() > 0 {
+            return Err(RecordError::Damaged("bytes after the last group"));
+        }
+        txn.check()?;
+        Ok(txn)
+    }
+
+    /// Refuses what no sequence of transitions leaves behind.
+    fn check(&self) -> Result<(), RecordError> {
+        let impossible = |why| Err(RecordError::Impossible(why));
+        if self.producer_id() < 0 || self.epoch() < 0 {
+            return impossible("a negative producer id or epoch");
+        }
+        let open = matches!(
+            self.state(),
+            TxnState::Ongoing | TxnState::PrepareCommit | TxnState::PrepareAbort
+        );
+        let (.., start_ms, _) = self.parts();
+        match self.state() {
+            TxnState::PrepareEpochFence => impossible("an unknown or passing state"),
+            _ if open && start_ms.is_none() => impossible("an open transaction with no start"),
+            _ if !open
+                && (self.partitions().next().is_some() || self.groups().next().is_some()) =>
+            {
+                impossible("partitions or groups with no open transaction")
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn committing() -> Transaction {
+        let mut txn = Transaction::new("pipeline-7", 1042, 30_000);
+        txn.init(None, 30_000, || unreachable!(), 5).unwrap();
+        txn.add_partitions(1042, 1, [("out".to_owned(), 2), ("out".to_owned(), 0)], 10)
+            .unwrap();
+        txn.add_group(1042, 1, "readers", 11).unwrap();
+        txn.end(1042, 1, true, 12).unwrap();
+        txn
+    }
+
+    #[test]
+    fn every_state_a_transition_leaves_round_trips() {
+        let mut txn = committing();
+        assert_eq!(Transaction::decode(&txn.encode()), Ok(txn.clone()));
+        txn.complete(13).unwrap();
+        assert_eq!(Transaction::decode(&txn.encode()), Ok(txn.clone()));
+        let fresh = Transaction::new("", 0, 0);
+        assert_eq!(Transaction::decode(&fresh.encode()), Ok(fresh));
+    }
+
+    #[test]
+    fn every_damaged_byte_is_refused() {
+        let record = committing().encode();
+        for at in 0..record.len() {
+            let mut damaged = record.clone();
+            damaged[at] ^= 0x10;
+            assert!(Transaction::decode(&damaged).is_err(), "byte {at}");
+        }
+        assert!(Transaction::decode(&record[..record.len() - 1]).is_err());
+    }
+
+    #[test]
+    fn impossible_fields_are_refused_even_with_a_good_checksum() {
+        let reseal = |edit: &dyn Fn(&mut Vec<u8>)| {
+            let record = committing().encode();
+            let mut body = minibroker_envelope::unseal(MAGIC, VERSION, &record)
+                .unwrap()
+                .to_vec();
+            edit(&mut body);
+            Transaction::decode(&minibroker_envelope::seal(MAGIC, VERSION, &body))
+        };
+        // The state byte: after the id (4 + 10 bytes), producer id, epoch and timeout.
+        let state_at = 4 + "pipeline-7".len() + 8 + 2 + 8;
+        assert!(matches!(
+            reseal(&|body| body[state_at] = 7),
+            Err(RecordError::Impossible(_))
+        ));
+        assert!(matches!(
+            reseal(&|body| body[state_at] = 0),
+            Err(RecordError::Impossible(_))
+        ));
+        assert!(matches!(
+            reseal(&|body| body[state_at] = 99),
+            Err(RecordError::Impossible(_))
+        ));
+        assert!(matches!(
+            reseal(&|body| body.push(0)),
+            Err(RecordError::Damaged(_))
+        ));
+        assert!(matches!(
+            reseal(&|body| body.truncate(body.len() - 1)),
+            Err(RecordError::Damaged(_))
+        ));
+    }
+}
