@@ -10,6 +10,8 @@
 //!   partitions and groups, and the requests that move it (init, add, end, complete, fence).
 //! - `record` — a transactional id's durable record ([`Transaction::encode`],
 //!   [`Transaction::decode`]), in the data directory's checksummed envelope.
+//! - [`TransactionLog`] — where each change is made durable before its answer: one file of
+//!   appended records, the last per id current, compacted at open and as it grows.
 //! - [`TxnError`] — each refusal, named as Kafka's error code is; the Kafka front end picks the
 //!   code its request version has (PRODUCER_FENCED or INVALID_PRODUCER_EPOCH).
 //!
@@ -28,10 +30,12 @@
 //! # Ok::<(), minibroker_transactions::TxnError>(())
 //! ```
 
+mod log;
 mod record;
 mod state;
 mod transaction;
 
+pub use log::{COMPACT_BYTES, FILE_NAME, TransactionLog, TransactionLogError};
 pub use record::RecordError;
 pub use state::TxnState;
 pub use transaction::{Change, InitOutcome, Transaction, TxnError};

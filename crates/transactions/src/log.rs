@@ -1,0 +1,218 @@
+//! [`TransactionLog`]: where the coordinator makes each transition durable before answering.
+//!
+//! One file in the data directory, `transactions.log`, to which every changed transactional id's
+//! record ([`Transaction::encode`]) is appended — a u32 big-endian length, then the sealed
+//! record — and synced. The last record of an id is its state; a Dead one is a tombstone.
+//!
+//! At open the file is read whole. A torn last record (a crash in the middle of an append,
+//! which was never answered) is cut; a damaged record before it refuses the open, naming the
+//! file and the offset, since what it held cannot be known. The file is then rewritten with one
+//! record per live id (atomically: a crash leaves the old file or the new one), and again
+//! whenever it grows past [`COMPACT_BYTES`] and twice what its live records take.
+
+use minibroker_log::storage::{read_whole, write_atomically};
+use minibroker_log::{Storage, StorageFile};
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use thiserror::Error;
+
+use crate::{RecordError, Transaction, TxnState};
+
+/// The log's file name in the data directory.
+pub const FILE_NAME: &str = "transactions.log";
+
+/// A log larger than this, and than twice its live records, is rewritten with those alone.
+pub const COMPACT_BYTES: u64 = 1 << 20;
+
+/// Bytes of a record's length prefix.
+const LENGTH_LEN: usize = 4;
+
+/// Why the log could not be opened or written.
+#[derive(Debug, Error)]
+pub enum TransactionLogError {
+    /// The file system refused an operation on the log.
+    #[error("{what} {}: {source}", .path.display())]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The log's file.
+        path: PathBuf,
+        /// Why it failed.
+        #[source]
+        source: io::Error,
+    },
+    /// A record before the last one is damaged.
+    #[error("{} is damaged at byte {at}: {source}", .path.display())]
+    Damaged {
+        /// The log's file.
+        path: PathBuf,
+        /// Where the damaged record starts.
+        at: usize,
+        /// What is wrong with it.
+        #[source]
+        source: RecordError,
+    },
+}
+
+/// The transaction log of a data directory; see the module docs.
+#[derive(Debug)]
+pub struct TransactionLog {
+    storage: Arc<dyn Storage>,
+    path: PathBuf,
+    file: Arc<dyn StorageFile>,
+    /// Bytes in the file.
+    size: u64,
+    /// Each live id's last record, framed as it is in the file.
+    live: BTreeMap<String, Vec<u8>>,
+}
+
+impl TransactionLog {
+    /// Opens (or creates) the log in `dir` and returns every live transactional id's last state.
+    ///
+    /// # Errors
+    /// [`TransactionLogError::Damaged`] for a damaged record before the last;
+    /// [`TransactionLogError::Io`] when the file cannot be read or rewritten.
+    pub fn open(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+    ) -> Result<(Self, Vec<Transaction>), TransactionLogError> {
+        let path = dir.join(FILE_NAME);
+        let bytes = match read_whole(&*storage, &path) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(source) => {
+                return Err(TransactionLogError::Io {
+                    what: "reading",
+                    path,
+                    source,
+                });
+            }
+        };
+        let mut live = BTreeMap::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            let framed = match frame_at(&bytes, at) {
+                Some(framed) => framed,
+                // A torn append at the end: never acknowledged.
+                None => break,
+            };
+            // A whole record that does not decode is damage, wherever it is: an append that
+            // did not finish leaves a short one, never a whole wrong one.
+            let transaction = Transaction::decode(&framed[LENGTH_LEN..]).map_err(|source| {
+                TransactionLogError::Damaged {
+                    path: path.clone(),
+                    at,
+                    source,
+                }
+            })?;
+            at += framed.len();
+            if transaction.state() == TxnState::Dead {
+                live.remove(transaction.transactional_id());
+            } else {
+                live.insert(transaction.transactional_id().to_owned(), framed.to_vec());
+            }
+        }
+        let states = live
+            .values()
+            .map(|framed| Transaction::decode(&framed[LENGTH_LEN..]))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|source| TransactionLogError::Damaged {
+                path: path.clone(),
+                at: 0,
+                source,
+            })?;
+        let (file, size) = rewrite(&*storage, &path, &live)?;
+        let log = Self {
+            storage,
+            path,
+            file,
+            size,
+            live,
+        };
+        Ok((log, states))
+    }
+
+    /// Appends `transaction`'s record and syncs it: the change is durable when this returns.
+    /// A Dead one is forgotten at the next compaction.
+    ///
+    /// # Errors
+    /// [`TransactionLogError::Io`] when the write or the sync fails.
+    pub fn append(&mut self, transaction: &Transaction) -> Result<(), TransactionLogError> {
+        let framed = frame(&transaction.encode());
+        let failed = |what, source| TransactionLogError::Io {
+            what,
+            path: self.path.clone(),
+            source,
+        };
+        if let Err(error) = self.file.append(&framed) {
+            // Cut what part of it was written, so the next record follows a whole one.
+            let _ = self.file.truncate(self.size);
+            return Err(failed("appending to", error));
+        }
+        self.file.sync().map_err(|error| failed("syncing", error))?;
+        self.size += framed.len() as u64;
+        if transaction.state() == TxnState::Dead {
+            self.live.remove(transaction.transactional_id());
+        } else {
+            self.live
+                .insert(transaction.transactional_id().to_owned(), framed);
+        }
+        let live: u64 = self.live.values().map(|framed| framed.len() as u64).sum();
+        if self.size > COMPACT_BYTES && self.size > 2 * live {
+            self.compact()?;
+        }
+        Ok(())
+    }
+
+    /// Rewrites the file with one record per live id.
+    fn compact(&mut self) -> Result<(), TransactionLogError> {
+        (self.file, self.size) = rewrite(&*self.storage, &self.path, &self.live)?;
+        Ok(())
+    }
+
+    /// Bytes the log's file holds (for tests and metrics).
+    #[must_use]
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+/// Replaces the file at `path` with the `live` records, atomically, and opens it for appends.
+fn rewrite(
+    storage: &dyn Storage,
+    path: &Path,
+    live: &BTreeMap<String, Vec<u8>>,
+) -> Result<(Arc<dyn StorageFile>, u64), TransactionLogError> {
+    let failed = |what, source| TransactionLogError::Io {
+        what,
+        path: path.to_owned(),
+        source,
+    };
+    let records: Vec<u8> = live.values().flatten().copied().collect();
+    write_atomically(storage, path, &records).map_err(|error| failed("rewriting", error))?;
+    let file = storage
+        .open(path)
+        .map_err(|error| failed("opening", error))?;
+    Ok((file, records.len() as u64))
+}
+
+/// `record` with its length prefix.
+fn frame(record: &[u8]) -> Vec<u8> {
+    let mut framed = Vec::with_capacity(LENGTH_LEN + record.len());
+    framed.extend_from_slice(
+        &u32::try_from(record.len())
+            .unwrap_or(u32::MAX)
+            .to_be_bytes(),
+    );
+    framed.extend_from_slice(record);
+    framed
+}
+
+/// The framed record at `at`, if the bytes hold all of it.
+fn frame_at(bytes: &[u8], at: usize) -> Option<&[u8]> {
+    let length = bytes.get(at..at + LENGTH_LEN)?;
+    let length = u32::from_be_bytes(length.try_into().ok()?) as usize;
+    bytes.get(at..at.checked_add(LENGTH_LEN)?.checked_add(length)?)
+}

@@ -1,0 +1,140 @@
+//! The transaction log on a storage that crashes: every appended change survives, a torn
+//! append is cut, a damaged record refuses the open, tombstones and old records are compacted.
+
+use minibroker_log::sim::SimStorage;
+use minibroker_transactions::{
+    COMPACT_BYTES, FILE_NAME, Transaction, TransactionLog, TransactionLogError, TxnState,
+};
+use std::path::Path;
+use std::sync::Arc;
+
+const DIR: &str = "/data";
+
+fn open(storage: &SimStorage) -> Result<(TransactionLog, Vec<Transaction>), TransactionLogError> {
+    TransactionLog::open(Arc::new(storage.clone()), Path::new(DIR))
+}
+
+fn path() -> std::path::PathBuf {
+    Path::new(DIR).join(FILE_NAME)
+}
+
+/// `id` with one partition added: Ongoing.
+fn ongoing(id: &str, producer_id: i64) -> Transaction {
+    let mut txn = Transaction::new(id, producer_id, 60_000);
+    txn.add_partitions(producer_id, 0, [("out".to_owned(), 0)], 10)
+        .unwrap();
+    txn
+}
+
+fn by_id(states: &[Transaction], id: &str) -> Option<Transaction> {
+    states
+        .iter()
+        .find(|txn| txn.transactional_id() == id)
+        .cloned()
+}
+
+#[test]
+fn the_last_record_of_each_id_is_its_state_after_a_crash() {
+    for seed in 0..50 {
+        let storage = SimStorage::new();
+        let (mut log, states) = open(&storage).unwrap();
+        assert!(states.is_empty());
+        let mut a = ongoing("a", 1000);
+        let b = Transaction::new("b", 1001, 60_000);
+        log.append(&a).unwrap();
+        log.append(&b).unwrap();
+        a.end(1000, 0, true, 20).unwrap();
+        log.append(&a).unwrap();
+        // Each append was synced before it returned: a crash keeps them all.
+        let (_, states) = open(&storage.crash(seed)).unwrap();
+        assert_eq!(states.len(), 2, "seed {seed}");
+        assert_eq!(by_id(&states, "a"), Some(a.clone()));
+        assert_eq!(
+            by_id(&states, "a").unwrap().state(),
+            TxnState::PrepareCommit
+        );
+        assert_eq!(by_id(&states, "b"), Some(b));
+    }
+}
+
+#[test]
+fn a_forgotten_id_is_gone_and_the_log_keeps_one_record_per_live_id() {
+    let storage = SimStorage::new();
+    let (mut log, _) = open(&storage).unwrap();
+    let mut a = Transaction::new("a", 1000, 60_000);
+    for now in 0..100 {
+        a.init(None, 60_000, || unreachable!(), now).unwrap();
+        log.append(&a).unwrap();
+    }
+    let b = ongoing("b", 1001);
+    log.append(&b).unwrap();
+    a.forget(200).unwrap();
+    log.append(&a).unwrap();
+    let before = log.size();
+    drop(log);
+    let (log, states) = open(&storage).unwrap();
+    assert_eq!(states, std::slice::from_ref(&b));
+    assert_eq!(
+        log.size(),
+        b.encode().len() as u64 + 4,
+        "compacted from {before}"
+    );
+}
+
+#[test]
+fn a_torn_append_is_cut_and_what_came_before_is_kept() {
+    let storage = SimStorage::new();
+    let (mut log, _) = open(&storage).unwrap();
+    let a = ongoing("a", 1000);
+    log.append(&a).unwrap();
+    drop(log);
+    let whole = storage.contents(&path()).unwrap();
+    let next = ongoing("b", 1001).encode();
+    for torn in [1, 3, 4, 10, next.len() + 3] {
+        let mut bytes = whole.clone();
+        bytes.extend_from_slice(&(next.len() as u32).to_be_bytes());
+        bytes.extend_from_slice(&next);
+        bytes.truncate(whole.len() + torn);
+        storage.set_contents(&path(), bytes);
+        let (log, states) = open(&storage).unwrap();
+        assert_eq!(states, std::slice::from_ref(&a), "torn after {torn} bytes");
+        assert_eq!(log.size(), whole.len() as u64, "the torn bytes are cut");
+    }
+}
+
+#[test]
+fn a_damaged_record_refuses_the_open_and_names_the_file() {
+    let storage = SimStorage::new();
+    let (mut log, _) = open(&storage).unwrap();
+    log.append(&ongoing("a", 1000)).unwrap();
+    log.append(&ongoing("b", 1001)).unwrap();
+    drop(log);
+    let whole = storage.contents(&path()).unwrap();
+    for at in [6, whole.len() - 1] {
+        let mut bytes = whole.clone();
+        bytes[at] ^= 0x04;
+        storage.set_contents(&path(), bytes);
+        let error = open(&storage).unwrap_err();
+        assert!(
+            matches!(error, TransactionLogError::Damaged { .. }),
+            "byte {at}: {error}"
+        );
+        assert!(error.to_string().contains(FILE_NAME), "{error}");
+    }
+}
+
+#[test]
+fn a_log_that_grows_past_the_threshold_is_compacted_as_it_goes() {
+    let storage = SimStorage::new();
+    let (mut log, _) = open(&storage).unwrap();
+    let mut a = Transaction::new("a", 1000, 60_000);
+    let record = a.encode().len() as u64 + 4;
+    let appends = 2 * COMPACT_BYTES / record;
+    for now in 0..appends {
+        a.init(None, 60_000, || 2000, now as i64).unwrap();
+        log.append(&a).unwrap();
+        assert!(log.size() <= COMPACT_BYTES + record, "{}", log.size());
+    }
+    let (_, states) = open(&storage.crash(7)).unwrap();
+    assert_eq!(states, [a]);
+}
