@@ -12,6 +12,8 @@
 //!   [`Transaction::decode`]), in the data directory's checksummed envelope.
 //! - [`TransactionLog`] — where each change is made durable before its answer: one file of
 //!   appended records, the last per id current, compacted at open and as it grows.
+//! - [`TransactionCoordinator`] — every transactional id, each change durable before it is
+//!   applied and answered.
 //! - [`TxnError`] — each refusal, named as Kafka's error code is; the Kafka front end picks the
 //!   code its request version has (PRODUCER_FENCED or INVALID_PRODUCER_EPOCH).
 //!
@@ -30,11 +32,13 @@
 //! # Ok::<(), minibroker_transactions::TxnError>(())
 //! ```
 
+mod coordinator;
 mod log;
 mod record;
 mod state;
 mod transaction;
 
+pub use coordinator::{CoordinatorError, Limits, TransactionCoordinator};
 pub use log::{COMPACT_BYTES, FILE_NAME, TransactionLog, TransactionLogError};
 pub use record::RecordError;
 pub use state::TxnState;

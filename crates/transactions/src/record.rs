@@ -134,7 +134,7 @@ mod tests {
 
     fn committing() -> Transaction {
         let mut txn = Transaction::new("pipeline-7", 1042, 30_000);
-        txn.init(None, 30_000, || unreachable!(), 5).unwrap();
+        txn.init(None, 30_000, None, 5).unwrap();
         txn.add_partitions(1042, 1, [("out".to_owned(), 2), ("out".to_owned(), 0)], 10)
             .unwrap();
         txn.add_group(1042, 1, "readers", 11).unwrap();

@@ -143,23 +143,25 @@ impl Transaction {
         self.groups.iter()
     }
 
-    /// InitProducerId for this id at `now`: a new epoch (or producer id, from
-    /// `new_producer_id`, once the epoch ran out) with a timeout of `timeout_ms`, or the fence
-    /// of an open transaction. `expected` is the (producer id, epoch) a KIP-360 client sends to
-    /// recover; it must be the current pair.
+    /// InitProducerId for this id at `now`: a new epoch (or `new_producer_id`, when
+    /// [`Self::needs_new_producer_id`] says one is needed) with a timeout of `timeout_ms`, or the
+    /// fence of an open transaction. `expected` is the (producer id, epoch) a KIP-360 client
+    /// sends to recover; it must be the current pair.
     ///
     /// # Errors
     /// [`TxnError::ProducerFenced`] for an `expected` pair that is not current;
-    /// [`TxnError::ConcurrentTransactions`] while markers are being written.
+    /// [`TxnError::ConcurrentTransactions`] while markers are being written, or when a new
+    /// producer id is needed and none was given (ask again with one).
     pub fn init(
         &mut self,
         expected: Option<(i64, i16)>,
         timeout_ms: u64,
-        new_producer_id: impl FnOnce() -> i64,
+        new_producer_id: Option<i64>,
         now: i64,
     ) -> Result<InitOutcome, TxnError> {
+        let new_producer_id = || new_producer_id.ok_or(TxnError::ConcurrentTransactions);
         if self.state == TxnState::Dead {
-            *self = Self::new(&self.transactional_id, new_producer_id(), timeout_ms);
+            *self = Self::new(&self.transactional_id, new_producer_id()?, timeout_ms);
             self.last_update_ms = now;
             return Ok(self.ready());
         }
@@ -174,7 +176,7 @@ impl Transaction {
             }
             _ => {
                 if self.epoch >= LAST_BUMPED_EPOCH {
-                    self.producer_id = new_producer_id();
+                    self.producer_id = new_producer_id()?;
                     self.epoch = 0;
                 } else {
                     self.epoch += 1;
@@ -187,6 +189,15 @@ impl Transaction {
                 Ok(self.ready())
             }
         }
+    }
+
+    /// Whether [`Self::init`] will take a new producer id: a forgotten id, or an epoch run out.
+    #[must_use]
+    pub fn needs_new_producer_id(&self) -> bool {
+        self.state == TxnState::Dead
+            || (self.epoch >= LAST_BUMPED_EPOCH
+                && !self.state.is_preparing()
+                && self.state != TxnState::Ongoing)
     }
 
     fn ready(&self) -> InitOutcome {

@@ -63,7 +63,7 @@ fn a_forgotten_id_is_gone_and_the_log_keeps_one_record_per_live_id() {
     let (mut log, _) = open(&storage).unwrap();
     let mut a = Transaction::new("a", 1000, 60_000);
     for now in 0..100 {
-        a.init(None, 60_000, || unreachable!(), now).unwrap();
+        a.init(None, 60_000, None, now).unwrap();
         log.append(&a).unwrap();
     }
     let b = ongoing("b", 1001);
@@ -131,7 +131,7 @@ fn a_log_that_grows_past_the_threshold_is_compacted_as_it_goes() {
     let record = a.encode().len() as u64 + 4;
     let appends = 2 * COMPACT_BYTES / record;
     for now in 0..appends {
-        a.init(None, 60_000, || 2000, now as i64).unwrap();
+        a.init(None, 60_000, Some(2000), now as i64).unwrap();
         log.append(&a).unwrap();
         assert!(log.size() <= COMPACT_BYTES + record, "{}", log.size());
     }

@@ -21,27 +21,23 @@ fn ongoing() -> Transaction {
     txn
 }
 
-fn no_new_id() -> i64 {
-    panic!("no new producer id was expected")
-}
-
 #[test]
 fn init_bumps_the_epoch_and_moves_to_a_new_producer_id_when_it_runs_out() {
     let mut txn = Transaction::new("t", PID, TIMEOUT);
     assert_eq!((txn.producer_id(), txn.epoch()), (PID, 0));
     assert_eq!(
-        txn.init(None, TIMEOUT, no_new_id, 1),
+        txn.init(None, TIMEOUT, None, 1),
         Ok(InitOutcome::Ready {
             producer_id: PID,
             epoch: 1
         })
     );
     for _ in 1..i16::MAX - 1 {
-        txn.init(None, TIMEOUT, no_new_id, 1).unwrap();
+        txn.init(None, TIMEOUT, None, 1).unwrap();
     }
     assert_eq!(txn.epoch(), i16::MAX - 1);
     assert_eq!(
-        txn.init(None, TIMEOUT, || PID + 1, 2),
+        txn.init(None, TIMEOUT, Some(PID + 1), 2),
         Ok(InitOutcome::Ready {
             producer_id: PID + 1,
             epoch: 0
@@ -53,15 +49,15 @@ fn init_bumps_the_epoch_and_moves_to_a_new_producer_id_when_it_runs_out() {
 fn a_recovering_client_must_name_the_current_producer_and_epoch() {
     let mut txn = Transaction::new("t", PID, TIMEOUT);
     assert_eq!(
-        txn.init(Some((PID, 1)), TIMEOUT, no_new_id, 1),
+        txn.init(Some((PID, 1)), TIMEOUT, None, 1),
         Err(TxnError::ProducerFenced)
     );
     assert_eq!(
-        txn.init(Some((PID + 7, 0)), TIMEOUT, no_new_id, 1),
+        txn.init(Some((PID + 7, 0)), TIMEOUT, None, 1),
         Err(TxnError::ProducerFenced)
     );
     assert_eq!(
-        txn.init(Some((PID, 0)), TIMEOUT, no_new_id, 1),
+        txn.init(Some((PID, 0)), TIMEOUT, None, 1),
         Ok(InitOutcome::Ready {
             producer_id: PID,
             epoch: 1
@@ -123,7 +119,7 @@ fn a_commit_prepares_then_completes_and_its_retry_is_answered() {
         Err(TxnError::ConcurrentTransactions)
     );
     assert_eq!(
-        txn.init(None, TIMEOUT, no_new_id, 301),
+        txn.init(None, TIMEOUT, None, 301),
         Err(TxnError::ConcurrentTransactions)
     );
     assert_eq!(
@@ -204,7 +200,7 @@ fn nothing_to_end_or_complete_without_an_open_transaction() {
 fn a_newer_instance_fences_the_open_transaction_and_gets_the_epoch_after() {
     let mut txn = ongoing();
     assert_eq!(
-        txn.init(None, TIMEOUT, no_new_id, 500),
+        txn.init(None, TIMEOUT, None, 500),
         Ok(InitOutcome::Fenced { epoch: 1 })
     );
     assert_eq!(txn.state(), TxnState::PrepareAbort);
@@ -221,13 +217,13 @@ fn a_newer_instance_fences_the_open_transaction_and_gets_the_epoch_after() {
     assert_eq!(txn.end(PID, 0, true, 501), Err(TxnError::ProducerFenced));
     // The new instance's retry waits for the markers, then gets the next epoch.
     assert_eq!(
-        txn.init(None, TIMEOUT, no_new_id, 501),
+        txn.init(None, TIMEOUT, None, 501),
         Err(TxnError::ConcurrentTransactions)
     );
     txn.complete(502).unwrap();
     assert_eq!(txn.state(), TxnState::CompleteAbort);
     assert_eq!(
-        txn.init(None, TIMEOUT, no_new_id, 503),
+        txn.init(None, TIMEOUT, None, 503),
         Ok(InitOutcome::Ready {
             producer_id: PID,
             epoch: 2
@@ -257,7 +253,7 @@ fn an_open_transaction_times_out_from_its_first_add_and_is_fenced() {
 #[test]
 fn only_an_id_with_nothing_open_expires_and_a_dead_id_starts_over() {
     let mut txn = Transaction::new("t", PID, TIMEOUT);
-    txn.init(None, TIMEOUT, no_new_id, 1_000).unwrap();
+    txn.init(None, TIMEOUT, None, 1_000).unwrap();
     assert!(!txn.is_expired(1_500, 1_000));
     assert!(txn.is_expired(2_001, 1_000));
     let mut open = ongoing();
@@ -288,7 +284,7 @@ fn only_an_id_with_nothing_open_expires_and_a_dead_id_starts_over() {
         })
     );
     assert_eq!(
-        txn.init(None, TIMEOUT, || PID + 9, 2_003),
+        txn.init(None, TIMEOUT, Some(PID + 9), 2_003),
         Ok(InitOutcome::Ready {
             producer_id: PID + 9,
             epoch: 0

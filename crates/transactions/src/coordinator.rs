@@ -1,0 +1,323 @@
+//! [`TransactionCoordinator`]: every transactional id of the broker, each change made durable in
+//! the [`TransactionLog`] before it is applied and answered.
+//!
+//! A request works on a copy of its id's [`Transaction`]; only when the changed copy's record
+//! is synced does the copy replace the state, so a failed write changes nothing and the
+//! request is answered with the storage error. Without a data directory the log is absent and
+//! changes apply at once.
+//!
+//! What it does not do itself: write the COMMIT and ABORT markers (the partitions' part) and
+//! answer on the wire (the Kafka front end's). After an [`TransactionCoordinator::end`], a
+//! fence or a timeout, the driver writes the markers to the partitions it is given, then calls
+//! [`TransactionCoordinator::complete`].
+
+use minibroker_log::Storage;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use thiserror::Error;
+
+use crate::{Change, InitOutcome, Transaction, TransactionLog, TransactionLogError, TxnError};
+
+/// The coordinator's bounds (Kafka's `transaction.max.timeout.ms` and
+/// `transactional.id.expiration.ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The longest transaction timeout a producer may ask for (Kafka: 15 minutes).
+    pub max_timeout_ms: u64,
+    /// An id with nothing open and no change for this long is forgotten (Kafka: 7 days).
+    pub expiration_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_timeout_ms: 900_000,
+            expiration_ms: 7 * 24 * 3_600_000,
+        }
+    }
+}
+
+/// Why a request to the coordinator failed.
+#[derive(Debug, Error)]
+pub enum CoordinatorError {
+    /// The transaction refused it.
+    #[error(transparent)]
+    Refused(#[from] TxnError),
+    /// An empty transactional id (INVALID_REQUEST).
+    #[error("a transactional id must not be empty")]
+    EmptyTransactionalId,
+    /// No such transactional id (an add or end before any InitProducerId).
+    #[error("no transaction is known for transactional id {0:?}")]
+    UnknownTransactionalId(String),
+    /// The change could not be made durable; nothing changed.
+    #[error(transparent)]
+    Log(#[from] TransactionLogError),
+    /// No producer id could be issued.
+    #[error("no producer id could be issued: {0}")]
+    ProducerId(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Every transactional id; see the module docs.
+#[derive(Debug)]
+pub struct TransactionCoordinator {
+    ids: Mutex<HashMap<String, Transaction>>,
+    log: Option<Mutex<TransactionLog>>,
+    limits: Limits,
+}
+
+impl TransactionCoordinator {
+    /// A coordinator under `limits`, its transactions in memory only.
+    #[must_use]
+    pub fn in_memory(limits: Limits) -> Self {
+        Self {
+            ids: Mutex::default(),
+            log: None,
+            limits,
+        }
+    }
+
+    /// A coordinator under `limits` whose transactions are kept in the log in `dir` on
+    /// `storage`, and loaded from it.
+    ///
+    /// # Errors
+    /// As [`TransactionLog::open`].
+    pub fn open(
+        limits: Limits,
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+    ) -> Result<Self, TransactionLogError> {
+        let (log, states) = TransactionLog::open(storage, dir)?;
+        let ids = states
+            .into_iter()
+            .map(|txn| (txn.transactional_id().to_owned(), txn))
+            .collect();
+        Ok(Self {
+            ids: Mutex::new(ids),
+            log: Some(Mutex::new(log)),
+            limits,
+        })
+    }
+
+    fn ids(&self) -> MutexGuard<'_, HashMap<String, Transaction>> {
+        self.ids.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `change` on a copy of `id`'s transaction, makes the copy durable when `change` says
+    /// it changed, then keeps it.
+    fn apply<T>(
+        &self,
+        id: &str,
+        change: impl FnOnce(&mut Transaction) -> Result<(T, Change), CoordinatorError>,
+    ) -> Result<T, CoordinatorError> {
+        let mut ids = self.ids();
+        let mut copy = ids
+            .get(id)
+            .cloned()
+            .ok_or_else(|| CoordinatorError::UnknownTransactionalId(id.to_owned()))?;
+        let (answer, changed) = change(&mut copy)?;
+        if changed == Change::Changed {
+            self.keep(&mut ids, copy)?;
+        }
+        Ok(answer)
+    }
+
+    /// Makes `changed` durable, then the id's state.
+    fn keep(
+        &self,
+        ids: &mut HashMap<String, Transaction>,
+        changed: Transaction,
+    ) -> Result<(), CoordinatorError> {
+        if let Some(log) = &self.log {
+            log.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .append(&changed)?;
+        }
+        ids.insert(changed.transactional_id().to_owned(), changed);
+        Ok(())
+    }
+
+    /// InitProducerId for transactional id `id` with a timeout of `timeout_ms`; a producer id
+    /// comes from `issue` when one is needed (a new or forgotten id, or an epoch run out).
+    ///
+    /// # Errors
+    /// [`CoordinatorError::EmptyTransactionalId`]; [`TxnError::InvalidTransactionTimeout`] above
+    /// the maximum; the refusals of [`Transaction::init`]; a producer id not issued; a storage
+    /// error.
+    pub fn init_producer<E: std::error::Error + Send + Sync + 'static>(
+        &self,
+        id: &str,
+        expected: Option<(i64, i16)>,
+        timeout_ms: u64,
+        issue: impl FnOnce() -> Result<i64, E>,
+        now: i64,
+    ) -> Result<InitOutcome, CoordinatorError> {
+        if id.is_empty() {
+            return Err(CoordinatorError::EmptyTransactionalId);
+        }
+        if timeout_ms > self.limits.max_timeout_ms {
+            return Err(TxnError::InvalidTransactionTimeout {
+                asked: timeout_ms,
+                max: self.limits.max_timeout_ms,
+            }
+            .into());
+        }
+        // One lock for the whole init, so the id cannot change between the look and the write.
+        let mut ids = self.ids();
+        let current = ids.get(id).cloned();
+        let new_id = if current
+            .as_ref()
+            .is_none_or(Transaction::needs_new_producer_id)
+        {
+            Some(issue().map_err(|error| CoordinatorError::ProducerId(Box::new(error)))?)
+        } else {
+            None
+        };
+        let (changed, outcome) = match (current, new_id) {
+            (Some(mut txn), new_id) => {
+                let outcome = txn.init(expected, timeout_ms, new_id, now)?;
+                (txn, outcome)
+            }
+            (None, Some(producer_id)) => {
+                let txn = Transaction::new(id, producer_id, timeout_ms);
+                let outcome = InitOutcome::Ready {
+                    producer_id,
+                    epoch: txn.epoch(),
+                };
+                (txn, outcome)
+            }
+            (None, None) => return Err(TxnError::ConcurrentTransactions.into()),
+        };
+        self.keep(&mut ids, changed)?;
+        Ok(outcome)
+    }
+
+    /// AddPartitionsToTxn for `id`.
+    ///
+    /// # Errors
+    /// The refusals of [`Transaction::add_partitions`]; an unknown id; a storage error.
+    pub fn add_partitions(
+        &self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partitions: &[(String, u32)],
+        now: i64,
+    ) -> Result<(), CoordinatorError> {
+        self.apply(id, |txn| {
+            let change = txn.add_partitions(producer_id, epoch, partitions.iter().cloned(), now)?;
+            Ok(((), change))
+        })
+    }
+
+    /// AddOffsetsToTxn for `id`: `group`'s offsets join its transaction.
+    ///
+    /// # Errors
+    /// As [`Self::add_partitions`].
+    pub fn add_group(
+        &self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        group: &str,
+        now: i64,
+    ) -> Result<(), CoordinatorError> {
+        self.apply(id, |txn| {
+            Ok(((), txn.add_group(producer_id, epoch, group, now)?))
+        })
+    }
+
+    /// EndTxn for `id`. When it prepared the end, returns the transaction as it is now (its
+    /// partitions and groups are where the markers go, with its producer id and epoch); for a
+    /// retry of an end already complete, `None`.
+    ///
+    /// # Errors
+    /// The refusals of [`Transaction::end`]; an unknown id; a storage error.
+    pub fn end(
+        &self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+        now: i64,
+    ) -> Result<Option<Transaction>, CoordinatorError> {
+        self.apply(id, |txn| {
+            let change = txn.end(producer_id, epoch, commit, now)?;
+            let prepared = (change == Change::Changed).then(|| txn.clone());
+            Ok((prepared, change))
+        })
+    }
+
+    /// Completes `id`'s Prepare* state once its markers are written.
+    ///
+    /// # Errors
+    /// The refusal of [`Transaction::complete`]; an unknown id; a storage error.
+    pub fn complete(&self, id: &str, now: i64) -> Result<(), CoordinatorError> {
+        self.apply(id, |txn| {
+            txn.complete(now)?;
+            Ok(((), Change::Changed))
+        })
+    }
+
+    /// Fences every transaction open past its timeout at `now` (epoch bumped, PrepareAbort,
+    /// durable) and returns them, for their ABORT markers and then [`Self::complete`].
+    ///
+    /// # Errors
+    /// A storage error; the transactions fenced before it are returned by the next call too,
+    /// as they are still to complete.
+    pub fn fence_timed_out(&self, now: i64) -> Result<Vec<Transaction>, CoordinatorError> {
+        let due: Vec<String> = self
+            .ids()
+            .values()
+            .filter(|txn| txn.is_timed_out(now))
+            .map(|txn| txn.transactional_id().to_owned())
+            .collect();
+        let mut fenced = Vec::with_capacity(due.len());
+        for id in due {
+            fenced.push(self.apply(&id, |txn| {
+                txn.fence(now)?;
+                Ok((txn.clone(), Change::Changed))
+            })?);
+        }
+        Ok(fenced)
+    }
+
+    /// Forgets the ids with nothing open and no change for `expiration_ms`; returns how many.
+    ///
+    /// # Errors
+    /// A storage error (the ids forgotten before it stay forgotten).
+    pub fn expire(&self, now: i64) -> Result<usize, CoordinatorError> {
+        let expired: Vec<String> = self
+            .ids()
+            .values()
+            .filter(|txn| txn.is_expired(now, self.limits.expiration_ms))
+            .map(|txn| txn.transactional_id().to_owned())
+            .collect();
+        for id in &expired {
+            self.apply(id, |txn| {
+                txn.forget(now)?;
+                Ok(((), Change::Changed))
+            })?;
+            self.ids().remove(id);
+        }
+        Ok(expired.len())
+    }
+
+    /// `id`'s transaction as it is now, if the id is known.
+    #[must_use]
+    pub fn describe(&self, id: &str) -> Option<Transaction> {
+        self.ids().get(id).cloned()
+    }
+
+    /// How many transactional ids are known.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.ids().len()
+    }
+
+    /// Whether no transactional id is known.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.ids().is_empty()
+    }
+}
