@@ -210,7 +210,9 @@ impl Transaction {
     /// AddPartitionsToTxn: `partitions` join the transaction, opening it if none is open.
     ///
     /// # Errors
-    /// As [`Self::add`].
+    /// [`TxnError::InvalidProducerIdMapping`] for another producer id;
+    /// [`TxnError::ProducerFenced`] for another epoch; [`TxnError::ConcurrentTransactions`]
+    /// while markers are being written; [`TxnError::InvalidTxnState`] for a forgotten id.
     pub fn add_partitions(
         &mut self,
         producer_id: i64,
@@ -229,7 +231,9 @@ impl Transaction {
     /// AddOffsetsToTxn: `group`'s offsets join the transaction, opening it if none is open.
     ///
     /// # Errors
-    /// As [`Self::add`].
+    /// [`TxnError::InvalidProducerIdMapping`] for another producer id;
+    /// [`TxnError::ProducerFenced`] for another epoch; [`TxnError::ConcurrentTransactions`]
+    /// while markers are being written; [`TxnError::InvalidTxnState`] for a forgotten id.
     pub fn add_group(
         &mut self,
         producer_id: i64,
