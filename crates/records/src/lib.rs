@@ -44,7 +44,9 @@ use thiserror::Error;
 
 pub use kafka_protocol::records::NO_PRODUCER_ID;
 
+mod marker;
 mod validate;
+pub use marker::{Marker, encode_marker, marker};
 pub use validate::{MAX_DECOMPRESSED_BYTES, validate};
 
 /// Bytes of a v2 batch header, before its records.
