@@ -233,9 +233,7 @@ impl Broker {
         let target = unacknowledged
             .get_or_create(&self.topics, topic, check)?
             .partition(partition)?;
-        if target.is_read_only() {
-            return Err(target.read_only_error());
-        }
+        target.refuse_if_read_only()?;
         let (verdict, appended) = self.validate_and_append(target, header, batch, &info)?;
         // A new segment: snapshot producer state, so recovery replays only what follows.
         let snapshot = appended

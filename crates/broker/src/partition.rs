@@ -87,15 +87,14 @@ impl Partition {
         self.health.is_failed()
     }
 
-    /// The error for a write to a read-only partition: its first failure.
-    #[must_use]
-    pub fn read_only_error(&self) -> BrokerError {
+    /// Refuses a write to a read-only partition, with its first failure.
+    ///
+    /// # Errors
+    /// [`BrokerError::ReadOnly`] once a write or sync of the partition failed.
+    pub fn refuse_if_read_only(&self) -> Result<(), BrokerError> {
         match self.health.failure() {
-            Some(first) => BrokerError::ReadOnly(Arc::clone(first)),
-            // Not read-only: nothing failed, yet a write was refused as if it had.
-            None => BrokerError::Log(LogError::Damaged(
-                "the partition was refused a write without a failure".to_owned(),
-            )),
+            Some(first) => Err(BrokerError::ReadOnly(Arc::clone(first))),
+            None => Ok(()),
         }
     }
 
@@ -106,10 +105,7 @@ impl Partition {
     /// these batches with it): the partition is read-only, and what waited is not stored.
     pub fn write_pending(&self) -> Result<(), BrokerError> {
         self.log().log.write_pending()?;
-        if self.is_read_only() {
-            return Err(self.read_only_error());
-        }
-        Ok(())
+        self.refuse_if_read_only()
     }
 
     /// Waits until every offset below `through` is durable, leading a sync if none is running
@@ -119,9 +115,7 @@ impl Partition {
     /// A storage error when the partition is read-only or the sync fails.
     pub async fn wait_durable(&self, through: i64) -> Result<(), BrokerError> {
         loop {
-            if self.is_read_only() {
-                return Err(self.read_only_error());
-            }
+            self.refuse_if_read_only()?;
             let waiting = self.commit.notified();
             tokio::pin!(waiting);
             let leading = match self.commit.next_step(through, waiting.as_mut()) {
@@ -135,10 +129,7 @@ impl Partition {
             let Some(point) = self.sync_point() else {
                 // In memory, nothing to sync; or writing the pending batches failed.
                 drop(leading);
-                if self.is_read_only() {
-                    return Err(self.read_only_error());
-                }
-                return Ok(());
+                return self.refuse_if_read_only();
             };
             if point.through < through {
                 // No sync can cover it: the verdict would acknowledge an offset the log does
