@@ -17,7 +17,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use thiserror::Error;
 
-use crate::{Change, InitOutcome, Transaction, TransactionLog, TransactionLogError, TxnError};
+use crate::{
+    Change, InitOutcome, Transaction, TransactionLog, TransactionLogError, TxnError, TxnState,
+};
 
 /// The coordinator's bounds (Kafka's `transaction.max.timeout.ms` and
 /// `transactional.id.expiration.ms`).
@@ -133,7 +135,12 @@ impl TransactionCoordinator {
                 .unwrap_or_else(PoisonError::into_inner)
                 .append(&changed)?;
         }
-        ids.insert(changed.transactional_id().to_owned(), changed);
+        // A forgotten id is not kept: its tombstone is in the log.
+        if changed.state() == TxnState::Dead {
+            ids.remove(changed.transactional_id());
+        } else {
+            ids.insert(changed.transactional_id().to_owned(), changed);
+        }
         Ok(())
     }
 
@@ -298,7 +305,6 @@ impl TransactionCoordinator {
                 txn.forget(now)?;
                 Ok(((), Change::Changed))
             })?;
-            self.ids().remove(id);
         }
         Ok(expired.len())
     }

@@ -66,6 +66,8 @@ pub struct TransactionLog {
     size: u64,
     /// Each live id's last record, framed as it is in the file.
     live: BTreeMap<String, Vec<u8>>,
+    /// What those records take together.
+    live_bytes: u64,
 }
 
 impl TransactionLog {
@@ -90,14 +92,12 @@ impl TransactionLog {
                 });
             }
         };
+        // Each live id's last record, framed, and its state.
         let mut live = BTreeMap::new();
+        let mut states = BTreeMap::new();
         let mut at = 0;
-        while at < bytes.len() {
-            let framed = match frame_at(&bytes, at) {
-                Some(framed) => framed,
-                // A torn append at the end: never acknowledged.
-                None => break,
-            };
+        // A torn append at the end (a short record, never acknowledged) ends the read.
+        while let Some(framed) = frame_at(&bytes, at) {
             // A whole record that does not decode is damage, wherever it is: an append that
             // did not finish leaves a short one, never a whole wrong one.
             let transaction = Transaction::decode(&framed[LENGTH_LEN..]).map_err(|source| {
@@ -108,30 +108,25 @@ impl TransactionLog {
                 }
             })?;
             at += framed.len();
+            let id = transaction.transactional_id().to_owned();
             if transaction.state() == TxnState::Dead {
-                live.remove(transaction.transactional_id());
+                live.remove(&id);
+                states.remove(&id);
             } else {
-                live.insert(transaction.transactional_id().to_owned(), framed.to_vec());
+                live.insert(id.clone(), framed.to_vec());
+                states.insert(id, transaction);
             }
         }
-        let states = live
-            .values()
-            .map(|framed| Transaction::decode(&framed[LENGTH_LEN..]))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|source| TransactionLogError::Damaged {
-                path: path.clone(),
-                at: 0,
-                source,
-            })?;
         let (file, size) = rewrite(&*storage, &path, &live)?;
         let log = Self {
             storage,
             path,
             file,
             size,
+            live_bytes: size,
             live,
         };
-        Ok((log, states))
+        Ok((log, states.into_values().collect()))
     }
 
     /// Appends `transaction`'s record and syncs it: the change is durable when this returns.
@@ -153,14 +148,16 @@ impl TransactionLog {
         }
         self.file.sync().map_err(|error| failed("syncing", error))?;
         self.size += framed.len() as u64;
-        if transaction.state() == TxnState::Dead {
-            self.live.remove(transaction.transactional_id());
+        let id = transaction.transactional_id();
+        let added = framed.len() as u64;
+        let replaced = if transaction.state() == TxnState::Dead {
+            self.live.remove(id)
         } else {
-            self.live
-                .insert(transaction.transactional_id().to_owned(), framed);
-        }
-        let live: u64 = self.live.values().map(|framed| framed.len() as u64).sum();
-        if self.size > COMPACT_BYTES && self.size > 2 * live {
+            self.live_bytes += added;
+            self.live.insert(id.to_owned(), framed)
+        };
+        self.live_bytes -= replaced.map_or(0, |old| old.len() as u64);
+        if self.size > COMPACT_BYTES && self.size > 2 * self.live_bytes {
             self.compact()?;
         }
         Ok(())

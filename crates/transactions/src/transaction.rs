@@ -175,7 +175,7 @@ impl Transaction {
                 Ok(InitOutcome::Fenced { epoch })
             }
             _ => {
-                if self.epoch >= LAST_BUMPED_EPOCH {
+                if self.needs_new_producer_id() {
                     self.producer_id = new_producer_id()?;
                     self.epoch = 0;
                 } else {
