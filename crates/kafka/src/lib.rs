@@ -77,10 +77,7 @@ impl KafkaConfig {
 /// # Errors
 /// [`HostError::Bind`] when the listener's address cannot be read.
 pub fn serve(host: &Host, listener: TcpListener) -> Result<SocketAddr, HostError> {
-    let bound = listener.local_addr().map_err(|source| HostError::Bind {
-        addr: SocketAddr::from(([0, 0, 0, 0], 0)),
-        source,
-    })?;
+    let bound = Host::bound(&listener)?;
     let (advertised_host, port) = host.config().net.kafka_advertised(bound);
     let kafka = Arc::new(KafkaConfig::from_config(
         host.config(),

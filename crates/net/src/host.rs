@@ -125,6 +125,17 @@ impl Host {
             .map_err(|source| HostError::Bind { addr, source })
     }
 
+    /// The address `listener` is bound to.
+    ///
+    /// # Errors
+    /// [`HostError::Bind`] when the socket cannot say.
+    pub fn bound(listener: &TcpListener) -> Result<SocketAddr, HostError> {
+        listener.local_addr().map_err(|source| HostError::Bind {
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            source,
+        })
+    }
+
     /// Serves `listener` with the front end `new_front_end` makes for each connection, until the
     /// host stops; returns the address it listens on.
     ///
@@ -135,10 +146,7 @@ impl Host {
         listener: TcpListener,
         new_front_end: impl Fn(&Arc<Node>) -> F + Send + 'static,
     ) -> Result<SocketAddr, HostError> {
-        let addr = listener.local_addr().map_err(|source| HostError::Bind {
-            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
-            source,
-        })?;
+        let addr = Self::bound(&listener)?;
         let node = Arc::clone(&self.node);
         let config = Arc::clone(&self.config);
         let stop = self.stop.clone().cancelled_owned();
