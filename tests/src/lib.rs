@@ -3,6 +3,7 @@
 
 use anyhow::{Context, Result, bail};
 use bytes::BytesMut;
+use minibroker_broker::Isolation;
 use minibroker_net::Config;
 use minibroker_protocol::{FrameCodec, Request, Response, codec};
 use minibroker_records::{NewRecord, Writer};
@@ -223,7 +224,14 @@ pub fn stored_batches(
     let mut offset = 0;
     loop {
         let fetched = broker
-            .fetch(topic, partition, offset, usize::MAX, 0)
+            .fetch(
+                topic,
+                partition,
+                offset,
+                usize::MAX,
+                0,
+                Isolation::ReadUncommitted,
+            )
             .expect("the partition exists");
         for batch in &fetched.batches {
             let base = minibroker_records::base_offset(batch);

@@ -14,6 +14,7 @@
 //! `MINIBROKER_FUZZ_ITERATIONS=200000 cargo test --release -p minibroker-tests --test decoders`.
 
 use bytes::{Bytes, BytesMut};
+use minibroker_broker::Isolation;
 use minibroker_broker::{Broker, BrokerConfig, Unacknowledged};
 use minibroker_faults::SplitMix64;
 use minibroker_groups::GroupConfig;
@@ -385,7 +386,14 @@ async fn data_directory_files_through_a_starting_broker() {
                 for topic in broker.metadata() {
                     for partition in 0..topic.partitions {
                         if let Ok((start, _)) = broker.offsets(&topic.name, partition) {
-                            let _ = broker.fetch(&topic.name, partition, start, 1 << 20, 0);
+                            let _ = broker.fetch(
+                                &topic.name,
+                                partition,
+                                start,
+                                1 << 20,
+                                0,
+                                Isolation::ReadUncommitted,
+                            );
                         }
                     }
                 }

@@ -13,14 +13,17 @@
 //! state at start, snapshots it, and runs retention and expiry.
 
 mod durability;
+mod transactions;
+
+pub use transactions::Isolation;
 
 use bytes::Bytes;
 use minibroker_log::{FsStorage, PartitionLog, Storage, WriteBack};
 use minibroker_log::{ReadLimits, Released};
 use minibroker_records::{BatchInfo, NO_PRODUCER_ID};
 use minibroker_state::{
-    BatchHeader, NewEntry, Outcome, ProducerPage, ProducerStateManager, ProducerView,
-    SequenceRange, Verdict, default_shard_count,
+    AbortedTransaction, BatchHeader, NewEntry, Outcome, ProducerPage, ProducerStateManager,
+    ProducerView, SequenceRange, Verdict, default_shard_count,
 };
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -46,9 +49,16 @@ pub struct Fetched {
     pub high_watermark: i64,
     /// The first offset the partition holds.
     pub log_start_offset: i64,
+    /// The offset below which every transaction has ended (the high watermark when none is
+    /// open).
+    pub last_stable_offset: i64,
     /// Whole stored batches (Kafka v2 record batches) in offset order; the first holds the
-    /// offset asked for, and may begin before it.
+    /// offset asked for, and may begin before it. A `read_committed` fetch stops at the last
+    /// stable offset.
     pub batches: Vec<Bytes>,
+    /// For a `read_committed` fetch, the aborted transactions with records among `batches`,
+    /// whose records the consumer drops; empty otherwise.
+    pub aborted: Vec<AbortedTransaction>,
 }
 
 /// What an append left besides its offset.
@@ -58,6 +68,15 @@ struct AppendedHere {
     rolled: bool,
     /// A background sync of the active segment came due.
     write_back: Option<WriteBack>,
+}
+
+/// What [`Broker::append`] writes: a producer's records, or a transaction marker.
+#[derive(Debug, Clone, Copy)]
+enum Write {
+    /// Records; `new_entry` says whether they make the producer's first entry here.
+    Records { new_entry: NewEntry },
+    /// A COMMIT (`true`) or ABORT marker.
+    Marker { commit: bool },
 }
 
 /// A producer id and the epoch to use with it.
@@ -205,7 +224,9 @@ impl Broker {
     /// Appends one Kafka v2 record batch to `topic`/`partition` if the exactly-once rule accepts
     /// it: the rule reads the producer id, epoch, base sequence and record count from the batch's
     /// header, and the batch is stored as it is but for its base offset. A batch of a producer
-    /// that is not idempotent (producer id -1) is appended without the rule.
+    /// that is not idempotent (producer id -1) is appended without the rule. A transactional
+    /// batch is appended only to a partition the producer's coordinator added to its transaction
+    /// at that epoch ([`Self::add_to_transaction`]).
     ///
     /// It never waits. A durable partition may keep the batch in memory, to be written (and with
     /// the `always` policy synced) together with others: the verdict must not reach the producer
@@ -214,8 +235,8 @@ impl Broker {
     /// one write and one fsync.
     ///
     /// # Errors
-    /// A damaged or unacceptable batch, a transactional one, negative producer fields, a bad
-    /// topic or partition, or a full store. Nothing is stored or created then. A storage error
+    /// A damaged or unacceptable batch, a control batch, a batch outside the producer's
+    /// transaction, negative producer fields, a bad topic or partition, or a full store. Nothing is stored or created then. A storage error
     /// when the disk fails (the partition is read-only from then on).
     pub fn produce(
         &self,
@@ -293,14 +314,22 @@ impl Broker {
         }
         // The records are walked too: a batch no consumer could read is never acknowledged.
         let info = minibroker_records::validate(batch)?;
-        if info.transactional || info.control {
-            return Err(BrokerError::TransactionsUnsupported);
+        if info.control {
+            return Err(BrokerError::ControlBatch);
         }
         if info.producer_id == NO_PRODUCER_ID {
+            if info.transactional {
+                return Err(BrokerError::InvalidTxnState {
+                    producer_id: info.producer_id,
+                    epoch: info.epoch,
+                    reason: "a transactional batch needs a producer id",
+                });
+            }
             return Ok((info, None));
         }
         let sequences = SequenceRange::spanning(info.base_sequence, info.record_count)?;
-        let header = BatchHeader::new(info.producer_id, 0, info.epoch, sequences)?;
+        let header = BatchHeader::new(info.producer_id, 0, info.epoch, sequences)?
+            .transactional(info.transactional);
         Ok((info, Some(header)))
     }
 
@@ -317,18 +346,22 @@ impl Broker {
         let now_ms = crate::clock::now_millis();
         let mut appended = AppendedHere::default();
         let verdict = match header {
-            Some(header) => self
-                .state
-                .append_batch(&header.on_partition(target.id).at(now_ms), |new_entry| {
-                    self.append(target, batch, info, new_entry, now_ms, &mut appended)
-                })?,
+            Some(header) => self.state.append_batch(
+                &header.on_partition(target.id).at(now_ms),
+                |new_entry| {
+                    let write = Write::Records { new_entry };
+                    self.append(target, batch, info, write, now_ms, &mut appended)
+                },
+            )?,
             None => Verdict {
                 outcome: Outcome::Accepted,
                 base_offset: Some(self.append(
                     target,
                     batch,
                     info,
-                    NewEntry(false),
+                    Write::Records {
+                        new_entry: NewEntry(false),
+                    },
                     now_ms,
                     &mut appended,
                 )?),
@@ -359,7 +392,7 @@ impl Broker {
         verdict: &Verdict,
         info: &BatchInfo,
     ) -> Option<i64> {
-        if self.data.is_none() || self.config.flush != FlushPolicy::Always {
+        if !self.must_sync() {
             return None;
         }
         match (verdict.outcome, verdict.base_offset) {
@@ -370,23 +403,35 @@ impl Broker {
         }
     }
 
+    /// Whether an answer waits for an fsync of what it stored (a durable broker under the
+    /// `always` flush policy).
+    fn must_sync(&self) -> bool {
+        self.data.is_some() && self.config.flush == FlushPolicy::Always
+    }
+
     /// Appends under the caller's shard lock, within the broker's storage limit: the batch and,
     /// for a producer's first batch here, its state entry.
     ///
     /// The partition draws on its reservation of the budget and tops it up when it runs short
-    /// (see [`crate::budget`]), so most appends touch only their own partition.
+    /// (see [`crate::budget`]), so most appends touch only their own partition. The partition's
+    /// transactions change with its log: a producer's batch must fit its transaction there, and
+    /// a marker ends it.
     fn append(
         &self,
         partition: &Partition,
         batch: &[u8],
         info: &BatchInfo,
-        new_entry: NewEntry,
+        write: Write,
         now_ms: i64,
         appended_here: &mut AppendedHere,
     ) -> Result<i64, BrokerError> {
+        let new_entry = matches!(write, Write::Records { new_entry } if new_entry.0);
         let charge =
-            self.batch_charge(batch.len()) + if new_entry.0 { PRODUCER_ENTRY_BYTES } else { 0 };
+            self.batch_charge(batch.len()) + if new_entry { PRODUCER_ENTRY_BYTES } else { 0 };
         let mut data = partition.log();
+        if matches!(write, Write::Records { .. }) && info.producer_id != NO_PRODUCER_ID {
+            transactions::check_fits(&data.transactions, info)?;
+        }
         if data.allowance < charge {
             let wanted = charge - data.allowance;
             let granted = self.budget.reserve_for_partition(wanted, data.held).ok_or(
@@ -400,6 +445,16 @@ impl Broker {
         let appended = data.log.append(batch, info.record_count, now_ms)?;
         data.allowance -= charge;
         data.held += charge;
+        match write {
+            Write::Records { .. } if info.transactional => data
+                .transactions
+                .record_batch(info.producer_id, appended.base_offset),
+            Write::Records { .. } => {}
+            Write::Marker { commit } => {
+                data.transactions
+                    .record_marker(info.producer_id, appended.base_offset, commit);
+            }
+        }
         self.give_back(&mut data, appended.released);
         *appended_here = AppendedHere {
             rolled: appended.rolled,
@@ -431,7 +486,8 @@ impl Broker {
     /// The whole batches holding `offset` and after, up to about `max_bytes` (capped by
     /// `max_fetch_bytes`; at least one batch when any is there). Each batch is counted with
     /// `batch_overhead` more bytes: what the caller's encoding adds to it, so the answer's size
-    /// is bounded.
+    /// is bounded. With [`Isolation::ReadCommitted`] the batches stop at the last stable offset and
+    /// come with the aborted transactions among them.
     ///
     /// # Errors
     /// Unknown topic, partition out of range, or offset out of range.
@@ -442,6 +498,7 @@ impl Broker {
         offset: i64,
         max_bytes: usize,
         batch_overhead: usize,
+        isolation: Isolation,
     ) -> Result<Fetched, BrokerError> {
         let topic = self.topics.get(topic)?;
         let partition = topic.partition(partition)?;
@@ -449,10 +506,28 @@ impl Broker {
             max_bytes: max_bytes.min(self.max_fetch_bytes),
             batch_overhead,
         };
-        let (batches, high_watermark, log_start_offset) = partition.read(|log| {
-            let batches = log.read(offset, limits)?;
-            Ok((batches, log.next_offset(), log.start_offset()))
-        })?;
+        let fetched = {
+            let mut data = partition.log();
+            let mut batches = data.log.read(offset, limits)?;
+            let high_watermark = data.log.next_offset();
+            let last_stable_offset = data.transactions.last_stable_offset(high_watermark);
+            let mut aborted = Vec::new();
+            if isolation == Isolation::ReadCommitted {
+                batches.retain(|b| minibroker_records::base_offset(b) < last_stable_offset);
+                if let Some(last) = batches.last() {
+                    let upper = minibroker_records::end_offset(last);
+                    aborted.extend(data.transactions.aborted_between(offset, upper));
+                }
+            }
+            Fetched {
+                high_watermark,
+                log_start_offset: data.log.start_offset(),
+                last_stable_offset,
+                batches,
+                aborted,
+            }
+        };
+        let batches = &fetched.batches;
         let records: i64 = batches
             .iter()
             .map(|b| minibroker_records::end_offset(b) - minibroker_records::base_offset(b))
@@ -462,11 +537,7 @@ impl Broker {
             &partition.stats.bytes_out,
             batches.iter().map(|b| b.len() as u64).sum(),
         );
-        Ok(Fetched {
-            high_watermark,
-            log_start_offset,
-            batches,
-        })
+        Ok(fetched)
     }
 
     /// Issues a producer id, or bumps a known id's epoch (fencing its older instances).

@@ -44,9 +44,33 @@ pub enum BrokerError {
         /// The largest accepted.
         max: usize,
     },
-    /// A transactional or control batch: transactions are not supported yet.
-    #[error("transactional and control batches are not supported by this broker")]
-    TransactionsUnsupported,
+    /// A control batch sent by a client: only the broker writes transaction markers.
+    #[error("a control batch: transaction markers are written by the broker, not by producers")]
+    ControlBatch,
+    /// A batch that does not fit the producer's transaction on the partition (Kafka's
+    /// INVALID_TXN_STATE): a transactional batch for a partition its transaction has not added,
+    /// or a plain batch while its transaction is open there.
+    #[error("producer {producer_id} at epoch {epoch}: {reason}")]
+    InvalidTxnState {
+        /// The producer id.
+        producer_id: i64,
+        /// Its epoch.
+        epoch: i16,
+        /// What does not fit.
+        reason: &'static str,
+    },
+    /// A transaction marker older than the producer's epoch on the partition.
+    #[error(
+        "producer {producer_id}'s epoch on the partition is {current}, above the marker's {epoch}"
+    )]
+    MarkerFenced {
+        /// The producer id.
+        producer_id: i64,
+        /// The marker's epoch.
+        epoch: i16,
+        /// The epoch on file.
+        current: i16,
+    },
     /// A fetch offset outside the partition's log.
     #[error(transparent)]
     Log(#[from] LogError),
@@ -139,8 +163,6 @@ pub enum ErrorKind {
     InvalidBatch,
     /// A record batch larger than the broker accepts.
     BatchTooLarge,
-    /// Something the broker does not support.
-    Unsupported,
     /// A fetch offset outside the log.
     OffsetOutOfRange,
     /// An unknown producer id.
@@ -155,6 +177,10 @@ pub enum ErrorKind {
     InvalidPartitions,
     /// A disk write, sync or read failed; the partition is read-only.
     Storage,
+    /// A batch outside the producer's transaction.
+    InvalidTxnState,
+    /// A marker of an older producer epoch.
+    ProducerFenced,
 }
 
 impl BrokerError {
@@ -170,7 +196,9 @@ impl BrokerError {
             }
             Self::Batch(_) | Self::Log(LogError::BadBatch { .. }) => ErrorKind::InvalidBatch,
             Self::BatchTooLarge { .. } => ErrorKind::BatchTooLarge,
-            Self::TransactionsUnsupported => ErrorKind::Unsupported,
+            Self::ControlBatch => ErrorKind::InvalidBatch,
+            Self::InvalidTxnState { .. } => ErrorKind::InvalidTxnState,
+            Self::MarkerFenced { .. } => ErrorKind::ProducerFenced,
             Self::Log(LogError::OffsetOutOfRange { .. }) => ErrorKind::OffsetOutOfRange,
             Self::UnknownProducerId(_) => ErrorKind::UnknownProducerId,
             Self::TopicAlreadyExists(_) => ErrorKind::TopicAlreadyExists,

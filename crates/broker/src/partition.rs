@@ -9,7 +9,7 @@
 //! that succeeds would prove nothing.
 
 use minibroker_log::{Health, LogError, PartitionLog, SyncPoint};
-use minibroker_state::PartitionId;
+use minibroker_state::{PartitionId, PartitionTransactions};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -44,6 +44,8 @@ pub struct PartitionData {
     pub allowance: u64,
     /// Bytes this partition has charged to the storage limit for what it holds.
     pub held: u64,
+    /// Its open and aborted transactions, changed only with its log.
+    pub transactions: PartitionTransactions,
 }
 
 impl Partition {

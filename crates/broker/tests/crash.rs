@@ -10,6 +10,7 @@
 //!   failed write of batches gathered from several connections answers none of them.
 
 use bytes::Bytes;
+use minibroker_broker::Isolation;
 use minibroker_broker::{
     Broker, BrokerConfig, BrokerError, ErrorKind, FlushPolicy, Outcome, Unacknowledged,
 };
@@ -65,7 +66,14 @@ fn stored(broker: &Broker, partition: u32) -> Vec<Bytes> {
     let mut offset = 0;
     loop {
         let fetched = broker
-            .fetch(TOPIC, partition, offset, 1 << 20, 0)
+            .fetch(
+                TOPIC,
+                partition,
+                offset,
+                1 << 20,
+                0,
+                Isolation::ReadUncommitted,
+            )
             .expect("fetch");
         let Some(last) = fetched.batches.last() else {
             return batches;

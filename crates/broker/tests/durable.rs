@@ -2,6 +2,7 @@
 //! deleted), producer ids that are never issued twice, retention, and the interval flush.
 
 use bytes::Bytes;
+use minibroker_broker::Isolation;
 use minibroker_broker::{
     Broker, BrokerConfig, ErrorKind, FlushPolicy, Outcome, TopicConfig, Unacknowledged,
 };
@@ -113,11 +114,13 @@ async fn retention_deletes_old_segments_and_reads_below_the_start_are_out_of_ran
     let (start, end) = broker.offsets("short", 0).unwrap();
     assert!(start > 0 && start <= 30, "start {start}");
     assert_eq!(end, 40);
-    let below = broker.fetch("short", 0, 0, 1 << 20, 0).unwrap_err();
+    let below = broker
+        .fetch("short", 0, 0, 1 << 20, 0, Isolation::ReadUncommitted)
+        .unwrap_err();
     assert_eq!(below.kind(), ErrorKind::OffsetOutOfRange);
     assert!(
         !broker
-            .fetch("short", 0, start, 1 << 20, 0)
+            .fetch("short", 0, start, 1 << 20, 0, Isolation::ReadUncommitted)
             .unwrap()
             .batches
             .is_empty()
@@ -188,7 +191,9 @@ async fn a_flipped_byte_in_a_sealed_segment_is_a_storage_error_and_the_partition
     bytes[value] ^= 0x01;
     storage.set_contents(&sealed, bytes);
     let restarted = open(&storage, &config);
-    let error = restarted.fetch("t", 0, 0, 1 << 20, 0).unwrap_err();
+    let error = restarted
+        .fetch("t", 0, 0, 1 << 20, 0, Isolation::ReadUncommitted)
+        .unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Storage, "{error}");
     assert!(
         error.to_string().contains("00000000000000000000.log"),
@@ -314,6 +319,8 @@ async fn topics_beyond_the_open_file_limit_are_refused_and_other_partitions_stil
     }
     let described = broker.describe_topic("victim").unwrap();
     assert_eq!(described[0].log_end_offset, 200);
-    let fetched = broker.fetch("victim", 0, 0, 1 << 20, 0).unwrap();
+    let fetched = broker
+        .fetch("victim", 0, 0, 1 << 20, 0, Isolation::ReadUncommitted)
+        .unwrap();
     assert!(!fetched.batches.is_empty());
 }

@@ -3,6 +3,7 @@
 //! and producers keep their state, so a retry is still a duplicate.
 
 use bytes::Bytes;
+use minibroker_broker::Isolation;
 use minibroker_broker::{Broker, BrokerConfig, ErrorKind, Outcome, TopicConfig, Unacknowledged};
 use minibroker_records::{NewRecord, Writer};
 
@@ -71,9 +72,13 @@ async fn a_partition_keeps_its_newest_bytes_and_gives_the_rest_back_to_the_limit
         "the dropped batches' charge came back: {charged}"
     );
 
-    let below = broker.fetch("t", 0, start - 1, 1 << 20, 0).unwrap_err();
+    let below = broker
+        .fetch("t", 0, start - 1, 1 << 20, 0, Isolation::ReadUncommitted)
+        .unwrap_err();
     assert_eq!(below.kind(), ErrorKind::OffsetOutOfRange);
-    let first = broker.fetch("t", 0, start, 1 << 20, 0).unwrap();
+    let first = broker
+        .fetch("t", 0, start, 1 << 20, 0, Isolation::ReadUncommitted)
+        .unwrap();
     assert_eq!(first.log_start_offset, start);
     assert_eq!(minibroker_records::base_offset(&first.batches[0]), start);
 

@@ -54,6 +54,19 @@ pub fn seal(magic: &[u8; 4], version: u8, body: &[u8]) -> Vec<u8> {
 /// # Errors
 /// [`SealError`] for a file too short, damaged, or of another kind or version.
 pub fn unseal<'a>(magic: &[u8; 4], version: u8, data: &'a [u8]) -> Result<&'a [u8], SealError> {
+    unseal_versions(magic, version..=version, data).map(|(_, body)| body)
+}
+
+/// The version and body of `data`, a sealed file of `magic` at one of `versions` (a format that
+/// grew reads its older versions too).
+///
+/// # Errors
+/// [`SealError`] for a file too short, damaged, or of another kind or version.
+pub fn unseal_versions<'a>(
+    magic: &[u8; 4],
+    versions: std::ops::RangeInclusive<u8>,
+    data: &'a [u8],
+) -> Result<(u8, &'a [u8]), SealError> {
     if data.len() < ENVELOPE {
         return Err(SealError::TooShort(data.len()));
     }
@@ -62,13 +75,13 @@ pub fn unseal<'a>(magic: &[u8; 4], version: u8, data: &'a [u8]) -> Result<&'a [u
         return Err(SealError::Checksum);
     }
     let found = [sealed[0], sealed[1], sealed[2], sealed[3]];
-    if found != *magic || sealed[4] != version {
+    if found != *magic || !versions.contains(&sealed[4]) {
         return Err(SealError::Kind {
             magic: found,
             version: sealed[4],
         });
     }
-    Ok(&sealed[5..])
+    Ok((sealed[4], &sealed[5..]))
 }
 
 #[cfg(test)]

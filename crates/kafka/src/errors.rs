@@ -12,9 +12,9 @@ pub(crate) fn code_of(error: &BrokerError) -> ResponseError {
         ErrorKind::InvalidInput if matches!(error, BrokerError::InvalidTopicName { .. }) => {
             ResponseError::InvalidTopicException
         }
-        ErrorKind::InvalidInput | ErrorKind::InvalidBatch | ErrorKind::Unsupported => {
-            ResponseError::InvalidRecord
-        }
+        ErrorKind::InvalidInput | ErrorKind::InvalidBatch => ResponseError::InvalidRecord,
+        ErrorKind::InvalidTxnState => ResponseError::InvalidTxnState,
+        ErrorKind::ProducerFenced => ResponseError::InvalidProducerEpoch,
         ErrorKind::CorruptBatch => ResponseError::CorruptMessage,
         ErrorKind::BatchTooLarge => ResponseError::MessageTooLarge,
         ErrorKind::OffsetOutOfRange => ResponseError::OffsetOutOfRange,

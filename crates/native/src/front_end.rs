@@ -3,7 +3,9 @@
 //! mapped to its wire code here, once.
 
 use bytes::{Bytes, BytesMut};
-use minibroker_broker::{Broker, BrokerError, ErrorKind, Fetched, ProducerPage, Unacknowledged};
+use minibroker_broker::{
+    Broker, BrokerError, ErrorKind, Fetched, Isolation, ProducerPage, Unacknowledged,
+};
 use minibroker_net::framing::FramingError;
 use minibroker_net::timings::ConnectionTimings;
 use minibroker_net::{FrontEnd, Next, Node};
@@ -181,6 +183,8 @@ impl NativeFrontEnd {
                     fetch.offset,
                     max_bytes,
                     FETCH_BATCH_OVERHEAD,
+                    // Native producers are not transactional: there is nothing to hide.
+                    Isolation::ReadUncommitted,
                 )?;
                 Response::Fetch(fetch_response(fetched))
             }
@@ -259,7 +263,7 @@ fn describe_response(page: ProducerPage) -> DescribeProducersResponse {
             .map(|producer| ProducerState {
                 producer_id: producer.producer_id,
                 epoch: producer.entry.epoch(),
-                last_sequence: producer.entry.last_sequence(),
+                last_sequence: producer.entry.last_sequence().unwrap_or(-1),
                 last_base_offset: producer.entry.batches().next().and_then(|b| b.base_offset),
                 // At most CACHED_BATCHES (5).
                 cached_batches: producer.entry.batches().len() as u8,
@@ -277,7 +281,8 @@ fn wire_code(kind: ErrorKind) -> ErrorCode {
         ErrorKind::PartitionOutOfRange => ErrorCode::PartitionOutOfRange,
         ErrorKind::CorruptBatch => ErrorCode::CorruptBatch,
         ErrorKind::InvalidBatch | ErrorKind::BatchTooLarge => ErrorCode::InvalidBatch,
-        ErrorKind::Unsupported => ErrorCode::Unsupported,
+        // The native protocol has no transactions: a transactional batch is never expected.
+        ErrorKind::InvalidTxnState | ErrorKind::ProducerFenced => ErrorCode::Unsupported,
         ErrorKind::OffsetOutOfRange => ErrorCode::OffsetOutOfRange,
         ErrorKind::UnknownProducerId => ErrorCode::UnknownProducerId,
         ErrorKind::EpochExhausted => ErrorCode::EpochExhausted,

@@ -212,7 +212,8 @@ pub struct ProducerState {
     pub producer_id: i64,
     /// Its current epoch.
     pub epoch: i16,
-    /// The last sequence accepted in that epoch.
+    /// The last sequence accepted in that epoch (-1 when a transaction marker began the epoch
+    /// and no batch followed yet).
     pub last_sequence: i32,
     /// Base offset of the last accepted batch.
     pub last_base_offset: Option<i64>,

@@ -218,6 +218,27 @@ pub struct BatchInfo {
 /// [`RecordsError::Invalid`] for no records; [`RecordsError::Encode`] for a record the format
 /// cannot hold.
 pub fn encode(writer: Writer, records: &[NewRecord], now: i64) -> Result<Bytes, RecordsError> {
+    encode_batch(writer, records, now, false)
+}
+
+/// [`encode`], for a batch of the writer's ongoing transaction (its transactional flag set).
+///
+/// # Errors
+/// As [`encode`].
+pub fn encode_transactional(
+    writer: Writer,
+    records: &[NewRecord],
+    now: i64,
+) -> Result<Bytes, RecordsError> {
+    encode_batch(writer, records, now, true)
+}
+
+fn encode_batch(
+    writer: Writer,
+    records: &[NewRecord],
+    now: i64,
+    transactional: bool,
+) -> Result<Bytes, RecordsError> {
     if records.is_empty() {
         return Err(RecordsError::Invalid(
             "a batch needs at least one record".into(),
@@ -227,7 +248,7 @@ pub fn encode(writer: Writer, records: &[NewRecord], now: i64) -> Result<Bytes, 
         .iter()
         .enumerate()
         .map(|(i, record)| Record {
-            transactional: false,
+            transactional,
             control: false,
             delete_horizon: false,
             partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,

@@ -1,8 +1,11 @@
 //! What the broker remembers about one producer on one partition.
 //!
 //! An entry holds the producer's current epoch and the metadata of its last
-//! [`CACHED_BATCHES`] accepted batches, newest first. The last accepted sequence is the newest
-//! batch's last sequence, so it is not stored twice. The cache is a fixed array rather than a
+//! [`CACHED_BATCHES`] accepted batches of that epoch, newest first. The last accepted sequence is
+//! the newest batch's last sequence, so it is not stored twice. A transaction marker may raise the
+//! epoch without a batch (an abort that fences the producer's older instance): the entry then holds
+//! no batch, and the producer's next batch must start a session at sequence 0. While a batch of
+//! the producer's open transaction is in the partition the entry says so, and it does not expire. The cache is a fixed array rather than a
 //! `VecDeque` so an entry is one flat, allocation-free value (it lives inline in the shard's map).
 
 use crate::{SequenceRange, next_sequence};
@@ -42,8 +45,12 @@ pub struct ProducerEntry {
     /// First sequence of the oldest cached batch.
     oldest_first_sequence: i32,
     epoch: i16,
-    /// How many slots hold batches (1 to [`CACHED_BATCHES`]).
+    /// How many slots hold batches (0 to [`CACHED_BATCHES`]; 0 only after a marker raised the
+    /// epoch).
     cached: u8,
+    /// Whether the producer has a transaction open on the partition (a transactional batch
+    /// written, its marker not yet).
+    in_transaction: bool,
 }
 
 impl ProducerEntry {
@@ -56,9 +63,24 @@ impl ProducerEntry {
             oldest_first_sequence: batch.first(),
             epoch,
             cached: 0,
+            in_transaction: false,
         };
         entry.push(batch, base_offset);
         entry
+    }
+
+    /// The entry a transaction marker leaves for a producer with no batch on the partition yet:
+    /// its epoch only.
+    pub(crate) fn fenced_at(epoch: i16, now_ms: i64) -> Self {
+        Self {
+            base_offsets: [NO_OFFSET; CACHED_BATCHES],
+            last_sequences: [0; CACHED_BATCHES],
+            last_timestamp: now_ms,
+            oldest_first_sequence: 0,
+            epoch,
+            cached: 0,
+            in_transaction: false,
+        }
     }
 
     /// Records an accepted batch. A new epoch starts a new session, whose cache starts empty.
@@ -69,37 +91,65 @@ impl ProducerEntry {
         base_offset: i64,
         now_ms: i64,
     ) {
-        if epoch != self.epoch {
-            // Cleared, not just emptied: equal entries are then equal in every slot.
-            self.epoch = epoch;
-            self.cached = 0;
-            self.base_offsets = [NO_OFFSET; CACHED_BATCHES];
-            self.last_sequences = [0; CACHED_BATCHES];
-        }
+        self.raise_epoch(epoch);
         self.last_timestamp = self.last_timestamp.max(now_ms);
         self.push(batch, base_offset);
     }
 
-    /// An entry rebuilt from its parts (a snapshot), newest batch first; `None` unless the parts
-    /// describe an entry the rule could have made: one to [`CACHED_BATCHES`] batches of non-negative
-    /// sequences, each beginning right after the one before.
+    /// Moves the entry to `epoch`, a new session whose cache starts empty (nothing changes for
+    /// the current epoch).
+    fn raise_epoch(&mut self, epoch: i16) {
+        if epoch != self.epoch {
+            // Cleared, not just emptied: equal entries are then equal in every slot.
+            self.epoch = epoch;
+            self.cached = 0;
+            self.oldest_first_sequence = 0;
+            self.base_offsets = [NO_OFFSET; CACHED_BATCHES];
+            self.last_sequences = [0; CACHED_BATCHES];
+        }
+    }
+
+    /// Records a transaction marker written at `epoch` (never below the entry's): the open
+    /// transaction is closed, and a higher epoch starts a session with no batch yet.
+    pub(crate) fn end_transaction(&mut self, epoch: i16, now_ms: i64) {
+        self.raise_epoch(epoch);
+        self.in_transaction = false;
+        self.last_timestamp = self.last_timestamp.max(now_ms);
+    }
+
+    /// Marks the producer's transaction open on the partition (a transactional batch was
+    /// written).
+    pub(crate) fn begin_transaction(&mut self) {
+        self.in_transaction = true;
+    }
+
+    /// Whether the producer has a transaction open on the partition.
     #[must_use]
-    pub fn from_parts(epoch: i16, last_timestamp: i64, batches: &[BatchMetadata]) -> Option<Self> {
-        if epoch < 0 || batches.is_empty() || batches.len() > CACHED_BATCHES {
+    pub fn in_transaction(&self) -> bool {
+        self.in_transaction
+    }
+
+    /// An entry rebuilt from its parts (a snapshot), newest batch first; `None` unless the parts
+    /// describe an entry the rule could have made: up to [`CACHED_BATCHES`] batches of
+    /// non-negative sequences, each beginning right after the one before (none only when a marker
+    /// raised the epoch).
+    #[must_use]
+    pub fn from_parts(
+        epoch: i16,
+        last_timestamp: i64,
+        batches: &[BatchMetadata],
+        in_transaction: bool,
+    ) -> Option<Self> {
+        if epoch < 0 || batches.len() > CACHED_BATCHES {
             return None;
         }
-        let oldest = batches[batches.len() - 1];
-        let mut entry = Self {
-            base_offsets: [NO_OFFSET; CACHED_BATCHES],
-            last_sequences: [0; CACHED_BATCHES],
-            last_timestamp,
-            oldest_first_sequence: oldest.first_sequence,
-            epoch,
-            cached: 0,
-        };
+        let mut entry = Self::fenced_at(epoch, last_timestamp);
+        entry.in_transaction = in_transaction;
         for batch in batches.iter().rev() {
             let range = SequenceRange::between(batch.first_sequence, batch.last_sequence)?;
-            if entry.cached > 0 && batch.first_sequence != next_sequence(entry.last_sequence()) {
+            if let Some(last) = entry.last_sequence()
+                && batch.first_sequence != next_sequence(last)
+            {
                 return None;
             }
             entry.push(range, batch.base_offset.unwrap_or(NO_OFFSET));
@@ -134,12 +184,12 @@ impl ProducerEntry {
         self.epoch
     }
 
-    /// The last sequence accepted in the current epoch.
+    /// The last sequence accepted in the current epoch; `None` when a marker raised the epoch
+    /// and no batch followed yet.
     #[must_use]
-    pub fn last_sequence(&self) -> i32 {
-        // An entry is only ever created with one batch and the cache is refilled on an epoch
-        // change in the same call, so slot 0 always holds the newest batch.
-        self.last_sequences[0]
+    pub fn last_sequence(&self) -> Option<i32> {
+        // Slot 0 holds the newest batch whenever any is cached.
+        (self.cached > 0).then_some(self.last_sequences[0])
     }
 
     /// The cached batches, newest first.
@@ -181,7 +231,7 @@ mod tests {
         }
         let firsts: Vec<i32> = entry.batches().map(|b| b.first_sequence).collect();
         assert_eq!(firsts, vec![7, 6, 5, 4, 3]);
-        assert_eq!(entry.last_sequence(), 7);
+        assert_eq!(entry.last_sequence(), Some(7));
         assert_eq!(entry.cached_batch(seq(3)).unwrap().base_offset, Some(103));
         assert_eq!(entry.cached_batch(seq(2)), None);
     }
@@ -194,6 +244,19 @@ mod tests {
         assert_eq!(entry.epoch(), 1);
         assert_eq!(entry.batches().len(), 1);
         assert_eq!(entry.cached_batch(seq(1)), None);
+    }
+
+    #[test]
+    fn a_marker_at_a_higher_epoch_leaves_no_batch() {
+        let mut entry = ProducerEntry::new(0, seq(0), 0, 0);
+        entry.begin_transaction();
+        entry.end_transaction(0, 5);
+        assert_eq!((entry.epoch(), entry.last_sequence()), (0, Some(0)));
+        assert!(!entry.in_transaction());
+        entry.end_transaction(1, 6);
+        assert_eq!((entry.epoch(), entry.last_sequence()), (1, None));
+        assert_eq!(entry.batches().len(), 0);
+        assert_eq!(entry, ProducerEntry::fenced_at(1, 6));
     }
 
     #[test]

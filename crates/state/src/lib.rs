@@ -12,6 +12,8 @@
 //! - [`ProducerStateManager`] — the entries, sharded by partition behind `std` mutexes, with an
 //!   append closure run under the lock so validate-and-append is atomic.
 //! - [`SequenceRange`] — the sequences one batch occupies, with wrap-around after `i32::MAX`.
+//! - [`PartitionTransactions`] — a partition's open and aborted transactions and its last stable
+//!   offset; [`ProducerStateManager::end_transaction`] records the markers that end them.
 //!
 //! # Example
 //! ```
@@ -37,14 +39,16 @@ mod error;
 mod manager;
 mod sequence;
 mod snapshot;
+mod transactions;
 mod validate;
 
 pub use entry::{BatchMetadata, CACHED_BATCHES, ProducerEntry};
 pub use error::StateError;
 pub use manager::{
-    BatchHeader, NewEntry, PartitionId, ProducerPage, ProducerStateManager, ProducerView, Verdict,
-    default_shard_count,
+    BatchHeader, MarkerVerdict, NewEntry, PartitionId, ProducerPage, ProducerStateManager,
+    ProducerView, Verdict, default_shard_count,
 };
 pub use sequence::{SequenceRange, next_sequence};
-pub use snapshot::{SnapshotError, decode_snapshot, encode_snapshot};
+pub use snapshot::{Snapshot, SnapshotError, decode_snapshot, encode_snapshot};
+pub use transactions::{AbortedTransaction, PartitionTransactions};
 pub use validate::{Decision, Outcome, validate};

@@ -51,6 +51,8 @@ pub struct BatchHeader {
     /// When the batch arrives (the broker's clock, milliseconds); 0 unless set with
     /// [`BatchHeader::at`].
     timestamp_ms: i64,
+    /// Whether the batch belongs to a transaction (set with [`BatchHeader::transactional`]).
+    transactional: bool,
 }
 
 impl BatchHeader {
@@ -77,7 +79,24 @@ impl BatchHeader {
             epoch,
             sequences,
             timestamp_ms: 0,
+            transactional: false,
         })
+    }
+
+    /// The same batch header, of a batch in the producer's transaction: accepting it marks the
+    /// transaction open on the partition until its marker.
+    #[must_use]
+    pub fn transactional(self, transactional: bool) -> Self {
+        Self {
+            transactional,
+            ..self
+        }
+    }
+
+    /// Whether the batch belongs to a transaction.
+    #[must_use]
+    pub fn is_transactional(&self) -> bool {
+        self.transactional
     }
 
     /// The same batch header, arriving at `timestamp_ms` (what an accepted batch records as its
@@ -160,22 +179,39 @@ fn record(
     header: &BatchHeader,
     base_offset: i64,
 ) {
-    match slot {
-        Entry::Occupied(mut entry) => entry.get_mut().record(
-            header.epoch,
-            header.sequences,
-            base_offset,
-            header.timestamp_ms,
-        ),
-        Entry::Vacant(entry) => {
-            entry.insert(ProducerEntry::new(
+    let entry = match slot {
+        Entry::Occupied(entry) => {
+            let entry = entry.into_mut();
+            entry.record(
                 header.epoch,
                 header.sequences,
                 base_offset,
                 header.timestamp_ms,
-            ));
+            );
+            entry
         }
+        Entry::Vacant(entry) => entry.insert(ProducerEntry::new(
+            header.epoch,
+            header.sequences,
+            base_offset,
+            header.timestamp_ms,
+        )),
+    };
+    if header.transactional {
+        entry.begin_transaction();
     }
+}
+
+/// What [`ProducerStateManager::end_transaction`] did with a marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MarkerVerdict<T> {
+    /// Written (what the write returned), and recorded in the producer's entry.
+    Written(T),
+    /// Refused: the producer's epoch on the partition is above the marker's.
+    Fenced {
+        /// The epoch on file.
+        current: i16,
+    },
 }
 
 /// Default shard count: a small multiple of the cores, so two busy partitions rarely share a lock.
@@ -306,6 +342,50 @@ impl ProducerStateManager {
         })
     }
 
+    /// Writes a transaction marker (COMMIT or ABORT) of `producer_id` at `epoch` under the
+    /// partition's shard lock, unless the producer's epoch on file is higher; then records it: the
+    /// producer's transaction on the partition is closed, and a higher epoch becomes its epoch, with
+    /// no batch yet (the fencing an abort with a bumped epoch does). A producer with no entry here
+    /// gets none: it never wrote to the partition, and a transactional batch needs its
+    /// coordinator's add first, which the fenced instance no longer gets.
+    ///
+    /// # Errors
+    /// Whatever `write` returns; the state is then left exactly as it was.
+    pub fn end_transaction<T, E>(
+        &self,
+        partition: PartitionId,
+        producer_id: i64,
+        epoch: i16,
+        now_ms: i64,
+        write: impl FnOnce() -> Result<T, E>,
+    ) -> Result<MarkerVerdict<T>, E> {
+        let mut shard = self.lock(partition);
+        let slot = shard.entry((partition, producer_id));
+        if let Entry::Occupied(entry) = &slot
+            && entry.get().epoch() > epoch
+        {
+            return Ok(MarkerVerdict::Fenced {
+                current: entry.get().epoch(),
+            });
+        }
+        let written = write()?;
+        if let Entry::Occupied(mut entry) = slot {
+            entry.get_mut().end_transaction(epoch, now_ms);
+        }
+        Ok(MarkerVerdict::Written(written))
+    }
+
+    /// Records a marker read back from the log during recovery, as [`Self::end_transaction`]
+    /// records a written one.
+    pub fn replay_marker(&self, partition: PartitionId, producer_id: i64, epoch: i16, now_ms: i64) {
+        let replayed = self.end_transaction(partition, producer_id, epoch, now_ms, || {
+            Ok::<_, Infallible>(())
+        });
+        if let Err(never) = replayed {
+            match never {}
+        }
+    }
+
     /// Records a batch read back from the log during recovery, without deciding it: the log
     /// holds only batches the rule accepted, in the order it accepted them, so replaying them
     /// rebuilds exactly the state they left.
@@ -356,7 +436,8 @@ impl ProducerStateManager {
 
     /// Forgets every producer whose last batch was accepted longer than `expiration_ms` before
     /// `now_ms` (Kafka's `producer.id.expiration.ms`), one shard at a time; returns how many. An
-    /// expired producer's next batch is judged as a new producer's.
+    /// expired producer's next batch is judged as a new producer's. A producer with a transaction
+    /// open on a partition is kept there until its marker, however idle.
     pub fn expire(&self, now_ms: i64, expiration_ms: i64) -> usize {
         let oldest_kept = now_ms.saturating_sub(expiration_ms);
         self.shards
@@ -364,7 +445,9 @@ impl ProducerStateManager {
             .map(|shard| {
                 let mut shard = shard.0.lock().unwrap_or_else(PoisonError::into_inner);
                 let before = shard.len();
-                shard.retain(|_, entry| entry.last_timestamp() >= oldest_kept);
+                shard.retain(|_, entry| {
+                    entry.in_transaction() || entry.last_timestamp() >= oldest_kept
+                });
                 before - shard.len()
             })
             .sum()

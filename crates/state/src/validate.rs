@@ -98,7 +98,8 @@ impl Decision {
 /// 1. **No entry**: a batch starting at sequence 0 is [`Decision::Accept`]; anything else is
 ///    [`Decision::OutOfOrder`].
 /// 2. **`epoch` below the stored epoch**: [`Decision::FencedEpoch`], whatever the sequence.
-/// 3. **`epoch` above the stored epoch** (a new producer session): a batch starting at 0 is
+/// 3. **`epoch` above the stored epoch** (a new producer session), or the stored epoch holding
+///    no batch yet (a transaction marker raised it): a batch starting at 0 is
 ///    [`Decision::Accept`]; anything else is [`Decision::OutOfOrder`].
 /// 4. **Same epoch**:
 ///    - the batch starts right after the last accepted sequence (`i32::MAX` is followed by 0):
@@ -123,7 +124,10 @@ pub fn validate(entry: Option<&ProducerEntry>, epoch: i16, batch: SequenceRange)
     if epoch > entry.epoch() {
         return starts_session(batch);
     }
-    let last = entry.last_sequence();
+    let Some(last) = entry.last_sequence() else {
+        // A marker raised the epoch and no batch followed: the session starts now.
+        return starts_session(batch);
+    };
     if batch.first() == next_sequence(last) {
         return Decision::Accept;
     }
@@ -196,6 +200,15 @@ mod tests {
         assert_eq!(validate(Some(&e), 1, one(0)), Decision::Accept);
         assert_eq!(validate(Some(&e), 1, one(2)), Decision::OutOfOrder);
         assert_eq!(validate(Some(&e), 1, one(1)), Decision::OutOfOrder);
+    }
+
+    #[test]
+    fn rule3_an_epoch_a_marker_began_starts_at_zero_and_fences_older_ones() {
+        let e = ProducerEntry::fenced_at(4, 0);
+        assert_eq!(validate(Some(&e), 4, one(0)), Decision::Accept);
+        assert_eq!(validate(Some(&e), 4, one(1)), Decision::OutOfOrder);
+        assert_eq!(validate(Some(&e), 5, one(0)), Decision::Accept);
+        assert_eq!(validate(Some(&e), 3, one(0)), Decision::FencedEpoch);
     }
 
     #[test]

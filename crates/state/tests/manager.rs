@@ -2,8 +2,9 @@
 //! whole state exactly as it was; bad input is refused before anything is looked at.
 
 use minibroker_state::{
-    BatchHeader, Outcome, ProducerStateManager, SequenceRange, StateError, Verdict,
+    BatchHeader, MarkerVerdict, Outcome, ProducerStateManager, SequenceRange, StateError, Verdict,
 };
+use std::convert::Infallible;
 
 fn header(producer_id: i64, partition: u32, epoch: i16, seq: i32) -> BatchHeader {
     BatchHeader::new(
@@ -107,8 +108,8 @@ fn producers_are_tracked_independently_per_partition() {
     // Producer 1 has never written to partition 1: its first write there must start at 0.
     assert_eq!(mgr.append(1, 1, 1, 3), Ok(Outcome::OutOfOrder));
     assert_eq!(mgr.append(1, 1, 0, 0), Ok(Outcome::Accepted));
-    assert_eq!(mgr.entry(0, 1).unwrap().last_sequence(), 2);
-    assert_eq!(mgr.entry(1, 1).unwrap().last_sequence(), 0);
+    assert_eq!(mgr.entry(0, 1).unwrap().last_sequence(), Some(2));
+    assert_eq!(mgr.entry(1, 1).unwrap().last_sequence(), Some(0));
 }
 
 #[test]
@@ -136,7 +137,10 @@ fn producers_view_lists_a_partitions_entries_in_id_order() {
     let ids: Vec<i64> = mgr.producers(7).iter().map(|v| v.producer_id).collect();
     assert_eq!(ids, vec![3, 5, 9]);
     let view = &mgr.producers(7)[0];
-    assert_eq!((view.entry.epoch(), view.entry.last_sequence()), (0, 0));
+    assert_eq!(
+        (view.entry.epoch(), view.entry.last_sequence()),
+        (0, Some(0))
+    );
     assert!(mgr.producers(99).is_empty());
 }
 
@@ -259,4 +263,41 @@ fn idle_producers_expire_and_start_over() {
     assert_eq!(again.outcome, Outcome::OutOfOrder);
     assert_eq!(mgr.forget_partition(1), 1);
     assert!(mgr.is_empty());
+}
+
+#[test]
+fn a_marker_ends_the_transaction_and_a_higher_epoch_fences_the_old_one() {
+    let mgr = ProducerStateManager::new();
+    let header = |epoch, first| {
+        BatchHeader::new(5, 0, epoch, SequenceRange::single(first).unwrap())
+            .unwrap()
+            .transactional(true)
+    };
+    let append = |_| Ok::<_, Infallible>(0);
+    mgr.append_batch(&header(1, 0), append).unwrap();
+    assert!(mgr.entry(0, 5).unwrap().in_transaction());
+    // Idle far beyond expiry, but its transaction is open: kept.
+    assert_eq!(mgr.expire(1_000_000, 10), 0);
+
+    let written = mgr.end_transaction(0, 5, 2, 0, || Ok::<_, Infallible>("abort"));
+    assert_eq!(written.unwrap(), MarkerVerdict::Written("abort"));
+    let entry = mgr.entry(0, 5).unwrap();
+    assert_eq!((entry.epoch(), entry.in_transaction()), (2, false));
+    // The old instance is fenced; the new one starts at 0.
+    let old = mgr.append_batch(&header(1, 1), append).unwrap();
+    assert_eq!(old.outcome, Outcome::FencedEpoch);
+    assert_eq!(
+        mgr.append_batch(&header(2, 0), append).unwrap().outcome,
+        Outcome::Accepted
+    );
+
+    // A marker of an older epoch is refused and writes nothing.
+    let stale = mgr.end_transaction(0, 5, 1, 0, || -> Result<(), Infallible> {
+        panic!("a stale marker must not be written")
+    });
+    assert_eq!(stale.unwrap(), MarkerVerdict::Fenced { current: 2 });
+    assert!(mgr.entry(0, 5).unwrap().in_transaction());
+    // No entry is made for a producer that never wrote here.
+    mgr.replay_marker(0, 77, 3, 0);
+    assert_eq!(mgr.entry(0, 77), None);
 }

@@ -178,7 +178,7 @@ proptest! {
         let expected: BTreeMap<_, _> = model.entries.iter().map(|(k, e)| {
             let recent: Vec<(i32, i32, Option<i64>)> = e.accepted.iter().rev().take(5)
                 .map(|b| (b.0, b.1, Some(b.2))).collect();
-            (*k, (e.epoch, e.accepted.last().unwrap().1, recent))
+            (*k, (e.epoch, Some(e.accepted.last().unwrap().1), recent))
         }).collect();
         let actual: BTreeMap<_, _> = actual.iter().map(|(k, e)| {
             let recent: Vec<(i32, i32, Option<i64>)> = e.batches()

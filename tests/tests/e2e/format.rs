@@ -57,6 +57,6 @@ async fn native_batches_decode_with_kafka_protocol_and_match_the_rule() -> Resul
     assert_eq!(state.len(), 1);
     assert_eq!(state[0].producer_id, producer.producer_id());
     assert_eq!(state[0].entry.epoch(), producer.epoch());
-    assert_eq!(state[0].entry.last_sequence(), expected_sequence - 1);
+    assert_eq!(state[0].entry.last_sequence(), Some(expected_sequence - 1));
     Ok(())
 }

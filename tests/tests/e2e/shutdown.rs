@@ -37,7 +37,7 @@ async fn in_flight_requests_complete_and_new_connections_are_refused() -> Result
     broker.stop().await?;
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
     let producers = core.producers("t", 0)?;
-    assert_eq!(producers[0].entry.last_sequence(), 99);
+    assert_eq!(producers[0].entry.last_sequence(), Some(99));
     Ok(())
 }
 

@@ -7,7 +7,9 @@
 //! after it. The log is the truth — it holds only batches the rule accepted, in the order it
 //! accepted them — so replay records each batch without judging it, and the state ends exactly as
 //! it was when the last surviving batch was appended. A batch acknowledged before a crash and
-//! resent after it is then answered DUPLICATE with its original offset.
+//! resent after it is then answered DUPLICATE with its original offset. The partition's
+//! transactions come back the same way: the snapshot holds the open and aborted ones, and replay
+//! reopens a transaction at its first transactional batch and ends it at its marker.
 
 use minibroker_log::Released;
 use minibroker_records::{NO_PRODUCER_ID, now_millis};
@@ -18,7 +20,7 @@ use std::time::Duration;
 use crate::budget::PRODUCER_ENTRY_BYTES;
 use crate::config::FlushPolicy;
 use crate::error::DataDirProblem;
-use crate::partition::Partition;
+use crate::partition::{Partition, PartitionData};
 use crate::snapshot::TakenSnapshot;
 use crate::{Broker, ServerError};
 
@@ -46,7 +48,10 @@ impl Broker {
     fn recover_partition(&self, partition: &Partition) -> Result<u64, DataDirProblem> {
         let now_ms = now_millis();
         let mut data = partition.log();
-        let Some(log) = data.log.durable() else {
+        let PartitionData {
+            log, transactions, ..
+        } = &mut *data;
+        let Some(log) = log.durable() else {
             return Ok(0);
         };
         let mut from = log.start_offset();
@@ -59,8 +64,9 @@ impl Broker {
             })?;
         for (offset, bytes) in snapshots {
             match decode_snapshot(&bytes) {
-                Ok(producers) => {
-                    self.state.restore(partition.id, producers);
+                Ok(snapshot) => {
+                    self.state.restore(partition.id, snapshot.producers);
+                    *transactions = snapshot.transactions;
                     from = offset.max(from);
                     break;
                 }
@@ -75,8 +81,24 @@ impl Broker {
                 return false;
             };
             replayed += 1;
+            let base_offset = minibroker_records::base_offset(batch);
             if info.producer_id == NO_PRODUCER_ID {
                 return true;
+            }
+            if info.control {
+                match minibroker_records::marker(batch) {
+                    Ok(Some(marker)) => {
+                        self.state.replay_marker(
+                            partition.id,
+                            info.producer_id,
+                            info.epoch,
+                            now_ms,
+                        );
+                        transactions.record_marker(info.producer_id, base_offset, marker.commit);
+                    }
+                    _ => bad = Some(base_offset),
+                }
+                return bad.is_none();
             }
             let header = SequenceRange::spanning(info.base_sequence, info.record_count)
                 .ok()
@@ -85,10 +107,14 @@ impl Broker {
                 });
             match header {
                 // Replayed producers count as active now: a restart never expires anyone.
-                Some(header) => self
-                    .state
-                    .replay(&header.at(now_ms), minibroker_records::base_offset(batch)),
-                None => bad = Some(minibroker_records::base_offset(batch)),
+                Some(header) => {
+                    let header = header.transactional(info.transactional).at(now_ms);
+                    self.state.replay(&header, base_offset);
+                    if info.transactional {
+                        transactions.record_batch(info.producer_id, base_offset);
+                    }
+                }
+                None => bad = Some(base_offset),
             }
             bad.is_none()
         })?;
@@ -131,18 +157,19 @@ impl Broker {
         // crash could still lose.
         let (producers, at) = self.state.partition_snapshot(partition.id, || {
             let mut data = partition.log();
+            let transactions = data.transactions.clone();
             let log = data.log.durable()?;
             Some(
                 log.write_pending()
-                    .map(|()| (log.next_offset(), log.snapshots())),
+                    .map(|()| (log.next_offset(), log.snapshots(), transactions)),
             )
         });
-        let (offset, store) = at?.ok()?;
+        let (offset, store, transactions) = at?.ok()?;
         // A write that failed on the way fails the partition: nothing may be claimed then.
         (!partition.is_read_only()).then(|| TakenSnapshot {
             offset,
             store,
-            bytes: encode_snapshot(&producers),
+            bytes: encode_snapshot(&producers, &transactions),
         })
     }
 
@@ -182,6 +209,8 @@ impl Broker {
                     Ok(released) if released == Released::default() => {}
                     Ok(released) => {
                         self.give_back(&mut data, released);
+                        let start = data.log.start_offset();
+                        data.transactions.forget_before(start);
                         tracing::info!(
                             topic = topic.name,
                             partition = index,

@@ -4,8 +4,11 @@
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::fetch_request::FetchPartition;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId, TopicName};
+use minibroker_broker::Isolation;
 use std::time::Duration;
 
 use super::NONE;
@@ -66,7 +69,10 @@ impl KafkaFrontEnd {
             let partitions = topic
                 .partitions
                 .iter()
-                .map(|wanted| self.fetch_partition(&topic.topic, wanted, version, &mut room))
+                .map(|wanted| {
+                    let isolation = request.isolation_level;
+                    self.fetch_partition(&topic.topic, wanted, isolation, version, &mut room)
+                })
                 .collect();
             responses.push(
                 FetchableTopicResponse::default()
@@ -85,6 +91,7 @@ impl KafkaFrontEnd {
         &self,
         topic: &TopicName,
         wanted: &FetchPartition,
+        isolation_level: i8,
         version: i16,
         room: &mut Room,
     ) -> PartitionData {
@@ -103,15 +110,31 @@ impl KafkaFrontEnd {
         let limit = usize::try_from(wanted.partition_max_bytes)
             .unwrap_or(0)
             .min(room.left());
-        let fetched = self
-            .broker
-            .fetch(topic, partition, wanted.fetch_offset, limit.max(1), 0);
+        let isolation = isolation_of(isolation_level);
+        let fetched = self.broker.fetch(
+            topic,
+            partition,
+            wanted.fetch_offset,
+            limit.max(1),
+            0,
+            isolation,
+        );
         match fetched {
             Ok(fetched) => {
                 let records = room.take(&fetched.batches, limit);
+                let aborted = fetched
+                    .aborted
+                    .iter()
+                    .map(|a| {
+                        AbortedTransaction::default()
+                            .with_producer_id(ProducerId(a.producer_id))
+                            .with_first_offset(a.first_offset)
+                    })
+                    .collect();
                 data.with_high_watermark(fetched.high_watermark)
-                    .with_last_stable_offset(fetched.high_watermark)
+                    .with_last_stable_offset(fetched.last_stable_offset)
                     .with_log_start_offset(start(fetched.log_start_offset))
+                    .with_aborted_transactions(Some(aborted))
                     .with_records(Some(records))
             }
             Err(error) => {
@@ -125,6 +148,15 @@ impl KafkaFrontEnd {
                     .with_log_start_offset(start(first))
             }
         }
+    }
+}
+
+/// What a request's `isolation_level` asks for (1: `read_committed`; Fetch and ListOffsets).
+pub(crate) fn isolation_of(isolation_level: i8) -> Isolation {
+    if isolation_level == 1 {
+        Isolation::ReadCommitted
+    } else {
+        Isolation::ReadUncommitted
     }
 }
 
