@@ -217,7 +217,7 @@ impl GroupCoordinator {
         if !gone(&group) {
             return None;
         }
-        let had_offsets = !group.offsets.is_empty();
+        let had_offsets = !group.offsets.is_empty() || group.saved;
         self.budget.release(GROUP_BYTES + group.bytes());
         drop(group);
         let slot = registry.groups.remove(group_id)?;
@@ -461,10 +461,89 @@ impl GroupCoordinator {
         let _writing = slot.writer.lock().await;
         let (result, offsets) = self.apply(slot, needs, |group| {
             let result = change(group)?;
-            Ok((result, group.all_offsets()))
+            Ok((result, group.saved_offsets()))
         })?;
         store.save(&slot.file, group_id.to_owned(), offsets).await?;
         Ok(result)
+    }
+
+    /// TxnOffsetCommit: offsets committed in `producer_id`'s open transaction, which the group
+    /// shows only once [`Self::end_transaction`] commits them. With a data directory they are on
+    /// disk before this returns, so a crash before the transaction ends loses none.
+    ///
+    /// # Errors
+    /// [`GroupError`] for a member or generation the group refuses, or [`GroupError::Storage`].
+    pub async fn commit_in_transaction(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        (generation, member_id): (i32, &str),
+        offsets: Vec<(String, i32, i64, Option<String>)>,
+    ) -> Result<(), GroupError> {
+        if group_id.is_empty() {
+            return Err(GroupError::InvalidGroupId);
+        }
+        let commit_ms = minibroker_records::now_millis();
+        let needs = offsets
+            .iter()
+            .map(|(topic, _, _, metadata)| group::offset_bytes(topic, metadata.as_deref()))
+            .sum();
+        let slot = self.find_or_add(group_id)?;
+        let result = self
+            .change_offsets(&slot, group_id, needs, |group| {
+                group.commit_in_transaction(
+                    producer_id,
+                    generation,
+                    member_id,
+                    offsets,
+                    commit_ms,
+                    Instant::now(),
+                )
+            })
+            .await;
+        drop(slot);
+        self.remove_if(group_id, Group::is_empty);
+        result
+    }
+
+    /// The end of `producer_id`'s transaction for the group: the offsets it committed in it
+    /// become the group's (`commit`) or are dropped, durably before this returns. A group the
+    /// transaction left nothing in is not touched.
+    ///
+    /// # Errors
+    /// [`GroupError::Storage`]: the offsets file could not be written (the end is retried).
+    pub async fn end_transaction(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        commit: bool,
+    ) -> Result<(), GroupError> {
+        let Some(slot) = self.find(group_id) else {
+            return Ok(());
+        };
+        if !slot.lock().has_transaction(producer_id) {
+            return Ok(());
+        }
+        let result = self
+            .change_offsets(&slot, group_id, 0, |group| {
+                group.end_transaction(producer_id, commit);
+                Ok(())
+            })
+            .await;
+        drop(slot);
+        // An abort may leave the group with nothing: it goes, with its file.
+        if let Some(file) = self.remove_if(group_id, Group::is_empty) {
+            self.remove_file(file).await?;
+        }
+        result
+    }
+
+    /// Whether an open transaction holds an offset of `partition` for the group (OffsetFetch
+    /// with `require_stable` answers UNSTABLE_OFFSET_COMMIT then).
+    #[must_use]
+    pub fn has_pending(&self, group_id: &str, partition: &TopicPartition) -> bool {
+        self.find(group_id)
+            .is_some_and(|slot| slot.lock().has_pending(partition))
     }
 
     /// The committed offsets of `partitions` of the group (all of them when `None`); a

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::model::{
     Committed, GroupDescription, GroupError, GroupState, JoinRequest, Joined, MemberDescription,
-    Waiting,
+    SavedOffsets, Waiting,
 };
 
 #[derive(Debug)]
@@ -44,6 +44,14 @@ const MEMBER_BYTES: u64 = 256;
 const OFFSET_BYTES: u64 = 96;
 
 /// What one committed offset of `topic` with `metadata` costs the broker's memory.
+/// What a set of offsets costs ([`offset_bytes`] each).
+fn offsets_bytes(offsets: &BTreeMap<(String, i32), Committed>) -> u64 {
+    offsets
+        .iter()
+        .map(|((topic, _), c)| offset_bytes(topic, c.metadata.as_deref()))
+        .sum()
+}
+
 pub(super) fn offset_bytes(topic: &str, metadata: Option<&str>) -> u64 {
     offset_len_bytes(topic.len(), metadata)
 }
@@ -124,6 +132,12 @@ pub(super) struct Group {
     pub(super) offsets: BTreeMap<(String, i32), Committed>,
     /// What `offsets` cost the broker's memory ([`offset_bytes`] each).
     offsets_bytes: u64,
+    /// Offsets committed in producers' open transactions, by producer id: not visible until the
+    /// transaction commits, dropped if it aborts.
+    pending: BTreeMap<i64, BTreeMap<(String, i32), Committed>>,
+    /// Whether offsets of the group, committed or pending, were ever saved (its file must go
+    /// with it, even once an abort left it empty).
+    pub(super) saved: bool,
     /// When the group last had a member or a commit (milliseconds), for offset expiry.
     last_active_ms: i64,
 }
@@ -140,6 +154,8 @@ impl Default for Group {
             rebalance_deadline: None,
             offsets: BTreeMap::new(),
             offsets_bytes: 0,
+            pending: BTreeMap::new(),
+            saved: false,
             last_active_ms: minibroker_records::now_millis(),
         }
     }
@@ -147,18 +163,36 @@ impl Default for Group {
 
 impl Group {
     /// An empty group holding offsets recovered from disk.
-    pub(super) fn with_offsets(offsets: Vec<((String, i32), Committed)>) -> Self {
-        let last_active_ms = offsets.iter().map(|(_, c)| c.commit_ms).max();
-        let offsets: BTreeMap<_, _> = offsets.into_iter().collect();
-        let offsets_bytes = offsets
-            .iter()
-            .map(|((topic, _), c)| offset_bytes(topic, c.metadata.as_deref()))
-            .sum();
+    pub(super) fn with_offsets(saved: SavedOffsets) -> Self {
+        let last_active_ms = saved.committed.iter().map(|(_, c)| c.commit_ms).max();
+        let offsets: BTreeMap<_, _> = saved.committed.into_iter().collect();
+        let offsets_bytes = offsets_bytes(&offsets);
         Self {
             offsets,
             offsets_bytes,
+            pending: saved
+                .pending
+                .into_iter()
+                .map(|(producer_id, offsets)| (producer_id, offsets.into_iter().collect()))
+                .collect(),
+            saved: true,
             last_active_ms: last_active_ms.unwrap_or_else(minibroker_records::now_millis),
             ..Self::default()
+        }
+    }
+
+    /// Committed and pending offsets, copied out of the group's lock for the store.
+    pub(super) fn saved_offsets(&self) -> SavedOffsets {
+        SavedOffsets {
+            committed: self.all_offsets(),
+            pending: self
+                .pending
+                .iter()
+                .map(|(producer_id, offsets)| {
+                    let offsets = offsets.iter().map(|(k, c)| (k.clone(), c.clone()));
+                    (*producer_id, offsets.collect())
+                })
+                .collect(),
         }
     }
 
@@ -171,7 +205,9 @@ impl Group {
             .iter()
             .map(|(id, member)| member.bytes(id.len()))
             .sum();
-        members + self.offsets_bytes
+        // Pending offsets are few (one transaction's) and summed.
+        let pending: u64 = self.pending.values().map(offsets_bytes).sum();
+        members + self.offsets_bytes + pending
     }
 
     /// Every committed offset, copied out of the group's lock.
@@ -473,17 +509,10 @@ impl Group {
                 return Err(GroupError::IllegalGeneration);
             }
         } else {
-            let state = self.state;
-            let member = self.member(member_id, generation)?;
-            member.last_seen = now;
-            if state == GroupState::CompletingRebalance {
-                return Err(GroupError::RebalanceInProgress);
-            }
+            self.check_member(generation, member_id, now)?;
         }
         for (topic, partition, offset, metadata) in offsets {
-            let added = offset_bytes(&topic, metadata.as_deref());
-            let topic_len = topic.len();
-            let replaced = self.offsets.insert(
+            self.put(
                 (topic, partition),
                 Committed {
                     offset,
@@ -491,13 +520,89 @@ impl Group {
                     commit_ms,
                 },
             );
-            if let Some(old) = replaced {
-                self.offsets_bytes -= offset_len_bytes(topic_len, old.metadata.as_deref());
-            }
-            self.offsets_bytes += added;
         }
         self.last_active_ms = commit_ms;
         Ok(())
+    }
+
+    /// A commit's member must be of the current generation, outside a rebalance's sync.
+    fn check_member(
+        &mut self,
+        generation: i32,
+        member_id: &str,
+        now: Instant,
+    ) -> Result<(), GroupError> {
+        let state = self.state;
+        let member = self.member(member_id, generation)?;
+        member.last_seen = now;
+        if state == GroupState::CompletingRebalance {
+            return Err(GroupError::RebalanceInProgress);
+        }
+        Ok(())
+    }
+
+    /// Makes `committed` the committed offset of `key`.
+    fn put(&mut self, key: (String, i32), committed: Committed) {
+        let added = offset_bytes(&key.0, committed.metadata.as_deref());
+        let topic_len = key.0.len();
+        if let Some(old) = self.offsets.insert(key, committed) {
+            self.offsets_bytes -= offset_len_bytes(topic_len, old.metadata.as_deref());
+        }
+        self.offsets_bytes += added;
+    }
+
+    /// TxnOffsetCommit: `offsets` wait in `producer_id`'s transaction for its end. A member and
+    /// generation, when given (KIP-447), must be current; a client that sends neither (the
+    /// older versions) is not checked, as in Kafka.
+    pub(super) fn commit_in_transaction(
+        &mut self,
+        producer_id: i64,
+        generation: i32,
+        member_id: &str,
+        offsets: Vec<(String, i32, i64, Option<String>)>,
+        commit_ms: i64,
+        now: Instant,
+    ) -> Result<(), GroupError> {
+        if generation >= 0 || !member_id.is_empty() {
+            self.check_member(generation, member_id, now)?;
+        }
+        self.saved = true;
+        let pending = self.pending.entry(producer_id).or_default();
+        for (topic, partition, offset, metadata) in offsets {
+            let committed = Committed {
+                offset,
+                metadata,
+                commit_ms,
+            };
+            pending.insert((topic, partition), committed);
+        }
+        self.last_active_ms = commit_ms;
+        Ok(())
+    }
+
+    /// The end of `producer_id`'s transaction: its pending offsets become committed (`commit`)
+    /// or are dropped.
+    pub(super) fn end_transaction(&mut self, producer_id: i64, commit: bool) {
+        let Some(pending) = self.pending.remove(&producer_id) else {
+            return;
+        };
+        if commit {
+            for (key, committed) in pending {
+                self.put(key, committed);
+            }
+        }
+    }
+
+    /// Whether `producer_id`'s open transaction holds offsets of the group.
+    pub(super) fn has_transaction(&self, producer_id: i64) -> bool {
+        self.pending.contains_key(&producer_id)
+    }
+
+    /// Whether an open transaction holds an offset of `key` (OffsetFetch's `require_stable`).
+    pub(super) fn has_pending(&self, key: &(String, i32)) -> bool {
+        self.pending
+            .values()
+            .any(|offsets| offsets.contains_key(key))
     }
 
     pub(super) fn tick(&mut self, now: Instant) {
@@ -528,13 +633,16 @@ impl Group {
         }
     }
 
-    /// Neither members nor committed offsets: nothing to keep the group for.
+    /// Neither members nor offsets, committed or pending: nothing to keep the group for.
     pub(super) fn is_empty(&self) -> bool {
-        !self.has_members() && self.offsets.is_empty()
+        !self.has_members() && self.offsets.is_empty() && self.pending.is_empty()
     }
 
+    /// Idle past the retention, with no member and no transaction waiting to commit to it.
     pub(super) fn expired(&self, now_ms: i64, retention_ms: i64) -> bool {
-        !self.has_members() && now_ms.saturating_sub(self.last_active_ms) > retention_ms
+        !self.has_members()
+            && self.pending.is_empty()
+            && now_ms.saturating_sub(self.last_active_ms) > retention_ms
     }
 
     pub(super) fn describe(&self) -> GroupDescription {

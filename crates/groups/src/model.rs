@@ -217,8 +217,19 @@ pub struct GroupDescription {
 /// A topic and partition.
 pub type TopicPartition = (String, i32);
 
-/// Groups' committed offsets: what the store saves.
-pub(crate) type OffsetsSnapshot = Vec<(String, Vec<(TopicPartition, Committed)>)>;
+/// One group's offsets as the store saves them: those committed, and those of producers' open
+/// transactions (TxnOffsetCommit), by producer id, which become committed only with the
+/// transaction's COMMIT.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct SavedOffsets {
+    /// Committed offsets.
+    pub committed: Vec<(TopicPartition, Committed)>,
+    /// Pending offsets, by producer id.
+    pub pending: Vec<(i64, Vec<(TopicPartition, Committed)>)>,
+}
+
+/// Groups' offsets: what the store saves.
+pub(crate) type OffsetsSnapshot = Vec<(String, SavedOffsets)>;
 
 /// What waits for a join or sync to complete.
 pub(crate) type Waiting<T> = oneshot::Receiver<Result<T, GroupError>>;

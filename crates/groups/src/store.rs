@@ -18,12 +18,16 @@
 //! In the envelope every small file of the data directory shares ([`minibroker_log::sealed`]):
 //! ```text
 //! "MBGO" version:u8 groups:u32
-//! groups × { id:str offsets:u32  offsets × { topic:str partition:i32 offset:i64
-//!                                            has_metadata:u8 metadata:str commit_ms:i64 } }
+//! groups × { id:str offsets
+//!            v2: pending:u32  pending × { producer_id:i64 offsets } }
+//! offsets = count:u32  count × { topic:str partition:i32 offset:i64
+//!                                has_metadata:u8 metadata:str commit_ms:i64 }
 //! crc32c:u32
 //! ```
 //! (`str` is a u32 length and UTF-8 bytes; integers big-endian.) A per-group file holds one
-//! group.
+//! group. Version 2 added the offsets producers committed in their open transactions
+//! (TxnOffsetCommit), kept until the transaction's COMMIT makes them the group's or its ABORT
+//! drops them; version 1 files, from before transactions, are still read.
 
 use minibroker_log::sealed::{FieldWriter, Fields};
 use minibroker_log::storage::TEMPORARY_SUFFIX;
@@ -33,7 +37,9 @@ use std::sync::Arc;
 use minibroker_broker::ServerError;
 use minibroker_broker::data_dir::DataDir;
 
-use crate::model::{Committed, GroupError, OffsetsSnapshot, StoreFailure, TopicPartition};
+use crate::model::{
+    Committed, GroupError, OffsetsSnapshot, SavedOffsets, StoreFailure, TopicPartition,
+};
 
 /// The directory of per-group files.
 const DIR: &str = "groups";
@@ -41,13 +47,16 @@ const DIR: &str = "groups";
 const LEGACY_FILE: &str = "group-offsets";
 const SUFFIX: &str = ".offsets";
 const MAGIC: &[u8; 4] = b"MBGO";
-const VERSION: u8 = 1;
+/// The version written.
+const VERSION: u8 = 2;
+/// The oldest version read.
+const OLDEST_VERSION: u8 = 1;
 
 /// Groups' committed offsets, as saved.
 type Snapshot = OffsetsSnapshot;
 
 /// One group as loaded: its id, its file's name and its offsets.
-pub(super) type Saved = (String, String, Vec<(TopicPartition, Committed)>);
+pub(super) type Saved = (String, String, SavedOffsets);
 
 /// Where a durable broker keeps committed offsets.
 #[derive(Debug)]
@@ -143,7 +152,7 @@ impl OffsetStore {
         &self,
         name: &str,
         group: String,
-        offsets: Vec<(TopicPartition, Committed)>,
+        offsets: SavedOffsets,
     ) -> Result<(), GroupError> {
         let path = Self::path(name);
         self.blocking("saving committed offsets", move |data| {
@@ -243,79 +252,128 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-fn encode(snapshot: &[(String, Vec<(TopicPartition, Committed)>)]) -> Vec<u8> {
+fn encode(snapshot: &[(String, SavedOffsets)]) -> Vec<u8> {
     let mut out = FieldWriter::default();
     out.count(snapshot.len());
-    for (group, offsets) in snapshot {
+    for (group, saved) in snapshot {
         out.string(group);
-        out.count(offsets.len());
-        for ((topic, partition), committed) in offsets {
-            out.string(topic);
-            out.int(partition.to_be_bytes());
-            out.int(committed.offset.to_be_bytes());
-            out.u8(u8::from(committed.metadata.is_some()));
-            out.string(committed.metadata.as_deref().unwrap_or(""));
-            out.int(committed.commit_ms.to_be_bytes());
+        encode_offsets(&mut out, &saved.committed);
+        out.count(saved.pending.len());
+        for (producer_id, offsets) in &saved.pending {
+            out.int(producer_id.to_be_bytes());
+            encode_offsets(&mut out, offsets);
         }
     }
     minibroker_log::sealed::seal(MAGIC, VERSION, &out.into_body())
 }
 
+fn encode_offsets(out: &mut FieldWriter, offsets: &[(TopicPartition, Committed)]) {
+    out.count(offsets.len());
+    for ((topic, partition), committed) in offsets {
+        out.string(topic);
+        out.int(partition.to_be_bytes());
+        out.int(committed.offset.to_be_bytes());
+        out.u8(u8::from(committed.metadata.is_some()));
+        out.string(committed.metadata.as_deref().unwrap_or(""));
+        out.int(committed.commit_ms.to_be_bytes());
+    }
+}
+
 fn decode(bytes: &[u8]) -> Option<Snapshot> {
-    let mut r = Fields::new(minibroker_log::sealed::unseal(MAGIC, VERSION, bytes).ok()?);
+    let (version, body) =
+        minibroker_log::sealed::unseal_versions(MAGIC, OLDEST_VERSION..=VERSION, bytes).ok()?;
+    let mut r = Fields::new(body);
     let groups = r.count()?;
     let mut snapshot = Vec::new();
     for _ in 0..groups {
         let group = r.string()?;
-        let count = r.count()?;
-        let mut offsets = Vec::new();
-        for _ in 0..count {
-            let topic = r.string()?;
-            let partition = i32::from_be_bytes(r.take()?);
-            let offset = i64::from_be_bytes(r.take()?);
-            let has_metadata = r.u8()?;
-            let metadata = r.string()?;
-            let commit_ms = i64::from_be_bytes(r.take()?);
-            offsets.push((
-                (topic, partition),
-                Committed {
-                    offset,
-                    metadata: (has_metadata == 1).then_some(metadata),
-                    commit_ms,
-                },
-            ));
+        let committed = decode_offsets(&mut r)?;
+        let mut pending = Vec::new();
+        if version >= 2 {
+            for _ in 0..r.count()? {
+                let producer_id = i64::from_be_bytes(r.take()?);
+                pending.push((producer_id, decode_offsets(&mut r)?));
+            }
         }
-        snapshot.push((group, offsets));
+        snapshot.push((group, SavedOffsets { committed, pending }));
     }
     (r.remaining() == 0).then_some(snapshot)
+}
+
+fn decode_offsets(r: &mut Fields<'_>) -> Option<Vec<(TopicPartition, Committed)>> {
+    let count = r.count()?;
+    let mut offsets = Vec::new();
+    for _ in 0..count {
+        let topic = r.string()?;
+        let partition = i32::from_be_bytes(r.take()?);
+        let offset = i64::from_be_bytes(r.take()?);
+        let has_metadata = r.u8()?;
+        let metadata = r.string()?;
+        let commit_ms = i64::from_be_bytes(r.take()?);
+        offsets.push((
+            (topic, partition),
+            Committed {
+                offset,
+                metadata: (has_metadata == 1).then_some(metadata),
+                commit_ms,
+            },
+        ));
+    }
+    Some(offsets)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn committed(offset: i64) -> Committed {
+        Committed {
+            offset,
+            metadata: None,
+            commit_ms: 9,
+        }
+    }
+
+    #[test]
+    fn a_version_1_file_is_still_read() {
+        let mut body = FieldWriter::default();
+        body.count(1);
+        body.string("g");
+        encode_offsets(&mut body, &[(("t".into(), 3), committed(5))]);
+        let bytes = minibroker_log::sealed::seal(MAGIC, 1, &body.into_body());
+        let saved = SavedOffsets {
+            committed: vec![(("t".into(), 3), committed(5))],
+            pending: vec![],
+        };
+        assert_eq!(decode(&bytes), Some(vec![("g".into(), saved)]));
+    }
+
     #[test]
     fn offsets_round_trip_and_damage_is_detected() {
+        let pending = vec![(4000, vec![(("in".into(), 0), committed(11))])];
         let snapshot: Snapshot = vec![(
             "g".into(),
-            vec![
-                (
-                    ("t".into(), 0),
-                    Committed {
-                        offset: 42,
-                        metadata: Some("m".into()),
-                        commit_ms: 7,
-                    },
-                ),
-                (
-                    ("t".into(), 1),
-                    Committed {
-                        offset: 0,
-                        metadata: None,
-                        commit_ms: 8,
-                    },
-                ),
-            ],
+            SavedOffsets {
+                pending,
+                committed: vec![
+                    (
+                        ("t".into(), 0),
+                        Committed {
+                            offset: 42,
+                            metadata: Some("m".into()),
+                            commit_ms: 7,
+                        },
+                    ),
+                    (
+                        ("t".into(), 1),
+                        Committed {
+                            offset: 0,
+                            metadata: None,
+                            commit_ms: 8,
+                        },
+                    ),
+                ],
+            },
         )];
         let bytes = encode(&snapshot);
         assert_eq!(decode(&bytes), Some(snapshot));

@@ -625,3 +625,88 @@ async fn groups_under_concurrent_joins_commits_leaves_and_deletes_keep_their_boo
     assert!(groups.list().is_empty());
     assert_eq!(budget.charged(), 0, "the budget was not given back");
 }
+
+#[tokio::test]
+async fn offsets_committed_in_a_transaction_show_only_once_it_commits_and_survive_a_crash() {
+    let storage = SimStorage::new();
+    let broker = durable_broker(&storage);
+    let groups = broker.groups();
+    let key = ("in".to_owned(), 0);
+    groups
+        .commit("g", -1, "", vec![("in".into(), 0, 5, None)])
+        .await
+        .unwrap();
+    groups
+        .commit_in_transaction("g", 4000, (-1, ""), vec![("in".into(), 0, 9, None)])
+        .await
+        .unwrap();
+    assert_eq!(groups.committed("g", Some(&[key.clone()]))[0].1.offset, 5);
+    assert!(groups.has_pending("g", &key));
+    assert!(!groups.has_pending("g", &("in".to_owned(), 1)));
+    drop(broker);
+
+    // The pending offset was on disk before the commit was answered.
+    let storage = storage.crash(3);
+    let restarted = durable_broker(&storage);
+    let groups = restarted.groups();
+    assert!(groups.has_pending("g", &key));
+    groups.end_transaction("g", 4000, true).await.unwrap();
+    assert_eq!(groups.committed("g", Some(&[key.clone()]))[0].1.offset, 9);
+    assert!(!groups.has_pending("g", &key));
+    // An abort drops what the transaction committed; the group's own offsets stay.
+    groups
+        .commit_in_transaction("g", 4001, (-1, ""), vec![("in".into(), 0, 20, None)])
+        .await
+        .unwrap();
+    groups.end_transaction("g", 4001, false).await.unwrap();
+    drop(restarted);
+    let again = durable_broker(&storage.crash(4));
+    assert_eq!(
+        again.groups().committed("g", Some(&[key.clone()]))[0]
+            .1
+            .offset,
+        9
+    );
+    assert!(!again.groups().has_pending("g", &key));
+}
+
+#[tokio::test]
+async fn a_group_an_abort_leaves_empty_goes_with_its_file() {
+    let storage = SimStorage::new();
+    let broker = durable_broker(&storage);
+    broker
+        .groups()
+        .commit_in_transaction("only", 7, (-1, ""), vec![("in".into(), 0, 1, None)])
+        .await
+        .unwrap();
+    assert_eq!(broker.groups().list().len(), 1);
+    broker
+        .groups()
+        .end_transaction("only", 7, false)
+        .await
+        .unwrap();
+    assert!(broker.groups().list().is_empty());
+    drop(broker);
+    let restarted = durable_broker(&storage.crash(5));
+    assert!(restarted.groups().list().is_empty());
+}
+
+#[tokio::test]
+async fn a_transactional_commit_with_a_member_is_checked_against_its_generation() {
+    let groups = coordinator();
+    let joined = join_new(&groups, 10_000).await;
+    let stale = groups
+        .commit_in_transaction(
+            "g",
+            7,
+            (joined.generation + 1, &joined.member_id),
+            vec![("in".into(), 0, 1, None)],
+        )
+        .await;
+    assert!(matches!(stale, Err(GroupError::IllegalGeneration)));
+    let stranger = groups
+        .commit_in_transaction("g", 7, (joined.generation, "nobody"), vec![])
+        .await;
+    assert!(matches!(stranger, Err(GroupError::UnknownMemberId)));
+    assert!(!groups.has_pending("g", &("in".to_owned(), 0)));
+}
