@@ -640,7 +640,12 @@ async fn offsets_committed_in_a_transaction_show_only_once_it_commits_and_surviv
         .commit_in_transaction("g", 4000, (-1, ""), vec![("in".into(), 0, 9, None)])
         .await
         .unwrap();
-    assert_eq!(groups.committed("g", Some(&[key.clone()]))[0].1.offset, 5);
+    assert_eq!(
+        groups.committed("g", Some(std::slice::from_ref(&key)))[0]
+            .1
+            .offset,
+        5
+    );
     assert!(groups.has_pending("g", &key));
     assert!(!groups.has_pending("g", &("in".to_owned(), 1)));
     drop(broker);
@@ -651,7 +656,12 @@ async fn offsets_committed_in_a_transaction_show_only_once_it_commits_and_surviv
     let groups = restarted.groups();
     assert!(groups.has_pending("g", &key));
     groups.end_transaction("g", 4000, true).await.unwrap();
-    assert_eq!(groups.committed("g", Some(&[key.clone()]))[0].1.offset, 9);
+    assert_eq!(
+        groups.committed("g", Some(std::slice::from_ref(&key)))[0]
+            .1
+            .offset,
+        9
+    );
     assert!(!groups.has_pending("g", &key));
     // An abort drops what the transaction committed; the group's own offsets stay.
     groups
@@ -662,7 +672,9 @@ async fn offsets_committed_in_a_transaction_show_only_once_it_commits_and_surviv
     drop(restarted);
     let again = durable_broker(&storage.crash(4));
     assert_eq!(
-        again.groups().committed("g", Some(&[key.clone()]))[0]
+        again
+            .groups()
+            .committed("g", Some(std::slice::from_ref(&key)))[0]
             .1
             .offset,
         9
