@@ -118,6 +118,13 @@ impl DataDir {
         &self.root
     }
 
+    /// The storage the directory lives on (the real file system, or a simulated disk), for
+    /// what keeps files of its own here (the transaction log).
+    #[must_use]
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
     /// The topics saved by [`Self::save_topics`], in file order.
     ///
     /// # Errors

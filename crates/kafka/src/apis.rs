@@ -23,6 +23,10 @@ pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 4),
     (ApiKey::DescribeGroups, 0, 4),
     (ApiKey::DeleteGroups, 0, 1),
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 3),
+    (ApiKey::TxnOffsetCommit, 0, 3),
 ];
 
 /// Whether `version` of `api` is implemented.
@@ -53,6 +57,10 @@ pub(crate) fn name(api: ApiKey) -> &'static str {
         ApiKey::ListGroups => "ListGroups",
         ApiKey::DescribeGroups => "DescribeGroups",
         ApiKey::DeleteGroups => "DeleteGroups",
+        ApiKey::AddPartitionsToTxn => "AddPartitionsToTxn",
+        ApiKey::AddOffsetsToTxn => "AddOffsetsToTxn",
+        ApiKey::EndTxn => "EndTxn",
+        ApiKey::TxnOffsetCommit => "TxnOffsetCommit",
         _ => "other",
     }
 }

@@ -9,6 +9,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable};
 use minibroker_broker::{Broker, BrokerError, Unacknowledged};
 use minibroker_groups::GroupCoordinator;
+use minibroker_transactions::TransactionService;
 use minibroker_net::framing::FramingError;
 use minibroker_net::timings::ConnectionTimings;
 use minibroker_net::{FrontEnd, Next, Node};
@@ -24,6 +25,7 @@ use crate::preflight;
 pub struct KafkaFrontEnd {
     pub(crate) broker: Arc<Broker>,
     pub(crate) groups: Arc<GroupCoordinator>,
+    pub(crate) transactions: Arc<TransactionService>,
     /// The connection's produces whose answers wait for their batches to be stored.
     pub(crate) unacknowledged: Unacknowledged,
     pub(crate) config: Arc<KafkaConfig>,
@@ -41,6 +43,7 @@ impl KafkaFrontEnd {
                 .map(|timings| ConnectionTimings::new(Arc::clone(timings), "kafka")),
             broker: Arc::clone(node.broker()),
             groups: Arc::clone(node.groups()),
+            transactions: Arc::clone(node.transactions()),
             unacknowledged: Unacknowledged::default(),
             config,
         }
@@ -150,8 +153,20 @@ impl KafkaFrontEnd {
                 .list_offsets(request, version)
                 .await
                 .map(ResponseKind::ListOffsets),
-            RequestKind::InitProducerId(request) => {
-                Ok(ResponseKind::InitProducerId(self.init_producer_id(request)))
+            RequestKind::InitProducerId(request) => Ok(ResponseKind::InitProducerId(
+                self.init_producer_id(request, version).await,
+            )),
+            RequestKind::AddPartitionsToTxn(request) => Ok(ResponseKind::AddPartitionsToTxn(
+                self.add_partitions_to_txn(&request, version),
+            )),
+            RequestKind::AddOffsetsToTxn(request) => Ok(ResponseKind::AddOffsetsToTxn(
+                self.add_offsets_to_txn(&request, version),
+            )),
+            RequestKind::TxnOffsetCommit(request) => Ok(ResponseKind::TxnOffsetCommit(
+                self.txn_offset_commit(request, version).await,
+            )),
+            RequestKind::EndTxn(request) => {
+                Ok(ResponseKind::EndTxn(self.end_txn(&request, version).await))
             }
             RequestKind::CreateTopics(request) => Ok(ResponseKind::CreateTopics(
                 self.create_topics(request, version),

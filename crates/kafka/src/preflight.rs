@@ -142,8 +142,10 @@ pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<(), Refuse
         ApiKey::ListGroups => list_groups(w, version),
         ApiKey::DescribeGroups => describe_groups(w, version),
         ApiKey::DeleteGroups => w.array(1, Walk::string),
-        // ApiVersions, InitProducerId, FindCoordinator (below v4) and Heartbeat have no arrays:
-        // nothing to check.
+        ApiKey::AddPartitionsToTxn => add_partitions_to_txn(w),
+        ApiKey::TxnOffsetCommit => txn_offset_commit(w, version),
+        // ApiVersions, InitProducerId, FindCoordinator (below v4), Heartbeat, AddOffsetsToTxn and
+        // EndTxn have no arrays: nothing to check.
         _ => Ok(()),
     }
 }
@@ -362,6 +364,42 @@ fn offset_fetch(w: &mut Walk<'_>, version: i16) -> Step {
     w.tags()
 }
 
+/// Versions 0-3 (4 and later are between brokers).
+fn add_partitions_to_txn(w: &mut Walk<'_>) -> Step {
+    w.string()?; // transactional id
+    w.skip(8 + 2)?; // producer id, epoch
+    w.array(2, |w| {
+        w.string()?; // topic
+        w.array(4, |w| w.skip(4))?; // partitions
+        w.tags()
+    })?;
+    w.tags()
+}
+
+fn txn_offset_commit(w: &mut Walk<'_>, version: i16) -> Step {
+    w.string()?; // transactional id
+    w.string()?; // group id
+    w.skip(8 + 2)?; // producer id, epoch
+    if version >= 3 {
+        w.skip(4)?; // generation
+        w.string()?; // member id
+        w.string()?; // group instance id
+    }
+    w.array(2, |w| {
+        w.string()?; // topic
+        w.array(13, |w| {
+            w.skip(4 + 8)?; // partition, offset
+            if version >= 2 {
+                w.skip(4)?; // leader epoch
+            }
+            w.string()?; // metadata
+            w.tags()
+        })?;
+        w.tags()
+    })?;
+    w.tags()
+}
+
 fn list_groups(w: &mut Walk<'_>, version: i16) -> Step {
     if version >= 4 {
         w.array(1, Walk::string)?; // states filter
@@ -551,6 +589,37 @@ mod tests {
             delete_topics_request::DeleteTopicState::default().with_name(Some(name("a"))),
         ]);
         passes(ApiKey::DeleteTopics, 6..=6, &delete);
+    }
+
+    #[test]
+    fn every_transactional_request_the_crate_encodes_passes() {
+        use kafka_protocol::messages::*;
+        let add = AddPartitionsToTxnRequest::default().with_v3_and_below_topics(vec![
+            add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                .with_name(name("a"))
+                .with_partitions(vec![0, 1, 2]),
+        ]);
+        passes(ApiKey::AddPartitionsToTxn, 0..=3, &add);
+        let commit = TxnOffsetCommitRequest::default()
+            .with_member_id(StrBytes::from_static_str("member"))
+            .with_topics(vec![
+                txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                    .with_name(name("a"))
+                    .with_partitions(vec![
+                        txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                            .with_committed_metadata(Some(StrBytes::from_static_str("m")));
+                        2
+                    ]),
+            ]);
+        passes(ApiKey::TxnOffsetCommit, 0..=3, &commit);
+        // A count no body could hold.
+        let mut huge = bytes::BytesMut::new();
+        AddPartitionsToTxnRequest::default()
+            .encode(&mut huge, 0)
+            .unwrap();
+        let at = huge.len() - 4;
+        huge[at..].copy_from_slice(&0x7fff_ffffi32.to_be_bytes());
+        assert!(check(ApiKey::AddPartitionsToTxn, 0, &huge).is_err());
     }
 
     #[test]

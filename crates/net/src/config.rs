@@ -1,11 +1,12 @@
 //! The configuration: one flat TOML file (`config/minibroker.toml` documents every key), whose
 //! keys each belong to the section of the crate that reads them — [`BrokerConfig`] (the core),
-//! [`GroupConfig`] (the group coordinator) and [`NetConfig`] (this crate: listeners and
-//! connections). [`Config`] gathers them; a key that no section owns is an error, so a typo never
+//! [`GroupConfig`] (the group coordinator), [`TransactionConfig`] (the transaction coordinator)
+//! and [`NetConfig`] (this crate: listeners and connections). [`Config`] gathers them; a key that no section owns is an error, so a typo never
 //! silently falls back to a default. The CLI overrides single keys with flags.
 
 use minibroker_broker::{BrokerConfig, MAX_TIMEOUT_MS, ServerError};
 use minibroker_groups::GroupConfig;
+use minibroker_transactions::TransactionConfig;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -19,6 +20,8 @@ pub struct Config {
     pub broker: BrokerConfig,
     /// The group coordinator's keys.
     pub groups: GroupConfig,
+    /// The transaction coordinator's keys.
+    pub transactions: TransactionConfig,
     /// The listeners' and connections' keys.
     pub net: NetConfig,
 }
@@ -30,6 +33,8 @@ struct File {
     broker: BrokerConfig,
     #[serde(flatten)]
     groups: GroupConfig,
+    #[serde(flatten)]
+    transactions: TransactionConfig,
     #[serde(flatten)]
     net: NetConfig,
     #[serde(flatten)]
@@ -74,6 +79,7 @@ impl Config {
         let config = Self {
             broker: file.broker,
             groups: file.groups,
+            transactions: file.transactions,
             net: file.net,
         };
         config.validate()?;
@@ -87,6 +93,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ServerError> {
         self.broker.validate()?;
         self.groups.validate()?;
+        self.transactions.validate()?;
         self.net.validate()
     }
 

@@ -10,7 +10,8 @@
 //! stopped does the same in the background.
 
 use minibroker_broker::{Broker, ServerError};
-use minibroker_groups::{GroupConfig, GroupCoordinator};
+use minibroker_groups::GroupCoordinator;
+use minibroker_transactions::TransactionService;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use thiserror::Error;
@@ -18,7 +19,7 @@ use tokio::net::TcpListener;
 use tokio::task::{JoinError, JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, NetConfig};
+use crate::config::Config;
 use crate::front_end::FrontEnd;
 use crate::node::Node;
 
@@ -55,37 +56,40 @@ pub struct Host {
 }
 
 impl Host {
-    /// Builds the broker and its group coordinator from `config` and starts their clocks (call
-    /// it inside a tokio runtime). No listener yet: see [`Self::serve`].
+    /// Builds the broker and its group and transaction coordinators from `config` and starts
+    /// their clocks (call it inside a tokio runtime). No listener yet: see [`Self::serve`].
     ///
     /// # Errors
     /// An invalid configuration, or a data directory that cannot be used.
     pub fn start(config: &Config) -> Result<Self, HostError> {
         config.validate()?;
-        Self::with_broker(Broker::new(&config.broker)?, &config.groups, &config.net)
+        Self::with_broker(Broker::new(&config.broker)?, config)
     }
 
     /// As [`Self::start`], around a broker the caller built (tests build one on a storage that
-    /// can crash), with the coordinator's and the listeners' sections.
+    /// can crash), with the other sections of `sections` (its broker section is the broker's
+    /// own).
     ///
     /// # Errors
-    /// Invalid sections, or stored committed offsets that cannot be read.
-    pub fn with_broker(
-        broker: Broker,
-        groups: &GroupConfig,
-        net: &NetConfig,
-    ) -> Result<Self, HostError> {
+    /// Invalid sections, or stored committed offsets or transactions that cannot be read.
+    pub fn with_broker(broker: Broker, sections: &Config) -> Result<Self, HostError> {
         let config = Arc::new(Config {
             broker: broker.config().clone(),
-            groups: groups.clone(),
-            net: net.clone(),
+            ..sections.clone()
         });
         config.validate()?;
-        let groups = Arc::new(GroupCoordinator::for_broker(&broker, groups)?);
-        let node = Arc::new(Node::new(Arc::new(broker), groups, &config));
+        let groups = Arc::new(GroupCoordinator::for_broker(&broker, &config.groups)?);
+        let broker = Arc::new(broker);
+        let transactions = Arc::new(TransactionService::for_broker(
+            Arc::clone(&broker),
+            Arc::clone(&groups),
+            &config.transactions,
+        )?);
+        let node = Arc::new(Node::new(broker, groups, transactions, &config));
         let clocks = vec![
             tokio::spawn(Arc::clone(node.broker()).maintain()),
             tokio::spawn(Arc::clone(node.groups()).run()),
+            tokio::spawn(Arc::clone(node.transactions()).run()),
         ];
         Ok(Self {
             node,

@@ -1,9 +1,11 @@
-//! [`Node`]: what one broker process serves — its core, its group coordinator — and the state of
+//! [`Node`]: what one broker process serves — its core, its group and transaction coordinators —
+//! and the state of
 //! its listeners: connection slots and counts, request timings, readiness. Front ends are made
 //! from it, and the metrics read it.
 
 use minibroker_broker::Broker;
 use minibroker_groups::GroupCoordinator;
+use minibroker_transactions::TransactionService;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tokio::sync::Semaphore;
@@ -27,6 +29,7 @@ pub struct ConnectionCounts {
 pub struct Node {
     broker: Arc<Broker>,
     groups: Arc<GroupCoordinator>,
+    transactions: Arc<TransactionService>,
     /// Connection slots, shared by every listener: `max_connections` is one limit whatever the
     /// protocols.
     pub(crate) slots: Arc<Semaphore>,
@@ -40,12 +43,18 @@ pub struct Node {
 }
 
 impl Node {
-    /// The node serving `broker` and `groups` under the limits of `config`.
+    /// The node serving `broker`, `groups` and `transactions` under the limits of `config`.
     #[must_use]
-    pub fn new(broker: Arc<Broker>, groups: Arc<GroupCoordinator>, config: &Config) -> Self {
+    pub fn new(
+        broker: Arc<Broker>,
+        groups: Arc<GroupCoordinator>,
+        transactions: Arc<TransactionService>,
+        config: &Config,
+    ) -> Self {
         Self {
             broker,
             groups,
+            transactions,
             slots: Arc::new(Semaphore::new(config.broker.max_connections)),
             accepted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
@@ -68,6 +77,12 @@ impl Node {
     #[must_use]
     pub fn groups(&self) -> &Arc<GroupCoordinator> {
         &self.groups
+    }
+
+    /// The transaction coordinator.
+    #[must_use]
+    pub fn transactions(&self) -> &Arc<TransactionService> {
+        &self.transactions
     }
 
     /// Every connection's request latencies, when metrics are on (`metrics_listen`).

@@ -315,6 +315,12 @@ impl TransactionCoordinator {
         self.ids().get(id).cloned()
     }
 
+    /// Every known transactional id's transaction, as it is now.
+    #[must_use]
+    pub fn all(&self) -> Vec<Transaction> {
+        self.ids().values().cloned().collect()
+    }
+
     /// How many transactional ids are known.
     #[must_use]
     pub fn len(&self) -> usize {

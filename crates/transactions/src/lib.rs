@@ -1,8 +1,8 @@
-//! minibroker's transaction coordinator, in domain terms: the state of one transactional id and
-//! every transition Kafka's coordinator allows it (KIP-98; Apache Kafka's
-//! `TransactionMetadata`), as a pure type with no I/O. Whoever drives it — the coordinator that
-//! will sit beside `minibroker_groups` — persists what a transition returns as changed before
-//! it answers, writes the markers a Prepare* state calls for, and then completes it.
+//! minibroker's transaction coordinator (KIP-98), beside the group coordinator: the state of one
+//! transactional id and every transition Kafka's coordinator allows it (Apache Kafka's
+//! `TransactionMetadata`), as a pure type with no I/O; the coordinator that persists each
+//! transition before it is answered; and the service that writes the markers a Prepare* state
+//! calls for to the partitions, settles the groups' offsets, completes it, and keeps the clock.
 //!
 //! # Layout
 //! - [`TxnState`] — the states, and which may follow which.
@@ -14,6 +14,8 @@
 //!   appended records, the last per id current, compacted at open and as it grows.
 //! - [`TransactionCoordinator`] — every transactional id, each change durable before it is
 //!   applied and answered.
+//! - [`TransactionService`] — the coordinator wired to the broker's partitions and groups, and
+//!   its clock (timeouts, unfinished ends, expiry); [`TransactionConfig`] its configuration.
 //! - [`TxnError`] — each refusal, named as Kafka's error code is; the Kafka front end picks the
 //!   code its request version has (PRODUCER_FENCED or INVALID_PRODUCER_EPOCH).
 //!
@@ -32,13 +34,17 @@
 //! # Ok::<(), minibroker_transactions::TxnError>(())
 //! ```
 
+mod config;
 mod coordinator;
 mod log;
 mod record;
+mod service;
 mod state;
 mod transaction;
 
+pub use config::TransactionConfig;
 pub use coordinator::{CoordinatorError, Limits, TransactionCoordinator};
+pub use service::{AddPartitionsError, OffsetCommitError, TransactionCounts, TransactionService};
 pub use log::{COMPACT_BYTES, FILE_NAME, TransactionLog, TransactionLogError};
 pub use record::RecordError;
 pub use state::TxnState;

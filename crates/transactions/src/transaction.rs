@@ -419,6 +419,26 @@ impl Transaction {
         }
     }
 
+    /// TxnOffsetCommit's check: the producer is current, and its open transaction has added
+    /// `group` (AddOffsetsToTxn).
+    ///
+    /// # Errors
+    /// [`TxnError::InvalidProducerIdMapping`] for another producer id;
+    /// [`TxnError::ProducerFenced`] for another epoch; [`TxnError::InvalidTxnState`] when no
+    /// transaction is open or it has not added the group.
+    pub fn check_offsets_commit(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        group: &str,
+    ) -> Result<(), TxnError> {
+        self.check_producer(producer_id, epoch)?;
+        if self.state != TxnState::Ongoing || !self.groups.contains(group) {
+            return Err(TxnError::InvalidTxnState { state: self.state });
+        }
+        Ok(())
+    }
+
     fn check_producer(&self, producer_id: i64, epoch: i16) -> Result<(), TxnError> {
         if producer_id != self.producer_id {
             return Err(TxnError::InvalidProducerIdMapping);

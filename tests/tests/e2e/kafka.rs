@@ -610,7 +610,7 @@ async fn a_fetch_answer_holds_one_batch_past_its_limit_and_no_more() -> Result<(
 }
 
 #[tokio::test]
-async fn init_producer_id_issues_ids_and_refuses_transactional_and_empty_ids() -> Result<()> {
+async fn init_producer_id_issues_ids_and_bumps_a_transactional_ids_epoch() -> Result<()> {
     use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
     let (_broker, _kafka, mut conn) = kafka(Config::default()).await?;
     let request = |transactional: Option<&str>| {
@@ -636,14 +636,29 @@ async fn init_producer_id_issues_ids_and_refuses_transactional_and_empty_ids() -
         .call(ApiKey::InitProducerId, 4, &request(Some("")))
         .await?;
     assert_eq!(empty.error_code, code(ResponseError::InvalidRequest));
-    let transactional: InitProducerIdResponse = conn
-        .call(ApiKey::InitProducerId, 4, &request(Some("txn")))
+    // A transactional id keeps its producer id; each init bumps the epoch, fencing the last.
+    let mut epochs = Vec::new();
+    for _ in 0..2 {
+        let transactional: InitProducerIdResponse = conn
+            .call(ApiKey::InitProducerId, 4, &request(Some("txn")))
+            .await?;
+        assert_eq!(transactional.error_code, 0);
+        epochs.push((transactional.producer_id.0, transactional.producer_epoch));
+    }
+    assert_eq!(epochs[0].0, epochs[1].0);
+    assert_eq!((epochs[0].1, epochs[1].1), (0, 1));
+    // A timeout above transaction_max_timeout_ms is refused.
+    let too_long: InitProducerIdResponse = conn
+        .call(
+            ApiKey::InitProducerId,
+            4,
+            &request(Some("txn")).with_transaction_timeout_ms(i32::MAX),
+        )
         .await?;
     assert_eq!(
-        transactional.error_code,
-        code(ResponseError::TransactionalIdAuthorizationFailed)
+        too_long.error_code,
+        code(ResponseError::InvalidTransactionTimeout)
     );
-    assert_eq!(transactional.producer_id.0, -1);
     Ok(())
 }
 

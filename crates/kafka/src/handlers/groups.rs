@@ -34,9 +34,11 @@ use crate::answer_room::{AnswerRoom, AnswerTooLarge};
 
 /// FindCoordinator's key type for a consumer group (1 is a transactional id).
 const GROUP_KEY: i8 = 0;
+/// FindCoordinator's key type for a transactional id.
+const TRANSACTION_KEY: i8 = 1;
 
 /// Kafka's code for a group refusal.
-fn group_code(error: &GroupError) -> i16 {
+pub(super) fn group_code(error: &GroupError) -> i16 {
     match error {
         GroupError::MemberIdRequired(_) => ResponseError::MemberIdRequired,
         GroupError::UnknownMemberId => ResponseError::UnknownMemberId,
@@ -71,10 +73,10 @@ impl KafkaFrontEnd {
         request: FindCoordinatorRequest,
     ) -> FindCoordinatorResponse {
         let response = FindCoordinatorResponse::default();
-        if request.key_type != GROUP_KEY {
+        if request.key_type != GROUP_KEY && request.key_type != TRANSACTION_KEY {
             return response
-                .with_error_code(ResponseError::CoordinatorNotAvailable.code())
-                .with_error_message(Some(text("transactions are not supported by this broker")))
+                .with_error_code(ResponseError::InvalidRequest.code())
+                .with_error_message(Some(text("unknown coordinator key type")))
                 .with_node_id(BrokerId(-1))
                 .with_port(-1);
         }
@@ -298,11 +300,21 @@ impl KafkaFrontEnd {
         let mut room = AnswerRoom::new(self.config.max_answer_bytes, version);
         let mut answers: Vec<OffsetFetchResponseTopic> = Vec::new();
         let mut topic_at: HashMap<String, usize> = HashMap::new();
-        let entry = |index: i32, committed: Option<&Committed>| {
-            OffsetFetchResponsePartition::default()
-                .with_partition_index(index)
+        // v7's require_stable: a partition an open transaction has committed an offset of is
+        // answered UNSTABLE_OFFSET_COMMIT (the client asks again once it ends).
+        let require_stable = version >= 7 && request.require_stable;
+        let entry = |key: &TopicPartition, committed: Option<&Committed>| {
+            let answer = OffsetFetchResponsePartition::default()
+                .with_partition_index(key.1)
+                .with_committed_leader_epoch(-1);
+            if require_stable && self.groups.has_pending(&group, key) {
+                return answer
+                    .with_committed_offset(-1)
+                    .with_metadata(Some(text("")))
+                    .with_error_code(ResponseError::UnstableOffsetCommit.code());
+            }
+            answer
                 .with_committed_offset(committed.map_or(-1, |c| c.offset))
-                .with_committed_leader_epoch(-1)
                 .with_metadata(Some(text(
                     committed
                         .and_then(|c| c.metadata.as_deref())
@@ -320,8 +332,9 @@ impl KafkaFrontEnd {
                 .collect(),
             None => committed.iter().map(|(key, c)| (key, Some(c))).collect(),
         };
-        for ((topic, index), committed) in partitions {
-            let partition = room.keep(entry(*index, committed))?;
+        for (key, committed) in partitions {
+            let partition = room.keep(entry(key, committed))?;
+            let topic = &key.0;
             let at = match topic_at.get(topic) {
                 Some(&at) => at,
                 None => {

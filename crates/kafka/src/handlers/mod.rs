@@ -8,6 +8,7 @@ mod offsets;
 mod produce;
 mod producer_ids;
 mod topics;
+mod transactions;
 
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{BrokerId, TopicName};

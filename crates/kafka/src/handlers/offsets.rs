@@ -6,10 +6,11 @@ use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
-use minibroker_broker::{Broker, BrokerError};
+use minibroker_broker::{Broker, BrokerError, Isolation};
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::fetch::isolation_of;
 use super::{NONE, partition_index};
 use crate::answer_room::{AnswerRoom, AnswerTooLarge};
 use crate::errors::code_of;
@@ -83,9 +84,9 @@ fn list_offsets(
             } else {
                 match offset_at(
                     broker,
-                    &topic.name,
-                    wanted.partition_index,
+                    (&topic.name, wanted.partition_index),
                     wanted.timestamp,
+                    isolation_of(request.isolation_level),
                 ) {
                     Ok((offset, timestamp)) => answer.with_offset(offset).with_timestamp(timestamp),
                     Err(error) => answer.with_error_code(code_of(&error).code()),
@@ -104,18 +105,22 @@ fn list_offsets(
     Ok(ListOffsetsResponse::default().with_topics(topics))
 }
 
-/// Kafka's offset lookups: -2 earliest, -1 latest, -3 the record with the largest timestamp,
-/// otherwise the first record at or after the timestamp. Returns (offset, timestamp).
+/// Kafka's offset lookups: -2 earliest, -1 latest (for `read_committed`, the last stable
+/// offset), -3 the record with the largest timestamp, otherwise the first record at or after the
+/// timestamp. Returns (offset, timestamp).
 fn offset_at(
     broker: &Broker,
-    topic: &str,
-    partition: i32,
+    (topic, partition): (&str, i32),
     timestamp: i64,
+    isolation: Isolation,
 ) -> Result<(i64, i64), BrokerError> {
     let partition = partition_index(topic, partition)?;
     let (start, end) = broker.offsets(topic, partition)?;
     Ok(match timestamp {
         EARLIEST => (start, NONE),
+        LATEST if isolation == Isolation::ReadCommitted => {
+            (broker.last_stable_offset(topic, partition)?, NONE)
+        }
         LATEST => (end, NONE),
         -3 => broker
             .offset_of_max_timestamp(topic, partition)?

@@ -22,7 +22,6 @@ impl KafkaFrontEnd {
         version: i16,
     ) -> Option<ProduceResponse> {
         let valid_acks = matches!(request.acks, -1..=1);
-        let transactional = request.transactional_id.is_some();
         let mut responses = Vec::with_capacity(request.topic_data.len());
         for topic in request.topic_data {
             let mut partitions = Vec::with_capacity(topic.partition_data.len());
@@ -43,11 +42,6 @@ impl KafkaFrontEnd {
                     refused(
                         ResponseError::InvalidRequiredAcks,
                         "acks must be -1, 0 or 1",
-                    )
-                } else if transactional {
-                    refused(
-                        ResponseError::TransactionalIdAuthorizationFailed,
-                        "transactions are not supported by this broker",
                     )
                 } else {
                     let records = data.records.unwrap_or_default();

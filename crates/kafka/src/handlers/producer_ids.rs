@@ -1,4 +1,5 @@
-//! InitProducerId: a new idempotent producer id, or the next epoch of one.
+//! InitProducerId: a new idempotent producer id, or the next epoch of one; with a transactional
+//! id, the transaction coordinator's (see `transactions`).
 
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
@@ -8,9 +9,10 @@ use crate::errors::code_of;
 use crate::front_end::KafkaFrontEnd;
 
 impl KafkaFrontEnd {
-    pub(crate) fn init_producer_id(
+    pub(crate) async fn init_producer_id(
         &self,
         request: InitProducerIdRequest,
+        version: i16,
     ) -> InitProducerIdResponse {
         let refused = |error: ResponseError| {
             InitProducerIdResponse::default()
@@ -18,14 +20,13 @@ impl KafkaFrontEnd {
                 .with_producer_id(ProducerId(NO_PRODUCER_ID))
                 .with_producer_epoch(-1)
         };
-        match request.transactional_id.as_deref().map(|id| id.is_empty()) {
+        match request.transactional_id.as_deref().map(|id| id.to_string()) {
             // As Kafka: an empty transactional id is a malformed request, not a transaction.
-            Some(true) => return refused(ResponseError::InvalidRequest),
-            Some(false) => {
-                tracing::info!(
-                    "InitProducerId with a transactional id refused: no transactions yet"
-                );
-                return refused(ResponseError::TransactionalIdAuthorizationFailed);
+            Some(id) if id.is_empty() => return refused(ResponseError::InvalidRequest),
+            Some(id) => {
+                return self
+                    .init_transactional_producer(&id, &request, version)
+                    .await;
             }
             None => {}
         }

@@ -1,0 +1,261 @@
+//! The transactional APIs (KIP-98): InitProducerId with a transactional id, AddPartitionsToTxn,
+//! AddOffsetsToTxn, TxnOffsetCommit and EndTxn, answered by the transaction coordinator
+//! (`minibroker_transactions::TransactionService`). This broker is every coordinator, so
+//! FindCoordinator answers itself for a transactional id as for a group.
+//!
+//! The refusals are named by the coordinator; the code depends on the request's version, as in
+//! Kafka: a fenced epoch is PRODUCER_FENCED (90) where the version has it and
+//! INVALID_PRODUCER_EPOCH (47) before (InitProducerId v0-3, the adds and EndTxn v0-1).
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+};
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse, InitProducerIdRequest,
+    InitProducerIdResponse, ProducerId, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+};
+use minibroker_records::NO_PRODUCER_ID;
+use minibroker_transactions::{
+    AddPartitionsError, CoordinatorError, OffsetCommitError, TxnError,
+};
+
+use super::groups::group_code;
+use crate::front_end::KafkaFrontEnd;
+
+/// The code of a coordinator's refusal, for a request whose version `fenced_is_90` says whether
+/// it knows PRODUCER_FENCED.
+fn coordinator_code(error: &CoordinatorError, fenced_is_90: bool) -> ResponseError {
+    match error {
+        CoordinatorError::Refused(refusal) => match refusal {
+            TxnError::ProducerFenced if fenced_is_90 => ResponseError::ProducerFenced,
+            TxnError::ProducerFenced => ResponseError::InvalidProducerEpoch,
+            TxnError::InvalidProducerIdMapping => ResponseError::InvalidProducerIdMapping,
+            TxnError::ConcurrentTransactions => ResponseError::ConcurrentTransactions,
+            TxnError::InvalidTxnState { .. } => ResponseError::InvalidTxnState,
+            TxnError::InvalidTransactionTimeout { .. } => ResponseError::InvalidTransactionTimeout,
+        },
+        CoordinatorError::EmptyTransactionalId => ResponseError::InvalidRequest,
+        // An add or end before any InitProducerId: the id maps to no producer.
+        CoordinatorError::UnknownTransactionalId(_) => ResponseError::InvalidProducerIdMapping,
+        // Retriable: the client asks again (a full disk or a failed write heals, or not).
+        CoordinatorError::Log(_) | CoordinatorError::ProducerId(_) => {
+            ResponseError::CoordinatorNotAvailable
+        }
+    }
+}
+
+fn code_of_result(result: Result<(), CoordinatorError>, fenced_is_90: bool) -> i16 {
+    match result {
+        Ok(()) => 0,
+        Err(error) => {
+            tracing::debug!(%error, "transactional request refused");
+            coordinator_code(&error, fenced_is_90).code()
+        }
+    }
+}
+
+impl KafkaFrontEnd {
+    /// InitProducerId with a transactional id (the idempotent case is `init_producer_id`'s).
+    pub(crate) async fn init_transactional_producer(
+        &self,
+        id: &str,
+        request: &InitProducerIdRequest,
+        version: i16,
+    ) -> InitProducerIdResponse {
+        // KIP-360 (v3+): a producer that knows its id and epoch names them to recover.
+        let expected = (version >= 3 && request.producer_id.0 != NO_PRODUCER_ID)
+            .then_some((request.producer_id.0, request.producer_epoch));
+        // A negative timeout is out of range like one above the maximum.
+        let timeout_ms = u64::try_from(request.transaction_timeout_ms).unwrap_or(u64::MAX);
+        match self
+            .transactions
+            .init_producer(id, expected, timeout_ms)
+            .await
+        {
+            Ok((producer_id, epoch)) => InitProducerIdResponse::default()
+                .with_producer_id(ProducerId(producer_id))
+                .with_producer_epoch(epoch),
+            Err(error) => {
+                tracing::debug!(transactional_id = id, %error, "InitProducerId refused");
+                InitProducerIdResponse::default()
+                    .with_error_code(coordinator_code(&error, version >= 4).code())
+                    .with_producer_id(ProducerId(NO_PRODUCER_ID))
+                    .with_producer_epoch(-1)
+            }
+        }
+    }
+
+    /// AddPartitionsToTxn v0-3: every partition gets the one answer, as in Kafka — unknown
+    /// partitions UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, or the
+    /// coordinator's answer for all.
+    pub(crate) fn add_partitions_to_txn(
+        &self,
+        request: &AddPartitionsToTxnRequest,
+        version: i16,
+    ) -> AddPartitionsToTxnResponse {
+        let id = request.v3_and_below_transactional_id.0.as_str();
+        let asked: Vec<(String, i32)> = request
+            .v3_and_below_topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| (t.name.0.to_string(), *p)))
+            .collect();
+        let partitions: Option<Vec<(String, u32)>> = asked
+            .iter()
+            .map(|(topic, p)| u32::try_from(*p).ok().map(|p| (topic.clone(), p)))
+            .collect();
+        let result = match partitions {
+            Some(partitions) => self.transactions.add_partitions(
+                id,
+                request.v3_and_below_producer_id.0,
+                request.v3_and_below_producer_epoch,
+                &partitions,
+            ),
+            // A negative index names no partition of any topic.
+            None => Err(AddPartitionsError::Unknown(Vec::new())),
+        };
+        let code_for = |topic: &str, partition: i32| -> i16 {
+            match &result {
+                Ok(()) => 0,
+                Err(AddPartitionsError::Unknown(unknown)) => {
+                    let is_unknown = u32::try_from(partition).map_or(true, |p| {
+                        unknown.iter().any(|(t, u)| t == topic && *u == p)
+                    });
+                    if is_unknown {
+                        ResponseError::UnknownTopicOrPartition.code()
+                    } else {
+                        ResponseError::OperationNotAttempted.code()
+                    }
+                }
+                Err(AddPartitionsError::Coordinator(error)) => {
+                    coordinator_code(error, version >= 2).code()
+                }
+            }
+        };
+        if let Err(error) = &result {
+            tracing::debug!(transactional_id = id, %error, "AddPartitionsToTxn refused");
+        }
+        let topics = request
+            .v3_and_below_topics
+            .iter()
+            .map(|topic| {
+                let results = topic
+                    .partitions
+                    .iter()
+                    .map(|&partition| {
+                        AddPartitionsToTxnPartitionResult::default()
+                            .with_partition_index(partition)
+                            .with_partition_error_code(code_for(&topic.name.0, partition))
+                    })
+                    .collect();
+                AddPartitionsToTxnTopicResult::default()
+                    .with_name(topic.name.clone())
+                    .with_results_by_partition(results)
+            })
+            .collect();
+        AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(topics)
+    }
+
+    /// AddOffsetsToTxn: the group's offsets join the transaction.
+    pub(crate) fn add_offsets_to_txn(
+        &self,
+        request: &AddOffsetsToTxnRequest,
+        version: i16,
+    ) -> AddOffsetsToTxnResponse {
+        let result = self.transactions.add_offsets(
+            &request.transactional_id.0,
+            request.producer_id.0,
+            request.producer_epoch,
+            &request.group_id.0,
+        );
+        AddOffsetsToTxnResponse::default().with_error_code(code_of_result(result, version >= 2))
+    }
+
+    /// TxnOffsetCommit: the offsets wait in the transaction; every partition gets the one
+    /// answer.
+    pub(crate) async fn txn_offset_commit(
+        &self,
+        request: TxnOffsetCommitRequest,
+        version: i16,
+    ) -> TxnOffsetCommitResponse {
+        let offsets = request
+            .topics
+            .iter()
+            .flat_map(|topic| {
+                topic.partitions.iter().map(|p| {
+                    (
+                        topic.name.0.to_string(),
+                        p.partition_index,
+                        p.committed_offset,
+                        p.committed_metadata.as_ref().map(ToString::to_string),
+                    )
+                })
+            })
+            .collect();
+        // KIP-447 (v3): the member and generation, checked by the group when given.
+        let member = if version >= 3 {
+            (request.generation_id, request.member_id.as_str())
+        } else {
+            (-1, "")
+        };
+        let committed = self
+            .transactions
+            .commit_offsets(
+                (
+                    &request.transactional_id.0,
+                    request.producer_id.0,
+                    request.producer_epoch,
+                ),
+                &request.group_id.0,
+                member,
+                offsets,
+            )
+            .await;
+        let code = match &committed {
+            Ok(()) => 0,
+            // TxnOffsetCommit has no PRODUCER_FENCED at the versions served.
+            Err(OffsetCommitError::Coordinator(error)) => coordinator_code(error, false).code(),
+            Err(OffsetCommitError::Group(error)) => group_code(error),
+        };
+        if let Err(error) = &committed {
+            tracing::debug!(%error, "TxnOffsetCommit refused");
+        }
+        let topics = request
+            .topics
+            .iter()
+            .map(|topic| {
+                let partitions = topic
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        TxnOffsetCommitResponsePartition::default()
+                            .with_partition_index(p.partition_index)
+                            .with_error_code(code)
+                    })
+                    .collect();
+                TxnOffsetCommitResponseTopic::default()
+                    .with_name(topic.name.clone())
+                    .with_partitions(partitions)
+            })
+            .collect();
+        TxnOffsetCommitResponse::default().with_topics(topics)
+    }
+
+    /// EndTxn: answered once the markers are written and the groups' offsets settled.
+    pub(crate) async fn end_txn(&self, request: &EndTxnRequest, version: i16) -> EndTxnResponse {
+        let result = self
+            .transactions
+            .end(
+                &request.transactional_id.0,
+                request.producer_id.0,
+                request.producer_epoch,
+                request.committed,
+            )
+            .await;
+        EndTxnResponse::default().with_error_code(code_of_result(result, version >= 2))
+    }
+}
