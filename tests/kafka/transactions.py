@@ -14,16 +14,16 @@ Each command prints one JSON summary line and exits non-zero when what it checks
         and waits to be killed
     python transactions.py check-output BOOTSTRAP SOURCE SINK COUNT
         SINK, read_committed, holds each of SOURCE's COUNT values transformed exactly once, and
-        group "processor" has committed SOURCE's end offsets
+        group "processor" has committed offsets past every record of SOURCE
     python transactions.py zombie BOOTSTRAP TOPIC
         a second producer with the same transactional id fences the first: the first's commit
         fails, its open transaction is aborted, and only the second's records are read_committed
     python transactions.py timeout BOOTSTRAP TOPIC
         a transaction left open past its transaction.timeout.ms is aborted by the broker; its
         producer is fenced and a read_committed consumer sees nothing of it
-    python transactions.py produce-open BOOTSTRAP TOPIC TXN_ID COUNT commit|abort|open
-        writes COUNT records in one transaction, then commits it, aborts it, or leaves it open and
-        waits to be killed
+    python transactions.py produce-open BOOTSTRAP TOPIC TXN_ID COUNT commit|abort|open [TIMEOUT_MS]
+        writes COUNT records in one transaction (of transaction.timeout.ms TIMEOUT_MS, 60000 by
+        default), then commits it, aborts it, or leaves it open and waits to be killed
     python transactions.py read BOOTSTRAP TOPIC PARTITIONS read_committed|read_uncommitted
         every value readable now, and the last stable offsets (the end a read_committed consumer
         sees)
@@ -220,6 +220,7 @@ def check_basics(bootstrap, topic, open_transaction):
 def run_process(bootstrap, source, sink, txn_id, die_after=None):
     from confluent_kafka import Consumer, Producer
 
+    ensure_topic(bootstrap, sink)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "processor",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
                          "isolation.level": "read_committed", "session.timeout.ms": 6000})
@@ -270,16 +271,32 @@ def run_check_output(bootstrap, source, sink, count):
 
     values = read_values(bootstrap, sink, PARTITIONS, "read_committed")
     wanted = sorted(f"{source}-{i}".upper() for i in range(count))
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "processor"})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "processor",
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "enable.partition.eof": True})
     committed = consumer.committed([TopicPartition(source, p) for p in range(PARTITIONS)], 10)
-    ends = [consumer.get_watermark_offsets(TopicPartition(source, p), timeout=10)[1]
-            for p in range(PARTITIONS)]
-    consumer.close()
     positions = [tp.offset for tp in committed]
+    # At the input's end: from the committed offsets there is nothing left to process (a
+    # committed offset may stop before a last COMMIT marker, which a consumer skips).
+    consumer.assign([TopicPartition(source, p, max(offset, 0))
+                     for p, offset in enumerate(positions)])
+    remaining, at_end = 0, set()
+    deadline = time.time() + 10
+    while len(at_end) < PARTITIONS and time.time() < deadline:
+        message = consumer.poll(0.2)
+        if message is None:
+            continue
+        if message.error():
+            if message.error().code() == -191:  # _PARTITION_EOF
+                at_end.add(message.partition())
+            continue
+        remaining += 1
+    consumer.close()
     duplicates = len(values) - len(set(values))
     done({"read": len(values), "distinct": len(set(values)), "duplicates": duplicates,
-          "committed": positions, "ends": ends},
-         sorted(values) == wanted and positions == ends)
+          "committed": positions, "remaining": remaining},
+         sorted(values) == wanted and remaining == 0 and len(at_end) == PARTITIONS
+         and all(offset > 0 for offset in positions))
 
 
 # --- fencing and timeouts --------------------------------------------------------------------
@@ -337,12 +354,12 @@ def run_timeout(bootstrap, topic):
          and all(end > 0 for end in released))
 
 
-def run_produce_open(bootstrap, topic, txn_id, count, end):
+def run_produce_open(bootstrap, topic, txn_id, count, end, timeout_ms):
     from confluent_kafka import Producer
 
     ensure_topic(bootstrap, topic)
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
-                         "transaction.timeout.ms": 60000})
+                         "transaction.timeout.ms": timeout_ms})
     producer.init_transactions(10)
     producer.begin_transaction()
     for i in range(count):
@@ -377,7 +394,8 @@ def main(argv):
     elif command == "timeout":
         run_timeout(args[0], args[1])
     elif command == "produce-open":
-        run_produce_open(args[0], args[1], args[2], int(args[3]), args[4])
+        timeout_ms = int(args[5]) if len(args) > 5 else 60000
+        run_produce_open(args[0], args[1], args[2], int(args[3]), args[4], timeout_ms)
     elif command == "read":
         run_read(args[0], args[1], int(args[2]), args[3])
     else:

@@ -9,10 +9,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable};
 use minibroker_broker::{Broker, BrokerError, Unacknowledged};
 use minibroker_groups::GroupCoordinator;
-use minibroker_transactions::TransactionService;
 use minibroker_net::framing::FramingError;
 use minibroker_net::timings::ConnectionTimings;
 use minibroker_net::{FrontEnd, Next, Node};
+use minibroker_transactions::TransactionService;
 use std::future::Future;
 use std::sync::Arc;
 

@@ -44,8 +44,8 @@ mod transaction;
 
 pub use config::TransactionConfig;
 pub use coordinator::{CoordinatorError, Limits, TransactionCoordinator};
-pub use service::{AddPartitionsError, OffsetCommitError, TransactionCounts, TransactionService};
 pub use log::{COMPACT_BYTES, FILE_NAME, TransactionLog, TransactionLogError};
 pub use record::RecordError;
+pub use service::{AddPartitionsError, OffsetCommitError, TransactionCounts, TransactionService};
 pub use state::TxnState;
 pub use transaction::{Change, InitOutcome, Transaction, TxnError};

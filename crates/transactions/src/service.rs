@@ -111,15 +111,17 @@ impl TransactionService {
     ) -> Result<Self, ServerError> {
         config.validate()?;
         let coordinator = match broker.data_dir() {
-            Some(data) => {
-                TransactionCoordinator::open(config.limits(), Arc::clone(data.storage()), data.root())
-                    .map_err(|error| {
-                        ServerError::data_dir(
-                            data.root().join(crate::FILE_NAME),
-                            minibroker_broker::DataDirProblem::Content(error.to_string()),
-                        )
-                    })?
-            }
+            Some(data) => TransactionCoordinator::open(
+                config.limits(),
+                Arc::clone(data.storage()),
+                data.root(),
+            )
+            .map_err(|error| {
+                ServerError::data_dir(
+                    data.root().join(crate::FILE_NAME),
+                    minibroker_broker::DataDirProblem::Content(error.to_string()),
+                )
+            })?,
             None => TransactionCoordinator::in_memory(config.limits()),
         };
         let service = Self {
@@ -157,7 +159,9 @@ impl TransactionService {
     }
 
     fn finishing(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
-        self.finishing.lock().unwrap_or_else(PoisonError::into_inner)
+        self.finishing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Claims `id`'s end for this task; `None` while another task writes it.
@@ -181,7 +185,11 @@ impl TransactionService {
         expected: Option<(i64, i16)>,
         timeout_ms: u64,
     ) -> Result<(i64, i16), CoordinatorError> {
-        let issue = || self.broker.init_producer(None).map(|issued| issued.producer_id);
+        let issue = || {
+            self.broker
+                .init_producer(None)
+                .map(|issued| issued.producer_id)
+        };
         match self
             .coordinator
             .init_producer(id, expected, timeout_ms, issue, now_millis())?
@@ -355,7 +363,11 @@ impl TransactionService {
             done = false;
         }
         for group in txn.groups() {
-            if let Err(error) = self.groups.end_transaction(group, producer_id, commit).await {
+            if let Err(error) = self
+                .groups
+                .end_transaction(group, producer_id, commit)
+                .await
+            {
                 tracing::warn!(transactional_id = id, group, %error, "a transaction's offsets were not settled");
                 done = false;
             }

@@ -20,9 +20,7 @@ use kafka_protocol::messages::{
     InitProducerIdResponse, ProducerId, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 use minibroker_records::NO_PRODUCER_ID;
-use minibroker_transactions::{
-    AddPartitionsError, CoordinatorError, OffsetCommitError, TxnError,
-};
+use minibroker_transactions::{AddPartitionsError, CoordinatorError, OffsetCommitError, TxnError};
 
 use super::groups::group_code;
 use crate::front_end::KafkaFrontEnd;
@@ -122,9 +120,8 @@ impl KafkaFrontEnd {
             match &result {
                 Ok(()) => 0,
                 Err(AddPartitionsError::Unknown(unknown)) => {
-                    let is_unknown = u32::try_from(partition).map_or(true, |p| {
-                        unknown.iter().any(|(t, u)| t == topic && *u == p)
-                    });
+                    let is_unknown = u32::try_from(partition)
+                        .map_or(true, |p| unknown.iter().any(|(t, u)| t == topic && *u == p));
                     if is_unknown {
                         ResponseError::UnknownTopicOrPartition.code()
                     } else {

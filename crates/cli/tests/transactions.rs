@@ -1,0 +1,254 @@
+//! Kafka transactions with the real clients (`tests/kafka/transactions.py`) against a real
+//! `minibroker serve`: confluent-kafka, kafka-python and aiokafka commit and abort across
+//! partitions, read_committed and read_uncommitted consumers see what they should, an open
+//! transaction holds back the last stable offset until it ends; a newer instance fences a zombie;
+//! a transaction left open past its timeout is aborted; and a consume-transform-produce pipeline
+//! writes its output exactly once, with its input offsets committed at the end, through a SIGKILL
+//! of the processor mid-transaction and a SIGKILL of the broker with transactions open,
+//! committed and aborted.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use support::{ServeProcess, free_addr, kafka_script, serve_command, summary_of};
+
+fn script(args: &[&str]) -> serde_json::Value {
+    let output = kafka_script("transactions.py", args).output().unwrap();
+    summary_of(&output, &format!("transactions.py {args:?}"))
+}
+
+fn memory_broker() -> ServeProcess {
+    ServeProcess::spawn(&mut serve_command("127.0.0.1:0", "127.0.0.1:0"))
+}
+
+/// A durable broker on fixed addresses (restarts reuse them), with the `always` flush policy.
+fn durable_command(addrs: &(String, String), dir: &Path) -> Command {
+    let mut command = serve_command(&addrs.0, &addrs.1);
+    command
+        .arg("--data-dir")
+        .arg(dir)
+        .args(["--flush", "always"]);
+    command
+}
+
+#[test]
+fn confluent_kafka_commits_and_aborts_across_partitions() {
+    let broker = memory_broker();
+    let summary = script(&[
+        "basics",
+        "confluent",
+        &broker.kafka_addr,
+        "basics-confluent",
+    ]);
+    // 12 committed, 6 aborted, 3 open: read_committed stops at the open transaction's start.
+    assert_eq!(summary["read_committed"], 12, "{summary}");
+    assert_eq!(summary["read_uncommitted"], 21, "{summary}");
+    assert_eq!(summary["after_commit"]["read_committed"], 15, "{summary}");
+    // Each partition: 4 committed records + marker, 2 aborted + marker, then the open one's
+    // first record at offset 8, which holds the LSO until its COMMIT (offset 9) lands.
+    assert_eq!(summary["stable_offsets"], serde_json::json!([8, 8, 8]));
+    assert_eq!(
+        summary["after_commit"]["stable_offsets"],
+        serde_json::json!([10, 10, 10])
+    );
+}
+
+#[test]
+fn kafka_python_commits_and_aborts_across_partitions() {
+    let broker = memory_broker();
+    let summary = script(&["basics", "kafka-python", &broker.kafka_addr, "basics-kp"]);
+    assert_eq!(summary["read_committed"], 12, "{summary}");
+    assert_eq!(summary["after_commit"]["read_committed"], 15, "{summary}");
+}
+
+#[test]
+fn aiokafka_commits_and_aborts_across_partitions() {
+    let broker = memory_broker();
+    let summary = script(&["basics", "aiokafka", &broker.kafka_addr, "basics-aio"]);
+    assert_eq!(summary["read_committed"], 12, "{summary}");
+    assert_eq!(
+        summary["after_commit"]["aiokafka_read_committed"], 15,
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_newer_instance_fences_the_zombie_and_aborts_its_transaction() {
+    let broker = memory_broker();
+    let summary = script(&["zombie", &broker.kafka_addr, "zombie"]);
+    assert_eq!(summary["fenced"], "_FENCED", "{summary}");
+}
+
+#[test]
+fn a_transaction_open_past_its_timeout_is_aborted_and_its_producer_fenced() {
+    let broker = memory_broker();
+    let summary = script(&["timeout", &broker.kafka_addr, "timeout"]);
+    assert_eq!(summary["refused"], "_FENCED", "{summary}");
+    assert!(
+        broker
+            .logged()
+            .contains("aborting a transaction past its timeout")
+    );
+}
+
+/// Writes `count` values `SOURCE-i` over the source topic's partitions, in one transaction of
+/// transactional id SOURCE.
+fn fill_source(kafka: &str, source: &str, count: usize) {
+    let summary = script(&[
+        "produce-open",
+        kafka,
+        source,
+        source,
+        &count.to_string(),
+        "commit",
+    ]);
+    assert_eq!(summary["written"], count);
+}
+
+/// Starts the processor, which kills nothing itself: it stops in the middle of a transaction
+/// after `die_after` records and says so; returns the waiting process.
+fn processor_stuck_mid_transaction(
+    kafka: &str,
+    (source, sink): (&str, &str),
+    die_after: usize,
+) -> std::process::Child {
+    let mut processor = kafka_script(
+        "transactions.py",
+        &[
+            "process",
+            kafka,
+            source,
+            sink,
+            "processor",
+            &die_after.to_string(),
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut line = String::new();
+    BufReader::new(processor.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("mid_transaction"), "{line}");
+    processor
+}
+
+#[test]
+fn consume_transform_produce_is_exactly_once_through_a_killed_processor() {
+    let broker = memory_broker();
+    let kafka = &broker.kafka_addr;
+    fill_source(kafka, "ctp-in", 100);
+    let mut processor = processor_stuck_mid_transaction(kafka, ("ctp-in", "ctp-out"), 25);
+    processor.kill().unwrap(); // SIGKILL, mid-transaction
+    processor.wait().unwrap();
+    // The restarted processor, with the same transactional id, fences the dead one's open
+    // transaction and goes on from the committed offsets.
+    let rest = script(&["process", kafka, "ctp-in", "ctp-out", "processor"]);
+    assert!(rest["produced"].as_u64().unwrap() < 100, "{rest}");
+    let output = script(&["check-output", kafka, "ctp-in", "ctp-out", "100"]);
+    assert_eq!(output["duplicates"], 0, "{output}");
+    assert_eq!(output["read"], 100, "{output}");
+}
+
+#[test]
+fn a_broker_killed_mid_transaction_keeps_every_outcome_and_no_lso_sticks() {
+    let dir = tempfile::tempdir().unwrap();
+    let addrs = (free_addr(), free_addr());
+    let broker = ServeProcess::spawn(&mut durable_command(&addrs, dir.path()));
+    let kafka = broker.kafka_addr.clone();
+    fill_source(&kafka, "kill-in", 100);
+    script(&[
+        "produce-open",
+        &kafka,
+        "outcomes",
+        "committed",
+        "6",
+        "commit",
+    ]);
+    script(&["produce-open", &kafka, "outcomes", "aborted", "6", "abort"]);
+    // Left open by a producer that stays alive, with a short timeout: after the restart the
+    // broker must still abort it, or the LSO would stick.
+    let mut open = kafka_script(
+        "transactions.py",
+        &[
+            "produce-open",
+            &kafka,
+            "outcomes",
+            "open",
+            "6",
+            "open",
+            "3000",
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut line = String::new();
+    BufReader::new(open.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    // And a pipeline in the middle of a transaction.
+    let mut processor = processor_stuck_mid_transaction(&kafka, ("kill-in", "kill-out"), 35);
+
+    broker.kill(); // SIGKILL
+    let broker = ServeProcess::spawn(&mut durable_command(&addrs, dir.path()));
+    processor.kill().unwrap();
+    processor.wait().unwrap();
+    open.kill().unwrap();
+    open.wait().unwrap();
+
+    // The open transaction times out and is aborted by the restarted broker.
+    let mut read = serde_json::Value::Null;
+    for _ in 0..40 {
+        read = script(&["read", &kafka, "outcomes", "3", "read_committed"]);
+        let ends = &read["stable_offsets"];
+        if ends
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e.as_i64().unwrap())
+            .sum::<i64>()
+            >= 27
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    let mut values: Vec<String> = read["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    values.sort();
+    let committed: Vec<String> = (0..6).map(|i| format!("committed-{i}")).collect();
+    assert_eq!(values, committed, "{read}");
+    // Each partition: 2 + 2 + 2 records and 3 markers: nothing holds the LSO back.
+    assert_eq!(
+        read["stable_offsets"],
+        serde_json::json!([9, 9, 9]),
+        "{read}"
+    );
+
+    // The pipeline resumes and its output is exactly once.
+    script(&[
+        "process",
+        &broker.kafka_addr,
+        "kill-in",
+        "kill-out",
+        "processor",
+    ]);
+    let output = script(&[
+        "check-output",
+        &broker.kafka_addr,
+        "kill-in",
+        "kill-out",
+        "100",
+    ]);
+    assert_eq!(output["duplicates"], 0, "{output}");
+}
