@@ -600,18 +600,20 @@ mod tests {
                 .with_partitions(vec![0, 1, 2]),
         ]);
         passes(ApiKey::AddPartitionsToTxn, 0..=3, &add);
-        let commit = TxnOffsetCommitRequest::default()
-            .with_member_id(StrBytes::from_static_str("member"))
-            .with_topics(vec![
-                txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
-                    .with_name(name("a"))
-                    .with_partitions(vec![
+        let commit = TxnOffsetCommitRequest::default().with_topics(vec![
+            txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                .with_name(name("a"))
+                .with_partitions(vec![
                         txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
                             .with_committed_metadata(Some(StrBytes::from_static_str("m")));
                         2
                     ]),
-            ]);
-        passes(ApiKey::TxnOffsetCommit, 0..=3, &commit);
+        ]);
+        passes(ApiKey::TxnOffsetCommit, 0..=2, &commit);
+        let member = commit
+            .with_member_id(StrBytes::from_static_str("member"))
+            .with_group_instance_id(Some(StrBytes::from_static_str("instance")));
+        passes(ApiKey::TxnOffsetCommit, 3..=3, &member);
         // A count no body could hold.
         let mut huge = bytes::BytesMut::new();
         AddPartitionsToTxnRequest::default()

@@ -1,0 +1,368 @@
+//! Transactions through crashes of a simulated disk: a broker, its group coordinator and its
+//! transaction service on `SimStorage`, three transactional ids running transactions over two
+//! partitions and a group's offsets, and the disk crashed at a seed-chosen point — between
+//! requests, after an end's Prepare* is durable but before any marker, or with only some of its
+//! markers written. After the restart (its clock run past every timeout) it must hold:
+//! - every transaction acknowledged as committed is read by a `read_committed` consumer, each
+//!   record once; none acknowledged as aborted is;
+//! - every other transaction is all or nothing: its records are read on every partition or on
+//!   none, and its group offsets go with them;
+//! - no last stable offset is stuck (each is the log's end), and nothing is left pending.
+//!
+//! Each seed is a different run; the test goes through 2000.
+
+use bytes::Bytes;
+use minibroker_broker::{Broker, BrokerConfig, FlushPolicy, Isolation, Unacknowledged};
+use minibroker_groups::{GroupConfig, GroupCoordinator};
+use minibroker_log::sim::SimStorage;
+use minibroker_records::{NewRecord, Writer};
+use minibroker_transactions::{TransactionConfig, TransactionService};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+
+const TOPIC: &str = "out";
+const PARTITIONS: u32 = 2;
+const IDS: [&str; 3] = ["a", "b", "c"];
+const GROUP: &str = "g";
+const SEEDS: u64 = 2000;
+
+struct Node {
+    broker: Arc<Broker>,
+    groups: Arc<GroupCoordinator>,
+    service: TransactionService,
+}
+
+fn open(storage: &SimStorage) -> Node {
+    let config = BrokerConfig {
+        data_dir: Some("/data".into()),
+        flush: FlushPolicy::Always,
+        ..BrokerConfig::default()
+    };
+    let broker = Arc::new(Broker::with_storage(&config, Arc::new(storage.clone())).unwrap());
+    let groups = Arc::new(GroupCoordinator::for_broker(&broker, &GroupConfig::default()).unwrap());
+    let service = TransactionService::for_broker(
+        Arc::clone(&broker),
+        Arc::clone(&groups),
+        &TransactionConfig::default(),
+    )
+    .unwrap();
+    Node {
+        broker,
+        groups,
+        service,
+    }
+}
+
+/// A small deterministic generator: the run of each seed is the same every time.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// What the test knows of one transaction.
+#[derive(Debug, Default, Clone)]
+struct Expected {
+    values: Vec<String>,
+    /// The group offset it committed, if any.
+    group_offset: Option<i64>,
+    /// `Some(commit)` once its end was acknowledged.
+    acknowledged: Option<bool>,
+    /// Its place among the acknowledged ends (their offsets apply in that order; an end finished
+    /// by the restarted broker applies after all of them).
+    ended_at: usize,
+}
+
+/// One transactional id's producer, as a client keeps it.
+struct Producer {
+    id: &'static str,
+    producer_id: i64,
+    epoch: i16,
+    sequences: BTreeMap<u32, i32>,
+    open: Option<usize>,
+}
+
+/// How the run stops.
+enum Crash {
+    /// Between two requests.
+    Between,
+    /// Right after an end's Prepare* is durable, before its markers.
+    Prepared,
+    /// After one of an end's markers.
+    OneMarker,
+}
+
+async fn run_until_crash(node: &Node, rng: &mut Rng) -> (Vec<Expected>, Crash) {
+    let mut producers = Vec::new();
+    for id in IDS {
+        let (producer_id, epoch) = node.service.init_producer(id, None, 60_000).await.unwrap();
+        producers.push(Producer {
+            id,
+            producer_id,
+            epoch,
+            sequences: BTreeMap::new(),
+            open: None,
+        });
+    }
+    let mut transactions: Vec<Expected> = Vec::new();
+    let mut ends = 0;
+    let steps = 1 + rng.below(40);
+    for _ in 0..steps {
+        let producer = &mut producers[rng.below(IDS.len() as u64) as usize];
+        let Some(index) = producer.open else {
+            // Begin: add partitions, write a batch to each.
+            let count = 1 + rng.below(u64::from(PARTITIONS)) as u32;
+            let first = rng.below(u64::from(PARTITIONS)) as u32;
+            let partitions: Vec<(String, u32)> = (0..count)
+                .map(|i| (TOPIC.to_owned(), (first + i) % PARTITIONS))
+                .collect();
+            node.service
+                .add_partitions(
+                    producer.id,
+                    producer.producer_id,
+                    producer.epoch,
+                    &partitions,
+                )
+                .unwrap();
+            let index = transactions.len();
+            let mut expected = Expected::default();
+            for (_, partition) in &partitions {
+                let value = format!("{}-{index}-{partition}", producer.id);
+                write(node, producer, *partition, &value).await;
+                expected.values.push(value);
+            }
+            if rng.below(2) == 0 {
+                node.service
+                    .add_offsets(producer.id, producer.producer_id, producer.epoch, GROUP)
+                    .unwrap();
+                let offset = index as i64;
+                let offsets = vec![("in".to_owned(), 0, offset, None)];
+                let transaction = (producer.id, producer.producer_id, producer.epoch);
+                node.service
+                    .commit_offsets(transaction, GROUP, (-1, ""), offsets)
+                    .await
+                    .unwrap();
+                expected.group_offset = Some(offset);
+            }
+            transactions.push(expected);
+            producer.open = Some(index);
+            continue;
+        };
+        let commit = rng.below(3) != 0;
+        match rng.below(8) {
+            0 => {
+                let coordinator = node.service.coordinator();
+                let id = producer.id;
+                coordinator
+                    .end(id, producer.producer_id, producer.epoch, commit, 0)
+                    .unwrap();
+                return (transactions, Crash::Prepared);
+            }
+            1 => {
+                let txn = node.service.coordinator();
+                let ended = txn
+                    .end(producer.id, producer.producer_id, producer.epoch, commit, 0)
+                    .unwrap()
+                    .unwrap();
+                let (topic, partition) = ended.partitions().next().unwrap().clone();
+                let mut unacknowledged = Unacknowledged::default();
+                node.broker
+                    .write_marker(
+                        &mut unacknowledged,
+                        &topic,
+                        partition,
+                        producer.producer_id,
+                        producer.epoch,
+                        commit,
+                    )
+                    .unwrap();
+                unacknowledged.commit().await.unwrap();
+                return (transactions, Crash::OneMarker);
+            }
+            _ => {
+                node.service
+                    .end(producer.id, producer.producer_id, producer.epoch, commit)
+                    .await
+                    .unwrap();
+                ends += 1;
+                transactions[index].acknowledged = Some(commit);
+                transactions[index].ended_at = ends;
+                producer.open = None;
+            }
+        }
+    }
+    (transactions, Crash::Between)
+}
+
+async fn write(node: &Node, producer: &mut Producer, partition: u32, value: &str) {
+    let sequence = producer.sequences.entry(partition).or_insert(0);
+    let writer = Writer {
+        producer_id: producer.producer_id,
+        epoch: producer.epoch,
+        base_sequence: *sequence,
+    };
+    let batch =
+        minibroker_records::encode_transactional(writer, &[NewRecord::value(value.to_owned())], 0)
+            .unwrap();
+    *sequence += 1;
+    let mut unacknowledged = Unacknowledged::default();
+    node.broker
+        .produce_stored(&mut unacknowledged, TOPIC, partition, &batch)
+        .await
+        .unwrap();
+}
+
+/// What a `read_committed` consumer reads from `partition`: the batches below the last stable
+/// offset, without the aborted transactions' records and the markers (Kafka's client rule).
+fn read_committed(broker: &Broker, partition: u32) -> Vec<String> {
+    let fetched = broker
+        .fetch(TOPIC, partition, 0, usize::MAX, 0, Isolation::ReadCommitted)
+        .unwrap();
+    let mut aborted: Vec<(i64, i64)> = fetched
+        .aborted
+        .iter()
+        .map(|a| (a.first_offset, a.producer_id))
+        .collect();
+    aborted.sort_unstable();
+    let mut aborted = aborted.into_iter().peekable();
+    let mut in_aborted: HashSet<i64> = HashSet::new();
+    let mut values = Vec::new();
+    for batch in &fetched.batches {
+        let base = minibroker_records::base_offset(batch);
+        let info = minibroker_records::inspect_stored(batch, base).unwrap();
+        while let Some(&(first, producer_id)) = aborted.peek()
+            && first <= base
+        {
+            in_aborted.insert(producer_id);
+            aborted.next();
+        }
+        if info.control {
+            let marker = minibroker_records::marker(batch).unwrap().unwrap();
+            if !marker.commit {
+                in_aborted.remove(&info.producer_id);
+            }
+            continue;
+        }
+        if info.transactional && in_aborted.contains(&info.producer_id) {
+            continue;
+        }
+        let decoded = minibroker_records::decode(&Bytes::clone(batch)).unwrap();
+        values.extend(
+            decoded
+                .records
+                .iter()
+                .map(|r| String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap()),
+        );
+    }
+    values
+}
+
+fn check(node: &Node, transactions: &[Expected], seed: u64) {
+    let mut read = Vec::new();
+    for partition in 0..PARTITIONS {
+        let (_, end) = node.broker.offsets(TOPIC, partition).unwrap();
+        let stable = node.broker.last_stable_offset(TOPIC, partition).unwrap();
+        assert_eq!(
+            stable, end,
+            "seed {seed}: partition {partition}'s LSO is stuck"
+        );
+        read.extend(read_committed(&node.broker, partition));
+    }
+    let distinct: BTreeSet<&String> = read.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        read.len(),
+        "seed {seed}: a record read twice"
+    );
+    // (order applied, offset) of every committed transaction with offsets.
+    let mut applied = Vec::new();
+    for (index, txn) in transactions.iter().enumerate() {
+        let visible = txn.values.iter().filter(|v| distinct.contains(v)).count();
+        let committed = match txn.acknowledged {
+            Some(true) => {
+                assert_eq!(visible, txn.values.len(), "seed {seed}: txn {index} lost");
+                true
+            }
+            Some(false) => {
+                assert_eq!(visible, 0, "seed {seed}: aborted txn {index} visible");
+                false
+            }
+            None => {
+                assert!(
+                    visible == 0 || visible == txn.values.len(),
+                    "seed {seed}: txn {index} half visible"
+                );
+                visible > 0
+            }
+        };
+        if let (true, Some(offset)) = (committed, txn.group_offset) {
+            let order = match txn.acknowledged {
+                Some(_) => txn.ended_at,
+                None => usize::MAX,
+            };
+            applied.push((order, offset));
+        }
+    }
+    let last_group_offset = applied.iter().max().map(|&(_, offset)| offset);
+    let key = ("in".to_owned(), 0);
+    assert!(
+        !node.groups.has_pending(GROUP, &key),
+        "seed {seed}: pending offsets left"
+    );
+    let offset = node
+        .groups
+        .committed(GROUP, Some(std::slice::from_ref(&key)))
+        .first()
+        .map(|(_, c)| c.offset);
+    assert_eq!(offset, last_group_offset, "seed {seed}: group offsets");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactions_keep_their_outcomes_through_crashes_at_every_point() {
+    let mut crashes = [0u32; 3];
+    for seed in 0..SEEDS {
+        let storage = SimStorage::new();
+        let node = open(&storage);
+        node.broker.create_topic(TOPIC, PARTITIONS).unwrap();
+        let mut rng = Rng(seed);
+        let (transactions, crash) = run_until_crash(&node, &mut rng).await;
+        crashes[match crash {
+            Crash::Between => 0,
+            Crash::Prepared => 1,
+            Crash::OneMarker => 2,
+        }] += 1;
+        drop(node);
+        let restarted = open(&storage.crash(seed));
+        // Past every timeout: the open transactions are aborted, the prepared ones finished.
+        let later = minibroker_records::now_millis() + 3_600_000;
+        restarted.service.tick(later).await;
+        restarted.service.tick(later).await;
+        check(&restarted, &transactions, seed);
+        // And it goes on: each id starts a new transaction and commits it.
+        for id in IDS {
+            let (producer_id, epoch) = restarted
+                .service
+                .init_producer(id, None, 60_000)
+                .await
+                .unwrap();
+            let partitions = [(TOPIC.to_owned(), 0)];
+            restarted
+                .service
+                .add_partitions(id, producer_id, epoch, &partitions)
+                .unwrap();
+            restarted
+                .service
+                .end(id, producer_id, epoch, true)
+                .await
+                .unwrap();
+        }
+    }
+    // Every kind of crash point was reached, many times.
+    assert!(crashes.iter().all(|&n| n > 100), "{crashes:?}");
+}
