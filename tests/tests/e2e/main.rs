@@ -10,4 +10,5 @@ mod kafka;
 mod limits;
 mod power_loss;
 mod shutdown;
+mod transactions;
 mod wire;
