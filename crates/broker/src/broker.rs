@@ -251,9 +251,16 @@ impl Broker {
             partition,
             bytes: self.batch_charge(batch.len()) + PRODUCER_ENTRY_BYTES,
         };
-        let target = unacknowledged
-            .get_or_create(&self.topics, topic, check)?
-            .partition(partition)?;
+        let found = if info.transactional {
+            // A transaction's partitions were added before its batches (AddPartitionsToTxn
+            // needs them to exist), so its batch never creates a topic.
+            unacknowledged
+                .get(&self.topics, topic)
+                .map_err(|_| transactions::not_added(&info))?
+        } else {
+            unacknowledged.get_or_create(&self.topics, topic, check)?
+        };
+        let target = found.partition(partition)?;
         target.refuse_if_read_only()?;
         let (verdict, appended) = self.validate_and_append(target, header, batch, &info)?;
         // A new segment: snapshot producer state, so recovery replays only what follows.

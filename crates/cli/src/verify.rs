@@ -21,6 +21,19 @@ pub struct Args {
     /// Acknowledged batches (JSON lines, as written by `produce --acks`); repeat for several files.
     #[arg(long = "expect")]
     expect: Vec<PathBuf>,
+    /// With --kafka, `read-committed` also reads the topic as a read_committed consumer and
+    /// checks it sees exactly the committed transactions (and no aborted or open one).
+    #[arg(long, value_enum, default_value_t = Isolation::ReadUncommitted, requires = "kafka")]
+    isolation: Isolation,
+}
+
+/// Which view of a transactional topic is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Isolation {
+    /// Every batch (the exactly-once rules only).
+    ReadUncommitted,
+    /// Every batch, and what a read_committed consumer sees.
+    ReadCommitted,
 }
 
 pub async fn run(args: Args) -> Result<()> {
@@ -34,6 +47,9 @@ pub async fn run(args: Args) -> Result<()> {
     }
     let expected = (!args.expect.is_empty()).then_some(acknowledged.as_slice());
     let report = match (&args.broker, &args.kafka) {
+        (_, Some(kafka)) if args.isolation == Isolation::ReadCommitted => {
+            minibroker_verify::verify_kafka_read_committed(kafka, &args.topic, expected).await?
+        }
         (_, Some(kafka)) => minibroker_verify::verify_kafka(kafka, &args.topic, expected).await?,
         (Some(broker), None) => {
             let client = Client::connect(broker, ClientConfig::default()).await?;

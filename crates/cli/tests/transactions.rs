@@ -53,6 +53,21 @@ fn confluent_kafka_commits_and_aborts_across_partitions() {
         summary["after_commit"]["stable_offsets"],
         serde_json::json!([10, 10, 10])
     );
+    // The verifier agrees: the producer's sequences are whole, and read_committed shows exactly
+    // the committed batches.
+    let verified = broker.run_kafka(&[
+        "verify",
+        "--topic",
+        "basics-confluent",
+        "--isolation",
+        "read-committed",
+    ]);
+    assert!(verified.contains("PASS"), "{verified}");
+    assert!(
+        verified.contains("read_committed sees exactly the committed batches"),
+        "{verified}"
+    );
+    assert!(verified.contains("aborted"), "{verified}");
 }
 
 #[test]

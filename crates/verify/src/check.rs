@@ -119,6 +119,24 @@ pub enum Violation {
         /// What is stored.
         stored: StoredBatch,
     },
+    /// A `read_committed` consumer is shown a batch of a transaction that aborted or is still
+    /// open.
+    UncommittedVisible {
+        /// Partition.
+        partition: u32,
+        /// The batch's offset.
+        offset: i64,
+        /// Aborted (`true`) or still open.
+        aborted: bool,
+    },
+    /// A `read_committed` consumer is not shown a committed (or non-transactional) batch below
+    /// the last stable offset.
+    CommittedHidden {
+        /// Partition.
+        partition: u32,
+        /// The batch's offset.
+        offset: i64,
+    },
 }
 
 impl fmt::Display for Violation {
@@ -173,6 +191,23 @@ impl fmt::Display for Violation {
                 stored.base_offset,
                 stored.records
             ),
+            Self::UncommittedVisible {
+                partition,
+                offset,
+                aborted,
+            } => write!(
+                f,
+                "partition {partition}: read_committed was shown the batch at offset {offset}, of a transaction {}",
+                if *aborted {
+                    "that aborted"
+                } else {
+                    "still open"
+                }
+            ),
+            Self::CommittedHidden { partition, offset } => write!(
+                f,
+                "partition {partition}: read_committed was not shown the committed batch at offset {offset}"
+            ),
         }
     }
 }
@@ -192,6 +227,8 @@ pub struct Report {
     pub producers: usize,
     /// Acknowledged batches checked (0 without an expectation).
     pub acknowledged_checked: usize,
+    /// How the topic's transactions ended, when it was read `read_committed` too.
+    pub transactions: Option<crate::TransactionSummary>,
     /// Everything wrong.
     pub violations: Vec<Violation>,
 }
@@ -218,6 +255,9 @@ impl fmt::Display for Report {
                 self.acknowledged_checked
             )?;
         }
+        if let Some(transactions) = &self.transactions {
+            writeln!(f, "{transactions}")?;
+        }
         if self.passed() {
             write!(
                 f,
@@ -225,6 +265,9 @@ impl fmt::Display for Report {
             )?;
             if self.acknowledged_checked > 0 {
                 write!(f, ", every acknowledged batch stored once")?;
+            }
+            if self.transactions.is_some() {
+                write!(f, ", read_committed sees exactly the committed batches")?;
             }
             write!(f, ")")
         } else {

@@ -1,7 +1,9 @@
 //! Reading a topic over the Kafka protocol, so the same exactly-once check runs against any
 //! Kafka-compatible broker (this one's Kafka listener, Apache Kafka, Redpanda): Metadata for the
 //! partition count, then Fetch from the log start to the high watermark, batch by batch, with
-//! the producer metadata every v2 batch header carries.
+//! the producer metadata every v2 batch header carries. Transaction markers (control batches)
+//! are kept apart from the data; a `read_committed` read also returns the last stable offset and
+//! the aborted transactions the broker names, for `crate::isolation`.
 
 use bytes::{Buf, Bytes};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
@@ -13,6 +15,7 @@ use kafka_protocol::protocol::StrBytes;
 use minibroker_kafka_client::{KafkaClientError, KafkaConnection};
 use thiserror::Error;
 
+use crate::isolation::{FetchedBatch, PartitionReads};
 use crate::{PartitionLog, StoredBatch};
 
 /// The Metadata and Fetch versions used (supported by Kafka 2.8 and later, and by minibroker).
@@ -47,7 +50,8 @@ fn topic_name(topic: &str) -> TopicName {
     TopicName(StrBytes::from_string(topic.to_owned()))
 }
 
-/// Reads every batch of every partition of `topic` from the Kafka listener at `addr`.
+/// Reads every data batch of every partition of `topic` from the Kafka listener at `addr`
+/// (markers left out).
 ///
 /// # Errors
 /// Connection and protocol failures, broker error codes (an unknown topic among them), and
@@ -56,6 +60,20 @@ pub async fn read_topic_kafka(
     addr: &str,
     topic: &str,
 ) -> Result<Vec<PartitionLog>, KafkaReadError> {
+    let reads = read_topic_isolated(addr, topic, false).await?;
+    Ok(reads.iter().map(PartitionReads::data_log).collect())
+}
+
+/// Reads every partition of `topic` as a `read_uncommitted` consumer sees it and, when
+/// `read_committed`, as a `read_committed` one does too.
+///
+/// # Errors
+/// As [`read_topic_kafka`].
+pub async fn read_topic_isolated(
+    addr: &str,
+    topic: &str,
+    read_committed: bool,
+) -> Result<Vec<PartitionReads>, KafkaReadError> {
     let mut conn = KafkaConnection::connect(addr)
         .await?
         .with_client_id("minibroker-verify");
@@ -79,19 +97,44 @@ pub async fn read_topic_kafka(
     }
     let mut partitions: Vec<i32> = found.partitions.iter().map(|p| p.partition_index).collect();
     partitions.sort_unstable();
-    let mut logs = Vec::with_capacity(partitions.len());
+    let mut reads = Vec::with_capacity(partitions.len());
     for partition in partitions {
-        logs.push(read_partition(&mut conn, topic, partition).await?);
+        // The read_committed read first: what it shows was decided before the full read, which
+        // then sees how every transaction it shows ended.
+        let committed = if read_committed {
+            Some(read_partition(&mut conn, topic, partition, true).await?)
+        } else {
+            None
+        };
+        let all = read_partition(&mut conn, topic, partition, false).await?;
+        reads.push(PartitionReads {
+            partition: u32::try_from(partition).unwrap_or(u32::MAX),
+            all: all.batches,
+            committed,
+        });
     }
-    Ok(logs)
+    Ok(reads)
+}
+
+/// One partition as one kind of consumer reads it.
+#[derive(Debug, Clone, Default)]
+pub struct PartitionRead {
+    /// The batches returned, in offset order.
+    pub batches: Vec<FetchedBatch>,
+    /// The aborted transactions the broker named: (producer id, first offset).
+    pub aborted: Vec<(i64, i64)>,
+    /// Where the read ended: the high watermark, or for `read_committed` the last stable
+    /// offset.
+    pub end: i64,
 }
 
 async fn read_partition(
     conn: &mut KafkaConnection,
     topic: &str,
     partition: i32,
-) -> Result<PartitionLog, KafkaReadError> {
-    let mut batches = Vec::new();
+    read_committed: bool,
+) -> Result<PartitionRead, KafkaReadError> {
+    let mut read = PartitionRead::default();
     let mut offset = 0i64;
     loop {
         let wanted = FetchPartition::default()
@@ -100,6 +143,7 @@ async fn read_partition(
             .with_partition_max_bytes(1 << 20);
         let request = FetchRequest::default()
             .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+            .with_isolation_level(i8::from(read_committed))
             .with_max_wait_ms(0)
             .with_min_bytes(0)
             .with_max_bytes(1 << 20)
@@ -130,16 +174,45 @@ async fn read_partition(
         for batch in whole_batches(data.records.clone().unwrap_or_default()) {
             let decoded = minibroker_records::decode(&batch)?;
             offset = decoded.base_offset + i64::from(decoded.info.record_count);
-            batches.push(StoredBatch::new(decoded.base_offset, &decoded.info));
+            let commit = minibroker_records::marker(&batch)?.map(|marker| marker.commit);
+            read.batches.push(FetchedBatch {
+                base_offset: decoded.base_offset,
+                info: decoded.info,
+                commit,
+            });
         }
-        if offset >= data.high_watermark || offset == before {
+        for aborted in data.aborted_transactions.iter().flatten() {
+            let named = (aborted.producer_id.0, aborted.first_offset);
+            if !read.aborted.contains(&named) {
+                read.aborted.push(named);
+            }
+        }
+        read.end = if read_committed {
+            data.last_stable_offset
+        } else {
+            data.high_watermark
+        };
+        if offset >= read.end || offset == before {
             break;
         }
     }
-    Ok(PartitionLog {
-        partition: u32::try_from(partition).unwrap_or(u32::MAX),
-        batches,
-    })
+    Ok(read)
+}
+
+impl PartitionReads {
+    /// The data batches (markers left out), for the exactly-once check.
+    #[must_use]
+    pub fn data_log(&self) -> PartitionLog {
+        PartitionLog {
+            partition: self.partition,
+            batches: self
+                .all
+                .iter()
+                .filter(|b| !b.info.control)
+                .map(|b| StoredBatch::new(b.base_offset, &b.info))
+                .collect(),
+        }
+    }
 }
 
 /// The whole batches in a Fetch answer's records (a broker may cut the last one short).

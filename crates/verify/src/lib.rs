@@ -8,18 +8,22 @@
 //! 3. a producer's epochs never go backwards in a partition (nothing of a fenced instance lands
 //!    after its successor wrote);
 //! 4. given what producers report as acknowledged, every acknowledged batch is stored exactly
-//!    once, with its record count, at the offset its acknowledgement named.
+//!    once, with its record count, at the offset its acknowledgement named;
+//! 5. for a transactional topic read over Kafka, a `read_committed` consumer sees exactly the
+//!    committed and non-transactional batches below the last stable offset ([`isolation`]).
 //!
 //! [`check`] is the pure part (tested on hand-made logs); [`read_topic`] does the fetching over
 //! the native protocol, [`read_topic_kafka`] over the Kafka protocol, so the same check runs
 //! against any Kafka-compatible broker.
 
 mod check;
+pub mod isolation;
 mod kafka;
 mod read;
 
 pub use check::{AckedBatch, PartitionLog, Report, StoredBatch, Violation, check};
-pub use kafka::{KafkaReadError, read_topic_kafka};
+pub use isolation::TransactionSummary;
+pub use kafka::{KafkaReadError, PartitionRead, read_topic_isolated, read_topic_kafka};
 pub use read::{read_topic, read_topic_reporting, verify, verify_reporting};
 
 /// Reads `topic` over the Kafka protocol from `addr` and checks it, against `acknowledged` if
@@ -34,6 +38,26 @@ pub async fn verify_kafka(
 ) -> Result<Report, KafkaReadError> {
     let logs = read_topic_kafka(addr, topic).await?;
     Ok(check(topic, &logs, acknowledged))
+}
+
+/// [`verify_kafka`], and the topic read `read_committed` too: it must show exactly the committed
+/// data ([`isolation`]).
+///
+/// # Errors
+/// As [`read_topic_kafka`].
+pub async fn verify_kafka_read_committed(
+    addr: &str,
+    topic: &str,
+    acknowledged: Option<&[AckedBatch]>,
+) -> Result<Report, KafkaReadError> {
+    let reads = read_topic_isolated(addr, topic, true).await?;
+    let logs: Vec<PartitionLog> = reads
+        .iter()
+        .map(isolation::PartitionReads::data_log)
+        .collect();
+    let mut report = check(topic, &logs, acknowledged);
+    isolation::check_isolation(&reads, &mut report);
+    Ok(report)
 }
 
 /// Reads acknowledged batches, one JSON object per line (blank lines are skipped).

@@ -33,23 +33,27 @@ pub(super) fn check_fits(
     transactions: &minibroker_state::PartitionTransactions,
     info: &BatchInfo,
 ) -> Result<(), BrokerError> {
-    let refused = |reason| BrokerError::InvalidTxnState {
-        producer_id: info.producer_id,
-        epoch: info.epoch,
-        reason,
-    };
     if info.transactional {
         if !transactions.is_expected(info.producer_id, info.epoch) {
-            return Err(refused(
-                "the partition was not added to the producer's transaction",
-            ));
+            return Err(not_added(info));
         }
     } else if transactions.is_open(info.producer_id) {
-        return Err(refused(
-            "a non-transactional batch while the producer's transaction is open on the partition",
-        ));
+        return Err(BrokerError::InvalidTxnState {
+            producer_id: info.producer_id,
+            epoch: info.epoch,
+            reason: "a non-transactional batch while the producer's transaction is open on the partition",
+        });
     }
     Ok(())
+}
+
+/// The refusal of a transactional batch for a partition its transaction has not added.
+pub(super) fn not_added(info: &BatchInfo) -> BrokerError {
+    BrokerError::InvalidTxnState {
+        producer_id: info.producer_id,
+        epoch: info.epoch,
+        reason: "the partition was not added to the producer's transaction",
+    }
 }
 
 impl Broker {

@@ -92,8 +92,17 @@ impl ServeProcess {
 
     /// Runs `minibroker ARGS --broker ADDR`; returns its stdout, failing on a failure.
     pub fn run(&self, args: &[&str]) -> String {
+        self.run_with(args, &["--broker", &self.addr])
+    }
+
+    /// Runs `minibroker ARGS --kafka KAFKA_ADDR`; returns its stdout, failing on a failure.
+    pub fn run_kafka(&self, args: &[&str]) -> String {
+        self.run_with(args, &["--kafka", &self.kafka_addr])
+    }
+
+    fn run_with(&self, args: &[&str], target: &[&str]) -> String {
         let mut full: Vec<&str> = args.to_vec();
-        full.extend_from_slice(&["--broker", &self.addr]);
+        full.extend_from_slice(target);
         let output = Command::new(BIN).args(&full).output().expect("run");
         assert!(
             output.status.success(),
