@@ -2,6 +2,8 @@
 //!
 //! Starts a broker and a fault-injecting proxy in this process, runs several idempotent producers
 //! through the proxy, then reads everything back from the broker and checks it with the verifier.
+//! With `--transactions`, the end-to-end demo instead: a transactional pipeline through the
+//! proxy and two crashes (`crate::demo_transactions`).
 
 use anyhow::{Context, Result, bail};
 use minibroker_client::{Client, ClientConfig, NewRecord, Producer, ProducerConfig, ProducerStats};
@@ -34,9 +36,18 @@ pub struct Args {
     /// A producer resends a batch after this long without an answer.
     #[arg(long, default_value_t = 250)]
     timeout_ms: u64,
-    /// Fault rates default to 2% lost requests and acks, 1% delays, 0.5% resets, 1% held.
+    /// Fault rates default to 2% lost requests and acks, 1% delays, 0.5% resets, 1% held (none
+    /// held with --transactions).
     #[command(flatten)]
     faults: FaultArgs,
+    /// Exactly-once end to end instead: a transactional consume-transform-produce pipeline over
+    /// the Kafka protocol reads --records input records and writes them transformed, through the
+    /// faulty network, while the processor and then the broker are killed mid-transaction.
+    #[arg(long)]
+    transactions: bool,
+    /// With --transactions: input records per transaction.
+    #[arg(long, default_value_t = 50)]
+    per_transaction: usize,
 }
 
 const TOPIC: &str = "demo";
@@ -67,6 +78,15 @@ struct Outcome {
 }
 
 pub async fn run(args: Args) -> Result<()> {
+    if args.transactions {
+        let settings = crate::demo_transactions::Settings {
+            partitions: args.partitions,
+            records: args.records,
+            per_transaction: args.per_transaction,
+            timeout_ms: args.timeout_ms.max(500),
+        };
+        return crate::demo_transactions::run(settings, &args.faults).await;
+    }
     if args.producers == 0 || args.partitions == 0 || args.records == 0 || args.batch_size == 0 {
         bail!("--producers, --partitions, --records and --batch-size must be at least 1");
     }

@@ -267,3 +267,43 @@ fn a_broker_killed_mid_transaction_keeps_every_outcome_and_no_lso_sticks() {
     ]);
     assert_eq!(output["duplicates"], 0, "{output}");
 }
+
+#[test]
+fn demo_transactions_reports_exactly_once_through_both_crashes() {
+    let output = Command::new(support::BIN)
+        .args([
+            "demo",
+            "--transactions",
+            "--partitions",
+            "3",
+            "--records",
+            "600",
+            "--per-transaction",
+            "20",
+            "--drop-request",
+            "0.05",
+            "--drop-response",
+            "0.05",
+            "--seed",
+            "3",
+        ])
+        .output()
+        .expect("demo");
+    let report = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}: {report}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        report.contains("processor killed mid-transaction"),
+        "{report}"
+    );
+    assert!(
+        report.contains("broker SIGKILLed mid-transaction"),
+        "{report}"
+    );
+    assert!(report.contains("verdict: EXACTLY-ONCE HELD"), "{report}");
+    assert!(report.contains("open 0"), "{report}");
+}

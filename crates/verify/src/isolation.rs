@@ -27,6 +27,8 @@ pub struct FetchedBatch {
     pub info: BatchInfo,
     /// For a marker, whether it is a COMMIT; `None` for data.
     pub commit: Option<bool>,
+    /// Its bytes, when the read keeps them.
+    pub bytes: Option<bytes::Bytes>,
 }
 
 /// A partition as a `read_uncommitted` consumer reads it and, when asked, a `read_committed`
@@ -107,7 +109,8 @@ fn fates(all: &[FetchedBatch]) -> HashMap<i64, Fate> {
 
 /// The base offsets of the data batches a `read_committed` client keeps from `read` (Kafka's
 /// client rule over the broker's aborted-transaction list).
-fn kept_by_client(read: &PartitionRead) -> HashSet<i64> {
+#[must_use]
+pub fn kept_by_client(read: &PartitionRead) -> HashSet<i64> {
     let mut aborted = read.aborted.clone();
     aborted.sort_unstable_by_key(|&(_, first)| first);
     let mut aborted = aborted.into_iter().peekable();
@@ -197,6 +200,7 @@ mod tests {
                 len: 0,
             },
             commit: None,
+            bytes: None,
         }
     }
 

@@ -77,6 +77,31 @@ pub async fn read_topic_isolated(
     let mut conn = KafkaConnection::connect(addr)
         .await?
         .with_client_id("minibroker-verify");
+    let partitions = partition_indexes(&mut conn, topic).await?;
+    let mut reads = Vec::with_capacity(partitions.len());
+    for partition in partitions {
+        // The read_committed read first: what it shows was decided before the full read, which
+        // then sees how every transaction it shows ended.
+        let committed = if read_committed {
+            Some(read_partition(&mut conn, topic, partition, Read::Committed).await?)
+        } else {
+            None
+        };
+        let all = read_partition(&mut conn, topic, partition, Read::Uncommitted).await?;
+        reads.push(PartitionReads {
+            partition: u32::try_from(partition).unwrap_or(u32::MAX),
+            all: all.batches,
+            committed,
+        });
+    }
+    Ok(reads)
+}
+
+/// The partitions of `topic`, in index order (Metadata).
+async fn partition_indexes(
+    conn: &mut KafkaConnection,
+    topic: &str,
+) -> Result<Vec<i32>, KafkaReadError> {
     let metadata = MetadataRequest::default()
         .with_topics(Some(vec![
             MetadataRequestTopic::default().with_name(Some(topic_name(topic))),
@@ -97,23 +122,7 @@ pub async fn read_topic_isolated(
     }
     let mut partitions: Vec<i32> = found.partitions.iter().map(|p| p.partition_index).collect();
     partitions.sort_unstable();
-    let mut reads = Vec::with_capacity(partitions.len());
-    for partition in partitions {
-        // The read_committed read first: what it shows was decided before the full read, which
-        // then sees how every transaction it shows ended.
-        let committed = if read_committed {
-            Some(read_partition(&mut conn, topic, partition, true).await?)
-        } else {
-            None
-        };
-        let all = read_partition(&mut conn, topic, partition, false).await?;
-        reads.push(PartitionReads {
-            partition: u32::try_from(partition).unwrap_or(u32::MAX),
-            all: all.batches,
-            committed,
-        });
-    }
-    Ok(reads)
+    Ok(partitions)
 }
 
 /// One partition as one kind of consumer reads it.
@@ -128,12 +137,58 @@ pub struct PartitionRead {
     pub end: i64,
 }
 
+/// Which read of a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// Everything, as `read_uncommitted`.
+    Uncommitted,
+    /// As `read_committed`.
+    Committed,
+    /// As `read_committed`, keeping each batch's bytes.
+    CommittedWithRecords,
+}
+
+/// The value of every record a `read_committed` consumer of `topic` gets from the Kafka listener
+/// at `addr`, partition by partition.
+///
+/// # Errors
+/// As [`read_topic_kafka`].
+pub async fn read_committed_values(
+    addr: &str,
+    topic: &str,
+) -> Result<Vec<(u32, Bytes)>, KafkaReadError> {
+    let mut conn = KafkaConnection::connect(addr)
+        .await?
+        .with_client_id("minibroker-verify");
+    let mut values = Vec::new();
+    for partition in partition_indexes(&mut conn, topic).await? {
+        let read = read_partition(&mut conn, topic, partition, Read::CommittedWithRecords).await?;
+        let kept = crate::isolation::kept_by_client(&read);
+        for batch in read
+            .batches
+            .iter()
+            .filter(|b| kept.contains(&b.base_offset))
+        {
+            let Some(bytes) = &batch.bytes else { continue };
+            let decoded = minibroker_records::decode(bytes)?;
+            values.extend(decoded.records.into_iter().map(|r| {
+                (
+                    u32::try_from(partition).unwrap_or(u32::MAX),
+                    r.value.unwrap_or_default(),
+                )
+            }));
+        }
+    }
+    Ok(values)
+}
+
 async fn read_partition(
     conn: &mut KafkaConnection,
     topic: &str,
     partition: i32,
-    read_committed: bool,
+    kind: Read,
 ) -> Result<PartitionRead, KafkaReadError> {
+    let read_committed = kind != Read::Uncommitted;
     let mut read = PartitionRead::default();
     let mut offset = 0i64;
     loop {
@@ -179,6 +234,7 @@ async fn read_partition(
                 base_offset: decoded.base_offset,
                 info: decoded.info,
                 commit,
+                bytes: (kind == Read::CommittedWithRecords).then(|| batch.clone()),
             });
         }
         for aborted in data.aborted_transactions.iter().flatten() {
@@ -216,7 +272,8 @@ impl PartitionReads {
 }
 
 /// The whole batches in a Fetch answer's records (a broker may cut the last one short).
-fn whole_batches(mut records: Bytes) -> Vec<Bytes> {
+#[must_use]
+pub fn whole_batches(mut records: Bytes) -> Vec<Bytes> {
     let mut batches = Vec::new();
     while records.len() >= 12 {
         let length = (&records[8..12]).get_i32();

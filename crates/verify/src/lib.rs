@@ -23,7 +23,10 @@ mod read;
 
 pub use check::{AckedBatch, PartitionLog, Report, StoredBatch, Violation, check};
 pub use isolation::TransactionSummary;
-pub use kafka::{KafkaReadError, PartitionRead, read_topic_isolated, read_topic_kafka};
+pub use kafka::{
+    KafkaReadError, PartitionRead, read_committed_values, read_topic_isolated, read_topic_kafka,
+    whole_batches,
+};
 pub use read::{read_topic, read_topic_reporting, verify, verify_reporting};
 
 /// Reads `topic` over the Kafka protocol from `addr` and checks it, against `acknowledged` if
