@@ -114,6 +114,8 @@ pub struct PartitionMetrics {
     pub log_start_offset: i64,
     /// Next offset to be written.
     pub log_end_offset: i64,
+    /// The offset below which every transaction has ended.
+    pub last_stable_offset: i64,
     /// Batch bytes held.
     pub stored_bytes: u64,
     /// Produce outcomes.
@@ -807,11 +809,13 @@ impl Broker {
         let mut all = Vec::new();
         for topic in self.topics.list() {
             for (index, partition) in topic.partitions().iter().enumerate() {
-                let (start, end, stored) = {
+                let (start, end, stable, stored) = {
                     let data = partition.log();
+                    let end = data.log.next_offset();
                     (
                         data.log.start_offset(),
-                        data.log.next_offset(),
+                        end,
+                        data.transactions.last_stable_offset(end),
                         data.log.stored_bytes(),
                     )
                 };
@@ -821,6 +825,7 @@ impl Broker {
                     partition: index as u32,
                     log_start_offset: start,
                     log_end_offset: end,
+                    last_stable_offset: stable,
                     stored_bytes: stored,
                     outcomes: s.outcome_counts(),
                     records_in: PartitionStats::get(&s.records_in),

@@ -213,3 +213,57 @@ fn json_logs_and_shell_completions() {
         );
     }
 }
+
+#[test]
+fn transactions_are_counted_and_an_open_one_shows_as_lso_lag() {
+    let server = ServeProcess::spawn(
+        serve_command("127.0.0.1:0", "127.0.0.1:0").args(["--metrics-listen", "127.0.0.1:0"]),
+    );
+    let metrics = server.metrics_addr.clone().unwrap();
+    let kafka = &server.kafka_addr;
+    let run = |txn: &str, end: &str| {
+        let output = kafka_script(
+            "transactions.py",
+            &["produce-open", kafka, "tm", txn, "3", end],
+        )
+        .output()
+        .unwrap();
+        summary_of(&output, "transactions.py produce-open");
+    };
+    run("committing", "commit");
+    run("aborting", "abort");
+    let mut open = kafka_script(
+        "transactions.py",
+        &["produce-open", kafka, "tm", "open", "3", "open"],
+    )
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(open.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let samples = scrape(&metrics);
+    let value = |key: &str| samples.get(key).copied().unwrap_or(-1.0);
+    assert_eq!(
+        value("minibroker_transactions_committed_total{}"),
+        1.0,
+        "{samples:?}"
+    );
+    assert_eq!(
+        value("minibroker_transactions_aborted_total{}"),
+        1.0,
+        "{samples:?}"
+    );
+    assert_eq!(value("minibroker_transactions_open{}"), 1.0, "{samples:?}");
+    // Each of the three partitions: 1 committed record + marker, 1 aborted + marker, then the
+    // open transaction's record, which the LSO stops before.
+    for partition in 0..3 {
+        let lag = format!("minibroker_lso_lag{{partition={partition},topic=tm}}");
+        assert_eq!(value(&lag), 1.0, "{samples:?}");
+    }
+    open.kill().unwrap();
+    open.wait().unwrap();
+}

@@ -183,6 +183,14 @@ impl Collector for BrokerCollector {
         )?;
         family(
             &mut encoder,
+            "minibroker_lso_lag",
+            "Offsets between each partition's last stable offset and its end: what open transactions hold back from read_committed consumers",
+            MetricType::Gauge,
+            by_partition(|p| p.log_end_offset - p.last_stable_offset),
+            gauge,
+        )?;
+        family(
+            &mut encoder,
             "minibroker_partition_read_only",
             "1 for a partition that stopped taking writes after a storage error",
             MetricType::Gauge,
@@ -217,6 +225,11 @@ impl Collector for BrokerCollector {
                 "Connections open now, both protocols",
                 connections.open as i64,
             ),
+            (
+                "minibroker_transactions_open",
+                "Transactions open now (Ongoing, or being ended)",
+                node.transactions().open_count() as i64,
+            ),
         ] {
             family(
                 &mut encoder,
@@ -227,7 +240,23 @@ impl Collector for BrokerCollector {
                 gauge,
             )?;
         }
+        let ended = node.transactions().counts();
         for (name, help, value) in [
+            (
+                "minibroker_transactions_committed",
+                "Transactions committed (their COMMIT markers written)",
+                ended.committed,
+            ),
+            (
+                "minibroker_transactions_aborted",
+                "Transactions aborted (timeouts and fenced ones included)",
+                ended.aborted,
+            ),
+            (
+                "minibroker_transactions_timed_out",
+                "Transactions the broker aborted at their timeout",
+                ended.timed_out,
+            ),
             (
                 "minibroker_connections_accepted",
                 "Connections accepted and served",

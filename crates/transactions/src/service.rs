@@ -158,6 +158,16 @@ impl TransactionService {
         }
     }
 
+    /// How many transactions are open or being ended now.
+    #[must_use]
+    pub fn open_count(&self) -> usize {
+        self.coordinator
+            .all()
+            .iter()
+            .filter(|txn| txn.state() == TxnState::Ongoing || txn.state().is_preparing())
+            .count()
+    }
+
     fn finishing(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
         self.finishing
             .lock()
