@@ -25,6 +25,7 @@ mod send;
 mod serve;
 mod target;
 mod topic;
+mod transactions;
 mod verify;
 
 /// An exactly-once message broker: the broker, not the producer, removes duplicates.
@@ -77,6 +78,9 @@ enum Command {
     Verify(verify::Args),
     /// List consumer groups, or describe one: members, assignments, committed offsets, lag.
     Groups(groups::Args),
+    /// List transactions, describe one, show a topic's producers and their open transactions,
+    /// or abort an open transaction (Kafka protocol).
+    Transactions(transactions::Args),
     /// GET a broker's /health or /ready; exit 0 only on 200 (a container healthcheck).
     Health(health::Args),
     /// Read every file of a stopped broker's data directory, checksums included; exit non-zero
@@ -134,6 +138,7 @@ fn run(cli: Cli) -> Result<()> {
             Command::Proxy(args) => proxy::run(args).await,
             Command::Verify(args) => verify::run(args).await,
             Command::Groups(args) => groups::run(args).await,
+            Command::Transactions(args) => transactions::run(args).await,
             Command::Health(args) => health::run(args).await,
             Command::CheckData(args) => check_data::run(&args),
             Command::Completions(args) => {

@@ -307,3 +307,61 @@ fn demo_transactions_reports_exactly_once_through_both_crashes() {
     assert!(report.contains("verdict: EXACTLY-ONCE HELD"), "{report}");
     assert!(report.contains("open 0"), "{report}");
 }
+
+#[test]
+fn an_operator_lists_describes_and_aborts_an_open_transaction() {
+    let broker = memory_broker();
+    let kafka = broker.kafka_addr.clone();
+    let mut open = kafka_script(
+        "transactions.py",
+        &["produce-open", &kafka, "ops", "forgotten", "3", "open"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut line = String::new();
+    BufReader::new(open.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+
+    let listed = broker.run_kafka(&["transactions", "list", "--state", "Ongoing"]);
+    assert!(
+        listed.contains("forgotten") && listed.contains("Ongoing"),
+        "{listed}"
+    );
+    let described = broker.run_kafka(&["transactions", "describe", "forgotten", "--json"]);
+    let described: serde_json::Value = serde_json::from_str(&described).unwrap();
+    assert_eq!(described["state"], "Ongoing", "{described}");
+    assert_eq!(
+        described["partitions"],
+        serde_json::json!(["ops/0", "ops/1", "ops/2"])
+    );
+    // Each partition's open transaction began at offset 0: that is what holds its LSO back.
+    let producers = broker.run_kafka(&["transactions", "producers", "--topic", "ops", "--json"]);
+    let producers: serde_json::Value = serde_json::from_str(&producers).unwrap();
+    let open_from: Vec<_> = producers["producers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["open_transaction_from"].clone())
+        .collect();
+    assert_eq!(open_from, vec![serde_json::json!(0); 3], "{producers}");
+
+    let aborted = broker.run_kafka(&["transactions", "abort", "forgotten"]);
+    assert!(
+        aborted.contains("aborted the open transaction of forgotten"),
+        "{aborted}"
+    );
+    let read = script(&["read", &kafka, "ops", "3", "read_committed"]);
+    assert_eq!(read["values"], serde_json::json!([]), "{read}");
+    assert_eq!(
+        read["stable_offsets"],
+        serde_json::json!([2, 2, 2]),
+        "{read}"
+    );
+    let after = broker.run_kafka(&["transactions", "describe", "forgotten"]);
+    assert!(after.contains("Empty"), "{after}");
+    open.kill().unwrap();
+    open.wait().unwrap();
+}

@@ -27,6 +27,9 @@ pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::EndTxn, 0, 3),
     (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
 ];
 
 /// Whether `version` of `api` is implemented.
@@ -61,6 +64,9 @@ pub(crate) fn name(api: ApiKey) -> &'static str {
         ApiKey::AddOffsetsToTxn => "AddOffsetsToTxn",
         ApiKey::EndTxn => "EndTxn",
         ApiKey::TxnOffsetCommit => "TxnOffsetCommit",
+        ApiKey::DescribeProducers => "DescribeProducers",
+        ApiKey::DescribeTransactions => "DescribeTransactions",
+        ApiKey::ListTransactions => "ListTransactions",
         _ => "other",
     }
 }

@@ -168,6 +168,15 @@ impl KafkaFrontEnd {
             RequestKind::EndTxn(request) => {
                 Ok(ResponseKind::EndTxn(self.end_txn(&request, version).await))
             }
+            RequestKind::DescribeTransactions(request) => self
+                .describe_transactions(&request, version)
+                .map(ResponseKind::DescribeTransactions),
+            RequestKind::ListTransactions(request) => self
+                .list_transactions(&request, version)
+                .map(ResponseKind::ListTransactions),
+            RequestKind::DescribeProducers(request) => self
+                .describe_producers(&request, version)
+                .map(ResponseKind::DescribeProducers),
             RequestKind::CreateTopics(request) => Ok(ResponseKind::CreateTopics(
                 self.create_topics(request, version),
             )),

@@ -144,6 +144,26 @@ pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<(), Refuse
         ApiKey::DeleteGroups => w.array(1, Walk::string),
         ApiKey::AddPartitionsToTxn => add_partitions_to_txn(w),
         ApiKey::TxnOffsetCommit => txn_offset_commit(w, version),
+        ApiKey::DescribeTransactions => {
+            w.array(1, Walk::string)?; // transactional ids
+            w.tags()
+        }
+        ApiKey::ListTransactions => {
+            w.array(1, Walk::string)?; // state filters
+            w.array(8, |w| w.skip(8))?; // producer id filters
+            if version >= 1 {
+                w.skip(8)?; // duration filter
+            }
+            w.tags()
+        }
+        ApiKey::DescribeProducers => {
+            w.array(2, |w| {
+                w.string()?; // topic
+                w.array(4, |w| w.skip(4))?; // partitions
+                w.tags()
+            })?;
+            w.tags()
+        }
         // ApiVersions, InitProducerId, FindCoordinator (below v4), Heartbeat, AddOffsetsToTxn and
         // EndTxn have no arrays: nothing to check.
         _ => Ok(()),
@@ -610,6 +630,21 @@ mod tests {
                     ]),
         ]);
         passes(ApiKey::TxnOffsetCommit, 0..=2, &commit);
+        let describe = DescribeTransactionsRequest::default().with_transactional_ids(vec![
+            TransactionalId(StrBytes::from_static_str("a")),
+            TransactionalId(StrBytes::from_static_str("b")),
+        ]);
+        passes(ApiKey::DescribeTransactions, 0..=0, &describe);
+        let list = ListTransactionsRequest::default()
+            .with_state_filters(vec![StrBytes::from_static_str("Ongoing")])
+            .with_producer_id_filters(vec![ProducerId(7), ProducerId(8)]);
+        passes(ApiKey::ListTransactions, 0..=1, &list);
+        let producers = DescribeProducersRequest::default().with_topics(vec![
+            describe_producers_request::TopicRequest::default()
+                .with_name(name("a"))
+                .with_partition_indexes(vec![0, 1]),
+        ]);
+        passes(ApiKey::DescribeProducers, 0..=0, &producers);
         let member = commit
             .with_member_id(StrBytes::from_static_str("member"))
             .with_group_instance_id(Some(StrBytes::from_static_str("instance")));

@@ -75,6 +75,29 @@ impl TxnState {
         }
     }
 
+    /// The state's name as Kafka's tools show it (`kafka-transactions.sh`, DescribeTransactions).
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Empty => "Empty",
+            Self::Ongoing => "Ongoing",
+            Self::PrepareCommit => "PrepareCommit",
+            Self::PrepareAbort => "PrepareAbort",
+            Self::CompleteCommit => "CompleteCommit",
+            Self::CompleteAbort => "CompleteAbort",
+            Self::Dead => "Dead",
+            Self::PrepareEpochFence => "PrepareEpochFence",
+        }
+    }
+
+    /// The state Kafka's tools name `name` (DescribeTransactions, ListTransactions' filter).
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<Self> {
+        (0..=7)
+            .filter_map(Self::from_id)
+            .find(|state| state.name() == name)
+    }
+
     /// Whether markers are being written: every request but a retry of the same end waits.
     #[must_use]
     pub const fn is_preparing(self) -> bool {

@@ -133,6 +133,18 @@ impl Transaction {
         self.state
     }
 
+    /// The transaction timeout its producer asked for, in milliseconds.
+    #[must_use]
+    pub fn timeout_ms(&self) -> u64 {
+        self.timeout_ms
+    }
+
+    /// When the open transaction began (its first add), in milliseconds since the epoch.
+    #[must_use]
+    pub fn start_ms(&self) -> Option<i64> {
+        self.start_ms
+    }
+
     /// The partitions of the open or ending transaction, by topic and index.
     pub fn partitions(&self) -> impl Iterator<Item = &(String, u32)> {
         self.partitions.iter()

@@ -321,3 +321,34 @@ async fn offsets_committed_in_a_transaction_show_only_once_it_commits() -> Resul
     assert_eq!(offset_fetch(&mut conn, true).await?, (0, 42));
     Ok(())
 }
+
+#[tokio::test]
+async fn operators_are_told_of_unknown_ids_and_states() -> Result<()> {
+    use kafka_protocol::messages::{
+        DescribeTransactionsRequest, DescribeTransactionsResponse, ListTransactionsRequest,
+        ListTransactionsResponse,
+    };
+    let (_broker, _kafka, mut conn) = kafka(Config::default()).await?;
+    init(&mut conn, "known", 4).await?;
+    let request = DescribeTransactionsRequest::default().with_transactional_ids(vec![
+        TransactionalId(text("known")),
+        TransactionalId(text("unknown")),
+    ]);
+    let answer: DescribeTransactionsResponse =
+        conn.call(ApiKey::DescribeTransactions, 0, &request).await?;
+    assert_eq!(answer.transaction_states[0].error_code, 0);
+    assert_eq!(
+        answer.transaction_states[0].transaction_state.as_str(),
+        "Empty"
+    );
+    assert_eq!(
+        answer.transaction_states[1].error_code,
+        code(ResponseError::TransactionalIdNotFound)
+    );
+    let request = ListTransactionsRequest::default()
+        .with_state_filters(vec![text("Empty"), text("Sleeping")]);
+    let answer: ListTransactionsResponse = conn.call(ApiKey::ListTransactions, 1, &request).await?;
+    assert_eq!(answer.transaction_states.len(), 1);
+    assert_eq!(answer.unknown_state_filters, vec![text("Sleeping")]);
+    Ok(())
+}

@@ -136,6 +136,20 @@ impl Broker {
         Ok(())
     }
 
+    /// The open transactions of `topic`/`partition`: (producer id, first offset), by producer id.
+    ///
+    /// # Errors
+    /// Unknown topic or partition out of range.
+    pub fn open_transactions(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<Vec<(i64, i64)>, BrokerError> {
+        let topic = self.topics.get(topic)?;
+        let data = topic.partition(partition)?.log();
+        Ok(data.transactions.open().collect())
+    }
+
     /// The offset below which every transaction of `topic`/`partition` has ended (what a
     /// `read_committed` consumer's latest offset is).
     ///

@@ -8,6 +8,7 @@ mod offsets;
 mod produce;
 mod producer_ids;
 mod topics;
+mod transaction_admin;
 mod transactions;
 
 use kafka_protocol::ResponseError;

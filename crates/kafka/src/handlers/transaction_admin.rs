@@ -1,0 +1,189 @@
+//! What operators ask about transactions (KIP-664): DescribeTransactions and ListTransactions, of
+//! the transaction coordinator, and DescribeProducers, of a partition's producer state — which
+//! producers wrote there, their epochs and last sequences, and where each one's open transaction
+//! began (what holds the last stable offset back). `minibroker transactions` and Kafka's
+//! `kafka-transactions.sh` are built on them.
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::describe_producers_response::{
+    PartitionResponse, ProducerState, TopicResponse,
+};
+use kafka_protocol::messages::describe_transactions_response::{self, TopicData};
+use kafka_protocol::messages::list_transactions_response;
+use kafka_protocol::messages::{
+    DescribeProducersRequest, DescribeProducersResponse, DescribeTransactionsRequest,
+    DescribeTransactionsResponse, ListTransactionsRequest, ListTransactionsResponse, ProducerId,
+    TransactionalId,
+};
+use kafka_protocol::protocol::StrBytes;
+use minibroker_transactions::{Transaction, TxnState};
+use std::collections::BTreeMap;
+
+use super::{partition_index, topic_name};
+use crate::answer_room::{AnswerRoom, AnswerTooLarge};
+use crate::errors::code_of;
+use crate::front_end::KafkaFrontEnd;
+
+fn text(value: &str) -> StrBytes {
+    StrBytes::from_string(value.to_owned())
+}
+
+impl KafkaFrontEnd {
+    /// DescribeTransactions v0: each id's state, producer, timeout, start and partitions;
+    /// TRANSACTIONAL_ID_NOT_FOUND for one the coordinator does not know.
+    pub(crate) fn describe_transactions(
+        &self,
+        request: &DescribeTransactionsRequest,
+        version: i16,
+    ) -> Result<DescribeTransactionsResponse, AnswerTooLarge> {
+        let mut room = AnswerRoom::new(self.config.max_answer_bytes, version);
+        let mut states = Vec::with_capacity(request.transactional_ids.len());
+        for id in &request.transactional_ids {
+            let answer = describe_transactions_response::TransactionState::default()
+                .with_transactional_id(id.clone());
+            let answer = match self.transactions.coordinator().describe(id) {
+                Some(txn) => described(answer, &txn),
+                None => answer
+                    .with_error_code(ResponseError::TransactionalIdNotFound.code())
+                    .with_producer_id(ProducerId(-1))
+                    .with_producer_epoch(-1),
+            };
+            states.push(room.keep(answer)?);
+        }
+        Ok(DescribeTransactionsResponse::default().with_transaction_states(states))
+    }
+
+    /// ListTransactions v0-1: every transactional id, filtered by state, producer id and (v1)
+    /// how long its transaction has run.
+    pub(crate) fn list_transactions(
+        &self,
+        request: &ListTransactionsRequest,
+        version: i16,
+    ) -> Result<ListTransactionsResponse, AnswerTooLarge> {
+        let mut unknown = Vec::new();
+        let mut wanted_states = Vec::new();
+        for name in &request.state_filters {
+            match TxnState::from_name(name) {
+                Some(state) => wanted_states.push(state),
+                None => unknown.push(name.clone()),
+            }
+        }
+        let producers: Vec<i64> = request.producer_id_filters.iter().map(|p| p.0).collect();
+        let now = minibroker_records::now_millis();
+        let min_duration = if version >= 1 {
+            request.duration_filter
+        } else {
+            -1
+        };
+        let mut all = self.transactions.coordinator().all();
+        all.sort_by(|a, b| a.transactional_id().cmp(b.transactional_id()));
+        let mut room = AnswerRoom::new(self.config.max_answer_bytes, version);
+        let mut states = Vec::new();
+        for txn in &all {
+            let state_ok = wanted_states.is_empty() || wanted_states.contains(&txn.state());
+            let producer_ok = producers.is_empty() || producers.contains(&txn.producer_id());
+            let running = txn.start_ms().map_or(0, |start| now.saturating_sub(start));
+            let duration_ok =
+                min_duration < 0 || (txn.start_ms().is_some() && running >= min_duration);
+            if state_ok && producer_ok && duration_ok {
+                states.push(
+                    room.keep(
+                        list_transactions_response::TransactionState::default()
+                            .with_transactional_id(TransactionalId(text(txn.transactional_id())))
+                            .with_producer_id(ProducerId(txn.producer_id()))
+                            .with_transaction_state(text(txn.state().name())),
+                    )?,
+                );
+            }
+        }
+        Ok(ListTransactionsResponse::default()
+            .with_unknown_state_filters(unknown)
+            .with_transaction_states(states))
+    }
+
+    /// DescribeProducers v0: each partition's producers, with their open transaction's first
+    /// offset (-1 when none is open).
+    pub(crate) fn describe_producers(
+        &self,
+        request: &DescribeProducersRequest,
+        version: i16,
+    ) -> Result<DescribeProducersResponse, AnswerTooLarge> {
+        let mut room = AnswerRoom::new(self.config.max_answer_bytes, version);
+        let mut topics = Vec::with_capacity(request.topics.len());
+        for topic in &request.topics {
+            let mut partitions = Vec::with_capacity(topic.partition_indexes.len());
+            for &index in &topic.partition_indexes {
+                let answer = PartitionResponse::default().with_partition_index(index);
+                let described = partition_index(&topic.name, index).and_then(|partition| {
+                    let producers = self.broker.producers(&topic.name, partition)?;
+                    let open = self.broker.open_transactions(&topic.name, partition)?;
+                    Ok((producers, open))
+                });
+                let answer = match described {
+                    Ok((producers, open)) => {
+                        let open: BTreeMap<i64, i64> = open.into_iter().collect();
+                        let mut active = Vec::with_capacity(producers.len());
+                        for view in producers {
+                            active.push(
+                                room.keep(
+                                    ProducerState::default()
+                                        .with_producer_id(ProducerId(view.producer_id))
+                                        .with_producer_epoch(i32::from(view.entry.epoch()))
+                                        .with_last_sequence(
+                                            view.entry.last_sequence().unwrap_or(-1),
+                                        )
+                                        .with_last_timestamp(view.entry.last_timestamp())
+                                        .with_coordinator_epoch(0)
+                                        .with_current_txn_start_offset(
+                                            open.get(&view.producer_id).copied().unwrap_or(-1),
+                                        ),
+                                )?,
+                            );
+                        }
+                        answer.with_active_producers(active)
+                    }
+                    Err(error) => answer
+                        .with_error_code(code_of(&error).code())
+                        .with_error_message(Some(text(&error.to_string()))),
+                };
+                partitions.push(answer);
+            }
+            topics.push(
+                TopicResponse::default()
+                    .with_name(topic_name(&topic.name))
+                    .with_partitions(partitions),
+            );
+        }
+        Ok(DescribeProducersResponse::default().with_topics(topics))
+    }
+}
+
+/// DescribeTransactions' answer for a known id.
+fn described(
+    answer: describe_transactions_response::TransactionState,
+    txn: &Transaction,
+) -> describe_transactions_response::TransactionState {
+    let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for (topic, partition) in txn.partitions() {
+        topics
+            .entry(topic)
+            .or_default()
+            .push(i32::try_from(*partition).unwrap_or(i32::MAX));
+    }
+    answer
+        .with_transaction_state(text(txn.state().name()))
+        .with_transaction_timeout_ms(i32::try_from(txn.timeout_ms()).unwrap_or(i32::MAX))
+        .with_transaction_start_time_ms(txn.start_ms().unwrap_or(-1))
+        .with_producer_id(ProducerId(txn.producer_id()))
+        .with_producer_epoch(txn.epoch())
+        .with_topics(
+            topics
+                .into_iter()
+                .map(|(topic, partitions)| {
+                    TopicData::default()
+                        .with_topic(topic_name(topic))
+                        .with_partitions(partitions)
+                })
+                .collect(),
+        )
+}
