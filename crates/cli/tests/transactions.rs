@@ -365,3 +365,39 @@ fn an_operator_lists_describes_and_aborts_an_open_transaction() {
     open.kill().unwrap();
     open.wait().unwrap();
 }
+
+#[test]
+fn bench_transactional_compares_transactions_with_idempotence_in_one_run() {
+    let output = Command::new(support::BIN)
+        .args([
+            "bench",
+            "--transactional",
+            "--duration",
+            "0.3",
+            "--connections",
+            "2",
+            "--json",
+        ])
+        .output()
+        .expect("bench");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        report["transactional_records_per_sec"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    assert!(report["transactional_over_idempotent"].as_f64().unwrap() > 0.0);
+    assert!(
+        report["read_committed_over_read_uncommitted"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+}

@@ -8,6 +8,7 @@ mod durable;
 mod load;
 mod memory;
 mod metrics;
+mod transactional;
 mod wire;
 
 use anyhow::{Result, bail};
@@ -96,6 +97,14 @@ pub struct Args {
     /// With --data-dir: always, interval:<ms> or os.
     #[arg(long, default_value = "always", requires = "data_dir")]
     flush: minibroker_broker::FlushPolicy,
+    /// What transactions cost, on an embedded broker's Kafka listener: transactional producers
+    /// committing every --commit-interval-ms against idempotent ones (records/s), and
+    /// read_committed reads of a topic of transactions against read_uncommitted ones.
+    #[arg(long, conflicts_with_all = ["broker", "baseline", "memory", "data_dir", "compare_metrics"])]
+    transactional: bool,
+    /// With --transactional: how often a transactional producer commits.
+    #[arg(long, default_value_t = 100, requires = "transactional")]
+    commit_interval_ms: u64,
 }
 
 const TOPIC: &str = "bench";
@@ -103,6 +112,19 @@ const TOPIC: &str = "bench";
 pub async fn run(args: Args) -> Result<()> {
     if args.memory {
         return memory::run(args.json);
+    }
+    if args.transactional {
+        return transactional::run(transactional::Settings {
+            connections: args.connections,
+            partitions: args.partitions,
+            records_per_batch: args.records_per_batch,
+            record_size: args.record_size,
+            in_flight: args.in_flight,
+            duration: Duration::from_secs_f64(args.duration.max(0.1)),
+            commit_interval: Duration::from_millis(args.commit_interval_ms.max(1)),
+            json: args.json,
+        })
+        .await;
     }
     if args.connections == 0
         || args.in_flight == 0

@@ -1,0 +1,436 @@
+//! `bench --transactional`: what transactions cost, as ratios measured in one run against the
+//! same embedded broker's Kafka listener.
+//!
+//! - **Produce**: each connection is a producer writing every partition with `--in-flight`
+//!   requests outstanding; a transactional one commits every `--commit-interval-ms`
+//!   (AddPartitionsToTxn, its batches, EndTxn, which writes a marker to every partition), an
+//!   idempotent one only drains its window at the same interval, so the two differ by the
+//!   transaction alone. The phases alternate (idempotent, transactional, three times) and the headline
+//!   is transactional records/s over idempotent records/s, each the mean of its three phases.
+//! - **Fetch**: a topic of committed and (one in ten) aborted transactions is read whole, again
+//!   and again, `read_uncommitted` and `read_committed` alternately; the headline is the time of
+//!   a `read_committed` read over a `read_uncommitted` one.
+
+use anyhow::{Context, Result, bail};
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, BrokerId, EndTxnRequest,
+    EndTxnResponse, FetchRequest, FetchResponse, InitProducerIdRequest, InitProducerIdResponse,
+    ProduceRequest, ProduceResponse, ProducerId, TopicName, TransactionalId,
+};
+use kafka_protocol::protocol::StrBytes;
+use minibroker_kafka_client::KafkaConnection;
+use minibroker_native::EmbeddedBroker;
+use minibroker_records::{NewRecord, Writer};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+use super::embedded_config;
+
+/// What the transactional bench runs.
+pub struct Settings {
+    /// Connections, each one producer.
+    pub connections: usize,
+    /// Partitions of each topic.
+    pub partitions: u32,
+    /// Records per produce request.
+    pub records_per_batch: usize,
+    /// Bytes per record.
+    pub record_size: usize,
+    /// Produce requests outstanding per connection.
+    pub in_flight: usize,
+    /// How long each produce phase runs.
+    pub duration: Duration,
+    /// How often a transactional producer commits.
+    pub commit_interval: Duration,
+    /// Print JSON.
+    pub json: bool,
+}
+
+const PRODUCE_VERSION: i16 = 9;
+const FETCH_VERSION: i16 = 11;
+
+fn text(value: &str) -> StrBytes {
+    StrBytes::from_string(value.to_owned())
+}
+
+pub async fn run(settings: Settings) -> Result<()> {
+    if settings.connections == 0 || settings.partitions == 0 || settings.in_flight == 0 {
+        bail!("--connections, --partitions and --in-flight must be at least 1");
+    }
+    let mut config = embedded_config(settings.partitions, Some(16 << 30));
+    config.broker.retention_bytes = Some(16 << 20);
+    let broker = EmbeddedBroker::start(config).await?;
+    let kafka = minibroker_kafka::serve_on_loopback(&broker.host)
+        .await?
+        .to_string();
+    if !settings.json {
+        println!(
+            "workload: {} producer(s) x {} in flight, {} record(s) of {} B per request, {} partition(s), commit every {} ms",
+            settings.connections,
+            settings.in_flight,
+            settings.records_per_batch,
+            settings.record_size,
+            settings.partitions,
+            settings.commit_interval.as_millis()
+        );
+    }
+    let mut idempotent = Vec::new();
+    let mut transactional = Vec::new();
+    for round in 0..3 {
+        for transactions in [false, true] {
+            let topic = format!(
+                "bench-{}-{round}",
+                if transactions { "txn" } else { "idem" }
+            );
+            broker.broker.create_topic(&topic, settings.partitions)?;
+            let rate = produce_phase(&kafka, &topic, &settings, transactions, round).await?;
+            if !settings.json {
+                let name = if transactions {
+                    "transactional"
+                } else {
+                    "idempotent"
+                };
+                println!("  {name:<14} round {round}: {rate:>12.0} records/s");
+            }
+            if transactions {
+                transactional.push(rate);
+            } else {
+                idempotent.push(rate);
+            }
+        }
+    }
+    let (uncommitted, committed) = fetch_phase(&broker, &kafka, &settings).await?;
+    broker.stop().await?;
+    let mean = |rates: &[f64]| rates.iter().sum::<f64>() / rates.len() as f64;
+    let produce_ratio = mean(&transactional) / mean(&idempotent);
+    let fetch_ratio = committed.as_secs_f64() / uncommitted.as_secs_f64();
+    if settings.json {
+        println!(
+            "{}",
+            json!({
+                "idempotent_records_per_sec": idempotent,
+                "transactional_records_per_sec": transactional,
+                "transactional_over_idempotent": produce_ratio,
+                "read_uncommitted_read_secs": uncommitted.as_secs_f64(),
+                "read_committed_read_secs": committed.as_secs_f64(),
+                "read_committed_over_read_uncommitted": fetch_ratio,
+            })
+        );
+    } else {
+        println!(
+            "  read a topic of transactions: read_uncommitted {:.2} ms, read_committed {:.2} ms",
+            uncommitted.as_secs_f64() * 1e3,
+            committed.as_secs_f64() * 1e3
+        );
+        println!("transactional / idempotent records/s: {produce_ratio:.3} (target >= 0.9)");
+        println!("read_committed / read_uncommitted read time: {fetch_ratio:.3} (target <= 1.1)");
+    }
+    Ok(())
+}
+
+/// Every producer writing `topic` for the phase's duration; returns the records/s acknowledged.
+async fn produce_phase(
+    kafka: &str,
+    topic: &str,
+    settings: &Settings,
+    transactions: bool,
+    round: usize,
+) -> Result<f64> {
+    let started = Instant::now();
+    let mut producers = tokio::task::JoinSet::new();
+    for index in 0..settings.connections {
+        let id = transactions.then(|| format!("bench-{round}-{index}"));
+        let (kafka, topic) = (kafka.to_owned(), topic.to_owned());
+        let job = Job {
+            partitions: settings.partitions,
+            records_per_batch: settings.records_per_batch,
+            record_size: settings.record_size,
+            in_flight: settings.in_flight,
+            until: started + settings.duration,
+            commit_interval: settings.commit_interval,
+        };
+        producers.spawn(async move { produce(&kafka, &topic, id.as_deref(), job).await });
+    }
+    let mut records = 0u64;
+    while let Some(done) = producers.join_next().await {
+        records += done.context("a producer task")??;
+    }
+    Ok(records as f64 / started.elapsed().as_secs_f64())
+}
+
+/// One producer's share of a phase.
+#[derive(Debug, Clone, Copy)]
+struct Job {
+    partitions: u32,
+    records_per_batch: usize,
+    record_size: usize,
+    in_flight: usize,
+    until: Instant,
+    commit_interval: Duration,
+}
+
+async fn init(conn: &mut KafkaConnection, transactional_id: Option<&str>) -> Result<(i64, i16)> {
+    let request = InitProducerIdRequest::default()
+        .with_transactional_id(transactional_id.map(|id| TransactionalId(text(id))))
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let answer: InitProducerIdResponse = conn.call(ApiKey::InitProducerId, 4, &request).await?;
+    if answer.error_code != 0 {
+        bail!("InitProducerId answered error {}", answer.error_code);
+    }
+    Ok((answer.producer_id.0, answer.producer_epoch))
+}
+
+fn produce_request(
+    transactional_id: Option<&str>,
+    topic: &str,
+    partition: u32,
+    batch: Bytes,
+) -> ProduceRequest {
+    ProduceRequest::default()
+        .with_transactional_id(transactional_id.map(|id| TransactionalId(text(id))))
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(TopicName(text(topic)))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(partition as i32)
+                        .with_records(Some(batch)),
+                ]),
+        ])
+}
+
+/// Writes until `job.until`, committing every `commit_interval` when transactional; returns
+/// the records acknowledged (in committed transactions, when transactional).
+async fn produce(
+    kafka: &str,
+    topic: &str,
+    transactional_id: Option<&str>,
+    job: Job,
+) -> Result<u64> {
+    let mut conn = KafkaConnection::connect(kafka).await?;
+    let (producer_id, epoch) = init(&mut conn, transactional_id).await?;
+    let records = vec![NewRecord::value(vec![b'x'; job.record_size]); job.records_per_batch];
+    let mut templates = Vec::with_capacity(job.partitions as usize);
+    for _ in 0..job.partitions {
+        let writer = Writer {
+            producer_id,
+            epoch,
+            base_sequence: 0,
+        };
+        let batch = if transactional_id.is_some() {
+            minibroker_records::encode_transactional(writer, &records, 0)?
+        } else {
+            minibroker_records::encode(writer, &records, 0)?
+        };
+        templates.push(BytesMut::from(&batch[..]));
+    }
+    let mut sequences = vec![0i32; job.partitions as usize];
+    let mut acknowledged = 0u64;
+    let per_batch = job.records_per_batch as u64;
+    let mut next_partition = 0u32;
+    while Instant::now() < job.until {
+        if let Some(id) = transactional_id {
+            add_partitions(&mut conn, id, (producer_id, epoch), topic, job.partitions).await?;
+        }
+        let commit_at = (Instant::now() + job.commit_interval).min(job.until);
+        let mut outstanding = 0usize;
+        let mut written = 0u64;
+        while Instant::now() < commit_at {
+            let partition = next_partition;
+            next_partition = (next_partition + 1) % job.partitions;
+            let template = &mut templates[partition as usize];
+            minibroker_records::set_base_sequence(template, sequences[partition as usize]);
+            sequences[partition as usize] += job.records_per_batch as i32;
+            let request = produce_request(
+                transactional_id,
+                topic,
+                partition,
+                Bytes::copy_from_slice(template),
+            );
+            conn.send(ApiKey::Produce, PRODUCE_VERSION, &request)
+                .await?;
+            outstanding += 1;
+            if outstanding == job.in_flight {
+                written += receive_produced(&mut conn).await? * per_batch;
+                outstanding -= 1;
+            }
+        }
+        for _ in 0..outstanding {
+            written += receive_produced(&mut conn).await? * per_batch;
+        }
+        if let Some(id) = transactional_id {
+            end(&mut conn, id, (producer_id, epoch)).await?;
+        }
+        acknowledged += written;
+    }
+    Ok(acknowledged)
+}
+
+/// One produce answer: 1 when it was a success.
+async fn receive_produced(conn: &mut KafkaConnection) -> Result<u64> {
+    let (_, answer): (i32, ProduceResponse) = conn
+        .receive(ApiKey::Produce, PRODUCE_VERSION)
+        .await?
+        .context("the broker closed the connection")?;
+    let code = answer
+        .responses
+        .first()
+        .and_then(|t| t.partition_responses.first())
+        .map_or(-1, |p| p.error_code);
+    if code != 0 {
+        bail!("a produce was refused with error {code}");
+    }
+    Ok(1)
+}
+
+async fn add_partitions(
+    conn: &mut KafkaConnection,
+    id: &str,
+    (producer_id, epoch): (i64, i16),
+    topic: &str,
+    partitions: u32,
+) -> Result<()> {
+    let request = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(TransactionalId(text(id)))
+        .with_v3_and_below_producer_id(ProducerId(producer_id))
+        .with_v3_and_below_producer_epoch(epoch)
+        .with_v3_and_below_topics(vec![
+            AddPartitionsToTxnTopic::default()
+                .with_name(TopicName(text(topic)))
+                .with_partitions((0..partitions as i32).collect()),
+        ]);
+    let answer: AddPartitionsToTxnResponse =
+        conn.call(ApiKey::AddPartitionsToTxn, 3, &request).await?;
+    let refused = answer
+        .results_by_topic_v3_and_below
+        .iter()
+        .flat_map(|t| &t.results_by_partition)
+        .find(|r| r.partition_error_code != 0);
+    if let Some(refused) = refused {
+        bail!(
+            "AddPartitionsToTxn answered error {}",
+            refused.partition_error_code
+        );
+    }
+    Ok(())
+}
+
+async fn end(conn: &mut KafkaConnection, id: &str, (producer_id, epoch): (i64, i16)) -> Result<()> {
+    end_with(conn, id, (producer_id, epoch), true).await
+}
+
+async fn end_with(
+    conn: &mut KafkaConnection,
+    id: &str,
+    (producer_id, epoch): (i64, i16),
+    commit: bool,
+) -> Result<()> {
+    let request = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(text(id)))
+        .with_producer_id(ProducerId(producer_id))
+        .with_producer_epoch(epoch)
+        .with_committed(commit);
+    let answer: EndTxnResponse = conn.call(ApiKey::EndTxn, 3, &request).await?;
+    if answer.error_code != 0 {
+        bail!("EndTxn answered error {}", answer.error_code);
+    }
+    Ok(())
+}
+
+/// Fills one partition with transactions of ten batches each, one in ten aborted, then reads it
+/// whole `read_uncommitted` and `read_committed` in turn; returns the mean time of each read.
+async fn fetch_phase(
+    broker: &EmbeddedBroker,
+    kafka: &str,
+    settings: &Settings,
+) -> Result<(Duration, Duration)> {
+    const TOPIC: &str = "bench-read";
+    const TRANSACTIONS: usize = 400;
+    const READS: usize = 50;
+    broker.broker.create_topic(TOPIC, 1)?;
+    let mut conn = KafkaConnection::connect(kafka).await?;
+    let id = "bench-read";
+    let (producer_id, epoch) = init(&mut conn, Some(id)).await?;
+    let records =
+        vec![NewRecord::value(vec![b'x'; settings.record_size]); settings.records_per_batch];
+    let mut sequence = 0i32;
+    for transaction in 0..TRANSACTIONS {
+        add_partitions(&mut conn, id, (producer_id, epoch), TOPIC, 1).await?;
+        for _ in 0..10 {
+            let writer = Writer {
+                producer_id,
+                epoch,
+                base_sequence: sequence,
+            };
+            sequence += settings.records_per_batch as i32;
+            let batch = minibroker_records::encode_transactional(writer, &records, 0)?;
+            let _: ProduceResponse = conn
+                .call(
+                    ApiKey::Produce,
+                    PRODUCE_VERSION,
+                    &produce_request(Some(id), TOPIC, 0, batch),
+                )
+                .await?;
+        }
+        end_with(&mut conn, id, (producer_id, epoch), transaction % 10 != 9).await?;
+    }
+    let mut times = [Duration::ZERO; 2];
+    for _ in 0..READS {
+        for (slot, isolation) in [(0, 0i8), (1, 1i8)] {
+            let started = Instant::now();
+            read_whole(&mut conn, TOPIC, isolation).await?;
+            times[slot] += started.elapsed();
+        }
+    }
+    Ok((times[0] / READS as u32, times[1] / READS as u32))
+}
+
+/// Reads partition 0 of `topic` from its start to its end with `isolation_level`.
+async fn read_whole(conn: &mut KafkaConnection, topic: &str, isolation_level: i8) -> Result<()> {
+    let mut offset = 0i64;
+    loop {
+        let request = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_isolation_level(isolation_level)
+            .with_max_wait_ms(0)
+            .with_max_bytes(1 << 20)
+            .with_session_epoch(-1)
+            .with_topics(vec![
+                FetchTopic::default()
+                    .with_topic(TopicName(text(topic)))
+                    .with_partitions(vec![
+                        FetchPartition::default()
+                            .with_partition(0)
+                            .with_fetch_offset(offset)
+                            .with_partition_max_bytes(1 << 20),
+                    ]),
+            ]);
+        let answer: FetchResponse = conn.call(ApiKey::Fetch, FETCH_VERSION, &request).await?;
+        let data = answer
+            .responses
+            .first()
+            .and_then(|t| t.partitions.first())
+            .context("no partition in the Fetch answer")?;
+        let end = if isolation_level == 1 {
+            data.last_stable_offset
+        } else {
+            data.high_watermark
+        };
+        let batches = minibroker_verify::whole_batches(data.records.clone().unwrap_or_default());
+        let Some(last) = batches.last() else {
+            return Ok(());
+        };
+        offset = minibroker_records::end_offset(last);
+        if offset >= end {
+            return Ok(());
+        }
+    }
+}
