@@ -4,7 +4,7 @@
 //! checksummed envelope), and every partition's segments (each batch's CRC-32C), indexes and
 //! producer-state snapshots. Nothing is written; the directory's lock is taken, so a running
 //! broker is never read mid-write. Files that other crates keep in the directory (the group
-//! coordinator's offsets) are checked by the checks the caller passes in.
+//! coordinator's offsets, the transaction log) are checked by the checks the caller passes in.
 
 use minibroker_log::check::Checked;
 use std::path::Path;

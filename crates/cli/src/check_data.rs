@@ -14,10 +14,14 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let report = minibroker_broker::check::check_data_dir(
-        &args.data_dir,
-        minibroker_groups::check_offsets_files,
-    )?;
+    let report = minibroker_broker::check::check_data_dir(&args.data_dir, |data| {
+        let mut checked = minibroker_groups::check_offsets_files(data);
+        checked.extend(minibroker_transactions::TransactionLog::check(
+            &**data.storage(),
+            data.root(),
+        ));
+        checked
+    })?;
     let mut out = std::io::stdout().lock();
     for finding in &report.findings {
         let kind = if finding.damage { "DAMAGED" } else { "note" };

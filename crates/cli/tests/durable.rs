@@ -410,6 +410,20 @@ fn check_data_finds_a_flipped_byte_in_every_kind_of_file() {
     .output()
     .unwrap();
     summary_of(&committed, "groups.py commit");
+    let transaction = kafka_script(
+        "transactions.py",
+        &[
+            "produce-open",
+            &server.process.kafka_addr,
+            "txn",
+            "checked-txn",
+            "4",
+            "commit",
+        ],
+    )
+    .output()
+    .unwrap();
+    summary_of(&transaction, "transactions.py produce-open");
     let data = server.terminate();
     let clean = check_data(&data);
     let report = String::from_utf8_lossy(&clean.stdout);
@@ -428,7 +442,10 @@ fn check_data_finds_a_flipped_byte_in_every_kind_of_file() {
         named("topic list", &|p| p.ends_with("/topics")),
         named("producer-id", &|p| p.ends_with("/producer-ids")),
         named("group offsets", &|p| p.ends_with(".offsets")),
-        named("segment", &|p| p.ends_with(".log")),
+        named("segment", &|p| {
+            p.ends_with(".log") && !p.ends_with("/transactions.log")
+        }),
+        named("transaction log", &|p| p.ends_with("/transactions.log")),
         named("index", &|p| p.ends_with(".index")),
         named("snapshot", &|p| p.ends_with(".snapshot")),
     ];

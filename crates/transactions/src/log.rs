@@ -6,7 +6,8 @@
 //!
 //! At open the file is read whole. A torn last record (a crash in the middle of an append,
 //! which was never answered) is cut; a damaged record before it refuses the open, naming the
-//! file and the offset, since what it held cannot be known. The file is then rewritten with one
+//! file and the offset, since what it held cannot be known — and so does a damaged length that
+//! looks like a torn tail but has whole records after it. The file is then rewritten with one
 //! record per live id (atomically: a crash leaves the old file or the new one), and again
 //! whenever it grows past [`COMPACT_BYTES`] and twice what its live records take.
 
@@ -92,31 +93,7 @@ impl TransactionLog {
                 });
             }
         };
-        // Each live id's last record, framed, and its state.
-        let mut live = BTreeMap::new();
-        let mut states = BTreeMap::new();
-        let mut at = 0;
-        // A torn append at the end (a short record, never acknowledged) ends the read.
-        while let Some(framed) = frame_at(&bytes, at) {
-            // A whole record that does not decode is damage, wherever it is: an append that
-            // did not finish leaves a short one, never a whole wrong one.
-            let transaction = Transaction::decode(&framed[LENGTH_LEN..]).map_err(|source| {
-                TransactionLogError::Damaged {
-                    path: path.clone(),
-                    at,
-                    source,
-                }
-            })?;
-            at += framed.len();
-            let id = transaction.transactional_id().to_owned();
-            if transaction.state() == TxnState::Dead {
-                live.remove(&id);
-                states.remove(&id);
-            } else {
-                live.insert(id.clone(), framed.to_vec());
-                states.insert(id, transaction);
-            }
-        }
+        let (live, states) = read_records(&bytes, &path)?;
         let (file, size) = rewrite(&*storage, &path, &live)?;
         let log = Self {
             storage,
@@ -127,6 +104,19 @@ impl TransactionLog {
             live,
         };
         Ok((log, states.into_values().collect()))
+    }
+
+    /// Reads the log in `dir` without changing it (`minibroker check-data`): its path, and what
+    /// is wrong with it, if anything; `None` when there is no log.
+    #[must_use]
+    pub fn check(storage: &dyn Storage, dir: &Path) -> Option<(PathBuf, Option<String>)> {
+        let path = dir.join(FILE_NAME);
+        let problem = match read_whole(storage, &path) {
+            Ok(bytes) => read_records(&bytes, &path).err().map(|e| e.to_string()),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return None,
+            Err(error) => Some(format!("cannot read it: {error}")),
+        };
+        Some((path, problem))
     }
 
     /// Appends `transaction`'s record and syncs it: the change is durable when this returns.
@@ -174,6 +164,62 @@ impl TransactionLog {
     pub fn size(&self) -> u64 {
         self.size
     }
+}
+
+/// Each live id's last record, framed, and its state, from the log's `bytes` (a torn record at
+/// the end, an append that never finished, is left out).
+fn read_records(
+    bytes: &[u8],
+    path: &Path,
+) -> Result<(BTreeMap<String, Vec<u8>>, BTreeMap<String, Transaction>), TransactionLogError> {
+    let mut live = BTreeMap::new();
+    let mut states = BTreeMap::new();
+    let mut at = 0;
+    while let Some(framed) = frame_at(bytes, at) {
+        // A whole record that does not decode is damage, wherever it is: an append that did
+        // not finish leaves a short one, never a whole wrong one.
+        let transaction = Transaction::decode(&framed[LENGTH_LEN..]).map_err(|source| {
+            TransactionLogError::Damaged {
+                path: path.to_owned(),
+                at,
+                source,
+            }
+        })?;
+        at += framed.len();
+        let id = transaction.transactional_id().to_owned();
+        if transaction.state() == TxnState::Dead {
+            live.remove(&id);
+            states.remove(&id);
+        } else {
+            live.insert(id.clone(), framed.to_vec());
+            states.insert(id, transaction);
+        }
+    }
+    // What is left looks like a torn append, which only the last write can be. If it is a whole
+    // record after all, or a whole record follows, a length was damaged instead: cutting there
+    // would drop records that were answered.
+    let rest_is_whole = bytes
+        .get(at + LENGTH_LEN..)
+        .is_some_and(|rest| Transaction::decode(rest).is_ok());
+    if at < bytes.len() && (rest_is_whole || whole_record_after(bytes, at + 1)) {
+        return Err(TransactionLogError::Damaged {
+            path: path.to_owned(),
+            at,
+            source: RecordError::Damaged("its length is damaged: whole records follow it"),
+        });
+    }
+    Ok((live, states))
+}
+
+/// Whether a whole record that decodes starts anywhere from `from` on (found by its magic).
+fn whole_record_after(bytes: &[u8], from: usize) -> bool {
+    let magic = crate::record::MAGIC;
+    (from..bytes.len().saturating_sub(magic.len() - 1))
+        .filter(|&at| at >= LENGTH_LEN && bytes[at..].starts_with(magic))
+        .any(|at| {
+            frame_at(bytes, at - LENGTH_LEN)
+                .is_some_and(|framed| Transaction::decode(&framed[LENGTH_LEN..]).is_ok())
+        })
 }
 
 /// Replaces the file at `path` with the `live` records, atomically, and opens it for appends.

@@ -20,7 +20,8 @@ use thiserror::Error;
 
 use crate::{Transaction, TxnState};
 
-const MAGIC: &[u8; 4] = b"MBTX";
+/// The magic every record starts with.
+pub(crate) const MAGIC: &[u8; 4] = b"MBTX";
 const VERSION: u8 = 1;
 
 /// Why a record was not read.

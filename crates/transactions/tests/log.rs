@@ -124,6 +124,31 @@ fn a_damaged_record_refuses_the_open_and_names_the_file() {
 }
 
 #[test]
+fn a_damaged_length_is_damage_not_a_torn_tail() {
+    let storage = SimStorage::new();
+    let (mut log, _) = open(&storage).unwrap();
+    log.append(&ongoing("a", 1000)).unwrap();
+    log.append(&ongoing("b", 1001)).unwrap();
+    drop(log);
+    let whole = storage.contents(&path()).unwrap();
+    let second = u32::from_be_bytes(whole[..4].try_into().unwrap()) as usize + 4;
+    // Every bit of both records' lengths: a length grown past the file would look torn.
+    for at in (0..4).chain(second..second + 4) {
+        for bit in 0..8 {
+            let mut bytes = whole.clone();
+            bytes[at] ^= 1 << bit;
+            storage.set_contents(&path(), bytes);
+            let opened = open(&storage);
+            assert!(
+                matches!(opened, Err(TransactionLogError::Damaged { .. })),
+                "byte {at} bit {bit}: {:?}",
+                opened.map(|(_, states)| states)
+            );
+        }
+    }
+}
+
+#[test]
 fn a_log_that_grows_past_the_threshold_is_compacted_as_it_goes() {
     let storage = SimStorage::new();
     let (mut log, _) = open(&storage).unwrap();
