@@ -166,12 +166,12 @@ impl TransactionLog {
     }
 }
 
+/// Each live id's last record as framed in the file, and each live id's state.
+type Records = (BTreeMap<String, Vec<u8>>, BTreeMap<String, Transaction>);
+
 /// Each live id's last record, framed, and its state, from the log's `bytes` (a torn record at
 /// the end, an append that never finished, is left out).
-fn read_records(
-    bytes: &[u8],
-    path: &Path,
-) -> Result<(BTreeMap<String, Vec<u8>>, BTreeMap<String, Transaction>), TransactionLogError> {
+fn read_records(bytes: &[u8], path: &Path) -> Result<Records, TransactionLogError> {
     let mut live = BTreeMap::new();
     let mut states = BTreeMap::new();
     let mut at = 0;
