@@ -24,6 +24,9 @@ Each command prints one JSON summary line and exits non-zero when what it checks
     python transactions.py produce-open BOOTSTRAP TOPIC TXN_ID COUNT commit|abort|open [TIMEOUT_MS]
         writes COUNT records in one transaction (of transaction.timeout.ms TIMEOUT_MS, 60000 by
         default), then commits it, aborts it, or leaves it open and waits to be killed
+    python transactions.py produce-wide BOOTSTRAP TOPIC TXN_ID PARTITIONS commit|abort
+        one record to each of PARTITIONS partitions in one transaction, then its end (a wide
+        transaction: its end writes a marker to every partition)
     python transactions.py read BOOTSTRAP TOPIC PARTITIONS read_committed|read_uncommitted
         every value readable now, and the last stable offsets (the end a read_committed consumer
         sees)
@@ -374,6 +377,29 @@ def run_produce_open(bootstrap, topic, txn_id, count, end, timeout_ms):
         time.sleep(600)
 
 
+def run_produce_wide(bootstrap, topic, txn_id, partitions, end):
+    from confluent_kafka import Producer
+
+    ensure_topic(bootstrap, topic, partitions)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
+                         "transaction.timeout.ms": 60000})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    for p in range(partitions):
+        producer.produce(topic, value=f"{txn_id}-{p}".encode(), partition=p)
+    producer.flush(10)
+    print(json.dumps({"ending": end}), flush=True)
+    try:
+        if end == "commit":
+            producer.commit_transaction(20)
+        else:
+            producer.abort_transaction(20)
+    except Exception as error:  # the broker may be killed under it
+        print(json.dumps({"end_failed": str(error)}), flush=True)
+        return
+    print(json.dumps({"ended": end, "ok": True}), flush=True)
+
+
 def run_read(bootstrap, topic, partitions, isolation):
     values = read_values(bootstrap, topic, partitions, isolation)
     done({"values": values, "stable_offsets": stable_offsets(bootstrap, topic, partitions)},
@@ -396,6 +422,8 @@ def main(argv):
     elif command == "produce-open":
         timeout_ms = int(args[5]) if len(args) > 5 else 60000
         run_produce_open(args[0], args[1], args[2], int(args[3]), args[4], timeout_ms)
+    elif command == "produce-wide":
+        run_produce_wide(args[0], args[1], args[2], int(args[3]), args[4])
     elif command == "read":
         run_read(args[0], args[1], int(args[2]), args[3])
     else:

@@ -5,7 +5,9 @@
 //! a transaction left open past its timeout is aborted; and a consume-transform-produce pipeline
 //! writes its output exactly once, with its input offsets committed at the end, through a SIGKILL
 //! of the processor mid-transaction and a SIGKILL of the broker with transactions open,
-//! committed and aborted.
+//! committed and aborted; the broker SIGKILLed while it writes an end's markers (PrepareCommit,
+//! PrepareAbort) finishes that end after the restart; an operator lists, describes and aborts a
+//! transaction; `demo --transactions` and `bench --transactional` run.
 
 mod support;
 
@@ -400,4 +402,96 @@ fn bench_transactional_compares_transactions_with_idempotence_in_one_run() {
             .unwrap()
             > 0.0
     );
+}
+
+/// How many partitions the wide transactions write: enough markers (each synced under the
+/// `always` policy) that a kill lands while they are written.
+const WIDE: u32 = 200;
+
+#[test]
+fn a_broker_killed_while_ending_a_transaction_finishes_that_end_after_the_restart() {
+    for end in ["commit", "abort"] {
+        let dir = tempfile::tempdir().unwrap();
+        let addrs = (free_addr(), free_addr());
+        let mut landed = false;
+        for attempt in 0..5 {
+            let broker = ServeProcess::spawn(&mut durable_command(&addrs, dir.path()));
+            let topic = format!("wide-{end}-{attempt}");
+            let id = format!("{topic}-txn");
+            let mut producer = kafka_script(
+                "transactions.py",
+                &[
+                    "produce-wide",
+                    &broker.kafka_addr,
+                    &topic,
+                    &id,
+                    &WIDE.to_string(),
+                    end,
+                ],
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+            // SIGKILL as soon as the broker says the end is decided and its markers are going
+            // out: PrepareCommit or PrepareAbort is durable then, and Complete* is not yet.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while !broker.logged().contains("writing a transaction's markers") {
+                assert!(std::time::Instant::now() < deadline, "the end never began");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            broker.kill();
+            producer.kill().unwrap();
+            producer.wait().unwrap();
+
+            let broker = ServeProcess::spawn(&mut durable_command(&addrs, dir.path()));
+            let decided = broker
+                .logged()
+                .contains("a transaction decided before the restart is to be finished");
+            let expected: Vec<String> = if end == "commit" {
+                let mut all: Vec<String> = (0..WIDE).map(|p| format!("{id}-{p}")).collect();
+                all.sort();
+                all
+            } else {
+                Vec::new()
+            };
+            // The clock finishes the decided end within a tick or two.
+            let mut read = serde_json::Value::Null;
+            for _ in 0..40 {
+                read = script(&[
+                    "read",
+                    &broker.kafka_addr,
+                    &topic,
+                    &WIDE.to_string(),
+                    "read_committed",
+                ]);
+                let stable = read["stable_offsets"].as_array().unwrap();
+                if stable.iter().all(|end| end.as_i64().unwrap() >= 2) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            let mut values: Vec<String> = read["values"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_owned())
+                .collect();
+            values.sort();
+            assert_eq!(values, expected, "{end}, attempt {attempt}");
+            // No LSO stuck: on every partition the record and at least one marker are below it.
+            let stable = read["stable_offsets"].as_array().unwrap();
+            assert!(stable.iter().all(|e| e.as_i64().unwrap() >= 2), "{read}");
+            drop(broker);
+            if decided {
+                eprintln!("the kill landed in the {end}'s markers on attempt {attempt}");
+                landed = true;
+                break;
+            }
+        }
+        assert!(
+            landed,
+            "no kill landed while the {end}'s markers were written"
+        );
+    }
 }

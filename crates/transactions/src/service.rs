@@ -138,6 +138,14 @@ impl TransactionService {
             if txn.state() == TxnState::Ongoing {
                 service.expect_batches(&txn, txn.partitions().cloned());
             }
+            if txn.state().is_preparing() {
+                // The clock's first tick writes its markers.
+                tracing::info!(
+                    transactional_id = txn.transactional_id(),
+                    state = txn.state().name(),
+                    "a transaction decided before the restart is to be finished"
+                );
+            }
         }
         Ok(service)
     }
@@ -352,6 +360,12 @@ impl TransactionService {
     async fn finish(&self, txn: &Transaction) -> bool {
         let commit = txn.state() == TxnState::PrepareCommit;
         let (id, producer_id, epoch) = (txn.transactional_id(), txn.producer_id(), txn.epoch());
+        tracing::info!(
+            transactional_id = id,
+            state = txn.state().name(),
+            partitions = txn.partitions().count(),
+            "writing a transaction's markers"
+        );
         let mut unacknowledged = Unacknowledged::default();
         let mut done = true;
         for (topic, partition) in txn.partitions() {
