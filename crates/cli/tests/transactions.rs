@@ -21,6 +21,44 @@ fn script(args: &[&str]) -> serde_json::Value {
     summary_of(&output, &format!("transactions.py {args:?}"))
 }
 
+/// Reads `topic` read_committed, again until `settled` holds of its last stable offsets (for up
+/// to ten seconds); returns its values, sorted, and those offsets.
+fn read_committed_once(
+    kafka: &str,
+    topic: &str,
+    partitions: u32,
+    settled: impl Fn(&[i64]) -> bool,
+) -> (Vec<String>, Vec<i64>) {
+    let mut tries = 0;
+    loop {
+        let read = script(&[
+            "read",
+            kafka,
+            topic,
+            &partitions.to_string(),
+            "read_committed",
+        ]);
+        let stable: Vec<i64> = read["stable_offsets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e.as_i64().unwrap())
+            .collect();
+        tries += 1;
+        if settled(&stable) || tries == 40 {
+            let mut values: Vec<String> = read["values"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_owned())
+                .collect();
+            values.sort();
+            return (values, stable);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
 fn memory_broker() -> ServeProcess {
     ServeProcess::spawn(&mut serve_command("127.0.0.1:0", "127.0.0.1:0"))
 }
@@ -124,6 +162,21 @@ fn fill_source(kafka: &str, source: &str, count: usize) {
     assert_eq!(summary["written"], count);
 }
 
+/// Starts `transactions.py ARGS` and waits for the first line it prints (it says so once it is
+/// where the test wants it, and waits to be killed); returns the process and that line.
+fn started_script(args: &[&str]) -> (std::process::Child, String) {
+    let mut child = kafka_script("transactions.py", args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (child, line)
+}
+
 /// Starts the processor, which kills nothing itself: it stops in the middle of a transaction
 /// after `die_after` records and says so; returns the waiting process.
 fn processor_stuck_mid_transaction(
@@ -131,25 +184,9 @@ fn processor_stuck_mid_transaction(
     (source, sink): (&str, &str),
     die_after: usize,
 ) -> std::process::Child {
-    let mut processor = kafka_script(
-        "transactions.py",
-        &[
-            "process",
-            kafka,
-            source,
-            sink,
-            "processor",
-            &die_after.to_string(),
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
-    let mut line = String::new();
-    BufReader::new(processor.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let die_after = die_after.to_string();
+    let (processor, line) =
+        started_script(&["process", kafka, source, sink, "processor", &die_after]);
     assert!(line.contains("mid_transaction"), "{line}");
     processor
 }
@@ -189,26 +226,15 @@ fn a_broker_killed_mid_transaction_keeps_every_outcome_and_no_lso_sticks() {
     script(&["produce-open", &kafka, "outcomes", "aborted", "6", "abort"]);
     // Left open by a producer that stays alive, with a short timeout: after the restart the
     // broker must still abort it, or the LSO would stick.
-    let mut open = kafka_script(
-        "transactions.py",
-        &[
-            "produce-open",
-            &kafka,
-            "outcomes",
-            "open",
-            "6",
-            "open",
-            "3000",
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
-    let mut line = String::new();
-    BufReader::new(open.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut open, _) = started_script(&[
+        "produce-open",
+        &kafka,
+        "outcomes",
+        "open",
+        "6",
+        "open",
+        "3000",
+    ]);
     // And a pipeline in the middle of a transaction.
     let mut processor = processor_stuck_mid_transaction(&kafka, ("kill-in", "kill-out"), 35);
 
@@ -220,37 +246,21 @@ fn a_broker_killed_mid_transaction_keeps_every_outcome_and_no_lso_sticks() {
     open.wait().unwrap();
 
     // The open transaction times out and is aborted by the restarted broker.
-    let mut read = serde_json::Value::Null;
-    for _ in 0..40 {
-        read = script(&["read", &kafka, "outcomes", "3", "read_committed"]);
-        let ends = &read["stable_offsets"];
-        if ends
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| e.as_i64().unwrap())
-            .sum::<i64>()
-            >= 27
-        {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(250));
-    }
-    let mut values: Vec<String> = read["values"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap().to_owned())
-        .collect();
-    values.sort();
+    let (values, stable) =
+        read_committed_once(&kafka, "outcomes", 3, |ends| ends.iter().sum::<i64>() >= 27);
     let committed: Vec<String> = (0..6).map(|i| format!("committed-{i}")).collect();
-    assert_eq!(values, committed, "{read}");
+    assert_eq!(values, committed);
     // Each partition: 2 + 2 + 2 records and 3 markers: nothing holds the LSO back.
-    assert_eq!(
-        read["stable_offsets"],
-        serde_json::json!([9, 9, 9]),
-        "{read}"
-    );
+    assert_eq!(stable, vec![9, 9, 9]);
+    let verified = broker.run_kafka(&[
+        "verify",
+        "--topic",
+        "outcomes",
+        "--isolation",
+        "read-committed",
+    ]);
+    assert!(verified.contains("PASS"), "{verified}");
+    assert!(verified.contains("0 open"), "{verified}");
 
     // The pipeline resumes and its output is exactly once.
     script(&[
@@ -314,18 +324,7 @@ fn demo_transactions_reports_exactly_once_through_both_crashes() {
 fn an_operator_lists_describes_and_aborts_an_open_transaction() {
     let broker = memory_broker();
     let kafka = broker.kafka_addr.clone();
-    let mut open = kafka_script(
-        "transactions.py",
-        &["produce-open", &kafka, "ops", "forgotten", "3", "open"],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
-    let mut line = String::new();
-    BufReader::new(open.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut open, _) = started_script(&["produce-open", &kafka, "ops", "forgotten", "3", "open"]);
 
     let listed = broker.run_kafka(&["transactions", "list", "--state", "Ongoing"]);
     assert!(
@@ -455,33 +454,13 @@ fn a_broker_killed_while_ending_a_transaction_finishes_that_end_after_the_restar
             } else {
                 Vec::new()
             };
-            // The clock finishes the decided end within a tick or two.
-            let mut read = serde_json::Value::Null;
-            for _ in 0..40 {
-                read = script(&[
-                    "read",
-                    &broker.kafka_addr,
-                    &topic,
-                    &WIDE.to_string(),
-                    "read_committed",
-                ]);
-                let stable = read["stable_offsets"].as_array().unwrap();
-                if stable.iter().all(|end| end.as_i64().unwrap() >= 2) {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-            let mut values: Vec<String> = read["values"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_str().unwrap().to_owned())
-                .collect();
-            values.sort();
+            // The clock finishes the decided end within a tick or two. No LSO stuck: on every
+            // partition the record and at least one marker are below it.
+            let (values, stable) = read_committed_once(&broker.kafka_addr, &topic, WIDE, |ends| {
+                ends.iter().all(|&end| end >= 2)
+            });
             assert_eq!(values, expected, "{end}, attempt {attempt}");
-            // No LSO stuck: on every partition the record and at least one marker are below it.
-            let stable = read["stable_offsets"].as_array().unwrap();
-            assert!(stable.iter().all(|e| e.as_i64().unwrap() >= 2), "{read}");
+            assert!(stable.iter().all(|&end| end >= 2), "{stable:?}");
             drop(broker);
             if decided {
                 eprintln!("the kill landed in the {end}'s markers on attempt {attempt}");

@@ -425,6 +425,24 @@ impl GroupCoordinator {
         member_id: &str,
         offsets: Vec<(String, i32, i64, Option<String>)>,
     ) -> Result<(), GroupError> {
+        self.commit_with(group_id, offsets, |group, offsets, commit_ms| {
+            group.commit(generation, member_id, offsets, commit_ms, Instant::now())
+        })
+        .await
+    }
+
+    /// What both commits do: `commit` the offsets to the group (created if need be, within the
+    /// budget), durably, and the group goes at once if that left it empty.
+    async fn commit_with(
+        &self,
+        group_id: &str,
+        offsets: Vec<(String, i32, i64, Option<String>)>,
+        commit: impl FnOnce(
+            &mut Group,
+            Vec<(String, i32, i64, Option<String>)>,
+            i64,
+        ) -> Result<(), GroupError>,
+    ) -> Result<(), GroupError> {
         if group_id.is_empty() {
             return Err(GroupError::InvalidGroupId);
         }
@@ -436,7 +454,7 @@ impl GroupCoordinator {
         let slot = self.find_or_add(group_id)?;
         let result = self
             .change_offsets(&slot, group_id, needs, |group| {
-                group.commit(generation, member_id, offsets, commit_ms, Instant::now())
+                commit(group, offsets, commit_ms)
             })
             .await;
         drop(slot);
@@ -480,30 +498,11 @@ impl GroupCoordinator {
         (generation, member_id): (i32, &str),
         offsets: Vec<(String, i32, i64, Option<String>)>,
     ) -> Result<(), GroupError> {
-        if group_id.is_empty() {
-            return Err(GroupError::InvalidGroupId);
-        }
-        let commit_ms = minibroker_records::now_millis();
-        let needs = offsets
-            .iter()
-            .map(|(topic, _, _, metadata)| group::offset_bytes(topic, metadata.as_deref()))
-            .sum();
-        let slot = self.find_or_add(group_id)?;
-        let result = self
-            .change_offsets(&slot, group_id, needs, |group| {
-                group.commit_in_transaction(
-                    producer_id,
-                    generation,
-                    member_id,
-                    offsets,
-                    commit_ms,
-                    Instant::now(),
-                )
-            })
-            .await;
-        drop(slot);
-        self.remove_if(group_id, Group::is_empty);
-        result
+        self.commit_with(group_id, offsets, |group, offsets, commit_ms| {
+            let member = (generation, member_id);
+            group.commit_in_transaction(producer_id, member, offsets, commit_ms, Instant::now())
+        })
+        .await
     }
 
     /// The end of `producer_id`'s transaction for the group: the offsets it committed in it

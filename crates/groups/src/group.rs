@@ -557,8 +557,7 @@ impl Group {
     pub(super) fn commit_in_transaction(
         &mut self,
         producer_id: i64,
-        generation: i32,
-        member_id: &str,
+        (generation, member_id): (i32, &str),
         offsets: Vec<(String, i32, i64, Option<String>)>,
         commit_ms: i64,
         now: Instant,
