@@ -256,3 +256,60 @@ impl KafkaFrontEnd {
         EndTxnResponse::default().with_error_code(code_of_result(result, version >= 2))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_refusal_has_its_code_and_a_fence_the_one_its_version_knows() {
+        let refused = |error: TxnError| CoordinatorError::Refused(error);
+        let cases = [
+            (
+                refused(TxnError::ProducerFenced),
+                true,
+                ResponseError::ProducerFenced,
+            ),
+            (
+                refused(TxnError::ProducerFenced),
+                false,
+                ResponseError::InvalidProducerEpoch,
+            ),
+            (
+                refused(TxnError::InvalidProducerIdMapping),
+                true,
+                ResponseError::InvalidProducerIdMapping,
+            ),
+            (
+                refused(TxnError::ConcurrentTransactions),
+                false,
+                ResponseError::ConcurrentTransactions,
+            ),
+            (
+                refused(TxnError::InvalidTxnState {
+                    state: minibroker_transactions::TxnState::Empty,
+                }),
+                true,
+                ResponseError::InvalidTxnState,
+            ),
+            (
+                refused(TxnError::InvalidTransactionTimeout { asked: 2, max: 1 }),
+                true,
+                ResponseError::InvalidTransactionTimeout,
+            ),
+            (
+                CoordinatorError::EmptyTransactionalId,
+                true,
+                ResponseError::InvalidRequest,
+            ),
+            (
+                CoordinatorError::UnknownTransactionalId("t".into()),
+                true,
+                ResponseError::InvalidProducerIdMapping,
+            ),
+        ];
+        for (error, fenced_is_90, expected) in cases {
+            assert_eq!(coordinator_code(&error, fenced_is_90), expected, "{error}");
+        }
+    }
+}
