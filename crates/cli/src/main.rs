@@ -26,6 +26,7 @@ mod serve;
 mod target;
 mod topic;
 mod transactions;
+mod user;
 mod verify;
 
 /// An exactly-once message broker: the broker, not the producer, removes duplicates.
@@ -78,6 +79,8 @@ enum Command {
     Verify(verify::Args),
     /// List consumer groups, or describe one: members, assignments, committed offsets, lag.
     Groups(groups::Args),
+    /// Add, list or delete users of the users file (SCRAM credentials, no passwords).
+    User(user::Args),
     /// List transactions, describe one, show a topic's producers and their open transactions,
     /// or abort an open transaction (Kafka protocol).
     Transactions(transactions::Args),
@@ -139,6 +142,7 @@ fn run(cli: Cli) -> Result<()> {
             Command::Verify(args) => verify::run(args).await,
             Command::Groups(args) => groups::run(args).await,
             Command::Transactions(args) => transactions::run(args).await,
+            Command::User(args) => user::run(args),
             Command::Health(args) => health::run(args).await,
             Command::CheckData(args) => check_data::run(&args),
             Command::Completions(args) => {
