@@ -113,6 +113,41 @@ fn fix_batch_crc(batch: &mut [u8]) {
     }
 }
 
+/// The SASL exchange's tokens, mutated: SCRAM's client-first and client-final and PLAIN's
+/// message never panic, and a mutated client-final never logs in.
+#[test]
+fn sasl_tokens() {
+    use minibroker_security::{ScramCredential, ScramExchange, ScramMechanism, parse_plain};
+    let mut rng = rng(7);
+    let mechanism = ScramMechanism::Sha256;
+    let credential = ScramCredential::derive(mechanism, b"pw", b"salt", 4096).unwrap();
+    let firsts = [
+        &b"n,,n=alice,r=abc"[..],
+        b"n,a=alice,n=alice,r=x,ext=1",
+        b"y,,n=a=2Cb,r=z",
+    ];
+    for round in 0..iterations() {
+        let mut first = firsts[round % firsts.len()].to_vec();
+        mutate(&mut rng, &mut first);
+        let _ = parse_plain(&first);
+        let started = ScramExchange::start(
+            mechanism,
+            &first,
+            |_| Some(credential.clone()),
+            b"secret",
+            "servernonce",
+        );
+        let Ok((exchange, _)) = started else { continue };
+        let mut last =
+            b"c=biws,r=abcservernonce,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=".to_vec();
+        mutate(&mut rng, &mut last);
+        assert!(
+            exchange.finish(&last).is_err(),
+            "round {round}: a guessed proof logged in"
+        );
+    }
+}
+
 #[test]
 fn record_batches() {
     let mut rng = rng(1);

@@ -30,6 +30,8 @@ pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
 ];
 
 /// Whether `version` of `api` is implemented.
@@ -67,6 +69,8 @@ pub(crate) fn name(api: ApiKey) -> &'static str {
         ApiKey::DescribeProducers => "DescribeProducers",
         ApiKey::DescribeTransactions => "DescribeTransactions",
         ApiKey::ListTransactions => "ListTransactions",
+        ApiKey::SaslHandshake => "SaslHandshake",
+        ApiKey::SaslAuthenticate => "SaslAuthenticate",
         _ => "other",
     }
 }

@@ -20,6 +20,7 @@ use crate::KafkaConfig;
 use crate::answer_room::AnswerTooLarge;
 use crate::apis::{self, SUPPORTED};
 use crate::preflight;
+use crate::sasl::Login;
 
 /// One Kafka connection's view of the broker.
 pub struct KafkaFrontEnd {
@@ -29,6 +30,10 @@ pub struct KafkaFrontEnd {
     /// The connection's produces whose answers wait for their batches to be stored.
     pub(crate) unacknowledged: Unacknowledged,
     pub(crate) config: Arc<KafkaConfig>,
+    /// Where the connection is in its SASL login (on a SASL listener).
+    pub(crate) login: Login,
+    /// Whether the next frames are bare SASL tokens (after SaslHandshake v0).
+    pub(crate) raw_sasl: bool,
     /// Request latencies, when metrics are on.
     timings: Option<ConnectionTimings>,
 }
@@ -45,11 +50,21 @@ impl KafkaFrontEnd {
             groups: Arc::clone(node.groups()),
             transactions: Arc::clone(node.transactions()),
             unacknowledged: Unacknowledged::default(),
+            raw_sasl: false,
+            login: if config.sasl.is_some() {
+                Login::Waiting
+            } else {
+                Login::NotAsked
+            },
             config,
         }
     }
 
     async fn serve(&mut self, mut frame: Bytes, out: &mut BytesMut) -> Next {
+        if self.raw_sasl {
+            // After SaslHandshake v0 the SASL tokens come bare, each in a frame of its own.
+            return self.raw_sasl_token(frame, out).await;
+        }
         let Some((api, version)) = peek_api(&frame) else {
             tracing::debug!("a Kafka request too short for its header; closing");
             return Next::Close;
@@ -82,6 +97,19 @@ impl KafkaFrontEnd {
                 ?api,
                 version,
                 "unsupported Kafka API version; closing the connection"
+            );
+            return Next::Close;
+        }
+        if !self.login.lets_through()
+            && !matches!(
+                api,
+                ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
+            )
+        {
+            // As Kafka: before the login only the SASL exchange is served.
+            tracing::info!(
+                ?api,
+                "a request before authentication; closing the connection"
             );
             return Next::Close;
         }
@@ -167,6 +195,20 @@ impl KafkaFrontEnd {
             )),
             RequestKind::EndTxn(request) => {
                 Ok(ResponseKind::EndTxn(self.end_txn(&request, version).await))
+            }
+            RequestKind::SaslHandshake(request) => {
+                Ok(ResponseKind::SaslHandshake(self.sasl_handshake(&request)))
+            }
+            RequestKind::SaslAuthenticate(request) => {
+                let answered = self.sasl_authenticate(request).await;
+                let next = encode(
+                    out,
+                    header.correlation_id,
+                    api,
+                    version,
+                    &ResponseKind::SaslAuthenticate(answered.answer),
+                );
+                return if answered.close { Next::Close } else { next };
             }
             RequestKind::DescribeTransactions(request) => self
                 .describe_transactions(&request, version)

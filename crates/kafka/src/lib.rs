@@ -24,8 +24,10 @@ mod errors;
 mod front_end;
 mod handlers;
 mod preflight;
+mod sasl;
 
 pub use front_end::KafkaFrontEnd;
+pub use sasl::{Login, Mechanism, SaslSettings};
 
 use minibroker_net::Config;
 use minibroker_net::{Host, HostError};
@@ -33,7 +35,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
-/// What the Kafka listener tells clients about this broker.
+/// What the Kafka listener tells clients about this broker, and what it asks of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KafkaConfig {
     /// This broker's node id: the only node, and every partition's leader.
@@ -52,6 +54,8 @@ pub struct KafkaConfig {
     /// Most bytes of any one answer (`max_frame_bytes`): a request whose answer would be larger
     /// is refused by closing the connection.
     pub max_answer_bytes: usize,
+    /// The login a SASL listener asks for; `None` for PLAINTEXT.
+    pub sasl: Option<Arc<SaslSettings>>,
 }
 
 impl KafkaConfig {
@@ -67,23 +71,27 @@ impl KafkaConfig {
             // Answers stay within the frame size the broker accepts.
             max_fetch_response_bytes: minibroker_broker::batch_room(config.broker.max_frame_bytes),
             max_answer_bytes: config.broker.max_frame_bytes,
+            sasl: None,
         }
     }
 }
 
 /// Serves the Kafka protocol for `host` on `listener` until the host stops, advertising the
-/// configuration's `kafka_advertise` or else the bound address; returns the bound address.
+/// configuration's `kafka_advertise` or else the bound address, and asking for a SASL login
+/// when `kafka_security_protocol` says so; returns the bound address.
 ///
 /// # Errors
-/// [`HostError::Bind`] when the listener's address cannot be read.
+/// [`HostError::Bind`] when the listener's address cannot be read; [`HostError::Start`] when the
+/// users file cannot be read.
 pub fn serve(host: &Host, listener: TcpListener) -> Result<SocketAddr, HostError> {
     let bound = Host::bound(&listener)?;
     let (advertised_host, port) = host.config().net.kafka_advertised(bound);
-    let kafka = Arc::new(KafkaConfig::from_config(
-        host.config(),
-        advertised_host,
-        port,
-    ));
+    let sasl = SaslSettings::from_config(host.config())
+        .map_err(|error| minibroker_broker::ServerError::Config(error.to_string()))?;
+    let kafka = Arc::new(KafkaConfig {
+        sasl: sasl.map(Arc::new),
+        ..KafkaConfig::from_config(host.config(), advertised_host, port)
+    });
     host.serve(listener, move |node| {
         KafkaFrontEnd::new(node, Arc::clone(&kafka))
     })

@@ -10,7 +10,7 @@ use minibroker_transactions::TransactionConfig;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Every section, as one broker process runs with it.
@@ -135,7 +135,38 @@ pub struct NetConfig {
     pub write_timeout_ms: u64,
     /// On shutdown, how long connections get to finish their requests before they are aborted.
     pub drain_timeout_ms: u64,
+    /// What the Kafka listener asks of a client before it serves it, in Kafka's words:
+    /// `PLAINTEXT` (nothing) or `SASL_PLAINTEXT` (a SASL login with a user of `users_file`).
+    pub kafka_security_protocol: SecurityProtocol,
+    /// The SASL mechanisms offered: SCRAM-SHA-256, SCRAM-SHA-512 and (asked for by name) PLAIN.
+    pub sasl_enabled_mechanisms: Vec<String>,
+    /// The users and their SCRAM credentials (`minibroker user add`), needed for SASL.
+    pub users_file: Option<PathBuf>,
+    /// How long a failed login waits before its answer (Kafka's
+    /// `connection.failed.authentication.delay.ms`), so a guessing client gets few guesses.
+    pub auth_failure_delay_ms: u64,
 }
+
+/// Kafka's `security.protocol` of a listener.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum SecurityProtocol {
+    /// No TLS, no login.
+    #[default]
+    #[serde(rename = "PLAINTEXT")]
+    Plaintext,
+    /// A SASL login, without TLS.
+    #[serde(rename = "SASL_PLAINTEXT")]
+    SaslPlaintext,
+    /// TLS (not offered yet: refused at start).
+    #[serde(rename = "SSL")]
+    Ssl,
+    /// TLS and a SASL login (not offered yet: refused at start).
+    #[serde(rename = "SASL_SSL")]
+    SaslSsl,
+}
+
+/// The mechanisms a listener may offer.
+pub const SASL_MECHANISMS: [&str; 3] = ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"];
 
 impl Default for NetConfig {
     fn default() -> Self {
@@ -150,6 +181,10 @@ impl Default for NetConfig {
             idle_timeout_ms: 600_000,
             write_timeout_ms: 30_000,
             drain_timeout_ms: 5_000,
+            kafka_security_protocol: SecurityProtocol::Plaintext,
+            sasl_enabled_mechanisms: vec!["SCRAM-SHA-256".to_owned(), "SCRAM-SHA-512".to_owned()],
+            users_file: None,
+            auth_failure_delay_ms: 100,
         }
     }
 }
@@ -179,6 +214,44 @@ impl NetConfig {
         }
         if self.drain_timeout_ms > MAX_TIMEOUT_MS {
             return fail("drain_timeout_ms must be at most 31536000000 (a year)");
+        }
+        self.validate_security()
+    }
+
+    /// The security keys: a protocol this broker offers, known mechanisms, and a users file when
+    /// logins are asked for.
+    fn validate_security(&self) -> Result<(), ServerError> {
+        let fail = |msg: String| Err(ServerError::Config(msg));
+        match self.kafka_security_protocol {
+            SecurityProtocol::Ssl | SecurityProtocol::SaslSsl => {
+                return fail(
+                    "kafka_security_protocol: TLS (SSL, SASL_SSL) is not offered yet; use PLAINTEXT or SASL_PLAINTEXT"
+                        .into(),
+                );
+            }
+            SecurityProtocol::SaslPlaintext if self.users_file.is_none() => {
+                return fail(
+                    "kafka_security_protocol = \"SASL_PLAINTEXT\" needs users_file".into(),
+                );
+            }
+            _ => {}
+        }
+        if let Some(unknown) = self
+            .sasl_enabled_mechanisms
+            .iter()
+            .find(|m| !SASL_MECHANISMS.contains(&m.as_str()))
+        {
+            return fail(format!(
+                "sasl_enabled_mechanisms: unknown mechanism {unknown:?} (SCRAM-SHA-256, SCRAM-SHA-512, PLAIN)"
+            ));
+        }
+        if self.kafka_security_protocol == SecurityProtocol::SaslPlaintext
+            && self.sasl_enabled_mechanisms.is_empty()
+        {
+            return fail("sasl_enabled_mechanisms must name at least one mechanism".into());
+        }
+        if self.auth_failure_delay_ms > 60_000 {
+            return fail("auth_failure_delay_ms must be at most 60000".into());
         }
         Ok(())
     }
@@ -264,5 +337,29 @@ mod tests {
         assert!(Config::from_toml("kafka_advertise = \"no-port\"").is_err());
         assert!(Config::from_toml("max_groups = 0").is_err());
         assert!(Config::from_toml("segment_bytes = 10").is_err());
+    }
+
+    #[test]
+    fn security_keys_are_checked() {
+        let sasl = Config::from_toml(
+            "kafka_security_protocol = \"SASL_PLAINTEXT\"\nusers_file = \"users\"\nsasl_enabled_mechanisms = [\"PLAIN\"]",
+        )
+        .unwrap();
+        assert_eq!(
+            sasl.net.kafka_security_protocol,
+            SecurityProtocol::SaslPlaintext
+        );
+        let without_users = Config::from_toml("kafka_security_protocol = \"SASL_PLAINTEXT\"");
+        assert!(
+            without_users
+                .unwrap_err()
+                .to_string()
+                .contains("users_file")
+        );
+        let tls = Config::from_toml("kafka_security_protocol = \"SSL\"");
+        assert!(tls.unwrap_err().to_string().contains("not offered yet"));
+        assert!(Config::from_toml("kafka_security_protocol = \"TLS\"").is_err());
+        let mechanism = Config::from_toml("sasl_enabled_mechanisms = [\"GSSAPI\"]");
+        assert!(mechanism.unwrap_err().to_string().contains("GSSAPI"));
     }
 }

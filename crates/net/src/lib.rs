@@ -58,7 +58,7 @@ pub mod timings;
 /// The length-prefixed frames of every connection (`minibroker_framing`).
 pub use minibroker_framing as framing;
 
-pub use config::{Config, NetConfig};
+pub use config::{Config, NetConfig, SASL_MECHANISMS, SecurityProtocol};
 pub use front_end::{FrontEnd, Next};
 pub use host::{Host, HostError};
 pub use node::{ConnectionCounts, Node};

@@ -9,6 +9,7 @@ mod hardening;
 mod kafka;
 mod limits;
 mod power_loss;
+mod sasl;
 mod shutdown;
 mod transactions;
 mod wire;

@@ -1,0 +1,194 @@
+//! SASL logins with the real clients (`tests/kafka/security.py`, kcat) against a real `serve`
+//! with `kafka_security_protocol = "SASL_PLAINTEXT"`: confluent-kafka, kafka-python and aiokafka
+//! log in with SCRAM-SHA-256, SCRAM-SHA-512 and PLAIN and produce and consume; kcat (Debian's,
+//! whose librdkafka repeats its SCRAM nonce) does too; a wrong password and an unknown user are
+//! refused by each client, and a client that does not log in is not served.
+
+mod support;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use support::{BIN, ServeProcess, kafka_script, serve_command, summary_of};
+
+const PASSWORD: &str = "correct horse";
+
+fn add_user(users: &Path, name: &str) {
+    let mut child = Command::new(BIN)
+        .args(["user", "add", name, "--users-file"])
+        .arg(users)
+        .arg("--password-stdin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(PASSWORD.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+}
+
+/// A broker asking for SASL logins, offering all three mechanisms, with user alice.
+fn secured(dir: &Path) -> ServeProcess {
+    let users = dir.join("users");
+    add_user(&users, "alice");
+    let config = dir.join("secured.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "kafka_security_protocol = \"SASL_PLAINTEXT\"\nsasl_enabled_mechanisms = [\"SCRAM-SHA-256\", \"SCRAM-SHA-512\", \"PLAIN\"]\nusers_file = {:?}\nauth_failure_delay_ms = 50\n",
+            users.display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut command = serve_command("127.0.0.1:0", "127.0.0.1:0");
+    command.arg("--config").arg(&config);
+    ServeProcess::spawn(&mut command)
+}
+
+fn security(args: &[&str]) -> serde_json::Value {
+    let output = kafka_script("security.py", args).output().unwrap();
+    summary_of(&output, &format!("security.py {args:?}"))
+}
+
+#[test]
+fn each_python_client_logs_in_with_each_mechanism_and_produces_and_consumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = secured(dir.path());
+    for client in ["confluent", "kafka-python", "aiokafka"] {
+        for mechanism in ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"] {
+            let topic = format!("t-{client}-{mechanism}");
+            let summary = security(&[
+                "login",
+                client,
+                &broker.kafka_addr,
+                &topic,
+                mechanism,
+                "alice",
+                PASSWORD,
+            ]);
+            assert_eq!(summary["read"], 20, "{summary}");
+        }
+    }
+    let logged = broker.logged();
+    assert!(logged.contains("authenticated"), "{logged}");
+}
+
+#[test]
+fn a_wrong_password_and_an_unknown_user_are_refused_by_each_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = secured(dir.path());
+    for (client, refusals) in [
+        (
+            "confluent",
+            [
+                ("SCRAM-SHA-256", "alice", "wrong"),
+                ("SCRAM-SHA-512", "mallory", PASSWORD),
+            ],
+        ),
+        (
+            "kafka-python",
+            [
+                ("SCRAM-SHA-512", "alice", "wrong"),
+                ("PLAIN", "mallory", PASSWORD),
+            ],
+        ),
+        (
+            "aiokafka",
+            [
+                ("PLAIN", "alice", "wrong"),
+                ("SCRAM-SHA-256", "mallory", PASSWORD),
+            ],
+        ),
+    ] {
+        for (mechanism, user, password) in refusals {
+            let summary = security(&[
+                "refused",
+                client,
+                &broker.kafka_addr,
+                mechanism,
+                user,
+                password,
+            ]);
+            assert!(!summary["error"].is_null(), "{summary}");
+        }
+    }
+    let logged = broker.logged();
+    assert!(logged.contains("a SCRAM login failed"), "{logged}");
+    assert!(logged.contains("a PLAIN login failed"), "{logged}");
+    assert!(!logged.contains("authenticated"), "{logged}");
+}
+
+fn kcat(args: &[&str], stdin: &str) -> std::process::Output {
+    let mut child = Command::new("kcat")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kcat (installed by scripts/kafka-clients)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn kcat_logs_in_with_scram_and_plain_and_a_client_that_does_not_is_not_served() {
+    // kcat's librdkafka comes from scripts/kafka-clients, as for the other kcat tests.
+    support::kafka_python();
+    let dir = tempfile::tempdir().unwrap();
+    let broker = secured(dir.path());
+    let login = |mechanism: &str, password: &str| {
+        vec![
+            "-X".to_owned(),
+            "security.protocol=SASL_PLAINTEXT".to_owned(),
+            "-X".to_owned(),
+            format!("sasl.mechanisms={mechanism}"),
+            "-X".to_owned(),
+            "sasl.username=alice".to_owned(),
+            "-X".to_owned(),
+            format!("sasl.password={password}"),
+        ]
+    };
+    for mechanism in ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"] {
+        let mut args = vec!["-b", &broker.kafka_addr, "-P", "-t", "kc"];
+        let secured = login(mechanism, PASSWORD);
+        args.extend(secured.iter().map(String::as_str));
+        let produced = kcat(&args, &format!("hello {mechanism}\n"));
+        assert!(
+            produced.status.success(),
+            "{mechanism}: {}",
+            String::from_utf8_lossy(&produced.stderr)
+        );
+    }
+    let mut args = vec![
+        "-b",
+        &broker.kafka_addr,
+        "-C",
+        "-t",
+        "kc",
+        "-o",
+        "beginning",
+        "-e",
+    ];
+    let secured = login("SCRAM-SHA-256", PASSWORD);
+    args.extend(secured.iter().map(String::as_str));
+    let consumed = kcat(&args, "");
+    let read = String::from_utf8_lossy(&consumed.stdout);
+    assert_eq!(read.lines().count(), 3, "{read}");
+    // Without a login, or with a wrong password: nothing.
+    let wrong = login("SCRAM-SHA-256", "wrong");
+    let mut args = vec!["-b", &broker.kafka_addr, "-L", "-m", "3"];
+    args.extend(wrong.iter().map(String::as_str));
+    assert!(!kcat(&args, "").status.success());
+    let plaintext = kcat(&["-b", &broker.kafka_addr, "-L", "-m", "3"], "");
+    assert!(!plaintext.status.success());
+    assert!(broker.logged().contains("a request before authentication"));
+}

@@ -1,0 +1,147 @@
+"""Real Kafka clients logging in to minibroker's SASL listener, for the project's tests.
+
+Each command prints one JSON summary line and exits non-zero when what it checks does not hold.
+
+    python security.py login confluent|kafka-python|aiokafka BOOTSTRAP TOPIC MECHANISM USER PASSWORD
+        logs in, produces 20 records idempotently and reads them back
+    python security.py refused confluent|kafka-python|aiokafka BOOTSTRAP MECHANISM USER PASSWORD
+        the login must fail: prints the client's error
+"""
+
+import asyncio
+import json
+import sys
+
+COUNT = 20
+
+
+def done(summary, ok):
+    summary["ok"] = bool(ok)
+    print(json.dumps(summary), flush=True)
+    sys.exit(0 if ok else 1)
+
+
+def confluent(bootstrap, topic, mechanism, user, password, check_only=False):
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    login = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT",
+             "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
+    if check_only:
+        admin = AdminClient(login)
+        try:
+            admin.list_topics(timeout=3)
+        except KafkaException as error:
+            return str(error)
+        return None
+    producer = Producer({**login, "enable.idempotence": True})
+    for i in range(COUNT):
+        producer.produce(topic, value=f"{user}-{i}".encode(), partition=0)
+    left = producer.flush(15)
+    consumer = Consumer({**login, "group.id": "secure", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values = []
+    for _ in range(100):
+        message = consumer.poll(0.2)
+        if message is not None and not message.error():
+            values.append(message.value().decode())
+        if len(values) >= COUNT:
+            break
+    consumer.close()
+    return left, values
+
+
+def kafka_python(bootstrap, topic, mechanism, user, password, check_only=False):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.errors import KafkaError
+
+    login = {"bootstrap_servers": bootstrap, "security_protocol": "SASL_PLAINTEXT",
+             "sasl_mechanism": mechanism, "sasl_plain_username": user,
+             "sasl_plain_password": password}
+    if check_only:
+        # With the version given the client skips its bootstrap probe (which retries for 30 s)
+        # and fails its first metadata request instead.
+        producer = KafkaProducer(**login, request_timeout_ms=2000, max_block_ms=2000,
+                                 api_version=(2, 6))
+        try:
+            producer.partitions_for("unused")
+        except KafkaError as error:
+            return repr(error)
+        finally:
+            producer.close(timeout=1)
+        return None
+    producer = KafkaProducer(**login, enable_idempotence=True, acks="all")
+    for i in range(COUNT):
+        producer.send(topic, value=f"{user}-{i}".encode(), partition=0)
+    producer.flush(15)
+    producer.close()
+    consumer = KafkaConsumer(**login, enable_auto_commit=False, consumer_timeout_ms=3000)
+    consumer.assign([TopicPartition(topic, 0)])
+    consumer.seek_to_beginning()
+    values = [m.value.decode() for m in consumer]
+    consumer.close()
+    return 0, values
+
+
+async def aiokafka_run(bootstrap, topic, mechanism, user, password, check_only=False):
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    login = {"bootstrap_servers": bootstrap, "security_protocol": "SASL_PLAINTEXT",
+             "sasl_mechanism": mechanism, "sasl_plain_username": user,
+             "sasl_plain_password": password}
+    producer = AIOKafkaProducer(**login, enable_idempotence=True,
+                                request_timeout_ms=2000 if check_only else 30000)
+    try:
+        await producer.start()
+    except Exception as error:
+        await producer.stop()
+        if check_only:
+            return repr(error)
+        raise
+    if check_only:
+        await producer.stop()
+        return None
+    for i in range(COUNT):
+        await producer.send_and_wait(topic, value=f"{user}-{i}".encode(), partition=0)
+    await producer.stop()
+    consumer = AIOKafkaConsumer(**login, enable_auto_commit=False)
+    await consumer.start()
+    consumer.assign([TopicPartition(topic, 0)])
+    await consumer.seek_to_beginning()
+    values = []
+    for _ in range(20):
+        batches = await consumer.getmany(timeout_ms=300)
+        for records in batches.values():
+            values.extend(r.value.decode() for r in records)
+        if len(values) >= COUNT:
+            break
+    await consumer.stop()
+    return 0, values
+
+
+def run(client, *args, check_only=False):
+    if client == "confluent":
+        return confluent(*args, check_only=check_only)
+    if client == "kafka-python":
+        return kafka_python(*args, check_only=check_only)
+    return asyncio.run(aiokafka_run(*args, check_only=check_only))
+
+
+def main(argv):
+    command, client, args = argv[1], argv[2], argv[3:]
+    if command == "login":
+        bootstrap, topic, mechanism, user, password = args
+        left, values = run(client, bootstrap, topic, mechanism, user, password)
+        expected = [f"{user}-{i}" for i in range(COUNT)]
+        done({"client": client, "mechanism": mechanism, "unsent": left, "read": len(values)},
+             left == 0 and values == expected)
+    elif command == "refused":
+        bootstrap, mechanism, user, password = args
+        error = run(client, bootstrap, "unused", mechanism, user, password, check_only=True)
+        done({"client": client, "mechanism": mechanism, "error": error}, error is not None)
+    else:
+        sys.exit(f"unknown command {command}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

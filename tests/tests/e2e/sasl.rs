@@ -1,0 +1,121 @@
+//! SASL on the Kafka listener, on the wire: before a login only ApiVersions, SaslHandshake and
+//! SaslAuthenticate are served (anything else closes the connection and is not acted on); an
+//! unknown mechanism is answered with the ones offered; SaslAuthenticate before a handshake is
+//! an illegal state; a PLAIN login lets the connection through; a PLAINTEXT listener refuses a
+//! handshake.
+
+use anyhow::Result;
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::{
+    ApiKey, MetadataRequest, MetadataResponse, SaslAuthenticateRequest, SaslAuthenticateResponse,
+    SaslHandshakeRequest, SaslHandshakeResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use minibroker_net::{Config, SecurityProtocol};
+use minibroker_security::{ScramCredential, ScramMechanism, Users};
+use minibroker_tests::{KafkaConnection, kafka_connection};
+
+use crate::kafka::kafka;
+
+fn secured(dir: &std::path::Path) -> Config {
+    let mut users = Users::default();
+    let mechanism = ScramMechanism::Sha256;
+    users.set(
+        "alice",
+        mechanism,
+        ScramCredential::generate(mechanism, b"pw", 4096).unwrap(),
+    );
+    let path = dir.join("users");
+    users.save(&path).unwrap();
+    let mut config = Config::default();
+    config.net.kafka_security_protocol = SecurityProtocol::SaslPlaintext;
+    config.net.sasl_enabled_mechanisms = vec!["SCRAM-SHA-256".into(), "PLAIN".into()];
+    config.net.users_file = Some(path);
+    config.net.auth_failure_delay_ms = 1;
+    config
+}
+
+async fn handshake(
+    conn: &mut KafkaConnection,
+    mechanism: &'static str,
+) -> Result<SaslHandshakeResponse> {
+    let request =
+        SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism));
+    Ok(conn.call(ApiKey::SaslHandshake, 1, &request).await?)
+}
+
+async fn authenticate(
+    conn: &mut KafkaConnection,
+    token: &'static [u8],
+) -> Result<SaslAuthenticateResponse> {
+    let request = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from_static(token));
+    Ok(conn.call(ApiKey::SaslAuthenticate, 2, &request).await?)
+}
+
+fn metadata() -> MetadataRequest {
+    MetadataRequest::default()
+        .with_topics(Some(vec![
+            kafka_protocol::messages::metadata_request::MetadataRequestTopic::default().with_name(
+                Some(kafka_protocol::messages::TopicName(
+                    StrBytes::from_static_str("made"),
+                )),
+            ),
+        ]))
+        .with_allow_auto_topic_creation(true)
+}
+
+#[tokio::test]
+async fn nothing_but_the_sasl_exchange_is_served_before_a_login() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (broker, kafka_addr, mut conn) = kafka(secured(dir.path())).await?;
+    // An unknown mechanism: refused, with the ones offered.
+    let refused = handshake(&mut conn, "GSSAPI").await?;
+    assert_eq!(
+        refused.error_code,
+        ResponseError::UnsupportedSaslMechanism.code()
+    );
+    let offered: Vec<&str> = refused.mechanisms.iter().map(|m| m.as_str()).collect();
+    assert_eq!(offered, ["SCRAM-SHA-256", "PLAIN"]);
+    // Metadata before the login closes the connection, and creates nothing.
+    let closed = conn
+        .call::<_, MetadataResponse>(ApiKey::Metadata, 9, &metadata())
+        .await;
+    assert!(closed.is_err());
+    assert!(broker.broker.metadata().is_empty());
+
+    // SaslAuthenticate before a handshake: an illegal state.
+    let mut conn = kafka_connection(kafka_addr.addr).await?;
+    let early = authenticate(&mut conn, b"\0alice\0pw").await?;
+    assert_eq!(early.error_code, ResponseError::IllegalSaslState.code());
+
+    // A wrong PLAIN password: refused, and the connection closes.
+    let mut conn = kafka_connection(kafka_addr.addr).await?;
+    assert_eq!(handshake(&mut conn, "PLAIN").await?.error_code, 0);
+    let wrong = authenticate(&mut conn, b"\0alice\0guess").await?;
+    assert_eq!(
+        wrong.error_code,
+        ResponseError::SaslAuthenticationFailed.code()
+    );
+    assert!(
+        conn.call::<_, MetadataResponse>(ApiKey::Metadata, 9, &metadata())
+            .await
+            .is_err()
+    );
+
+    // The right one lets the connection through.
+    let mut conn = kafka_connection(kafka_addr.addr).await?;
+    assert_eq!(handshake(&mut conn, "PLAIN").await?.error_code, 0);
+    assert_eq!(authenticate(&mut conn, b"\0alice\0pw").await?.error_code, 0);
+    let answer: MetadataResponse = conn.call(ApiKey::Metadata, 9, &metadata()).await?;
+    assert_eq!(answer.topics[0].error_code, 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_plaintext_listener_refuses_a_handshake() -> Result<()> {
+    let (_broker, _kafka, mut conn) = kafka(Config::default()).await?;
+    let answer = handshake(&mut conn, "PLAIN").await?;
+    assert_eq!(answer.error_code, ResponseError::IllegalSaslState.code());
+    Ok(())
+}
