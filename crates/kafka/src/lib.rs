@@ -36,7 +36,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 /// What the Kafka listener tells clients about this broker, and what it asks of them.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct KafkaConfig {
     /// This broker's node id: the only node, and every partition's leader.
     pub node_id: i32,

@@ -50,12 +50,12 @@ impl Mechanism {
 }
 
 /// What the listener needs to log clients in.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct SaslSettings {
     /// The mechanisms offered, in the configured order.
     pub mechanisms: Vec<Mechanism>,
-    /// The users and their credentials.
-    pub users: Users,
+    /// The users file, read again when it changes (a user added or removed needs no restart).
+    users: UsersFile,
     /// What an unknown user's stand-in salt is made from: the same for the broker's life.
     secret: [u8; 32],
     /// How long a failed login waits for its answer.
@@ -72,10 +72,7 @@ impl SaslSettings {
         if net.kafka_security_protocol != SecurityProtocol::SaslPlaintext {
             return Ok(None);
         }
-        let users = match &net.users_file {
-            Some(path) => Users::load(path)?,
-            None => Users::default(),
-        };
+        let users = UsersFile::open(net.users_file.clone())?;
         let mut secret = [0u8; 32];
         // Without a random source the secret stays zero: stand-in salts are then guessable per
         // name, which tells nothing a login could not.
@@ -92,12 +89,79 @@ impl SaslSettings {
         }))
     }
 
+    /// The users as the file says now.
+    #[must_use]
+    pub fn users(&self) -> Arc<Users> {
+        self.users.current()
+    }
+
     fn names(&self) -> Vec<StrBytes> {
         self.mechanisms
             .iter()
             .map(|m| StrBytes::from_static_str(m.name()))
             .collect()
     }
+}
+
+/// What tells one version of the users file from another: its modification time, its length
+/// and (as an edit by `minibroker user` writes a new file) its inode.
+type FileVersion = Option<(std::time::SystemTime, u64, u64)>;
+
+/// The users file and what it held when last read.
+#[derive(Debug)]
+struct UsersFile {
+    path: Option<std::path::PathBuf>,
+    read: std::sync::Mutex<(FileVersion, Arc<Users>)>,
+}
+
+impl UsersFile {
+    fn open(path: Option<std::path::PathBuf>) -> Result<Self, UsersFileError> {
+        let modified = path.as_deref().and_then(version);
+        let users = match &path {
+            Some(path) => Users::load(path)?,
+            None => Users::default(),
+        };
+        Ok(Self {
+            path,
+            read: std::sync::Mutex::new((modified, Arc::new(users))),
+        })
+    }
+
+    /// The users, read again first if the file changed since (one `stat` per login). A file
+    /// that no longer reads keeps the users it held, with a warning: a typo in an edit must not
+    /// lock everyone out.
+    fn current(&self) -> Arc<Users> {
+        let mut read = self
+            .read
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(path) = &self.path else {
+            return Arc::clone(&read.1);
+        };
+        let now = version(path);
+        if now != read.0 {
+            match Users::load(path) {
+                Ok(users) => {
+                    tracing::info!(file = %path.display(), "users file read again");
+                    *read = (now, Arc::new(users));
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "the users file changed but does not read; keeping the users it held");
+                    read.0 = now;
+                }
+            }
+        }
+        Arc::clone(&read.1)
+    }
+}
+
+fn version(path: &std::path::Path) -> FileVersion {
+    let metadata = std::fs::metadata(path).ok()?;
+    #[cfg(unix)]
+    let inode = std::os::unix::fs::MetadataExt::ino(&metadata);
+    #[cfg(not(unix))]
+    let inode = 0;
+    Some((metadata.modified().ok()?, metadata.len(), inode))
 }
 
 /// Where a connection is in its login.
@@ -210,8 +274,8 @@ impl KafkaFrontEnd {
             }
         };
         let checked = {
-            let (sasl, user) = (Arc::clone(sasl), user.clone());
-            tokio::task::spawn_blocking(move || sasl.users.verify_plain(&user, &password))
+            let (users, user) = (sasl.users(), user.clone());
+            tokio::task::spawn_blocking(move || users.verify_plain(&user, &password))
                 .await
                 .unwrap_or(false)
         };
@@ -232,10 +296,11 @@ impl KafkaFrontEnd {
             Ok(nonce) => nonce,
             Err(error) => return failed(&error.to_string()),
         };
+        let users = sasl.users();
         let started = ScramExchange::start(
             mechanism,
             token,
-            |user| sasl.users.credential(user, mechanism).cloned(),
+            |user| users.credential(user, mechanism).cloned(),
             &sasl.secret,
             &nonce,
         );

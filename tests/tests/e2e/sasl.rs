@@ -119,3 +119,33 @@ async fn a_plaintext_listener_refuses_a_handshake() -> Result<()> {
     assert_eq!(answer.error_code, ResponseError::IllegalSaslState.code());
     Ok(())
 }
+
+#[tokio::test]
+async fn the_users_file_is_read_again_when_it_changes() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let config = secured(dir.path());
+    let path = config.net.users_file.clone().unwrap();
+    let (_broker, kafka_addr, _conn) = kafka(config).await?;
+    let login = |token: &'static [u8]| async move {
+        let mut conn = kafka_connection(kafka_addr.addr).await?;
+        assert_eq!(handshake(&mut conn, "PLAIN").await?.error_code, 0);
+        anyhow::Ok(authenticate(&mut conn, token).await?.error_code)
+    };
+    let failed = ResponseError::SaslAuthenticationFailed.code();
+    assert_eq!(login(b"\0bob\0pw2").await?, failed);
+    // Bob is added and alice removed, with the broker running.
+    let mechanism = ScramMechanism::Sha512;
+    let mut users = Users::default();
+    users.set(
+        "bob",
+        mechanism,
+        ScramCredential::generate(mechanism, b"pw2", 4096).unwrap(),
+    );
+    users.save(&path).unwrap();
+    assert_eq!(login(b"\0bob\0pw2").await?, 0);
+    assert_eq!(login(b"\0alice\0pw").await?, failed);
+    // A file that no longer reads keeps the users it held.
+    std::fs::write(&path, "bob SCRAM-SHA-512 damaged\n")?;
+    assert_eq!(login(b"\0bob\0pw2").await?, 0);
+    Ok(())
+}
