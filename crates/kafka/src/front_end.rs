@@ -34,6 +34,8 @@ pub struct KafkaFrontEnd {
     pub(crate) login: Login,
     /// Whether the next frames are bare SASL tokens (after SaslHandshake v0).
     pub(crate) raw_sasl: bool,
+    /// Where logins are counted, for the metrics.
+    pub(crate) logins: Arc<minibroker_net::LoginCounts>,
     /// Request latencies, when metrics are on.
     timings: Option<ConnectionTimings>,
 }
@@ -51,6 +53,7 @@ impl KafkaFrontEnd {
             transactions: Arc::clone(node.transactions()),
             unacknowledged: Unacknowledged::default(),
             raw_sasl: false,
+            logins: Arc::clone(node.logins()),
             login: if config.sasl.is_some() {
                 Login::Waiting
             } else {

@@ -260,7 +260,10 @@ impl KafkaFrontEnd {
             }
         };
         if answered.close {
+            self.logins.count(false);
             tokio::time::sleep(sasl.failure_delay).await;
+        } else if self.login.lets_through() {
+            self.logins.count(true);
         }
         answered
     }

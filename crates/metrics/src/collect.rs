@@ -241,7 +241,18 @@ impl Collector for BrokerCollector {
             )?;
         }
         let ended = node.transactions().counts();
+        let logins = node.logins();
         for (name, help, value) in [
+            (
+                "minibroker_sasl_logins",
+                "SASL logins that succeeded",
+                logins.succeeded.load(std::sync::atomic::Ordering::Relaxed),
+            ),
+            (
+                "minibroker_sasl_login_failures",
+                "SASL logins refused: wrong passwords, unknown users, malformed exchanges",
+                logins.failed.load(std::sync::atomic::Ordering::Relaxed),
+            ),
             (
                 "minibroker_transactions_committed",
                 "Transactions committed (their COMMIT markers written)",

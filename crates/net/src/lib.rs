@@ -61,4 +61,4 @@ pub use minibroker_framing as framing;
 pub use config::{Config, NetConfig, SASL_MECHANISMS, SecurityProtocol};
 pub use front_end::{FrontEnd, Next};
 pub use host::{Host, HostError};
-pub use node::{ConnectionCounts, Node};
+pub use node::{ConnectionCounts, LoginCounts, Node};

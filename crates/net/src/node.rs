@@ -24,6 +24,23 @@ pub struct ConnectionCounts {
     pub open: u64,
 }
 
+/// How many SASL logins the listeners saw succeed and fail.
+#[derive(Debug, Default)]
+pub struct LoginCounts {
+    /// Logins that succeeded.
+    pub succeeded: AtomicU64,
+    /// Logins refused: a wrong password, an unknown user, a malformed exchange.
+    pub failed: AtomicU64,
+}
+
+impl LoginCounts {
+    /// Counts one login, `ok` or not.
+    pub fn count(&self, ok: bool) {
+        let counter = if ok { &self.succeeded } else { &self.failed };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// One broker process's core, coordinator and listener state; see the module docs.
 #[derive(Debug)]
 pub struct Node {
@@ -38,6 +55,8 @@ pub struct Node {
     pub(crate) closed: AtomicU64,
     /// Every connection's request latencies, when metrics are on.
     timings: Option<Arc<RequestTimings>>,
+    /// SASL logins, on every listener.
+    logins: Arc<LoginCounts>,
     /// Set once the listeners are bound (and recovery, done when the broker was built, is over).
     ready: AtomicBool,
 }
@@ -63,6 +82,7 @@ impl Node {
                 .net
                 .metrics_listen
                 .map(|_| Arc::new(RequestTimings::default())),
+            logins: Arc::default(),
             ready: AtomicBool::new(false),
         }
     }
@@ -89,6 +109,12 @@ impl Node {
     #[must_use]
     pub fn timings(&self) -> Option<&Arc<RequestTimings>> {
         self.timings.as_ref()
+    }
+
+    /// SASL logins, counted by the listeners that ask for them.
+    #[must_use]
+    pub fn logins(&self) -> &Arc<LoginCounts> {
+        &self.logins
     }
 
     /// How many connections were accepted and refused, and how many are open.

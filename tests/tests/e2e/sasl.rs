@@ -109,6 +109,14 @@ async fn nothing_but_the_sasl_exchange_is_served_before_a_login() -> Result<()> 
     assert_eq!(authenticate(&mut conn, b"\0alice\0pw").await?.error_code, 0);
     let answer: MetadataResponse = conn.call(ApiKey::Metadata, 9, &metadata()).await?;
     assert_eq!(answer.topics[0].error_code, 0);
+    // Counted for the metrics: the refused PLAIN login (the early SaslAuthenticate is an illegal
+    // state, not a login) and the one that succeeded.
+    let logins = broker.host.node().logins();
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(
+        (logins.succeeded.load(Relaxed), logins.failed.load(Relaxed)),
+        (1, 1)
+    );
     Ok(())
 }
 
