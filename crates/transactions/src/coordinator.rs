@@ -273,12 +273,7 @@ impl TransactionCoordinator {
     /// A storage error; the transactions fenced before it are returned by the next call too,
     /// as they are still to complete.
     pub fn fence_timed_out(&self, now: i64) -> Result<Vec<Transaction>, CoordinatorError> {
-        let due: Vec<String> = self
-            .ids()
-            .values()
-            .filter(|txn| txn.is_timed_out(now))
-            .map(|txn| txn.transactional_id().to_owned())
-            .collect();
+        let due = self.ids_where(|txn| txn.is_timed_out(now));
         let mut fenced = Vec::with_capacity(due.len());
         for id in due {
             fenced.push(self.apply(&id, |txn| {
@@ -294,12 +289,7 @@ impl TransactionCoordinator {
     /// # Errors
     /// A storage error (the ids forgotten before it stay forgotten).
     pub fn expire(&self, now: i64) -> Result<usize, CoordinatorError> {
-        let expired: Vec<String> = self
-            .ids()
-            .values()
-            .filter(|txn| txn.is_expired(now, self.limits.expiration_ms))
-            .map(|txn| txn.transactional_id().to_owned())
-            .collect();
+        let expired = self.ids_where(|txn| txn.is_expired(now, self.limits.expiration_ms));
         for id in &expired {
             self.apply(id, |txn| {
                 txn.forget(now)?;
@@ -313,6 +303,23 @@ impl TransactionCoordinator {
     #[must_use]
     pub fn describe(&self, id: &str) -> Option<Transaction> {
         self.ids().get(id).cloned()
+    }
+
+    /// The transactional ids whose transaction `pick` chooses (read under the lock, nothing
+    /// copied but the ids).
+    #[must_use]
+    pub fn ids_where(&self, pick: impl Fn(&Transaction) -> bool) -> Vec<String> {
+        self.ids()
+            .values()
+            .filter(|txn| pick(txn))
+            .map(|txn| txn.transactional_id().to_owned())
+            .collect()
+    }
+
+    /// How many transactions `pick` chooses.
+    #[must_use]
+    pub fn count_where(&self, pick: impl Fn(&Transaction) -> bool) -> usize {
+        self.ids().values().filter(|txn| pick(txn)).count()
     }
 
     /// Every known transactional id's transaction, as it is now.

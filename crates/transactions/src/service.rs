@@ -170,10 +170,7 @@ impl TransactionService {
     #[must_use]
     pub fn open_count(&self) -> usize {
         self.coordinator
-            .all()
-            .iter()
-            .filter(|txn| txn.state() == TxnState::Ongoing || txn.state().is_preparing())
-            .count()
+            .count_where(|txn| txn.state() == TxnState::Ongoing || txn.state().is_preparing())
     }
 
     fn finishing(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
@@ -439,14 +436,7 @@ impl TransactionService {
             }
             Err(error) => tracing::warn!(%error, "could not abort timed-out transactions"),
         }
-        let preparing: Vec<String> = self
-            .coordinator
-            .all()
-            .into_iter()
-            .filter(|txn| txn.state().is_preparing())
-            .map(|txn| txn.transactional_id().to_owned())
-            .collect();
-        for id in preparing {
+        for id in self.coordinator.ids_where(|txn| txn.state().is_preparing()) {
             self.finish_by_id(&id).await;
         }
     }
