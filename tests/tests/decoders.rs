@@ -289,8 +289,9 @@ async fn kafka_requests_through_the_front_end() {
         encoded(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()),
     ];
     let mut rng = rng(3);
+    let peer = minibroker_net::Peer::plain(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
     let mut front_end =
-        minibroker_kafka::KafkaFrontEnd::new(host.node(), Arc::clone(&kafka_config));
+        minibroker_kafka::KafkaFrontEnd::new(host.node(), Arc::clone(&kafka_config), &peer);
     for round in 0..iterations() {
         let mut body = seeds[round % seeds.len()].clone();
         mutate(&mut rng, &mut body);
@@ -304,7 +305,7 @@ async fn kafka_requests_through_the_front_end() {
         if matches!(answered, Ok(minibroker_net::Next::Close)) {
             // A refused request closes its connection: the next one is a new connection.
             front_end =
-                minibroker_kafka::KafkaFrontEnd::new(host.node(), Arc::clone(&kafka_config));
+                minibroker_kafka::KafkaFrontEnd::new(host.node(), Arc::clone(&kafka_config), &peer);
         }
     }
     // The broker still serves.

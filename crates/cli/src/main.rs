@@ -10,6 +10,7 @@ use std::process::ExitCode;
 mod acks;
 mod admin;
 mod bench;
+mod certificates;
 mod check_data;
 mod consume;
 mod demo;
@@ -81,6 +82,8 @@ enum Command {
     Groups(groups::Args),
     /// Add, list or delete users of the users file (SCRAM credentials, no passwords).
     User(user::Args),
+    /// Make a certificate authority, a server certificate and client certificates for TLS.
+    Certificates(certificates::Args),
     /// List transactions, describe one, show a topic's producers and their open transactions,
     /// or abort an open transaction (Kafka protocol).
     Transactions(transactions::Args),
@@ -143,6 +146,7 @@ fn run(cli: Cli) -> Result<()> {
             Command::Groups(args) => groups::run(args).await,
             Command::Transactions(args) => transactions::run(args).await,
             Command::User(args) => user::run(args),
+            Command::Certificates(args) => certificates::run(&args),
             Command::Health(args) => health::run(args).await,
             Command::CheckData(args) => check_data::run(&args),
             Command::Completions(args) => {

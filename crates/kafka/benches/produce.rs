@@ -141,6 +141,7 @@ fn bench(c: &mut Criterion) {
                     "127.0.0.1".into(),
                     9092,
                 )),
+                &minibroker_net::Peer::plain(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
             )
         });
         let mut out = BytesMut::with_capacity(64 << 10);

@@ -11,7 +11,7 @@ use minibroker_broker::{Broker, BrokerError, Unacknowledged};
 use minibroker_groups::GroupCoordinator;
 use minibroker_net::framing::FramingError;
 use minibroker_net::timings::ConnectionTimings;
-use minibroker_net::{FrontEnd, Next, Node};
+use minibroker_net::{FrontEnd, Next, Node, Peer};
 use minibroker_transactions::TransactionService;
 use std::future::Future;
 use std::sync::Arc;
@@ -38,12 +38,14 @@ pub struct KafkaFrontEnd {
     pub(crate) logins: Arc<minibroker_net::LoginCounts>,
     /// Request latencies, when metrics are on.
     timings: Option<ConnectionTimings>,
+    /// Who connected: the address, and the TLS client certificate's name.
+    pub(crate) peer: Peer,
 }
 
 impl KafkaFrontEnd {
-    /// A front end for one connection to `node`.
+    /// A front end for one connection to `node` from `peer`.
     #[must_use]
-    pub fn new(node: &Node, config: Arc<KafkaConfig>) -> Self {
+    pub fn new(node: &Node, config: Arc<KafkaConfig>, peer: &Peer) -> Self {
         Self {
             timings: node
                 .timings()
@@ -60,6 +62,7 @@ impl KafkaFrontEnd {
                 Login::NotAsked
             },
             config,
+            peer: peer.clone(),
         }
     }
 
@@ -285,6 +288,10 @@ impl FrontEnd for KafkaFrontEnd {
 
     async fn store_answered(&mut self) -> Result<(), BrokerError> {
         self.unacknowledged.commit().await
+    }
+
+    fn authenticated(&self) -> bool {
+        self.login.lets_through()
     }
 
     fn framing_error(&mut self, error: &FramingError, _out: &mut BytesMut) {

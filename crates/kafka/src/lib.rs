@@ -77,12 +77,12 @@ impl KafkaConfig {
 }
 
 /// Serves the Kafka protocol for `host` on `listener` until the host stops, advertising the
-/// configuration's `kafka_advertise` or else the bound address, and asking for a SASL login
-/// when `kafka_security_protocol` says so; returns the bound address.
+/// configuration's `kafka_advertise` or else the bound address, in TLS sessions and asking for
+/// a SASL login when `kafka_security_protocol` says so; returns the bound address.
 ///
 /// # Errors
 /// [`HostError::Bind`] when the listener's address cannot be read; [`HostError::Start`] when the
-/// users file cannot be read.
+/// users file, the certificate or the key cannot be read.
 pub fn serve(host: &Host, listener: TcpListener) -> Result<SocketAddr, HostError> {
     let bound = Host::bound(&listener)?;
     let (advertised_host, port) = host.config().net.kafka_advertised(bound);
@@ -92,8 +92,10 @@ pub fn serve(host: &Host, listener: TcpListener) -> Result<SocketAddr, HostError
         sasl: sasl.map(Arc::new),
         ..KafkaConfig::from_config(host.config(), advertised_host, port)
     });
-    host.serve(listener, move |node| {
-        KafkaFrontEnd::new(node, Arc::clone(&kafka))
+    let tls = minibroker_net::tls::server_config(&host.config().net)
+        .map_err(|error| minibroker_broker::ServerError::Config(error.to_string()))?;
+    host.serve_with(listener, tls, move |node, peer| {
+        KafkaFrontEnd::new(node, Arc::clone(&kafka), peer)
     })
 }
 

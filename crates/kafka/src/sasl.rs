@@ -16,8 +16,8 @@ use kafka_protocol::messages::{
     SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use minibroker_net::{Config, SecurityProtocol};
-use minibroker_security::{ScramExchange, ScramMechanism, Users, UsersFileError};
+use minibroker_net::Config;
+use minibroker_security::{Reloading, ScramExchange, ScramMechanism, Users, UsersFileError};
 use ring::rand::SecureRandom;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,7 +55,7 @@ pub struct SaslSettings {
     /// The mechanisms offered, in the configured order.
     pub mechanisms: Vec<Mechanism>,
     /// The users file, read again when it changes (a user added or removed needs no restart).
-    users: UsersFile,
+    users: Reloading<Users>,
     /// What an unknown user's stand-in salt is made from: the same for the broker's life.
     secret: [u8; 32],
     /// How long a failed login waits for its answer.
@@ -69,10 +69,10 @@ impl SaslSettings {
     /// The users file cannot be read, or a line of it does not.
     pub fn from_config(config: &Config) -> Result<Option<Self>, UsersFileError> {
         let net = &config.net;
-        if net.kafka_security_protocol != SecurityProtocol::SaslPlaintext {
+        if !net.kafka_security_protocol.uses_sasl() {
             return Ok(None);
         }
-        let users = UsersFile::open(net.users_file.clone())?;
+        let users = Reloading::open(net.users_file.clone(), Users::load)?;
         let mut secret = [0u8; 32];
         // Without a random source the secret stays zero: stand-in salts are then guessable per
         // name, which tells nothing a login could not.
@@ -103,71 +103,11 @@ impl SaslSettings {
     }
 }
 
-/// What tells one version of the users file from another: its modification time, its length
-/// and (as an edit by `minibroker user` writes a new file) its inode.
-type FileVersion = Option<(std::time::SystemTime, u64, u64)>;
-
-/// The users file and what it held when last read.
-#[derive(Debug)]
-struct UsersFile {
-    path: Option<std::path::PathBuf>,
-    read: std::sync::Mutex<(FileVersion, Arc<Users>)>,
-}
-
-impl UsersFile {
-    fn open(path: Option<std::path::PathBuf>) -> Result<Self, UsersFileError> {
-        let modified = path.as_deref().and_then(version);
-        let users = match &path {
-            Some(path) => Users::load(path)?,
-            None => Users::default(),
-        };
-        Ok(Self {
-            path,
-            read: std::sync::Mutex::new((modified, Arc::new(users))),
-        })
-    }
-
-    /// The users, read again first if the file changed since (one `stat` per login). A file
-    /// that no longer reads keeps the users it held, with a warning: a typo in an edit must not
-    /// lock everyone out.
-    fn current(&self) -> Arc<Users> {
-        let mut read = self
-            .read
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(path) = &self.path else {
-            return Arc::clone(&read.1);
-        };
-        let now = version(path);
-        if now != read.0 {
-            match Users::load(path) {
-                Ok(users) => {
-                    tracing::info!(file = %path.display(), "users file read again");
-                    *read = (now, Arc::new(users));
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "the users file changed but does not read; keeping the users it held");
-                    read.0 = now;
-                }
-            }
-        }
-        Arc::clone(&read.1)
-    }
-}
-
-fn version(path: &std::path::Path) -> FileVersion {
-    let metadata = std::fs::metadata(path).ok()?;
-    #[cfg(unix)]
-    let inode = std::os::unix::fs::MetadataExt::ino(&metadata);
-    #[cfg(not(unix))]
-    let inode = 0;
-    Some((metadata.modified().ok()?, metadata.len(), inode))
-}
-
 /// Where a connection is in its login.
 #[derive(Debug, Default)]
 pub enum Login {
-    /// A PLAINTEXT listener: no login.
+    /// A listener without SASL: no login (the principal is the client certificate's name, or
+    /// ANONYMOUS).
     #[default]
     NotAsked,
     /// Waiting for SaslHandshake.

@@ -24,7 +24,7 @@ use tokio::net::TcpListener;
 /// [`HostError::Bind`] when the listener's address cannot be read.
 pub fn serve(host: &Host, listener: TcpListener) -> Result<SocketAddr, HostError> {
     let max_frame_bytes = host.config().broker.max_frame_bytes;
-    host.serve(listener, move |node| {
+    host.serve(listener, move |node, _peer| {
         NativeFrontEnd::new(node, max_frame_bytes)
     })
 }

@@ -136,8 +136,21 @@ pub struct NetConfig {
     /// On shutdown, how long connections get to finish their requests before they are aborted.
     pub drain_timeout_ms: u64,
     /// What the Kafka listener asks of a client before it serves it, in Kafka's words:
-    /// `PLAINTEXT` (nothing) or `SASL_PLAINTEXT` (a SASL login with a user of `users_file`).
+    /// `PLAINTEXT` (nothing), `SSL` (TLS), `SASL_PLAINTEXT` (a SASL login with a user of
+    /// `users_file`) or `SASL_SSL` (both).
     pub kafka_security_protocol: SecurityProtocol,
+    /// The server's certificate chain (PEM, leaf first), for TLS.
+    pub tls_cert: Option<PathBuf>,
+    /// The server's private key (PEM: PKCS#8, SEC1 or PKCS#1), for TLS.
+    pub tls_key: Option<PathBuf>,
+    /// Whether TLS clients are asked for a certificate: `none`, `requested` or `required` (then
+    /// `tls_client_ca` is what it must be signed by, and its common name is the principal).
+    pub tls_client_auth: ClientAuth,
+    /// The CA(s) client certificates must chain to (PEM).
+    pub tls_client_ca: Option<PathBuf>,
+    /// A connection that has not finished its TLS handshake and SASL login within this is
+    /// closed, so clients that never log in cannot hold the connection slots.
+    pub authentication_timeout_ms: u64,
     /// The SASL mechanisms offered: SCRAM-SHA-256, SCRAM-SHA-512 and (asked for by name) PLAIN.
     pub sasl_enabled_mechanisms: Vec<String>,
     /// The users and their SCRAM credentials (`minibroker user add`), needed for SASL.
@@ -157,12 +170,39 @@ pub enum SecurityProtocol {
     /// A SASL login, without TLS.
     #[serde(rename = "SASL_PLAINTEXT")]
     SaslPlaintext,
-    /// TLS (not offered yet: refused at start).
+    /// TLS.
     #[serde(rename = "SSL")]
     Ssl,
-    /// TLS and a SASL login (not offered yet: refused at start).
+    /// TLS and a SASL login.
     #[serde(rename = "SASL_SSL")]
     SaslSsl,
+}
+
+impl SecurityProtocol {
+    /// Whether connections speak TLS.
+    #[must_use]
+    pub fn uses_tls(self) -> bool {
+        matches!(self, Self::Ssl | Self::SaslSsl)
+    }
+
+    /// Whether connections log in with SASL.
+    #[must_use]
+    pub fn uses_sasl(self) -> bool {
+        matches!(self, Self::SaslPlaintext | Self::SaslSsl)
+    }
+}
+
+/// Whether a TLS listener asks clients for a certificate (Kafka's `ssl.client.auth`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    /// No client certificate is asked for.
+    #[default]
+    None,
+    /// A certificate is asked for; a client without one is served as `User:ANONYMOUS`.
+    Requested,
+    /// A certificate signed by `tls_client_ca` is required.
+    Required,
 }
 
 /// The mechanisms a listener may offer.
@@ -182,6 +222,11 @@ impl Default for NetConfig {
             write_timeout_ms: 30_000,
             drain_timeout_ms: 5_000,
             kafka_security_protocol: SecurityProtocol::Plaintext,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_auth: ClientAuth::None,
+            tls_client_ca: None,
+            authentication_timeout_ms: 10_000,
             sasl_enabled_mechanisms: vec!["SCRAM-SHA-256".to_owned(), "SCRAM-SHA-512".to_owned()],
             users_file: None,
             auth_failure_delay_ms: 100,
@@ -222,19 +267,26 @@ impl NetConfig {
     /// logins are asked for.
     fn validate_security(&self) -> Result<(), ServerError> {
         let fail = |msg: String| Err(ServerError::Config(msg));
-        match self.kafka_security_protocol {
-            SecurityProtocol::Ssl | SecurityProtocol::SaslSsl => {
-                return fail(
-                    "kafka_security_protocol: TLS (SSL, SASL_SSL) is not offered yet; use PLAINTEXT or SASL_PLAINTEXT"
-                        .into(),
-                );
-            }
-            SecurityProtocol::SaslPlaintext if self.users_file.is_none() => {
-                return fail(
-                    "kafka_security_protocol = \"SASL_PLAINTEXT\" needs users_file".into(),
-                );
-            }
-            _ => {}
+        let protocol = self.kafka_security_protocol;
+        if protocol.uses_tls() && (self.tls_cert.is_none() || self.tls_key.is_none()) {
+            return fail(
+                "kafka_security_protocol = \"SSL\" or \"SASL_SSL\" needs tls_cert and tls_key"
+                    .into(),
+            );
+        }
+        if protocol.uses_tls()
+            && self.tls_client_auth != ClientAuth::None
+            && self.tls_client_ca.is_none()
+        {
+            return fail(
+                "tls_client_auth = \"requested\" or \"required\" needs tls_client_ca".into(),
+            );
+        }
+        if protocol.uses_sasl() && self.users_file.is_none() {
+            return fail("a SASL kafka_security_protocol needs users_file".into());
+        }
+        if self.authentication_timeout_ms == 0 || self.authentication_timeout_ms > 600_000 {
+            return fail("authentication_timeout_ms must be between 1 and 600000".into());
         }
         if let Some(unknown) = self
             .sasl_enabled_mechanisms
@@ -245,9 +297,7 @@ impl NetConfig {
                 "sasl_enabled_mechanisms: unknown mechanism {unknown:?} (SCRAM-SHA-256, SCRAM-SHA-512, PLAIN)"
             ));
         }
-        if self.kafka_security_protocol == SecurityProtocol::SaslPlaintext
-            && self.sasl_enabled_mechanisms.is_empty()
-        {
+        if protocol.uses_sasl() && self.sasl_enabled_mechanisms.is_empty() {
             return fail("sasl_enabled_mechanisms must name at least one mechanism".into());
         }
         if self.auth_failure_delay_ms > 60_000 {
@@ -260,6 +310,12 @@ impl NetConfig {
     #[must_use]
     pub fn idle_timeout(&self) -> Duration {
         Duration::from_millis(self.idle_timeout_ms)
+    }
+
+    /// [`Self::authentication_timeout_ms`] as a duration.
+    #[must_use]
+    pub fn authentication_timeout(&self) -> Duration {
+        Duration::from_millis(self.authentication_timeout_ms)
     }
 
     /// [`Self::write_timeout_ms`] as a duration.
@@ -357,7 +413,23 @@ mod tests {
                 .contains("users_file")
         );
         let tls = Config::from_toml("kafka_security_protocol = \"SSL\"");
-        assert!(tls.unwrap_err().to_string().contains("not offered yet"));
+        assert!(tls.unwrap_err().to_string().contains("tls_cert"));
+        let sasl_ssl = "kafka_security_protocol = \"SASL_SSL\"\ntls_cert = \"c\"\ntls_key = \"k\"";
+        assert!(
+            Config::from_toml(sasl_ssl)
+                .unwrap_err()
+                .to_string()
+                .contains("users_file")
+        );
+        let with_users = format!("{sasl_ssl}\nusers_file = \"u\"");
+        assert!(Config::from_toml(&with_users).is_ok());
+        let client_auth = format!("{with_users}\ntls_client_auth = \"required\"");
+        assert!(
+            Config::from_toml(&client_auth)
+                .unwrap_err()
+                .to_string()
+                .contains("tls_client_ca")
+        );
         assert!(Config::from_toml("kafka_security_protocol = \"TLS\"").is_err());
         let mechanism = Config::from_toml("sasl_enabled_mechanisms = [\"GSSAPI\"]");
         assert!(mechanism.unwrap_err().to_string().contains("GSSAPI"));

@@ -19,9 +19,7 @@ use futures::{FutureExt, StreamExt};
 use std::future::Future;
 use std::io;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
@@ -48,16 +46,21 @@ pub(crate) struct Connection<F> {
     pub idle_timeout: Duration,
     /// Close when one write of buffered answers to the peer does not complete within this.
     pub write_timeout: Duration,
+    /// Close when the front end has not authenticated the peer within this (counted from the
+    /// accept, so a TLS handshake's time is included: the listener passes what is left).
+    pub authentication_timeout: Duration,
 }
 
 impl<F: FrontEnd> Connection<F> {
     /// Serves the connection until the peer closes it, it idles out, a frame is unrecoverable, the
     /// front end says to close, or the server shuts down.
-    pub async fn run(mut self, stream: TcpStream) {
-        if let Err(error) = stream.set_nodelay(true) {
-            tracing::debug!(%error, "could not disable Nagle's algorithm");
-        }
-        let (read_half, mut write_half) = stream.into_split();
+    /// `read_half` and `write_half` are the two directions of one stream (a TCP socket's halves,
+    /// or a TLS session's).
+    pub async fn run<R, W>(mut self, read_half: R, mut write_half: W)
+    where
+        R: AsyncRead + Unpin + Send,
+        W: AsyncWrite + Unpin + Send,
+    {
         let mut reader = FramedRead::new(read_half, Frames::new(self.max_frame_bytes));
         let mut out = BytesMut::with_capacity(8 << 10);
         match self.serve(&mut reader, &mut write_half, &mut out).await {
@@ -75,13 +78,17 @@ impl<F: FrontEnd> Connection<F> {
         .await;
     }
 
-    async fn serve(
+    async fn serve<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         &mut self,
-        reader: &mut FramedRead<OwnedReadHalf, Frames>,
-        writer: &mut OwnedWriteHalf,
+        reader: &mut FramedRead<R, Frames>,
+        writer: &mut W,
         out: &mut BytesMut,
     ) -> io::Result<()> {
         let mut unflushed = 0usize;
+        // Until the front end has authenticated the peer, a deadline closes the connection.
+        let unauthenticated = tokio::time::sleep(self.authentication_timeout);
+        tokio::pin!(unauthenticated);
+        let mut awaiting_authentication = !self.front_end.authenticated();
         // One timer for the connection's life instead of one per wait: when it fires, the
         // connection is closed only if nothing was served since it was last armed, so a silent
         // connection closes after one to two idle timeouts.
@@ -98,9 +105,15 @@ impl<F: FrontEnd> Connection<F> {
                     // written before the connection waits.
                     self.send(writer, out).await?;
                     unflushed = 0;
+                    awaiting_authentication =
+                        awaiting_authentication && !self.front_end.authenticated();
                     tokio::select! {
                         biased;
                         () = self.shutdown.cancelled() => return Ok(()),
+                        () = &mut unauthenticated, if awaiting_authentication => {
+                            tracing::info!("not authenticated in time; closing the connection");
+                            return Ok(());
+                        }
                         () = &mut idle => {
                             if !served_since_armed {
                                 tracing::debug!("idle timeout");
@@ -139,7 +152,11 @@ impl<F: FrontEnd> Connection<F> {
 
     /// Makes what the buffered answers acknowledge stored ([`FrontEnd::store_answered`]), then
     /// writes them, bounded by [`Self::bounded`].
-    async fn send(&mut self, writer: &mut OwnedWriteHalf, out: &mut BytesMut) -> io::Result<()> {
+    async fn send<W: AsyncWrite + Unpin>(
+        &mut self,
+        writer: &mut W,
+        out: &mut BytesMut,
+    ) -> io::Result<()> {
         self.settle(out).await?;
         if out.is_empty() {
             return Ok(());

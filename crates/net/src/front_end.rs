@@ -8,8 +8,32 @@
 use bytes::{Bytes, BytesMut};
 use minibroker_broker::BrokerError;
 use std::future::Future;
+use std::net::SocketAddr;
 
 use minibroker_framing::FramingError;
+
+/// Who is at the other end of a connection, as the listener knows before the front end is made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// The peer's address.
+    pub addr: SocketAddr,
+    /// Whether the connection is a TLS session.
+    pub tls: bool,
+    /// The common name of the peer's verified TLS client certificate, if it sent one.
+    pub certificate_name: Option<String>,
+}
+
+impl Peer {
+    /// A peer at `addr` over plain TCP.
+    #[must_use]
+    pub fn plain(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            tls: false,
+            certificate_name: None,
+        }
+    }
+}
 
 /// Whether the connection goes on after a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +63,12 @@ pub trait FrontEnd: Send + Sync + 'static {
     /// A storage error: the answers must not be sent, and the connection closes without them.
     fn store_answered(&mut self) -> impl Future<Output = Result<(), BrokerError>> + Send {
         async { Ok(()) }
+    }
+
+    /// Whether the peer has authenticated, or needs not: a connection still unauthenticated
+    /// `authentication_timeout_ms` after its accept is closed.
+    fn authenticated(&self) -> bool {
+        true
     }
 
     /// The frame stream broke (an oversize or truncated frame) and the connection will close:

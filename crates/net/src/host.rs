@@ -17,10 +17,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::task::{JoinError, JoinHandle};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::ServerConfig;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::front_end::FrontEnd;
+use crate::front_end::{FrontEnd, Peer};
 use crate::node::Node;
 
 /// Why a host could not start, listen or stop cleanly.
@@ -148,14 +150,28 @@ impl Host {
     pub fn serve<F: FrontEnd>(
         &self,
         listener: TcpListener,
-        new_front_end: impl Fn(&Arc<Node>) -> F + Send + 'static,
+        new_front_end: impl Fn(&Arc<Node>, &Peer) -> F + Send + Sync + 'static,
+    ) -> Result<SocketAddr, HostError> {
+        self.serve_with(listener, None, new_front_end)
+    }
+
+    /// As [`Self::serve`], each connection a TLS session with `tls` (`None`: plain TCP).
+    ///
+    /// # Errors
+    /// As [`Self::serve`].
+    pub fn serve_with<F: FrontEnd>(
+        &self,
+        listener: TcpListener,
+        tls: Option<Arc<ServerConfig>>,
+        new_front_end: impl Fn(&Arc<Node>, &Peer) -> F + Send + Sync + 'static,
     ) -> Result<SocketAddr, HostError> {
         let addr = Self::bound(&listener)?;
         let node = Arc::clone(&self.node);
         let config = Arc::clone(&self.config);
         let stop = self.stop.clone().cancelled_owned();
         let task = tokio::spawn(async move {
-            crate::listener::serve(listener, node, &config, stop, new_front_end).await;
+            let tls = tls.map(TlsAcceptor::from);
+            crate::listener::serve(listener, tls, node, &config, stop, new_front_end).await;
         });
         self.listeners
             .lock()

@@ -17,6 +17,7 @@
 //!   `listener` — the accept loop, the connection limit and the drain.
 //! - [`framing`] — the length-prefixed frames (`minibroker_framing`).
 //! - [`timings`] — request latencies per connection, summed for the metrics.
+//! - [`tls`] — TLS on a listener: certificates, client certificates and their names.
 //!
 //! # Example
 //! A host serving a protocol that answers every frame by echoing it:
@@ -40,7 +41,7 @@
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! let host = Host::start(&minibroker_net::Config::default())?;
 //! let listener = Host::bind("127.0.0.1:0".parse()?).await?;
-//! println!("listening on {}", host.serve(listener, |_node| Echo)?);
+//! println!("listening on {}", host.serve(listener, |_node, _peer| Echo)?);
 //! host.set_ready();
 //! tokio::signal::ctrl_c().await?;
 //! host.stop().await?;
@@ -54,11 +55,14 @@ mod host;
 mod listener;
 mod node;
 pub mod timings;
+pub mod tls;
 
 /// The length-prefixed frames of every connection (`minibroker_framing`).
 pub use minibroker_framing as framing;
 
-pub use config::{Config, NetConfig, SASL_MECHANISMS, SecurityProtocol};
-pub use front_end::{FrontEnd, Next};
+pub use config::{ClientAuth, Config, NetConfig, SASL_MECHANISMS, SecurityProtocol};
+pub use front_end::{FrontEnd, Next, Peer};
 pub use host::{Host, HostError};
 pub use node::{ConnectionCounts, LoginCounts, Node};
+/// The TLS library the listeners use (its configuration types appear in [`Host::serve_with`]).
+pub use tokio_rustls::rustls;

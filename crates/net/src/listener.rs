@@ -7,6 +7,11 @@
 //! out. On shutdown the listener is dropped first (new connections are refused), every connection
 //! finishes the requests it has read, and the whole drain is bounded by a deadline after which
 //! the stragglers are aborted. A connection task that panics is logged, never dropped silently.
+//!
+//! On a TLS listener the handshake runs in the connection's task (a slow client holds only its
+//! own slot), bounded by `authentication_timeout_ms`; a client that fails it — plaintext to a
+//! TLS port, an untrusted certificate — is closed, and the front end is made only afterwards, as
+//! it may need the client certificate's name.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,24 +20,29 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinError, JoinSet};
 use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::config::Config;
 use crate::connection::Connection;
-use crate::front_end::FrontEnd;
+use crate::front_end::{FrontEnd, Peer};
 use crate::node::Node;
 
-/// Serves `node` on `listener` with the front end `new_front_end` makes for each connection,
-/// under the limits of `config`, until `shutdown` resolves, then drains: the machinery every
-/// protocol shares.
-pub(crate) async fn serve<F: FrontEnd>(
+/// Serves `node` on `listener` (in TLS sessions when `tls` is given) with the front end
+/// `new_front_end` makes for each connection, under the limits of `config`, until `shutdown`
+/// resolves, then drains: the machinery every protocol shares.
+pub(crate) async fn serve<F: FrontEnd, N>(
     listener: TcpListener,
+    tls: Option<TlsAcceptor>,
     node: Arc<Node>,
     config: &Config,
     shutdown: impl Future<Output = ()>,
-    new_front_end: impl Fn(&Arc<Node>) -> F,
-) {
+    new_front_end: N,
+) where
+    N: Fn(&Arc<Node>, &Peer) -> F + Send + Sync + 'static,
+{
+    let new_front_end = Arc::new(new_front_end);
     let stop_connections = CancellationToken::new();
     let mut connections = JoinSet::new();
     let mut refusals = RefusalLog::default();
@@ -52,22 +62,24 @@ pub(crate) async fn serve<F: FrontEnd>(
             continue;
         };
         node.accepted.fetch_add(1, Ordering::Relaxed);
-        let connection = Connection {
-            front_end: new_front_end(&node),
+        let accepted = Accepted {
+            node: Arc::clone(&node),
             shutdown: stop_connections.clone(),
             max_frame_bytes: config.broker.max_frame_bytes,
             max_in_flight: config.net.max_in_flight,
             idle_timeout: config.net.idle_timeout(),
             write_timeout: config.net.write_timeout(),
+            authentication_timeout: config.net.authentication_timeout(),
         };
         let span = tracing::info_span!("connection", %peer);
-        let counted = Arc::clone(&node);
+        let new_front_end = Arc::clone(&new_front_end);
+        let tls = tls.clone();
         connections.spawn(
             async move {
                 tracing::debug!("accepted");
                 // Counted closed even if the task panics or is aborted.
-                let _closed = CloseCount(counted);
-                connection.run(stream).await;
+                let _closed = CloseCount(Arc::clone(&accepted.node));
+                accepted.serve(stream, peer, tls, &*new_front_end).await;
                 drop(permit);
             }
             .instrument(span),
@@ -97,6 +109,81 @@ pub(crate) async fn serve<F: FrontEnd>(
         connections.shutdown().await;
     }
     tracing::info!("stopped");
+}
+
+/// One accepted connection, before its TLS handshake (if any) and its front end.
+struct Accepted {
+    node: Arc<Node>,
+    shutdown: CancellationToken,
+    max_frame_bytes: usize,
+    max_in_flight: usize,
+    idle_timeout: Duration,
+    write_timeout: Duration,
+    authentication_timeout: Duration,
+}
+
+impl Accepted {
+    /// Completes the TLS handshake when `tls` asks for one, makes the front end, and serves the
+    /// connection to its end.
+    async fn serve<F: FrontEnd>(
+        self,
+        stream: TcpStream,
+        addr: std::net::SocketAddr,
+        tls: Option<TlsAcceptor>,
+        new_front_end: &(dyn Fn(&Arc<Node>, &Peer) -> F + Send + Sync),
+    ) {
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, "could not disable Nagle's algorithm");
+        }
+        let started = Instant::now();
+        let Some(tls) = tls else {
+            let peer = Peer::plain(addr);
+            let (read_half, write_half) = stream.into_split();
+            let connection = self.connection(new_front_end(&self.node, &peer), started);
+            return connection.run(read_half, write_half).await;
+        };
+        let session =
+            match tokio::time::timeout(self.authentication_timeout, tls.accept(stream)).await {
+                Ok(Ok(session)) => session,
+                Ok(Err(error)) => {
+                    tracing::info!(%error, "TLS handshake failed; closing the connection");
+                    return;
+                }
+                Err(_) => {
+                    tracing::info!("TLS handshake not finished in time; closing the connection");
+                    return;
+                }
+            };
+        let certificate_name = session
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .and_then(crate::tls::certificate_name);
+        let peer = Peer {
+            addr,
+            tls: true,
+            certificate_name,
+        };
+        let (read_half, write_half) = tokio::io::split(session);
+        let connection = self.connection(new_front_end(&self.node, &peer), started);
+        connection.run(read_half, write_half).await;
+    }
+
+    /// The connection loop for `front_end`, with what is left of the authentication time.
+    fn connection<F: FrontEnd>(&self, front_end: F, started: Instant) -> Connection<F> {
+        Connection {
+            front_end,
+            shutdown: self.shutdown.clone(),
+            max_frame_bytes: self.max_frame_bytes,
+            max_in_flight: self.max_in_flight,
+            idle_timeout: self.idle_timeout,
+            write_timeout: self.write_timeout,
+            authentication_timeout: self
+                .authentication_timeout
+                .saturating_sub(started.elapsed()),
+        }
+    }
 }
 
 /// Counts a connection closed when its task ends, however it ends.

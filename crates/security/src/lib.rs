@@ -1,5 +1,6 @@
-//! minibroker's authentication, in domain terms: the credentials a broker keeps and the server
-//! side of the SASL mechanisms Kafka clients speak. No I/O on the network path: the listener
+//! minibroker's security, in domain terms: the credentials a broker keeps, the server side of
+//! the SASL mechanisms Kafka clients speak, the ACLs that say who may do what, and certificates
+//! for TLS. No I/O on the network path: the listener
 //! feeds it SaslAuthenticate tokens and sends back what it answers.
 //!
 //! # Layout
@@ -7,6 +8,9 @@
 //!   form, the SCRAM-SHA-256/512 server exchange ([`ScramExchange`]) with Kafka's quirks, and
 //!   PLAIN's message.
 //! - [`users`] — the users file: every user's credentials, one line each, in Kafka's format.
+//! - [`acl`] — Kafka's authorisation model: ACLs, the ACLs file, and the decision with its
+//!   reason ([`Authorizer`]).
+//! - [`pki`] — certificates for TLS: an authority, server and client certificates.
 //!
 //! # Example
 //! ```
@@ -21,9 +25,14 @@
 //! # Ok::<(), minibroker_security::ScramError>(())
 //! ```
 
+pub mod acl;
+mod file;
+pub mod pki;
 pub mod scram;
 pub mod users;
 
+pub use acl::{Acl, Acls, Authorizer, Decision, Operation, ResourceType};
+pub use file::{FileError, Reloading};
 pub use scram::{
     Authenticated, DEFAULT_ITERATIONS, MAX_ITERATIONS, MIN_ITERATIONS, ScramCredential, ScramError,
     ScramExchange, ScramMechanism, parse_plain, server_nonce,

@@ -13,37 +13,14 @@
 //! aside, synced, renamed) and readable by its owner only.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use thiserror::Error;
 
+use crate::file::{FileError, read_text, save_atomically};
 use crate::scram::{ScramCredential, ScramError, ScramMechanism};
 
 /// Why the users file could not be read or written.
-#[derive(Debug, Error)]
-pub enum UsersFileError {
-    /// The file system refused.
-    #[error("{what} {}: {source}", .path.display())]
-    Io {
-        /// What was being done.
-        what: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A line that is not `NAME MECHANISM CREDENTIAL`.
-    #[error("{}, line {line}: {reason}", .path.display())]
-    Line {
-        /// The file.
-        path: PathBuf,
-        /// Its 1-based line number.
-        line: usize,
-        /// What is wrong with it.
-        reason: String,
-    },
-}
+pub type UsersFileError = FileError;
 
 /// Why a user name cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -122,14 +99,9 @@ impl Users {
     /// # Errors
     /// As [`Self::parse`], or the file cannot be read.
     pub fn load(path: &Path) -> Result<Self, UsersFileError> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => Self::parse(&text, path),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
-            Err(source) => Err(UsersFileError::Io {
-                what: "reading",
-                path: path.to_owned(),
-                source,
-            }),
+        match read_text(path)? {
+            Some(text) => Self::parse(&text, path),
+            None => Ok(Self::default()),
         }
     }
 
@@ -154,31 +126,7 @@ impl Users {
     /// # Errors
     /// [`UsersFileError::Io`] when it cannot be written.
     pub fn save(&self, path: &Path) -> Result<(), UsersFileError> {
-        let io = |what| {
-            move |source| UsersFileError::Io {
-                what,
-                path: path.to_owned(),
-                source,
-            }
-        };
-        let mut aside = path.as_os_str().to_owned();
-        aside.push(".tmp");
-        let aside = PathBuf::from(aside);
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(&aside).map_err(io("writing"))?;
-        file.write_all(self.to_text().as_bytes())
-            .map_err(io("writing"))?;
-        file.sync_all().map_err(io("syncing"))?;
-        std::fs::rename(&aside, path).map_err(io("replacing"))?;
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(io("syncing the directory of"))?;
-        }
-        Ok(())
+        save_atomically(path, &self.to_text())
     }
 
     /// Sets `name`'s credential for `mechanism` (replacing one it had).

@@ -1,0 +1,115 @@
+//! TLS on a listener (Kafka's `SSL` and `SASL_SSL`): the server's certificate chain and key from
+//! PEM files, and optionally the clients' certificates, checked against a CA of their own.
+//!
+//! rustls with the ring provider does the work; the PEM files are read with `rustls-pki-types`'
+//! own parser. A client certificate names its owner: the principal is its subject's common name
+//! (what Kafka's common mapping rule `RULE:^CN=([^,]+).*$/$1/` gives), so `CN=alice` is
+//! `User:alice`. Without a certificate (or with TLS but no client authentication) a connection
+//! on an `SSL` listener is `User:ANONYMOUS`, as in Kafka.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use thiserror::Error;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::server::WebPkiClientVerifier;
+use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
+
+use crate::config::{ClientAuth, NetConfig};
+
+/// Why the TLS settings cannot be used.
+#[derive(Debug, Error)]
+pub enum TlsError {
+    /// A PEM file could not be read or holds nothing usable.
+    #[error("{key} {}: {reason}", path.display())]
+    File {
+        /// The configuration key that names the file.
+        key: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// rustls refused the certificate, the key or the client CA.
+    #[error("TLS: {0}")]
+    Rustls(#[from] rustls::Error),
+    /// The client verifier could not be built from `tls_client_ca`.
+    #[error("tls_client_ca: {0}")]
+    ClientCa(#[from] rustls::server::VerifierBuilderError),
+}
+
+/// The TLS server configuration `net` asks for: `None` when its Kafka listener has no TLS.
+///
+/// # Errors
+/// [`TlsError`] naming the file or the setting that cannot be used.
+pub fn server_config(net: &NetConfig) -> Result<Option<Arc<ServerConfig>>, TlsError> {
+    if !net.kafka_security_protocol.uses_tls() {
+        return Ok(None);
+    }
+    let (Some(cert), Some(key)) = (&net.tls_cert, &net.tls_key) else {
+        // Validation has already said so; nothing to serve with.
+        return Err(TlsError::File {
+            key: "tls_cert",
+            path: PathBuf::new(),
+            reason: "TLS needs tls_cert and tls_key".into(),
+        });
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()?;
+    let builder = match (net.tls_client_auth, &net.tls_client_ca) {
+        (ClientAuth::None, _) | (_, None) => builder.with_no_client_auth(),
+        (auth, Some(ca)) => {
+            let mut roots = RootCertStore::empty();
+            for certificate in certificates("tls_client_ca", ca)? {
+                roots.add(certificate)?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            let verifier = if auth == ClientAuth::Requested {
+                verifier.allow_unauthenticated()
+            } else {
+                verifier
+            };
+            builder.with_client_cert_verifier(verifier.build()?)
+        }
+    };
+    let mut config =
+        builder.with_single_cert(certificates("tls_cert", cert)?, private_key(key)?)?;
+    // Kafka clients speak no ALPN; nothing to offer.
+    config.alpn_protocols.clear();
+    Ok(Some(Arc::new(config)))
+}
+
+/// The certificates of the PEM file at `path`, in order (a chain: leaf first).
+fn certificates(key: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let fail = |reason: String| TlsError::File {
+        key,
+        path: path.to_owned(),
+        reason,
+    };
+    let certificates = CertificateDer::pem_file_iter(path)
+        .map_err(|error| fail(error.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| fail(error.to_string()))?;
+    if certificates.is_empty() {
+        return Err(fail("holds no certificate".into()));
+    }
+    Ok(certificates)
+}
+
+/// The private key of the PEM file at `path` (PKCS#8, SEC1 or PKCS#1).
+fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|error| TlsError::File {
+        key: "tls_key",
+        path: path.to_owned(),
+        reason: error.to_string(),
+    })
+}
+
+/// The name a verified client certificate gives its owner: its subject's common name.
+#[must_use]
+pub fn certificate_name(certificate: &CertificateDer<'_>) -> Option<String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(certificate.as_ref()).ok()?;
+    let name = parsed.subject().iter_common_name().next()?.as_str().ok()?;
+    Some(name.to_owned())
+}
