@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 mod acks;
+mod acl;
 mod admin;
 mod bench;
 mod certificates;
@@ -82,6 +83,8 @@ enum Command {
     Groups(groups::Args),
     /// Add, list or delete users of the users file (SCRAM credentials, no passwords).
     User(user::Args),
+    /// Add, list or remove ACLs of the ACLs file, or check what they allow (kafka-acls' words).
+    Acl(acl::Args),
     /// Make a certificate authority, a server certificate and client certificates for TLS.
     Certificates(certificates::Args),
     /// List transactions, describe one, show a topic's producers and their open transactions,
@@ -147,6 +150,7 @@ fn run(cli: Cli) -> Result<()> {
             Command::Transactions(args) => transactions::run(args).await,
             Command::User(args) => user::run(args),
             Command::Certificates(args) => certificates::run(&args),
+            Command::Acl(args) => acl::run(args),
             Command::Health(args) => health::run(args).await,
             Command::CheckData(args) => check_data::run(&args),
             Command::Completions(args) => {

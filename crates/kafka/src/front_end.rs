@@ -40,6 +40,10 @@ pub struct KafkaFrontEnd {
     timings: Option<ConnectionTimings>,
     /// Who connected: the address, and the TLS client certificate's name.
     pub(crate) peer: Peer,
+    /// `User:NAME`: who the requests are authorised as.
+    pub(crate) principal: String,
+    /// The ACLs the current request is judged by (`None`: authorisation is off).
+    pub(crate) authorizer: Option<minibroker_security::Authorizer>,
 }
 
 impl KafkaFrontEnd {
@@ -62,6 +66,8 @@ impl KafkaFrontEnd {
                 Login::NotAsked
             },
             config,
+            principal: crate::authorize::principal_of(peer.certificate_name.as_deref()),
+            authorizer: None,
             peer: peer.clone(),
         }
     }
@@ -119,6 +125,7 @@ impl KafkaFrontEnd {
             );
             return Next::Close;
         }
+        self.refresh_authorizer();
         if let Err(refused) = preflight::check(api, version, &frame) {
             tracing::debug!(
                 ?api,

@@ -20,12 +20,14 @@
 
 mod answer_room;
 mod apis;
+mod authorize;
 mod errors;
 mod front_end;
 mod handlers;
 mod preflight;
 mod sasl;
 
+pub use authorize::AccessControl;
 pub use front_end::KafkaFrontEnd;
 pub use sasl::{Login, Mechanism, SaslSettings};
 
@@ -56,6 +58,8 @@ pub struct KafkaConfig {
     pub max_answer_bytes: usize,
     /// The login a SASL listener asks for; `None` for PLAINTEXT.
     pub sasl: Option<Arc<SaslSettings>>,
+    /// The ACLs every request is authorised against, when `acls_file` is set.
+    pub access: Option<Arc<AccessControl>>,
 }
 
 impl KafkaConfig {
@@ -72,6 +76,7 @@ impl KafkaConfig {
             max_fetch_response_bytes: minibroker_broker::batch_room(config.broker.max_frame_bytes),
             max_answer_bytes: config.broker.max_frame_bytes,
             sasl: None,
+            access: None,
         }
     }
 }
@@ -88,8 +93,11 @@ pub fn serve(host: &Host, listener: TcpListener) -> Result<SocketAddr, HostError
     let (advertised_host, port) = host.config().net.kafka_advertised(bound);
     let sasl = SaslSettings::from_config(host.config())
         .map_err(|error| minibroker_broker::ServerError::Config(error.to_string()))?;
+    let access = crate::authorize::AccessControl::from_config(host.config())
+        .map_err(|error| minibroker_broker::ServerError::Config(error.to_string()))?;
     let kafka = Arc::new(KafkaConfig {
         sasl: sasl.map(Arc::new),
+        access: access.map(Arc::new),
         ..KafkaConfig::from_config(host.config(), advertised_host, port)
     });
     let tls = minibroker_net::tls::server_config(&host.config().net)

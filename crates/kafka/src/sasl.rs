@@ -289,6 +289,7 @@ impl KafkaFrontEnd {
 
     fn logged_in(&mut self, user: String, how: &str, last_token: Bytes) -> Answered {
         tracing::info!(user, mechanism = how, "authenticated");
+        self.principal = format!("User:{user}");
         self.login = Login::As(user);
         Answered {
             answer: SaslAuthenticateResponse::default().with_auth_bytes(last_token),

@@ -151,6 +151,13 @@ pub struct NetConfig {
     /// A connection that has not finished its TLS handshake and SASL login within this is
     /// closed, so clients that never log in cannot hold the connection slots.
     pub authentication_timeout_ms: u64,
+    /// The ACLs (`minibroker acl add`): when set, every Kafka request is authorised against
+    /// them, as Kafka's authoriser does. Read again when it changes.
+    pub acls_file: Option<PathBuf>,
+    /// Principals (`User:NAME`) allowed everything.
+    pub super_users: Vec<String>,
+    /// Whether a resource no ACL names is open to everyone (Kafka's default: false).
+    pub allow_everyone_if_no_acl_found: bool,
     /// The SASL mechanisms offered: SCRAM-SHA-256, SCRAM-SHA-512 and (asked for by name) PLAIN.
     pub sasl_enabled_mechanisms: Vec<String>,
     /// The users and their SCRAM credentials (`minibroker user add`), needed for SASL.
@@ -227,6 +234,9 @@ impl Default for NetConfig {
             tls_client_auth: ClientAuth::None,
             tls_client_ca: None,
             authentication_timeout_ms: 10_000,
+            acls_file: None,
+            super_users: Vec::new(),
+            allow_everyone_if_no_acl_found: false,
             sasl_enabled_mechanisms: vec!["SCRAM-SHA-256".to_owned(), "SCRAM-SHA-512".to_owned()],
             users_file: None,
             auth_failure_delay_ms: 100,
@@ -284,6 +294,21 @@ impl NetConfig {
         }
         if protocol.uses_sasl() && self.users_file.is_none() {
             return fail("a SASL kafka_security_protocol needs users_file".into());
+        }
+        if let Some(bad) = self.super_users.iter().find(|user| {
+            !user.starts_with("User:")
+                || user.len() == "User:".len()
+                || user.contains(char::is_whitespace)
+        }) {
+            return fail(format!("super_users: {bad:?} is not User:NAME"));
+        }
+        if protocol != SecurityProtocol::Plaintext
+            && self.super_users.iter().any(|user| user == "User:ANONYMOUS")
+        {
+            return fail(
+                "super_users names User:ANONYMOUS: on a secured listener that makes every unauthenticated connection a super user"
+                    .into(),
+            );
         }
         if self.authentication_timeout_ms == 0 || self.authentication_timeout_ms > 600_000 {
             return fail("authentication_timeout_ms must be between 1 and 600000".into());

@@ -28,6 +28,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::net::IpAddr;
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::file::{FileError, read_text, save_atomically};
 
@@ -465,9 +466,9 @@ impl fmt::Display for Decision {
 #[derive(Debug, Clone, Default)]
 pub struct Authorizer {
     /// The ACLs.
-    pub acls: Acls,
+    pub acls: Arc<Acls>,
     /// Principals allowed everything (`User:admin`).
-    pub super_users: Vec<String>,
+    pub super_users: Arc<Vec<String>>,
     /// Whether a resource no ACL names is open to all (Kafka's default, and ours: false).
     pub allow_everyone_if_no_acl_found: bool,
 }

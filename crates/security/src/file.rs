@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 use thiserror::Error;
 
 /// Why a security file could not be read or written.
@@ -94,7 +94,17 @@ fn version(path: &Path) -> FileVersion {
 pub struct Reloading<T> {
     path: Option<PathBuf>,
     load: fn(&Path) -> Result<T, FileError>,
-    read: Mutex<(FileVersion, Arc<T>)>,
+    /// How long after a look at the file the next one waits (zero: every call looks).
+    recheck: Duration,
+    read: Mutex<Held<T>>,
+}
+
+/// What a [`Reloading`] holds: the version it read, when it last looked, and what it read.
+#[derive(Debug)]
+struct Held<T> {
+    version: FileVersion,
+    looked: Instant,
+    value: Arc<T>,
 }
 
 impl<T: Default> Reloading<T> {
@@ -114,31 +124,47 @@ impl<T: Default> Reloading<T> {
         Ok(Self {
             path,
             load,
-            read: Mutex::new((version, Arc::new(held))),
+            recheck: Duration::ZERO,
+            read: Mutex::new(Held {
+                version,
+                looked: Instant::now(),
+                value: Arc::new(held),
+            }),
         })
     }
 
-    /// What the file holds, read again first if it changed since (one `stat` per call). A file
-    /// that no longer reads keeps what it held, with a warning: a typo in an edit must not lock
-    /// everyone out.
+    /// Looks at the file at most once per `recheck` (for a file consulted on every request).
+    #[must_use]
+    pub fn recheck_after(mut self, recheck: Duration) -> Self {
+        self.recheck = recheck;
+        self
+    }
+
+    /// What the file holds, read again first if it changed since (one `stat` per call, or per
+    /// `recheck`). A file that no longer reads keeps what it held, with a warning: a typo in an
+    /// edit must not lock everyone out.
     pub fn current(&self) -> Arc<T> {
         let mut read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(path) = &self.path else {
-            return Arc::clone(&read.1);
+            return Arc::clone(&read.value);
         };
+        if !self.recheck.is_zero() && read.looked.elapsed() < self.recheck {
+            return Arc::clone(&read.value);
+        }
+        read.looked = Instant::now();
         let now = version(path);
-        if now != read.0 {
+        if now != read.version {
+            read.version = now;
             match (self.load)(path) {
                 Ok(held) => {
                     tracing::info!(file = %path.display(), "read again after a change");
-                    *read = (now, Arc::new(held));
+                    read.value = Arc::new(held);
                 }
                 Err(error) => {
                     tracing::warn!(%error, "the file changed but does not read; keeping what it held");
-                    read.0 = now;
                 }
             }
         }
-        Arc::clone(&read.1)
+        Arc::clone(&read.value)
     }
 }

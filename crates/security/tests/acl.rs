@@ -7,6 +7,7 @@ use minibroker_security::acl::{
 };
 use std::net::IpAddr;
 use std::path::Path;
+use std::sync::Arc;
 
 fn acl(line: &str) -> Acl {
     let acls = Acls::parse(line, Path::new("test")).unwrap();
@@ -15,7 +16,7 @@ fn acl(line: &str) -> Acl {
 
 fn authorizer(lines: &[&str]) -> Authorizer {
     Authorizer {
-        acls: Acls::parse(&lines.join("\n"), Path::new("test")).unwrap(),
+        acls: Arc::new(Acls::parse(&lines.join("\n"), Path::new("test")).unwrap()),
         ..Authorizer::default()
     }
 }
@@ -125,7 +126,7 @@ fn an_acl_for_one_host_applies_to_that_address_only() {
 #[test]
 fn super_users_are_allowed_everything_even_what_is_denied() {
     let mut rules = authorizer(&["User:* DENY ALL TOPIC LITERAL * *"]);
-    rules.super_users = vec!["User:admin".into()];
+    rules.super_users = Arc::new(vec!["User:admin".into()]);
     let decision = rules.authorize(&request("User:admin", Operation::Delete, "t"));
     assert_eq!(decision.reason, Reason::SuperUser);
     assert!(!rules.allows(&request("User:alice", Operation::Read, "t")));

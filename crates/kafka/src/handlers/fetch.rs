@@ -14,6 +14,7 @@ use std::time::Duration;
 use super::NONE;
 use crate::errors::code_of;
 use crate::front_end::KafkaFrontEnd;
+use minibroker_security::{Operation, ResourceType};
 
 /// The longest a fetch waits for data, whatever the client asks.
 const MAX_FETCH_WAIT: Duration = Duration::from_secs(30);
@@ -66,10 +67,14 @@ impl KafkaFrontEnd {
         };
         let mut responses = Vec::with_capacity(request.topics.len());
         for topic in &request.topics {
+            let readable = self.may(Operation::Read, ResourceType::Topic, &topic.topic);
             let partitions = topic
                 .partitions
                 .iter()
                 .map(|wanted| {
+                    if !readable {
+                        return denied_partition(wanted.partition);
+                    }
                     let isolation = request.isolation_level;
                     self.fetch_partition(&topic.topic, wanted, isolation, version, &mut room)
                 })
@@ -183,4 +188,14 @@ impl Room {
         self.taken += records.len();
         records
     }
+}
+
+/// A partition of a topic the principal may not read: TOPIC_AUTHORIZATION_FAILED, no records.
+fn denied_partition(index: i32) -> PartitionData {
+    PartitionData::default()
+        .with_partition_index(index)
+        .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+        .with_high_watermark(NONE)
+        .with_last_stable_offset(NONE)
+        .with_aborted_transactions(Some(Vec::new()))
 }

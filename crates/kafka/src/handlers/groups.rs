@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use crate::KafkaFrontEnd;
 use crate::answer_room::{AnswerRoom, AnswerTooLarge};
+use minibroker_security::{Operation, ResourceType};
 
 /// FindCoordinator's key type for a consumer group (1 is a transactional id).
 const GROUP_KEY: i8 = 0;
@@ -68,6 +69,11 @@ fn text(value: &str) -> StrBytes {
 }
 
 impl KafkaFrontEnd {
+    /// Read on the group: what joining, syncing, heartbeats, leaving and commits need.
+    fn may_read_group(&self, group: &str) -> bool {
+        self.may(Operation::Read, ResourceType::Group, group)
+    }
+
     pub(crate) fn find_coordinator(
         &self,
         request: FindCoordinatorRequest,
@@ -77,6 +83,25 @@ impl KafkaFrontEnd {
             return response
                 .with_error_code(ResponseError::InvalidRequest.code())
                 .with_error_message(Some(text("unknown coordinator key type")))
+                .with_node_id(BrokerId(-1))
+                .with_port(-1);
+        }
+        // As Kafka: Describe on the group, or on the transactional id.
+        let refusal = if request.key_type == GROUP_KEY {
+            (!self.may(Operation::Describe, ResourceType::Group, &request.key))
+                .then_some(ResponseError::GroupAuthorizationFailed)
+        } else {
+            (!self.may(
+                Operation::Describe,
+                ResourceType::TransactionalId,
+                &request.key,
+            ))
+            .then_some(ResponseError::TransactionalIdAuthorizationFailed)
+        };
+        if let Some(refusal) = refusal {
+            return response
+                .with_error_code(refusal.code())
+                .with_error_message(Some(text(&refusal.to_string())))
                 .with_node_id(BrokerId(-1))
                 .with_port(-1);
         }
@@ -120,6 +145,12 @@ impl KafkaFrontEnd {
                 .with_generation_id(-1)
                 .with_member_id(text(member_id))
         };
+        if !self.may_read_group(&request.group_id) {
+            return failed(
+                ResponseError::GroupAuthorizationFailed.code(),
+                &request.member_id,
+            );
+        }
         match self.groups.join(join).await {
             Ok(joined) => {
                 let members = joined
@@ -152,6 +183,10 @@ impl KafkaFrontEnd {
     }
 
     pub(crate) async fn sync_group(&self, request: SyncGroupRequest) -> SyncGroupResponse {
+        if !self.may_read_group(&request.group_id) {
+            return SyncGroupResponse::default()
+                .with_error_code(ResponseError::GroupAuthorizationFailed.code());
+        }
         let assignments = request
             .assignments
             .into_iter()
@@ -173,6 +208,10 @@ impl KafkaFrontEnd {
     }
 
     pub(crate) fn heartbeat(&self, request: HeartbeatRequest) -> HeartbeatResponse {
+        if !self.may_read_group(&request.group_id) {
+            return HeartbeatResponse::default()
+                .with_error_code(ResponseError::GroupAuthorizationFailed.code());
+        }
         let result = self.groups.heartbeat(
             &request.group_id.0,
             request.generation_id,
@@ -195,22 +234,27 @@ impl KafkaFrontEnd {
         } else {
             vec![request.member_id.to_string()]
         };
-        let results = self.groups.leave(&request.group_id.0, &members);
+        let codes: Vec<i16> = if self.may_read_group(&request.group_id) {
+            let results = self.groups.leave(&request.group_id.0, &members);
+            results.iter().map(code_or_none).collect()
+        } else {
+            vec![ResponseError::GroupAuthorizationFailed.code(); members.len().max(1)]
+        };
         if version >= 3 {
             let answers = request
                 .members
                 .into_iter()
-                .zip(&results)
-                .map(|(member, result)| {
+                .zip(&codes)
+                .map(|(member, code)| {
                     MemberResponse::default()
                         .with_member_id(member.member_id)
                         .with_group_instance_id(member.group_instance_id)
-                        .with_error_code(code_or_none(result))
+                        .with_error_code(*code)
                 })
                 .collect();
             LeaveGroupResponse::default().with_members(answers)
         } else {
-            let code = results.first().map_or(0, code_or_none);
+            let code = codes.first().copied().unwrap_or(0);
             LeaveGroupResponse::default().with_error_code(code)
         }
     }
@@ -220,9 +264,21 @@ impl KafkaFrontEnd {
         // `offset.metadata.max.bytes`, are refused one by one; the rest are committed together.
         let mut offsets = Vec::new();
         let mut answers: Vec<(TopicName, Vec<(i32, i16)>)> = Vec::new();
+        // As Kafka: Read on the group for all of it, then Read on each topic.
+        let group_allowed = self.may_read_group(&request.group_id);
         for topic in &request.topics {
             let mut partitions = Vec::new();
+            let denied = if !group_allowed {
+                Some(ResponseError::GroupAuthorizationFailed)
+            } else {
+                (!self.may(Operation::Read, ResourceType::Topic, &topic.name))
+                    .then_some(ResponseError::TopicAuthorizationFailed)
+            };
             for partition in &topic.partitions {
+                if let Some(denied) = denied {
+                    partitions.push((partition.partition_index, denied.code()));
+                    continue;
+                }
                 let exists = u32::try_from(partition.partition_index)
                     .ok()
                     .is_some_and(|index| self.broker.offsets(&topic.name, index).is_ok());
@@ -245,15 +301,18 @@ impl KafkaFrontEnd {
             }
             answers.push((topic.name.clone(), partitions));
         }
-        let result = self
-            .groups
-            .commit(
-                &request.group_id.0,
-                request.generation_id_or_member_epoch,
-                &request.member_id,
-                offsets,
-            )
-            .await;
+        let result = if group_allowed {
+            self.groups
+                .commit(
+                    &request.group_id.0,
+                    request.generation_id_or_member_epoch,
+                    &request.member_id,
+                    offsets,
+                )
+                .await
+        } else {
+            Ok(())
+        };
         let group_error = code_or_none(&result);
         let topics = answers
             .into_iter()
@@ -282,6 +341,14 @@ impl KafkaFrontEnd {
         version: i16,
     ) -> Result<OffsetFetchResponse, AnswerTooLarge> {
         let group = request.group_id.0.to_string();
+        if !self.may(Operation::Describe, ResourceType::Group, &group) {
+            let refused = OffsetFetchResponse::default();
+            return Ok(if version >= 2 {
+                refused.with_error_code(ResponseError::GroupAuthorizationFailed.code())
+            } else {
+                refused
+            });
+        }
         // Each partition asked for once, in the order first asked: a repeated topic or
         // partition is answered once, as Kafka does.
         let wanted: Option<Vec<TopicPartition>> = request.topics.as_ref().map(|topics| {
@@ -303,10 +370,29 @@ impl KafkaFrontEnd {
         // v7's require_stable: a partition an open transaction has committed an offset of is
         // answered UNSTABLE_OFFSET_COMMIT (the client asks again once it ends).
         let require_stable = version >= 7 && request.require_stable;
+        // As Kafka: a topic asked for that the principal may not describe is answered
+        // TOPIC_AUTHORIZATION_FAILED; one not asked for is left out.
+        let visible: HashMap<&str, bool> = committed
+            .iter()
+            .map(|(key, _)| key.0.as_str())
+            .chain(wanted.iter().flatten().map(|key| key.0.as_str()))
+            .map(|topic| {
+                (
+                    topic,
+                    self.may_see(Operation::Describe, ResourceType::Topic, topic),
+                )
+            })
+            .collect();
         let entry = |key: &TopicPartition, committed: Option<&Committed>| {
             let answer = OffsetFetchResponsePartition::default()
                 .with_partition_index(key.1)
                 .with_committed_leader_epoch(-1);
+            if !visible[key.0.as_str()] {
+                return answer
+                    .with_committed_offset(-1)
+                    .with_metadata(Some(text("")))
+                    .with_error_code(ResponseError::TopicAuthorizationFailed.code());
+            }
             if require_stable && self.groups.has_pending(&group, key) {
                 return answer
                     .with_committed_offset(-1)
@@ -330,7 +416,11 @@ impl KafkaFrontEnd {
                 .iter()
                 .map(|key| (key, found.get(key).copied()))
                 .collect(),
-            None => committed.iter().map(|(key, c)| (key, Some(c))).collect(),
+            None => committed
+                .iter()
+                .filter(|(key, _)| visible[key.0.as_str()])
+                .map(|(key, c)| (key, Some(c)))
+                .collect(),
         };
         for (key, committed) in partitions {
             let partition = room.keep(entry(key, committed))?;
@@ -362,12 +452,23 @@ impl KafkaFrontEnd {
             .iter()
             .map(|s| s.to_lowercase())
             .collect();
+        let all_groups = self.authorizer.is_none()
+            || self.may_see(
+                Operation::Describe,
+                ResourceType::Cluster,
+                minibroker_security::acl::CLUSTER_NAME,
+            );
         let groups = self
             .groups
             .list()
             .into_iter()
             .filter(|(_, _, state)| {
                 wanted.is_empty() || wanted.contains(&state.to_string().to_lowercase())
+            })
+            // As Kafka: Describe on the cluster lists every group; otherwise those the
+            // principal may describe.
+            .filter(|(id, _, _)| {
+                all_groups || self.may_see(Operation::Describe, ResourceType::Group, id)
             })
             .map(|(id, protocol_type, state)| {
                 ListedGroup::default()
@@ -388,6 +489,11 @@ impl KafkaFrontEnd {
     ) -> Result<DescribeGroupsResponse, AnswerTooLarge> {
         let mut room = AnswerRoom::new(self.config.max_answer_bytes, version);
         let groups = room.fill(request.groups, |group_id| {
+            if !self.may(Operation::Describe, ResourceType::Group, &group_id) {
+                return DescribedGroup::default()
+                    .with_group_id(group_id)
+                    .with_error_code(ResponseError::GroupAuthorizationFailed.code());
+            }
             let described = self.groups.describe(&group_id.0);
             let members = described
                 .members
@@ -415,11 +521,15 @@ impl KafkaFrontEnd {
     pub(crate) async fn delete_groups(&self, request: DeleteGroupsRequest) -> DeleteGroupsResponse {
         let mut results = Vec::new();
         for group_id in request.groups_names {
-            let result = self.groups.delete(&group_id.0).await;
+            let code = if self.may(Operation::Delete, ResourceType::Group, &group_id) {
+                code_or_none(&self.groups.delete(&group_id.0).await)
+            } else {
+                ResponseError::GroupAuthorizationFailed.code()
+            };
             results.push(
                 DeletableGroupResult::default()
                     .with_group_id(group_id)
-                    .with_error_code(code_or_none(&result)),
+                    .with_error_code(code),
             );
         }
         DeleteGroupsResponse::default().with_results(results)

@@ -12,6 +12,8 @@ use super::topic_name;
 use crate::answer_room::{AnswerRoom, AnswerTooLarge};
 use crate::errors::code_of;
 use crate::front_end::KafkaFrontEnd;
+use kafka_protocol::ResponseError;
+use minibroker_security::{Operation, ResourceType};
 
 impl KafkaFrontEnd {
     /// # Errors
@@ -28,13 +30,15 @@ impl KafkaFrontEnd {
             // v0 asks for every topic with an empty list, later versions with none.
             Some(topics) if !(version == 0 && topics.is_empty()) => room
                 .fill(topics.into_iter().filter_map(|topic| topic.name), |name| {
-                    self.topic_metadata(&name, self.broker.topic(&name, auto_create), version)
+                    self.named_topic_metadata(&name, auto_create, version)
                 })?,
-            // Every topic, with what the listing already says of each.
+            // Every topic the principal may describe, with what the listing already says of
+            // each: the others are left out, as if they did not exist.
             _ => self
                 .broker
                 .metadata()
                 .into_iter()
+                .filter(|topic| self.may_see(Operation::Describe, ResourceType::Topic, &topic.name))
                 .map(|topic| {
                     room.keep(self.topic_metadata(&topic.name.clone(), Ok(topic), version))
                 })
@@ -56,6 +60,31 @@ impl KafkaFrontEnd {
                 .with_cluster_id(Some(StrBytes::from_string(self.config.cluster_id.clone())));
         }
         Ok(response)
+    }
+
+    /// The Metadata answer for the topic `name` asked for by name. As Kafka: one the principal
+    /// may not describe is TOPIC_AUTHORIZATION_FAILED whether or not it exists; one it may
+    /// describe but not create is not created, and TOPIC_AUTHORIZATION_FAILED if missing.
+    fn named_topic_metadata(
+        &self,
+        name: &str,
+        auto_create: bool,
+        version: i16,
+    ) -> MetadataResponseTopic {
+        if !self.may(Operation::Describe, ResourceType::Topic, name) {
+            return denied(name);
+        }
+        let create = auto_create && self.may_create_topic(name);
+        match self.broker.topic(name, create) {
+            Err(error)
+                if auto_create
+                    && !create
+                    && error.kind() == minibroker_broker::ErrorKind::UnknownTopic =>
+            {
+                denied(name)
+            }
+            found => self.topic_metadata(name, found, version),
+        }
     }
 
     /// The Metadata answer for topic `name`, found (or refused) as `found` says.
@@ -87,4 +116,11 @@ impl KafkaFrontEnd {
             Err(error) => topic.with_error_code(code_of(&error).code()),
         }
     }
+}
+
+/// A topic the principal may not see: TOPIC_AUTHORIZATION_FAILED, no partitions.
+fn denied(name: &str) -> MetadataResponseTopic {
+    MetadataResponseTopic::default()
+        .with_name(Some(topic_name(name)))
+        .with_error_code(ResponseError::TopicAuthorizationFailed.code())
 }

@@ -7,7 +7,8 @@ use kafka_protocol::messages::list_offsets_response::{
 };
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use minibroker_broker::{Broker, BrokerError, Isolation};
-use std::collections::HashMap;
+use minibroker_security::{Operation, ResourceType};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::fetch::isolation_of;
@@ -33,16 +34,24 @@ impl KafkaFrontEnd {
         version: i16,
     ) -> Result<ListOffsetsResponse, AnswerTooLarge> {
         let room = AnswerRoom::new(self.config.max_answer_bytes, version);
+        // As Kafka: Describe on each topic, or its partitions are answered
+        // TOPIC_AUTHORIZATION_FAILED unlooked-up.
+        let denied: HashSet<String> = request
+            .topics
+            .iter()
+            .filter(|topic| !self.may(Operation::Describe, ResourceType::Topic, &topic.name))
+            .map(|topic| topic.name.to_string())
+            .collect();
         let reads = request
             .topics
             .iter()
             .flat_map(|topic| &topic.partitions)
             .any(|partition| !matches!(partition.timestamp, EARLIEST | LATEST));
         if !reads {
-            return list_offsets(&self.broker, request, version, room);
+            return list_offsets(&self.broker, request, &denied, version, room);
         }
         let broker = Arc::clone(&self.broker);
-        tokio::task::spawn_blocking(move || list_offsets(&broker, request, version, room))
+        tokio::task::spawn_blocking(move || list_offsets(&broker, request, &denied, version, room))
             .await
             .unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()))
     }
@@ -50,10 +59,12 @@ impl KafkaFrontEnd {
 
 /// ListOffsets, answered in `room`. A partition named twice in one request is answered
 /// INVALID_REQUEST each time, unlooked-up, as Kafka does: each partition costs at most one
-/// lookup per request.
+/// lookup per request. The partitions of a `denied` topic are answered
+/// TOPIC_AUTHORIZATION_FAILED.
 fn list_offsets(
     broker: &Broker,
     request: ListOffsetsRequest,
+    denied: &HashSet<String>,
     version: i16,
     mut room: AnswerRoom,
 ) -> Result<ListOffsetsResponse, AnswerTooLarge> {
@@ -79,7 +90,9 @@ fn list_offsets(
                 answer
             };
             let repeated = asked[&(topic.name.0.as_str(), wanted.partition_index)] > 1;
-            let answer = if repeated {
+            let answer = if denied.contains(topic.name.as_str()) {
+                answer.with_error_code(ResponseError::TopicAuthorizationFailed.code())
+            } else if repeated {
                 answer.with_error_code(ResponseError::InvalidRequest.code())
             } else {
                 match offset_at(

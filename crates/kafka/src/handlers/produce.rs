@@ -7,6 +7,7 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use minibroker_broker::{BrokerError, Outcome};
 use minibroker_records::NO_PRODUCER_ID;
+use minibroker_security::{Operation, ResourceType};
 
 use super::{NONE, code, partition_index};
 use crate::errors::{code_of, produce_answer};
@@ -22,9 +23,22 @@ impl KafkaFrontEnd {
         version: i16,
     ) -> Option<ProduceResponse> {
         let valid_acks = matches!(request.acks, -1..=1);
+        // As Kafka: a transactional request needs Write on its transactional id, or nothing of
+        // it is written; then each topic needs Write.
+        let transaction_denied = request
+            .transactional_id
+            .as_ref()
+            .is_some_and(|id| !self.may(Operation::Write, ResourceType::TransactionalId, id));
         let mut responses = Vec::with_capacity(request.topic_data.len());
         for topic in request.topic_data {
             let mut partitions = Vec::with_capacity(topic.partition_data.len());
+            let denied = if transaction_denied {
+                Some(ResponseError::TransactionalIdAuthorizationFailed)
+            } else if !self.may(Operation::Write, ResourceType::Topic, &topic.name) {
+                Some(ResponseError::TopicAuthorizationFailed)
+            } else {
+                self.unknown_to_creator(&topic.name)
+            };
             for data in topic.partition_data {
                 let index = data.index;
                 let refused = |error: ResponseError, message: &str| {
@@ -38,7 +52,9 @@ impl KafkaFrontEnd {
                         refused
                     }
                 };
-                let response = if !valid_acks {
+                let response = if let Some(denied) = denied {
+                    refused(denied, &denied.to_string())
+                } else if !valid_acks {
                     refused(
                         ResponseError::InvalidRequiredAcks,
                         "acks must be -1, 0 or 1",

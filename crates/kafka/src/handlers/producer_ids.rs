@@ -30,6 +30,10 @@ impl KafkaFrontEnd {
             }
             None => {}
         }
+        // As Kafka (KIP-679): IdempotentWrite on the cluster, or Write on some topic.
+        if !self.may_write_idempotently() {
+            return refused(ResponseError::ClusterAuthorizationFailed);
+        }
         // KIP-360: a producer that knows its id asks for the next epoch.
         let known = (request.producer_id.0 != NO_PRODUCER_ID).then_some(request.producer_id.0);
         match self.broker.init_producer(known) {

@@ -9,6 +9,37 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::errors::code_of;
 use crate::front_end::KafkaFrontEnd;
+use kafka_protocol::ResponseError;
+use minibroker_broker::BrokerError;
+use minibroker_security::{Operation, ResourceType};
+
+/// Why a topic was not created or deleted.
+enum Refused {
+    /// The principal may not.
+    Denied,
+    /// The broker core refused.
+    Broker(BrokerError),
+}
+
+use Refused::Denied;
+
+impl Refused {
+    fn code(&self) -> i16 {
+        match self {
+            Denied => ResponseError::TopicAuthorizationFailed.code(),
+            Refused::Broker(error) => code_of(error).code(),
+        }
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Denied => f.write_str("Topic authorization failed."),
+            Refused::Broker(error) => error.fmt(f),
+        }
+    }
+}
 
 impl KafkaFrontEnd {
     pub(crate) fn create_topics(
@@ -24,10 +55,14 @@ impl KafkaFrontEnd {
                     -1 => self.config.default_partitions,
                     n => u32::try_from(n).unwrap_or(0),
                 };
-                let result = if request.validate_only {
+                let result = if !self.may_create_topic(&topic.name) {
+                    Err(Denied)
+                } else if request.validate_only {
                     Ok(())
                 } else {
-                    self.broker.create_topic(&topic.name, partitions)
+                    self.broker
+                        .create_topic(&topic.name, partitions)
+                        .map_err(Refused::Broker)
                 };
                 let answer = CreatableTopicResult::default().with_name(topic.name);
                 let answer = if version >= 5 {
@@ -39,9 +74,9 @@ impl KafkaFrontEnd {
                 };
                 match result {
                     Ok(()) => answer,
-                    Err(error) => answer
-                        .with_error_code(code_of(&error).code())
-                        .with_error_message(Some(StrBytes::from_string(error.to_string()))),
+                    Err(refused) => answer
+                        .with_error_code(refused.code())
+                        .with_error_message(Some(StrBytes::from_string(refused.to_string()))),
                 }
             })
             .collect();
@@ -62,12 +97,20 @@ impl KafkaFrontEnd {
             .into_iter()
             .map(|name| {
                 let answer = DeletableTopicResult::default().with_name(Some(name.clone()));
-                match self.broker.delete_topic(&name) {
+                // As Kafka: Describe first, so a topic's existence is not revealed, then Delete.
+                let allowed = self.may(Operation::Describe, ResourceType::Topic, &name)
+                    && self.may(Operation::Delete, ResourceType::Topic, &name);
+                let deleted = if allowed {
+                    self.broker.delete_topic(&name).map_err(Refused::Broker)
+                } else {
+                    Err(Denied)
+                };
+                match deleted {
                     Ok(()) => answer,
-                    Err(error) if version >= 5 => answer
-                        .with_error_code(code_of(&error).code())
-                        .with_error_message(Some(StrBytes::from_string(error.to_string()))),
-                    Err(error) => answer.with_error_code(code_of(&error).code()),
+                    Err(refused) if version >= 5 => answer
+                        .with_error_code(refused.code())
+                        .with_error_message(Some(StrBytes::from_string(refused.to_string()))),
+                    Err(refused) => answer.with_error_code(refused.code()),
                 }
             })
             .collect();

@@ -23,6 +23,7 @@ use super::{partition_index, topic_name};
 use crate::answer_room::{AnswerRoom, AnswerTooLarge};
 use crate::errors::code_of;
 use crate::front_end::KafkaFrontEnd;
+use minibroker_security::{Operation, ResourceType};
 
 fn text(value: &str) -> StrBytes {
     StrBytes::from_string(value.to_owned())
@@ -41,10 +42,19 @@ impl KafkaFrontEnd {
         for id in &request.transactional_ids {
             let answer = describe_transactions_response::TransactionState::default()
                 .with_transactional_id(id.clone());
-            let answer = match self.transactions.coordinator().describe(id) {
-                Some(txn) => described(answer, &txn),
-                None => answer
-                    .with_error_code(ResponseError::TransactionalIdNotFound.code())
+            let described_txn = if self.may(Operation::Describe, ResourceType::TransactionalId, id)
+            {
+                self.transactions
+                    .coordinator()
+                    .describe(id)
+                    .ok_or(ResponseError::TransactionalIdNotFound)
+            } else {
+                Err(ResponseError::TransactionalIdAuthorizationFailed)
+            };
+            let answer = match described_txn {
+                Ok(txn) => described(answer, &txn),
+                Err(refusal) => answer
+                    .with_error_code(refusal.code())
                     .with_producer_id(ProducerId(-1))
                     .with_producer_epoch(-1),
             };
@@ -85,7 +95,15 @@ impl KafkaFrontEnd {
             let running = txn.start_ms().map_or(0, |start| now.saturating_sub(start));
             let duration_ok =
                 min_duration < 0 || (txn.start_ms().is_some() && running >= min_duration);
-            if state_ok && producer_ok && duration_ok {
+            // As Kafka: only the ids the principal may describe are listed.
+            let visible = || {
+                self.may_see(
+                    Operation::Describe,
+                    ResourceType::TransactionalId,
+                    txn.transactional_id(),
+                )
+            };
+            if state_ok && producer_ok && duration_ok && visible() {
                 states.push(
                     room.keep(
                         list_transactions_response::TransactionState::default()
@@ -112,8 +130,19 @@ impl KafkaFrontEnd {
         let mut topics = Vec::with_capacity(request.topics.len());
         for topic in &request.topics {
             let mut partitions = Vec::with_capacity(topic.partition_indexes.len());
+            // As Kafka: Read on the topic.
+            let readable = self.may(Operation::Read, ResourceType::Topic, &topic.name);
             for &index in &topic.partition_indexes {
                 let answer = PartitionResponse::default().with_partition_index(index);
+                if !readable {
+                    let refusal = ResponseError::TopicAuthorizationFailed;
+                    partitions.push(
+                        answer
+                            .with_error_code(refusal.code())
+                            .with_error_message(Some(text(&refusal.to_string()))),
+                    );
+                    continue;
+                }
                 let described = partition_index(&topic.name, index).and_then(|partition| {
                     let producers = self.broker.producers(&topic.name, partition)?;
                     let open = self.broker.open_transactions(&topic.name, partition)?;

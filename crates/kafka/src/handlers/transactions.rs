@@ -20,7 +20,9 @@ use kafka_protocol::messages::{
     InitProducerIdResponse, ProducerId, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 use minibroker_records::NO_PRODUCER_ID;
+use minibroker_security::{Operation, ResourceType};
 use minibroker_transactions::{AddPartitionsError, CoordinatorError, OffsetCommitError, TxnError};
+use std::collections::HashSet;
 
 use super::groups::group_code;
 use crate::front_end::KafkaFrontEnd;
@@ -58,6 +60,11 @@ fn code_of_result(result: Result<(), CoordinatorError>, fenced_is_90: bool) -> i
 }
 
 impl KafkaFrontEnd {
+    /// Write on the transactional id: what every transactional request needs first.
+    fn may_write_transaction(&self, id: &str) -> bool {
+        self.may(Operation::Write, ResourceType::TransactionalId, id)
+    }
+
     /// InitProducerId with a transactional id (the idempotent case is `init_producer_id`'s).
     pub(crate) async fn init_transactional_producer(
         &self,
@@ -65,6 +72,12 @@ impl KafkaFrontEnd {
         request: &InitProducerIdRequest,
         version: i16,
     ) -> InitProducerIdResponse {
+        if !self.may_write_transaction(id) {
+            return InitProducerIdResponse::default()
+                .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
+                .with_producer_id(ProducerId(NO_PRODUCER_ID))
+                .with_producer_epoch(-1);
+        }
         // KIP-360 (v3+): a producer that knows its id and epoch names them to recover.
         let expected = (version >= 3 && request.producer_id.0 != NO_PRODUCER_ID)
             .then_some((request.producer_id.0, request.producer_epoch));
@@ -106,7 +119,23 @@ impl KafkaFrontEnd {
             .iter()
             .map(|(topic, p)| u32::try_from(*p).ok().map(|p| (topic.clone(), p)))
             .collect();
+        // As Kafka: Write on the transactional id for all of it; then Write on each topic, and
+        // when one is denied nothing is added (the others are OPERATION_NOT_ATTEMPTED).
+        let refusal = if !self.may_write_transaction(id) {
+            Some(ResponseError::TransactionalIdAuthorizationFailed)
+        } else {
+            None
+        };
+        let denied_topics: HashSet<&str> = request
+            .v3_and_below_topics
+            .iter()
+            .filter(|t| {
+                refusal.is_none() && !self.may(Operation::Write, ResourceType::Topic, &t.name)
+            })
+            .map(|t| t.name.0.as_str())
+            .collect();
         let result = match partitions {
+            _ if refusal.is_some() || !denied_topics.is_empty() => Ok(()),
             Some(partitions) => self.transactions.add_partitions(
                 id,
                 request.v3_and_below_producer_id.0,
@@ -117,6 +146,16 @@ impl KafkaFrontEnd {
             None => Err(AddPartitionsError::Unknown(Vec::new())),
         };
         let code_for = |topic: &str, partition: i32| -> i16 {
+            if let Some(refusal) = refusal {
+                return refusal.code();
+            }
+            if !denied_topics.is_empty() {
+                return if denied_topics.contains(topic) {
+                    ResponseError::TopicAuthorizationFailed.code()
+                } else {
+                    ResponseError::OperationNotAttempted.code()
+                };
+            }
             match &result {
                 Ok(()) => 0,
                 Err(AddPartitionsError::Unknown(unknown)) => {
@@ -163,6 +202,14 @@ impl KafkaFrontEnd {
         request: &AddOffsetsToTxnRequest,
         version: i16,
     ) -> AddOffsetsToTxnResponse {
+        if !self.may_write_transaction(&request.transactional_id) {
+            return AddOffsetsToTxnResponse::default()
+                .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code());
+        }
+        if !self.may(Operation::Read, ResourceType::Group, &request.group_id) {
+            return AddOffsetsToTxnResponse::default()
+                .with_error_code(ResponseError::GroupAuthorizationFailed.code());
+        }
         let result = self.transactions.add_offsets(
             &request.transactional_id.0,
             request.producer_id.0,
@@ -179,9 +226,27 @@ impl KafkaFrontEnd {
         request: TxnOffsetCommitRequest,
         version: i16,
     ) -> TxnOffsetCommitResponse {
-        let offsets = request
+        // As Kafka: Write on the transactional id, then Read on the group, for all of it; then
+        // Read on each topic: only the allowed topics' offsets are committed.
+        let refusal = if !self.may_write_transaction(&request.transactional_id) {
+            Some(ResponseError::TransactionalIdAuthorizationFailed)
+        } else if !self.may(Operation::Read, ResourceType::Group, &request.group_id) {
+            Some(ResponseError::GroupAuthorizationFailed)
+        } else {
+            None
+        };
+        let readable: HashSet<&str> = request
             .topics
             .iter()
+            .filter(|t| {
+                refusal.is_none() && self.may(Operation::Read, ResourceType::Topic, &t.name)
+            })
+            .map(|t| t.name.0.as_str())
+            .collect();
+        let offsets: Vec<_> = request
+            .topics
+            .iter()
+            .filter(|topic| readable.contains(topic.name.0.as_str()))
             .flat_map(|topic| {
                 topic.partitions.iter().map(|p| {
                     (
@@ -199,32 +264,23 @@ impl KafkaFrontEnd {
         } else {
             (-1, "")
         };
-        let committed = self
-            .transactions
-            .commit_offsets(
-                (
-                    &request.transactional_id.0,
-                    request.producer_id.0,
-                    request.producer_epoch,
-                ),
-                &request.group_id.0,
-                member,
-                offsets,
-            )
-            .await;
-        let code = match &committed {
-            Ok(()) => 0,
-            // TxnOffsetCommit has no PRODUCER_FENCED at the versions served.
-            Err(OffsetCommitError::Coordinator(error)) => coordinator_code(error, false).code(),
-            Err(OffsetCommitError::Group(error)) => group_code(error),
+        let committed = if let Some(refusal) = refusal {
+            Err(refusal)
+        } else if offsets.is_empty() {
+            Ok(())
+        } else {
+            self.commit_txn_offsets(&request, member, offsets).await
         };
-        if let Err(error) = &committed {
-            tracing::debug!(%error, "TxnOffsetCommit refused");
-        }
+        let code_for = |topic: &str| match &committed {
+            Ok(()) if !readable.contains(topic) => ResponseError::TopicAuthorizationFailed.code(),
+            Ok(()) => 0,
+            Err(refusal) => refusal.code(),
+        };
         let topics = request
             .topics
             .iter()
             .map(|topic| {
+                let code = code_for(&topic.name);
                 let partitions = topic
                     .partitions
                     .iter()
@@ -242,8 +298,43 @@ impl KafkaFrontEnd {
         TxnOffsetCommitResponse::default().with_topics(topics)
     }
 
+    /// Commits `offsets` in the request's transaction; the refusal as Kafka's error.
+    async fn commit_txn_offsets(
+        &self,
+        request: &TxnOffsetCommitRequest,
+        member: (i32, &str),
+        offsets: Vec<(String, i32, i64, Option<String>)>,
+    ) -> Result<(), ResponseError> {
+        let committed = self
+            .transactions
+            .commit_offsets(
+                (
+                    &request.transactional_id.0,
+                    request.producer_id.0,
+                    request.producer_epoch,
+                ),
+                &request.group_id.0,
+                member,
+                offsets,
+            )
+            .await;
+        if let Err(error) = &committed {
+            tracing::debug!(%error, "TxnOffsetCommit refused");
+        }
+        committed.map_err(|error| match &error {
+            // TxnOffsetCommit has no PRODUCER_FENCED at the versions served.
+            OffsetCommitError::Coordinator(error) => coordinator_code(error, false),
+            OffsetCommitError::Group(error) => ResponseError::try_from_code(group_code(error))
+                .unwrap_or(ResponseError::UnknownServerError),
+        })
+    }
+
     /// EndTxn: answered once the markers are written and the groups' offsets settled.
     pub(crate) async fn end_txn(&self, request: &EndTxnRequest, version: i16) -> EndTxnResponse {
+        if !self.may_write_transaction(&request.transactional_id) {
+            return EndTxnResponse::default()
+                .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code());
+        }
         let result = self
             .transactions
             .end(
