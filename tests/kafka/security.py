@@ -1,11 +1,19 @@
-"""Real Kafka clients logging in to minibroker's SASL listener, for the project's tests.
+"""Real Kafka clients logging in to minibroker's SASL and TLS listeners, for the project's tests.
 
 Each command prints one JSON summary line and exits non-zero when what it checks does not hold.
 
-    python security.py login confluent|kafka-python|aiokafka BOOTSTRAP TOPIC MECHANISM USER PASSWORD
+    python security.py [TLS] login confluent|kafka-python|aiokafka BOOTSTRAP TOPIC MECHANISM USER PASSWORD
         logs in, produces 20 records idempotently and reads them back
-    python security.py refused confluent|kafka-python|aiokafka BOOTSTRAP MECHANISM USER PASSWORD
+    python security.py [TLS] refused confluent|kafka-python|aiokafka BOOTSTRAP MECHANISM USER PASSWORD
         the login must fail: prints the client's error
+    python security.py [TLS] denied KIND BOOTSTRAP TOPIC MECHANISM USER PASSWORD
+        confluent-kafka, logged in, is refused by the ACLs: prints the Kafka error code it got.
+        KIND: produce (a plain produce), idempotent (InitProducerId), group (a subscribe),
+        transaction (init_transactions), hidden (the topic is left out of a full listing and
+        refused when named)
+
+TLS options, before the command: --ca FILE (trust it and speak TLS: SASL_SSL, or SSL with
+MECHANISM "-"), --cert FILE --key FILE (a client certificate), --plaintext (no TLS even with --ca).
 """
 
 import asyncio
@@ -13,6 +21,43 @@ import json
 import sys
 
 COUNT = 20
+TLS = {"ca": None, "cert": None, "key": None}
+
+
+def protocol(mechanism):
+    tls = TLS["ca"] is not None
+    if mechanism == "-":
+        return "SSL" if tls else "PLAINTEXT"
+    return "SASL_SSL" if tls else "SASL_PLAINTEXT"
+
+
+def confluent_login(bootstrap, mechanism, user, password):
+    login = {"bootstrap.servers": bootstrap, "security.protocol": protocol(mechanism)}
+    if mechanism != "-":
+        login.update({"sasl.mechanism": mechanism, "sasl.username": user,
+                      "sasl.password": password})
+    if TLS["ca"]:
+        login["ssl.ca.location"] = TLS["ca"]
+    if TLS["cert"]:
+        login.update({"ssl.certificate.location": TLS["cert"],
+                      "ssl.key.location": TLS["key"]})
+    return login
+
+
+def python_login(bootstrap, mechanism, user, password, aio=False):
+    login = {"bootstrap_servers": bootstrap, "security_protocol": protocol(mechanism)}
+    if mechanism != "-":
+        login.update({"sasl_mechanism": mechanism, "sasl_plain_username": user,
+                      "sasl_plain_password": password})
+    if TLS["ca"] and aio:
+        from aiokafka.helpers import create_ssl_context
+        login["ssl_context"] = create_ssl_context(cafile=TLS["ca"], certfile=TLS["cert"],
+                                                  keyfile=TLS["key"])
+    elif TLS["ca"]:
+        login["ssl_cafile"] = TLS["ca"]
+        if TLS["cert"]:
+            login.update({"ssl_certfile": TLS["cert"], "ssl_keyfile": TLS["key"]})
+    return login
 
 
 def done(summary, ok):
@@ -25,8 +70,7 @@ def confluent(bootstrap, topic, mechanism, user, password, check_only=False):
     from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient
 
-    login = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT",
-             "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
+    login = confluent_login(bootstrap, mechanism, user, password)
     if check_only:
         admin = AdminClient(login)
         try:
@@ -55,9 +99,7 @@ def kafka_python(bootstrap, topic, mechanism, user, password, check_only=False):
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
     from kafka.errors import KafkaError
 
-    login = {"bootstrap_servers": bootstrap, "security_protocol": "SASL_PLAINTEXT",
-             "sasl_mechanism": mechanism, "sasl_plain_username": user,
-             "sasl_plain_password": password}
+    login = python_login(bootstrap, mechanism, user, password)
     if check_only:
         # With the version given the client skips its bootstrap probe (which retries for 30 s)
         # and fails its first metadata request instead.
@@ -86,9 +128,7 @@ def kafka_python(bootstrap, topic, mechanism, user, password, check_only=False):
 async def aiokafka_run(bootstrap, topic, mechanism, user, password, check_only=False):
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-    login = {"bootstrap_servers": bootstrap, "security_protocol": "SASL_PLAINTEXT",
-             "sasl_mechanism": mechanism, "sasl_plain_username": user,
-             "sasl_plain_password": password}
+    login = python_login(bootstrap, mechanism, user, password, aio=True)
     producer = AIOKafkaProducer(**login, enable_idempotence=True,
                                 request_timeout_ms=2000 if check_only else 30000)
     try:
@@ -127,9 +167,71 @@ def run(client, *args, check_only=False):
     return asyncio.run(aiokafka_run(*args, check_only=check_only))
 
 
+def denied(kind, bootstrap, topic, mechanism, user, password):
+    """The Kafka error code confluent-kafka gets when the ACLs refuse `kind`."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+    from confluent_kafka.admin import AdminClient
+
+    login = confluent_login(bootstrap, mechanism, user, password)
+    if kind in ("produce", "idempotent"):
+        reports = []
+        idempotent = kind == "idempotent"
+        producer = Producer({**login, "enable.idempotence": idempotent,
+                             "message.timeout.ms": 5000, "retries": 5 if idempotent else 0})
+        try:
+            producer.produce(topic, value=b"refused", partition=0,
+                             on_delivery=lambda err, msg: reports.append(err))
+            producer.flush(6)
+        except (KafkaException, SystemError) as error:
+            # A fatal error (an idempotent producer refused its id) comes out of the delivery
+            # callback wrapped in a SystemError.
+            while not isinstance(error, KafkaException) and error.__cause__ is not None:
+                error = error.__cause__
+            return error.args[0].code()
+        if reports and reports[0] is not None:
+            return reports[0].code()
+        return 0
+    if kind == "group":
+        consumer = Consumer({**login, "group.id": "denied-group", "session.timeout.ms": 6000})
+        consumer.subscribe([topic])
+        try:
+            for _ in range(40):
+                message = consumer.poll(0.25)
+                if message is not None and message.error():
+                    return message.error().code()
+        finally:
+            consumer.close()
+        return 0
+    if kind == "transaction":
+        producer = Producer({**login, "transactional.id": "denied-txn"})
+        try:
+            producer.init_transactions(10)
+        except KafkaException as error:
+            return error.args[0].code()
+        return 0
+    if kind == "hidden":
+        admin = AdminClient(login)
+        listed = admin.list_topics(timeout=5)
+        if topic in listed.topics:
+            return 0
+        named = admin.list_topics(topic, timeout=5).topics[topic]
+        return named.error.code() if named.error else 0
+    sys.exit(f"unknown kind {kind}")
+
+
 def main(argv):
+    argv = list(argv)
+    for flag in ("--ca", "--cert", "--key"):
+        if flag in argv:
+            at = argv.index(flag)
+            TLS[flag[2:]] = argv[at + 1]
+            del argv[at:at + 2]
     command, client, args = argv[1], argv[2], argv[3:]
-    if command == "login":
+    if command == "denied":
+        bootstrap, topic, mechanism, user, password = args
+        code = denied(client, bootstrap, topic, mechanism, user, password)
+        done({"kind": client, "code": code}, code != 0)
+    elif command == "login":
         bootstrap, topic, mechanism, user, password = args
         left, values = run(client, bootstrap, topic, mechanism, user, password)
         expected = [f"{user}-{i}" for i in range(COUNT)]
