@@ -11,7 +11,7 @@
 
 use minibroker_net::Config;
 use minibroker_security::acl::{ANONYMOUS, Acls, Authorizer, CLUSTER_NAME, Request};
-use minibroker_security::{FileError, Operation, Reloading, ResourceType};
+use minibroker_security::{FileError, Operation, ProducerOwners, Reloading, ResourceType, Use};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +24,9 @@ const ACLS_RECHECK: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub struct AccessControl {
     acls: Reloading<Acls>,
+    /// Which principal each producer id was issued to (`producer-owners` in the data
+    /// directory of a durable broker).
+    owners: ProducerOwners,
     super_users: Arc<Vec<String>>,
     allow_everyone_if_no_acl_found: bool,
 }
@@ -38,7 +41,18 @@ impl AccessControl {
         let Some(path) = &net.acls_file else {
             return Ok(None);
         };
+        let broker = &config.broker;
+        let owners = ProducerOwners::open(
+            broker
+                .data_dir
+                .as_ref()
+                .map(|dir| dir.join("producer-owners")),
+            broker.max_producer_ids,
+            i64::try_from(broker.producer_id_expiration_ms).unwrap_or(i64::MAX),
+            minibroker_records::now_millis(),
+        )?;
         Ok(Some(Self {
+            owners,
             acls: Reloading::open(Some(path.clone()), Acls::load)?.recheck_after(ACLS_RECHECK),
             super_users: Arc::new(net.super_users.clone()),
             allow_everyone_if_no_acl_found: net.allow_everyone_if_no_acl_found,
@@ -131,6 +145,63 @@ impl KafkaFrontEnd {
                 resource = "CLUSTER kafka-cluster", "denied: neither IdempotentWrite on the cluster nor Write on any topic");
         }
         allowed
+    }
+
+    /// Whether an epoch bump of `producer_id` may go ahead for this principal: with
+    /// authorisation on, only for its owner (anyone else gets a new id instead).
+    pub(crate) fn owns_producer(&self, producer_id: i64) -> bool {
+        let Some(access) = &self.config.access else {
+            return true;
+        };
+        access.owners.owner(producer_id).as_deref() == Some(self.principal.as_str())
+    }
+
+    /// Records that `producer_id` is this principal's, before it is handed out.
+    ///
+    /// # Errors
+    /// The record could not be stored: the id must not be handed out.
+    pub(crate) fn record_producer(&self, producer_id: i64) -> Result<(), FileError> {
+        match &self.config.access {
+            Some(access) => access.owners.record(
+                producer_id,
+                &self.principal,
+                minibroker_records::now_millis(),
+            ),
+            None => Ok(()),
+        }
+    }
+
+    /// CLUSTER_AUTHORIZATION_FAILED for a batch whose producer id was not issued to this
+    /// principal (another's, or no one's): with authorisation on, no one writes as another
+    /// producer, nor fences it.
+    pub(crate) fn foreign_producer(&self, batch: &[u8]) -> Option<kafka_protocol::ResponseError> {
+        let access = self.config.access.as_ref()?;
+        let producer_id = minibroker_records::inspect(batch).ok()?.producer_id;
+        if producer_id < 0 {
+            return None;
+        }
+        let refused = Some(kafka_protocol::ResponseError::ClusterAuthorizationFailed);
+        match access.owners.check_use(
+            producer_id,
+            &self.principal,
+            minibroker_records::now_millis(),
+        ) {
+            Ok(Use::Owner) => None,
+            Ok(Use::Other(owner)) => {
+                tracing::info!(principal = %self.principal, producer_id, %owner,
+                    "denied: the producer id was issued to another principal");
+                refused
+            }
+            Ok(Use::Nobody) => {
+                tracing::info!(principal = %self.principal, producer_id,
+                    "denied: the producer id was not issued to anyone (InitProducerId first)");
+                refused
+            }
+            Err(error) => {
+                tracing::warn!(%error, "the producer-owners file could not be written");
+                Some(kafka_protocol::ResponseError::KafkaStorageError)
+            }
+        }
     }
 
     fn judge(

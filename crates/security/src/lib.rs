@@ -10,6 +10,7 @@
 //! - [`users`] — the users file: every user's credentials, one line each, in Kafka's format.
 //! - [`acl`] — Kafka's authorisation model: ACLs, the ACLs file, and the decision with its
 //!   reason ([`Authorizer`]).
+//! - [`owners`] — which principal each producer id was issued to, kept across restarts.
 //! - [`pki`] — certificates for TLS: an authority, server and client certificates.
 //!
 //! # Example
@@ -27,12 +28,14 @@
 
 pub mod acl;
 mod file;
+pub mod owners;
 pub mod pki;
 pub mod scram;
 pub mod users;
 
 pub use acl::{Acl, Acls, Authorizer, Decision, Operation, ResourceType};
 pub use file::{FileError, Reloading};
+pub use owners::{ProducerOwners, Use};
 pub use scram::{
     Authenticated, DEFAULT_ITERATIONS, MAX_ITERATIONS, MIN_ITERATIONS, ScramCredential, ScramError,
     ScramExchange, ScramMechanism, parse_plain, server_nonce,

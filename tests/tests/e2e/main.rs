@@ -1,5 +1,6 @@
 //! End-to-end tests over real TCP, in one test binary (one link, shared helpers).
 
+mod acl;
 mod answers;
 mod client;
 mod faults;

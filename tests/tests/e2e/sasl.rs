@@ -36,7 +36,7 @@ fn secured(dir: &std::path::Path) -> Config {
     config
 }
 
-async fn handshake(
+pub(crate) async fn handshake(
     conn: &mut KafkaConnection,
     mechanism: &'static str,
 ) -> Result<SaslHandshakeResponse> {
@@ -50,6 +50,17 @@ async fn authenticate(
     token: &'static [u8],
 ) -> Result<SaslAuthenticateResponse> {
     let request = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from_static(token));
+    Ok(conn.call(ApiKey::SaslAuthenticate, 2, &request).await?)
+}
+
+/// A PLAIN login as `user` with `password`.
+pub(crate) async fn authenticate_as(
+    conn: &mut KafkaConnection,
+    user: &str,
+    password: &str,
+) -> Result<SaslAuthenticateResponse> {
+    let token = format!("\0{user}\0{password}");
+    let request = SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(token));
     Ok(conn.call(ApiKey::SaslAuthenticate, 2, &request).await?)
 }
 

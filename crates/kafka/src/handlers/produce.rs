@@ -52,30 +52,31 @@ impl KafkaFrontEnd {
                         refused
                     }
                 };
-                let response = if let Some(denied) = denied {
-                    refused(denied, &denied.to_string())
-                } else if !valid_acks {
-                    refused(
-                        ResponseError::InvalidRequiredAcks,
-                        "acks must be -1, 0 or 1",
-                    )
-                } else {
-                    let records = data.records.unwrap_or_default();
-                    match self.produce_one(&topic.name, index, &records) {
-                        Ok((error, base_offset, log_start)) => {
-                            let response = PartitionProduceResponse::default()
-                                .with_index(index)
-                                .with_error_code(code(error))
-                                .with_base_offset(base_offset);
-                            if version >= 5 {
-                                response.with_log_start_offset(log_start)
-                            } else {
-                                response
+                let records = data.records.unwrap_or_default();
+                let response =
+                    if let Some(denied) = denied.or_else(|| self.foreign_producer(&records)) {
+                        refused(denied, &denied.to_string())
+                    } else if !valid_acks {
+                        refused(
+                            ResponseError::InvalidRequiredAcks,
+                            "acks must be -1, 0 or 1",
+                        )
+                    } else {
+                        match self.produce_one(&topic.name, index, &records) {
+                            Ok((error, base_offset, log_start)) => {
+                                let response = PartitionProduceResponse::default()
+                                    .with_index(index)
+                                    .with_error_code(code(error))
+                                    .with_base_offset(base_offset);
+                                if version >= 5 {
+                                    response.with_log_start_offset(log_start)
+                                } else {
+                                    response
+                                }
                             }
+                            Err(error) => refused(code_of(&error), &error.to_string()),
                         }
-                        Err(error) => refused(code_of(&error), &error.to_string()),
-                    }
-                };
+                    };
                 partitions.push(response);
             }
             responses.push(

@@ -35,11 +35,21 @@ impl KafkaFrontEnd {
             return refused(ResponseError::ClusterAuthorizationFailed);
         }
         // KIP-360: a producer that knows its id asks for the next epoch.
-        let known = (request.producer_id.0 != NO_PRODUCER_ID).then_some(request.producer_id.0);
+        // With authorisation on, only the id's owner may bump it: anyone else gets a new id,
+        // as Kafka answers a non-transactional request it cannot match.
+        let known = (request.producer_id.0 != NO_PRODUCER_ID)
+            .then_some(request.producer_id.0)
+            .filter(|&id| self.owns_producer(id));
         match self.broker.init_producer(known) {
-            Ok(identity) => InitProducerIdResponse::default()
-                .with_producer_id(ProducerId(identity.producer_id))
-                .with_producer_epoch(identity.epoch),
+            Ok(identity) => match self.record_producer(identity.producer_id) {
+                Ok(()) => InitProducerIdResponse::default()
+                    .with_producer_id(ProducerId(identity.producer_id))
+                    .with_producer_epoch(identity.epoch),
+                Err(error) => {
+                    tracing::warn!(%error, "the producer-owners file could not be written");
+                    refused(ResponseError::KafkaStorageError)
+                }
+            },
             Err(error) => refused(code_of(&error)),
         }
     }

@@ -88,9 +88,18 @@ impl KafkaFrontEnd {
             .init_producer(id, expected, timeout_ms)
             .await
         {
-            Ok((producer_id, epoch)) => InitProducerIdResponse::default()
-                .with_producer_id(ProducerId(producer_id))
-                .with_producer_epoch(epoch),
+            Ok((producer_id, epoch)) => match self.record_producer(producer_id) {
+                Ok(()) => InitProducerIdResponse::default()
+                    .with_producer_id(ProducerId(producer_id))
+                    .with_producer_epoch(epoch),
+                Err(error) => {
+                    tracing::warn!(%error, "the producer-owners file could not be written");
+                    InitProducerIdResponse::default()
+                        .with_error_code(ResponseError::KafkaStorageError.code())
+                        .with_producer_id(ProducerId(NO_PRODUCER_ID))
+                        .with_producer_epoch(-1)
+                }
+            },
             Err(error) => {
                 tracing::debug!(transactional_id = id, %error, "InitProducerId refused");
                 InitProducerIdResponse::default()

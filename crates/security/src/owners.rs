@@ -1,0 +1,284 @@
+//! Which principal each producer id was issued to — a guarantee no Kafka broker gives.
+//!
+//! Kafka lets any principal with Write on a topic write with any producer id, and minibroker's
+//! epoch bump (KIP-360) lets anyone fence anyone. With authorisation on, the broker records the
+//! principal at every InitProducerId and refuses a batch whose producer id was issued to someone
+//! else (or to no one), and an epoch bump of another principal's id gets a new id instead. So a
+//! zombie or an intruder can neither write as a producer nor fence it.
+//!
+//! The record survives restarts: a durable broker appends one line per issue to
+//! `producer-owners` in its data directory and syncs it before the id is handed out:
+//!
+//! ```text
+//! minibroker producer-owners 1
+//! 1000 1796190000000 User:alice 5a1f03c2
+//! ```
+//!
+//! (id, when issued in ms, principal, and the CRC-32C of what precedes it on the line). A torn
+//! last line (a crash mid-append: that id was never handed out) is dropped; any other line that
+//! does not read, or whose checksum fails, is an error naming the file and line: a flipped byte
+//! must not hand an id to someone else. The file is rewritten, without
+//! the forgotten ids, when it has grown to twice what it holds. At most `max_remembered` ids
+//! are kept, each until `expiration` after it was issued: a producer whose id is forgotten is
+//! refused and asks for a new one, as for a forgotten epoch.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use crate::file::{FileError, read_text, save_atomically};
+
+/// The file's first line: its format and version.
+const HEADER: &str = "minibroker producer-owners 1";
+
+/// Whose a producer id is, to the principal asking.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Use {
+    /// The asking principal's own.
+    Owner,
+    /// Issued to this other principal.
+    Other(String),
+    /// Not issued to anyone the broker remembers.
+    Nobody,
+}
+
+/// Producer id → the principal it was issued to.
+#[derive(Debug)]
+pub struct ProducerOwners {
+    path: Option<PathBuf>,
+    max_remembered: usize,
+    expiration_ms: i64,
+    held: Mutex<Held>,
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    /// Id → (principal, when issued, in ms).
+    owners: HashMap<i64, (String, i64)>,
+    /// Ids by when they were issued, for forgetting the oldest.
+    by_time: BTreeMap<(i64, i64), ()>,
+    /// Lines in the file, for knowing when to rewrite it.
+    lines: usize,
+}
+
+impl Held {
+    fn insert(&mut self, id: i64, principal: String, at_ms: i64) {
+        if let Some((_, old)) = self.owners.insert(id, (principal, at_ms)) {
+            self.by_time.remove(&(old, id));
+        }
+        self.by_time.insert((at_ms, id), ());
+    }
+
+    fn forget(&mut self, now_ms: i64, expiration_ms: i64, keep: usize) {
+        while let Some((&(at, id), ())) = self.by_time.first_key_value() {
+            if now_ms.saturating_sub(at) <= expiration_ms && self.owners.len() <= keep {
+                return;
+            }
+            self.by_time.remove(&(at, id));
+            self.owners.remove(&id);
+        }
+    }
+
+    fn text(&self) -> String {
+        let mut text = format!("{HEADER}\n");
+        for &(at, id) in self.by_time.keys() {
+            text.push_str(&line(id, at, &self.owners[&id].0));
+        }
+        text
+    }
+}
+
+impl ProducerOwners {
+    /// The owners recorded in the file at `path` (none yet if it does not exist), or kept in
+    /// memory only when `path` is `None`.
+    ///
+    /// # Errors
+    /// [`FileError`] when the file cannot be read, is not this format, or has a bad line.
+    pub fn open(
+        path: Option<PathBuf>,
+        max_remembered: usize,
+        expiration_ms: i64,
+        now_ms: i64,
+    ) -> Result<Self, FileError> {
+        let mut held = Held::default();
+        if let Some(path) = &path {
+            if let Some(text) = read_text(path)? {
+                held = parse(&text, path)?;
+                held.forget(now_ms, expiration_ms, max_remembered.max(1));
+            }
+            // Start from a file holding only what is kept (and, for a new one, its header).
+            save_atomically(path, &held.text())?;
+            held.lines = held.owners.len();
+        }
+        Ok(Self {
+            path,
+            max_remembered: max_remembered.max(1),
+            expiration_ms,
+            held: Mutex::new(held),
+        })
+    }
+
+    /// The principal `producer_id` was issued to, if it is remembered.
+    #[must_use]
+    pub fn owner(&self, producer_id: i64) -> Option<String> {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.owners
+            .get(&producer_id)
+            .map(|(owner, _)| owner.clone())
+    }
+
+    /// Records that `producer_id` was issued to `principal` at `now_ms`, durably (synced)
+    /// before it returns.
+    ///
+    /// # Errors
+    /// [`FileError::Io`] when the file cannot be written: the id must not be handed out.
+    pub fn record(&self, producer_id: i64, principal: &str, now_ms: i64) -> Result<(), FileError> {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if held
+            .owners
+            .get(&producer_id)
+            .is_some_and(|(owner, _)| owner == principal)
+        {
+            // The same owner again (an epoch bump): nothing new to keep.
+            return Ok(());
+        }
+        if let Some(path) = &self.path {
+            append(path, &line(producer_id, now_ms, principal))?;
+            held.lines += 1;
+        }
+        held.insert(producer_id, principal.to_owned(), now_ms);
+        held.forget(now_ms, self.expiration_ms, self.max_remembered);
+        if let Some(path) = &self.path
+            && held.lines > 2 * held.owners.len().max(64)
+        {
+            save_atomically(path, &held.text())?;
+            held.lines = held.owners.len();
+        }
+        Ok(())
+    }
+
+    /// Whether `principal` may write with `producer_id` at `now_ms`: its owner may, anyone else
+    /// may not. An owner's use keeps its record alive: once half the expiration has passed since
+    /// it was written, it is written again (so a producer that runs for longer than the
+    /// expiration without a new InitProducerId is not forgotten, across restarts too).
+    ///
+    /// # Errors
+    /// [`FileError::Io`] when a refreshed record cannot be written.
+    pub fn check_use(
+        &self,
+        producer_id: i64,
+        principal: &str,
+        now_ms: i64,
+    ) -> Result<Use, FileError> {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some((owner, at)) = held.owners.get(&producer_id) else {
+            return Ok(Use::Nobody);
+        };
+        if owner != principal {
+            return Ok(Use::Other(owner.clone()));
+        }
+        if now_ms.saturating_sub(*at) > self.expiration_ms / 2 {
+            if let Some(path) = &self.path {
+                append(path, &line(producer_id, now_ms, principal))?;
+                held.lines += 1;
+            }
+            held.insert(producer_id, principal.to_owned(), now_ms);
+        }
+        Ok(Use::Owner)
+    }
+
+    /// How many ids are remembered.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .owners
+            .len()
+    }
+
+    /// Whether none is.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn parse(text: &str, path: &Path) -> Result<Held, FileError> {
+    let bad = |line: usize, reason: String| FileError::Line {
+        path: path.to_owned(),
+        line,
+        reason,
+    };
+    let mut lines = text.split_inclusive('\n').enumerate();
+    match lines.next() {
+        Some((_, first)) if first.trim_end() == HEADER => {}
+        Some((_, first)) => {
+            return Err(bad(
+                1,
+                format!(
+                    "not a producer-owners file of this version: {:?}",
+                    first.trim_end()
+                ),
+            ));
+        }
+        None => return Ok(Held::default()),
+    }
+    let mut held = Held::default();
+    for (index, line) in lines {
+        let Some(line) = line.strip_suffix('\n') else {
+            // Torn by a crash mid-append: never synced, so never handed out.
+            break;
+        };
+        let Some((content, checksum)) = line.rsplit_once(' ') else {
+            return Err(bad(index + 1, "expected ID ISSUED_MS User:NAME CRC".into()));
+        };
+        if u32::from_str_radix(checksum, 16).ok() != Some(crc32c::crc32c(content.as_bytes())) {
+            return Err(bad(
+                index + 1,
+                "damaged: its checksum does not match".into(),
+            ));
+        }
+        let mut fields = content.split(' ');
+        let parsed = (|| {
+            let id = fields.next()?.parse::<i64>().ok()?;
+            let at = fields.next()?.parse::<i64>().ok()?;
+            let principal = fields.next().filter(|p| p.starts_with("User:"))?;
+            fields
+                .next()
+                .is_none()
+                .then(|| (id, at, principal.to_owned()))
+        })();
+        let (id, at, principal) =
+            parsed.ok_or_else(|| bad(index + 1, "expected ID ISSUED_MS User:NAME CRC".into()))?;
+        held.insert(id, principal, at);
+        held.lines += 1;
+    }
+    Ok(held)
+}
+
+/// One line of the file, checksum and newline included.
+fn line(id: i64, at_ms: i64, principal: &str) -> String {
+    let content = format!("{id} {at_ms} {principal}");
+    let checksum = crc32c::crc32c(content.as_bytes());
+    format!("{content} {checksum:08x}\n")
+}
+
+fn append(path: &Path, line: &str) -> Result<(), FileError> {
+    let io = |what| {
+        move |source| FileError::Io {
+            what,
+            path: path.to_owned(),
+            source,
+        }
+    };
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true).append(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path).map_err(io("appending to"))?;
+    file.write_all(line.as_bytes())
+        .map_err(io("appending to"))?;
+    file.sync_data().map_err(io("syncing"))
+}

@@ -1,0 +1,125 @@
+//! The producer-id owners file: what is recorded is read back after a restart; a torn last
+//! line is dropped, a damaged or foreign one refused with the file and line; ids are forgotten
+//! past their expiration and beyond the cap; the file is compacted.
+
+use minibroker_security::{ProducerOwners, Use};
+
+const DAY_MS: i64 = 86_400_000;
+const NOW: i64 = 1_796_190_000_000;
+
+#[test]
+fn recorded_owners_are_read_back_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("producer-owners");
+    let owners = ProducerOwners::open(Some(path.clone()), 100, DAY_MS, NOW).unwrap();
+    owners.record(1000, "User:alice", NOW).unwrap();
+    owners.record(1001, "User:bob", NOW).unwrap();
+    // A transactional id taken over by another principal: the id changes hands.
+    owners.record(1001, "User:carol", NOW + 1).unwrap();
+    assert_eq!(owners.owner(1000).as_deref(), Some("User:alice"));
+    drop(owners);
+    let reopened = ProducerOwners::open(Some(path), 100, DAY_MS, NOW + 2).unwrap();
+    assert_eq!(reopened.owner(1000).as_deref(), Some("User:alice"));
+    assert_eq!(reopened.owner(1001).as_deref(), Some("User:carol"));
+    assert_eq!(reopened.owner(1002), None);
+    assert_eq!(reopened.len(), 2);
+}
+
+#[test]
+fn a_torn_last_line_is_dropped_and_a_damaged_one_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("producer-owners");
+    let owners = ProducerOwners::open(Some(path.clone()), 100, DAY_MS, NOW).unwrap();
+    owners.record(1000, "User:alice", NOW).unwrap();
+    owners.record(1001, "User:bob", NOW).unwrap();
+    drop(owners);
+    let text = std::fs::read_to_string(&path).unwrap();
+    // A crash mid-append: the last line has no newline.
+    std::fs::write(&path, &text[..text.len() - 5]).unwrap();
+    let torn = ProducerOwners::open(Some(path.clone()), 100, DAY_MS, NOW).unwrap();
+    assert_eq!(torn.owner(1000).as_deref(), Some("User:alice"));
+    assert_eq!(torn.owner(1001), None);
+    drop(torn);
+    // One flipped byte in a whole line: the owner would change, so the file is refused.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let flipped = text.replacen("User:alice", "User:alicf", 1);
+    std::fs::write(&path, flipped).unwrap();
+    let error = ProducerOwners::open(Some(path.clone()), 100, DAY_MS, NOW).unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.contains("producer-owners, line 2") && message.contains("checksum"),
+        "{message}"
+    );
+    std::fs::write(&path, "something else\n").unwrap();
+    let error = ProducerOwners::open(Some(path), 100, DAY_MS, NOW).unwrap_err();
+    assert!(error.to_string().contains("line 1"), "{error}");
+}
+
+#[test]
+fn ids_are_forgotten_past_their_expiration_and_beyond_the_cap() {
+    let owners = ProducerOwners::open(None, 2, DAY_MS, NOW).unwrap();
+    owners.record(1, "User:a", NOW).unwrap();
+    owners.record(2, "User:b", NOW + 1).unwrap();
+    owners.record(3, "User:c", NOW + 2).unwrap();
+    assert_eq!(owners.owner(1), None, "the oldest goes beyond the cap");
+    assert_eq!(owners.len(), 2);
+    owners.record(4, "User:d", NOW + DAY_MS + 2).unwrap();
+    assert_eq!(owners.owner(2), None);
+    assert_eq!(owners.owner(3).as_deref(), Some("User:c"));
+    owners.record(5, "User:e", NOW + 3 * DAY_MS).unwrap();
+    assert_eq!(owners.owner(3), None);
+    assert_eq!(owners.owner(4), None);
+    assert_eq!(owners.owner(5).as_deref(), Some("User:e"));
+}
+
+#[test]
+fn the_file_is_compacted_when_it_has_grown() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("producer-owners");
+    let owners = ProducerOwners::open(Some(path.clone()), 10, DAY_MS, NOW).unwrap();
+    for id in 0..1000 {
+        owners.record(id, "User:alice", NOW + id).unwrap();
+    }
+    let lines = std::fs::read_to_string(&path).unwrap().lines().count();
+    assert!(lines <= 1 + 2 * 64 + 1, "{lines} lines for 10 owners");
+    drop(owners);
+    let reopened = ProducerOwners::open(Some(path), 10, DAY_MS, NOW + 1000).unwrap();
+    assert_eq!(reopened.len(), 10);
+    assert_eq!(reopened.owner(999).as_deref(), Some("User:alice"));
+}
+
+#[test]
+fn only_the_owner_may_use_an_id_and_its_use_keeps_the_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("producer-owners");
+    let owners = ProducerOwners::open(Some(path.clone()), 100, DAY_MS, NOW).unwrap();
+    owners.record(1000, "User:alice", NOW).unwrap();
+    assert_eq!(
+        owners.check_use(1000, "User:alice", NOW).unwrap(),
+        Use::Owner
+    );
+    assert_eq!(
+        owners.check_use(1000, "User:mallory", NOW).unwrap(),
+        Use::Other("User:alice".into())
+    );
+    assert_eq!(
+        owners.check_use(1001, "User:alice", NOW).unwrap(),
+        Use::Nobody
+    );
+    // Alice writes on for a day and a half without a new InitProducerId: her use kept the
+    // record, which a restart finds.
+    for hour in 1..=36 {
+        let at = NOW + hour * DAY_MS / 24;
+        assert_eq!(
+            owners.check_use(1000, "User:alice", at).unwrap(),
+            Use::Owner
+        );
+    }
+    drop(owners);
+    let later = NOW + 36 * DAY_MS / 24;
+    let reopened = ProducerOwners::open(Some(path), 100, DAY_MS, later).unwrap();
+    assert_eq!(
+        reopened.check_use(1000, "User:alice", later).unwrap(),
+        Use::Owner
+    );
+}
