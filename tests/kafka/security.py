@@ -12,6 +12,7 @@ Each command prints one JSON summary line and exits non-zero when what it checks
         transaction (init_transactions), hidden (the topic is left out of a full listing and
         refused when named)
 
+--pace SECONDS, before the command, spaces the produced records out (to outlive a session).
 TLS options, before the command: --ca FILE (trust it and speak TLS: SASL_SSL, or SSL with
 MECHANISM "-"), --cert FILE --key FILE (a client certificate), --plaintext (no TLS even with --ca).
 """
@@ -19,9 +20,11 @@ MECHANISM "-"), --cert FILE --key FILE (a client certificate), --plaintext (no T
 import asyncio
 import json
 import sys
+import time
 
 COUNT = 20
 TLS = {"ca": None, "cert": None, "key": None}
+PACE = {"seconds": 0.0}
 
 
 def protocol(mechanism):
@@ -81,6 +84,7 @@ def confluent(bootstrap, topic, mechanism, user, password, check_only=False):
     producer = Producer({**login, "enable.idempotence": True})
     for i in range(COUNT):
         producer.produce(topic, value=f"{user}-{i}".encode(), partition=0)
+        producer.poll(PACE["seconds"])
     left = producer.flush(15)
     consumer = Consumer({**login, "group.id": "secure", "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, 0, 0)])
@@ -115,6 +119,7 @@ def kafka_python(bootstrap, topic, mechanism, user, password, check_only=False):
     producer = KafkaProducer(**login, enable_idempotence=True, acks="all")
     for i in range(COUNT):
         producer.send(topic, value=f"{user}-{i}".encode(), partition=0)
+        time.sleep(PACE["seconds"])
     producer.flush(15)
     producer.close()
     consumer = KafkaConsumer(**login, enable_auto_commit=False, consumer_timeout_ms=3000)
@@ -143,6 +148,7 @@ async def aiokafka_run(bootstrap, topic, mechanism, user, password, check_only=F
         return None
     for i in range(COUNT):
         await producer.send_and_wait(topic, value=f"{user}-{i}".encode(), partition=0)
+        await asyncio.sleep(PACE["seconds"])
     await producer.stop()
     consumer = AIOKafkaConsumer(**login, enable_auto_commit=False)
     await consumer.start()
@@ -221,6 +227,10 @@ def denied(kind, bootstrap, topic, mechanism, user, password):
 
 def main(argv):
     argv = list(argv)
+    if "--pace" in argv:
+        at = argv.index("--pace")
+        PACE["seconds"] = float(argv[at + 1])
+        del argv[at:at + 2]
     for flag in ("--ca", "--cert", "--key"):
         if flag in argv:
             at = argv.index(flag)

@@ -33,13 +33,18 @@ fn add_user(users: &Path, name: &str) {
 
 /// A broker asking for SASL logins, offering all three mechanisms, with user alice.
 fn secured(dir: &Path) -> ServeProcess {
+    secured_with(dir, "")
+}
+
+/// As [`secured`], with `extra` config lines.
+fn secured_with(dir: &Path, extra: &str) -> ServeProcess {
     let users = dir.join("users");
     add_user(&users, "alice");
     let config = dir.join("secured.toml");
     std::fs::write(
         &config,
         format!(
-            "kafka_security_protocol = \"SASL_PLAINTEXT\"\nsasl_enabled_mechanisms = [\"SCRAM-SHA-256\", \"SCRAM-SHA-512\", \"PLAIN\"]\nusers_file = {:?}\nauth_failure_delay_ms = 50\n",
+            "kafka_security_protocol = \"SASL_PLAINTEXT\"\nsasl_enabled_mechanisms = [\"SCRAM-SHA-256\", \"SCRAM-SHA-512\", \"PLAIN\"]\nusers_file = {:?}\nauth_failure_delay_ms = 50\n{extra}",
             users.display().to_string()
         ),
     )
@@ -191,4 +196,39 @@ fn kcat_logs_in_with_scram_and_plain_and_a_client_that_does_not_is_not_served() 
     let plaintext = kcat(&["-b", &broker.kafka_addr, "-L", "-m", "3"], "");
     assert!(!plaintext.status.success());
     assert!(broker.logged().contains("a request before authentication"));
+}
+
+#[test]
+fn clients_outlive_a_session_lifetime_without_losing_a_record() {
+    // Twenty records a quarter second apart span three 1.5 s sessions: confluent-kafka and
+    // kafka-python re-authenticate (KIP-368); aiokafka cannot, so its connection is closed at
+    // the end of a session and it reconnects. Every client reads back all it wrote.
+    let dir = tempfile::tempdir().unwrap();
+    let broker = secured_with(dir.path(), "sasl_session_lifetime_ms = 1500\n");
+    for client in ["confluent", "kafka-python", "aiokafka"] {
+        let output = kafka_script(
+            "security.py",
+            &[
+                "--pace",
+                "0.25",
+                "login",
+                client,
+                &broker.kafka_addr,
+                &format!("lifetime-{client}"),
+                "SCRAM-SHA-256",
+                "alice",
+                PASSWORD,
+            ],
+        )
+        .output()
+        .unwrap();
+        let summary = summary_of(&output, client);
+        assert_eq!(summary["read"], 20, "{summary}");
+    }
+    let logged = broker.logged();
+    assert!(logged.contains("re-authenticated"), "{logged}");
+    assert!(
+        logged.contains("the session's lifetime is over"),
+        "{logged}"
+    );
 }

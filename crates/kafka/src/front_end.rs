@@ -34,6 +34,10 @@ pub struct KafkaFrontEnd {
     pub(crate) login: Login,
     /// Whether the next frames are bare SASL tokens (after SaslHandshake v0).
     pub(crate) raw_sasl: bool,
+    /// When the login's session ends (KIP-368's `connections.max.reauth.ms`), if it does.
+    pub(crate) session_ends: Option<std::time::Instant>,
+    /// The user logged in before a re-authentication began: the new login must be the same.
+    pub(crate) reauthenticating: Option<String>,
     /// Where logins are counted, for the metrics.
     pub(crate) logins: Arc<minibroker_net::LoginCounts>,
     /// Request latencies, when metrics are on.
@@ -59,6 +63,8 @@ impl KafkaFrontEnd {
             transactions: Arc::clone(node.transactions()),
             unacknowledged: Unacknowledged::default(),
             raw_sasl: false,
+            session_ends: None,
+            reauthenticating: None,
             logins: Arc::clone(node.logins()),
             login: if config.sasl.is_some() {
                 Login::Waiting
@@ -122,6 +128,20 @@ impl KafkaFrontEnd {
             tracing::info!(
                 ?api,
                 "a request before authentication; closing the connection"
+            );
+            return Next::Close;
+        }
+        if self.session_expired()
+            && !matches!(
+                api,
+                ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
+            )
+        {
+            // KIP-368: a session past its lifetime serves nothing until it logs in again.
+            tracing::info!(
+                ?api,
+                principal = %self.principal,
+                "the session's lifetime is over and it did not re-authenticate; closing the connection"
             );
             return Next::Close;
         }

@@ -60,6 +60,9 @@ pub struct SaslSettings {
     secret: [u8; 32],
     /// How long a failed login waits for its answer.
     pub failure_delay: Duration,
+    /// How long a login lasts before the client must re-authenticate (KIP-368); `None`: for
+    /// the connection's life.
+    pub session_lifetime: Option<Duration>,
 }
 
 impl SaslSettings {
@@ -86,6 +89,8 @@ impl SaslSettings {
             users,
             secret,
             failure_delay: Duration::from_millis(net.auth_failure_delay_ms),
+            session_lifetime: (net.sasl_session_lifetime_ms > 0)
+                .then(|| Duration::from_millis(net.sasl_session_lifetime_ms)),
         }))
     }
 
@@ -154,9 +159,19 @@ impl KafkaFrontEnd {
                 .with_error_code(ResponseError::IllegalSaslState.code());
         };
         let answer = SaslHandshakeResponse::default().with_mechanisms(sasl.names());
+        let reauthenticating = match &self.login {
+            // KIP-368: a logged-in connection logs in again, as the same user, when its
+            // session has a lifetime.
+            Login::As(user) if sasl.session_lifetime.is_some() => Some(user.clone()),
+            Login::Waiting => None,
+            _ => {
+                return answer.with_error_code(ResponseError::IllegalSaslState.code());
+            }
+        };
         match Mechanism::from_name(&request.mechanism).filter(|m| sasl.mechanisms.contains(m)) {
             Some(mechanism) => {
                 self.login = Login::Chose(mechanism);
+                self.reauthenticating = reauthenticating;
                 answer
             }
             None => {
@@ -288,12 +303,34 @@ impl KafkaFrontEnd {
     }
 
     fn logged_in(&mut self, user: String, how: &str, last_token: Bytes) -> Answered {
-        tracing::info!(user, mechanism = how, "authenticated");
+        match self.reauthenticating.take() {
+            Some(before) if before != user => {
+                tracing::info!(before, user, "a re-authentication as another user; closing");
+                return failed("Re-authentication as a different user is not allowed");
+            }
+            Some(_) => tracing::info!(user, mechanism = how, "re-authenticated"),
+            None => tracing::info!(user, mechanism = how, "authenticated"),
+        }
         self.principal = format!("User:{user}");
         self.login = Login::As(user);
+        let lifetime = self
+            .config
+            .sasl
+            .as_ref()
+            .and_then(|sasl| sasl.session_lifetime);
+        self.session_ends = lifetime.map(|lifetime| std::time::Instant::now() + lifetime);
+        let lifetime_ms = lifetime.map_or(0, |l| i64::try_from(l.as_millis()).unwrap_or(i64::MAX));
         Answered {
-            answer: SaslAuthenticateResponse::default().with_auth_bytes(last_token),
+            answer: SaslAuthenticateResponse::default()
+                .with_auth_bytes(last_token)
+                .with_session_lifetime_ms(lifetime_ms),
             close: false,
         }
+    }
+
+    /// Whether the login's session is over (KIP-368) and not yet renewed.
+    pub(crate) fn session_expired(&self) -> bool {
+        self.session_ends
+            .is_some_and(|ends| std::time::Instant::now() >= ends)
     }
 }

@@ -151,6 +151,10 @@ pub struct NetConfig {
     /// A connection that has not finished its TLS handshake and SASL login within this is
     /// closed, so clients that never log in cannot hold the connection slots.
     pub authentication_timeout_ms: u64,
+    /// How long a SASL login lasts (Kafka's `connections.max.reauth.ms`, KIP-368): a client
+    /// re-authenticates on the same connection before it ends, or the connection is closed at
+    /// its next request. 0: for the connection's life.
+    pub sasl_session_lifetime_ms: u64,
     /// The ACLs (`minibroker acl add`): when set, every Kafka request is authorised against
     /// them, as Kafka's authoriser does. Read again when it changes.
     pub acls_file: Option<PathBuf>,
@@ -234,6 +238,7 @@ impl Default for NetConfig {
             tls_client_auth: ClientAuth::None,
             tls_client_ca: None,
             authentication_timeout_ms: 10_000,
+            sasl_session_lifetime_ms: 0,
             acls_file: None,
             super_users: Vec::new(),
             allow_everyone_if_no_acl_found: false,
@@ -309,6 +314,9 @@ impl NetConfig {
                 "super_users names User:ANONYMOUS: on a secured listener that makes every unauthenticated connection a super user"
                     .into(),
             );
+        }
+        if self.sasl_session_lifetime_ms > MAX_TIMEOUT_MS {
+            return fail("sasl_session_lifetime_ms must be at most 31536000000 (a year)".into());
         }
         if self.authentication_timeout_ms == 0 || self.authentication_timeout_ms > 600_000 {
             return fail("authentication_timeout_ms must be between 1 and 600000".into());

@@ -168,3 +168,69 @@ async fn the_users_file_is_read_again_when_it_changes() -> Result<()> {
     assert_eq!(login(b"\0bob\0pw2").await?, 0);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_session_lifetime_asks_for_a_re_authentication_as_the_same_user() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let mut config = secured(dir.path());
+    config.net.sasl_session_lifetime_ms = 400;
+    let mut users = Users::load(config.net.users_file.as_ref().unwrap())?;
+    let mechanism = ScramMechanism::Sha256;
+    users.set(
+        "bob",
+        mechanism,
+        ScramCredential::generate(mechanism, b"pw", 4096).unwrap(),
+    );
+    users.save(config.net.users_file.as_ref().unwrap())?;
+    let (_broker, kafka_addr, _conn) = kafka(config).await?;
+    let mut conn = kafka_connection(kafka_addr.addr).await?;
+    assert_eq!(handshake(&mut conn, "PLAIN").await?.error_code, 0);
+    let logged_in = authenticate_as(&mut conn, "alice", "pw").await?;
+    assert_eq!(
+        (logged_in.error_code, logged_in.session_lifetime_ms),
+        (0, 400)
+    );
+    // Logged in again, as alice, before the lifetime ends: served on.
+    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    assert_eq!(handshake(&mut conn, "PLAIN").await?.error_code, 0);
+    assert_eq!(
+        authenticate_as(&mut conn, "alice", "pw").await?.error_code,
+        0
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    let answer: MetadataResponse = conn.call(ApiKey::Metadata, 9, &metadata()).await?;
+    assert_eq!(answer.topics[0].error_code, 0);
+    // Past the lifetime without a new login: closed at the next request.
+    tokio::time::sleep(std::time::Duration::from_millis(450)).await;
+    let closed = conn
+        .call::<_, MetadataResponse>(ApiKey::Metadata, 9, &metadata())
+        .await;
+    assert!(closed.is_err());
+    // A re-authentication as someone else is refused.
+    let mut conn = kafka_connection(kafka_addr.addr).await?;
+    assert_eq!(handshake(&mut conn, "PLAIN").await?.error_code, 0);
+    assert_eq!(
+        authenticate_as(&mut conn, "alice", "pw").await?.error_code,
+        0
+    );
+    assert_eq!(handshake(&mut conn, "PLAIN").await?.error_code, 0);
+    let other = authenticate_as(&mut conn, "bob", "pw").await?;
+    assert_eq!(
+        other.error_code,
+        ResponseError::SaslAuthenticationFailed.code()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn without_a_lifetime_a_logged_in_connection_cannot_log_in_again() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (_broker, kafka_addr, _conn) = kafka(secured(dir.path())).await?;
+    let mut conn = kafka_connection(kafka_addr.addr).await?;
+    assert_eq!(handshake(&mut conn, "PLAIN").await?.error_code, 0);
+    let logged_in = authenticate_as(&mut conn, "alice", "pw").await?;
+    assert_eq!(logged_in.session_lifetime_ms, 0);
+    let again = handshake(&mut conn, "PLAIN").await?;
+    assert_eq!(again.error_code, ResponseError::IllegalSaslState.code());
+    Ok(())
+}
