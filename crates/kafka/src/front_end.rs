@@ -38,6 +38,9 @@ pub struct KafkaFrontEnd {
     pub(crate) session_ends: Option<std::time::Instant>,
     /// The user logged in before a re-authentication began: the new login must be the same.
     pub(crate) reauthenticating: Option<String>,
+    /// Logged-in connections per principal, and this one's slot once logged in.
+    pub(crate) per_principal: Arc<minibroker_net::quotas::Quota<String>>,
+    pub(crate) principal_slot: Option<minibroker_net::quotas::Held<String>>,
     /// Where logins are counted, for the metrics.
     pub(crate) logins: Arc<minibroker_net::LoginCounts>,
     /// Request latencies, when metrics are on.
@@ -65,6 +68,8 @@ impl KafkaFrontEnd {
             raw_sasl: false,
             session_ends: None,
             reauthenticating: None,
+            per_principal: Arc::clone(node.per_principal()),
+            principal_slot: None,
             logins: Arc::clone(node.logins()),
             login: if config.sasl.is_some() {
                 Login::Waiting

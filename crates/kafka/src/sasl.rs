@@ -309,7 +309,18 @@ impl KafkaFrontEnd {
                 return failed("Re-authentication as a different user is not allowed");
             }
             Some(_) => tracing::info!(user, mechanism = how, "re-authenticated"),
-            None => tracing::info!(user, mechanism = how, "authenticated"),
+            None => {
+                let principal = format!("User:{user}");
+                let Some(slot) = self.per_principal.take(principal) else {
+                    tracing::info!(
+                        user,
+                        "the user holds max_connections_per_principal already; login refused"
+                    );
+                    return failed("Too many connections for this user");
+                };
+                self.principal_slot = Some(slot);
+                tracing::info!(user, mechanism = how, "authenticated");
+            }
         }
         self.principal = format!("User:{user}");
         self.login = Login::As(user);

@@ -151,6 +151,11 @@ pub struct NetConfig {
     /// A connection that has not finished its TLS handshake and SASL login within this is
     /// closed, so clients that never log in cannot hold the connection slots.
     pub authentication_timeout_ms: u64,
+    /// Connections one client address may hold open (Kafka's `max.connections.per.ip`); no
+    /// limit but `max_connections` when absent.
+    pub max_connections_per_ip: Option<usize>,
+    /// Logged-in connections one principal may hold open; a login past it is refused.
+    pub max_connections_per_principal: Option<usize>,
     /// How long a SASL login lasts (Kafka's `connections.max.reauth.ms`, KIP-368): a client
     /// re-authenticates on the same connection before it ends, or the connection is closed at
     /// its next request. 0: for the connection's life.
@@ -239,6 +244,8 @@ impl Default for NetConfig {
             tls_client_ca: None,
             authentication_timeout_ms: 10_000,
             sasl_session_lifetime_ms: 0,
+            max_connections_per_ip: None,
+            max_connections_per_principal: None,
             acls_file: None,
             super_users: Vec::new(),
             allow_everyone_if_no_acl_found: false,
@@ -312,6 +319,12 @@ impl NetConfig {
         {
             return fail(
                 "super_users names User:ANONYMOUS: on a secured listener that makes every unauthenticated connection a super user"
+                    .into(),
+            );
+        }
+        if self.max_connections_per_ip == Some(0) || self.max_connections_per_principal == Some(0) {
+            return fail(
+                "max_connections_per_ip and max_connections_per_principal must be at least 1"
                     .into(),
             );
         }

@@ -17,6 +17,7 @@
 //!   `listener` — the accept loop, the connection limit and the drain.
 //! - [`framing`] — the length-prefixed frames (`minibroker_framing`).
 //! - [`timings`] — request latencies per connection, summed for the metrics.
+//! - [`quotas`] — connections per client address and per principal.
 //! - [`tls`] — TLS on a listener: certificates, client certificates and their names.
 //!
 //! # Example
@@ -54,6 +55,7 @@ mod front_end;
 mod host;
 mod listener;
 mod node;
+pub mod quotas;
 pub mod timings;
 pub mod tls;
 

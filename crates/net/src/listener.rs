@@ -4,7 +4,7 @@
 //! slots are the node's, shared by all its listeners) gets a
 //! best-effort TOO_MANY_CONNECTIONS error frame and is closed right away, and is counted, so a
 //! client fails fast instead of waiting silently in the kernel's backlog until its connect times
-//! out. On shutdown the listener is dropped first (new connections are refused), every connection
+//! out. One from an address that holds its `max_connections_per_ip` already is closed at once. On shutdown the listener is dropped first (new connections are refused), every connection
 //! finishes the requests it has read, and the whole drain is bounded by a deadline after which
 //! the stragglers are aborted. A connection task that panics is logged, never dropped silently.
 //!
@@ -55,9 +55,19 @@ pub(crate) async fn serve<F: FrontEnd, N>(
             () = &mut shutdown => break,
             accepted = accept(&listener) => accepted,
         };
+        let Some(per_ip) = node.per_ip.take(peer.ip()) else {
+            // One address holds its max_connections_per_ip: closed, as Kafka does.
+            node.refused.fetch_add(1, Ordering::Relaxed);
+            refusals.note(
+                peer,
+                node.per_ip.limit().unwrap_or(0),
+                "max_connections_per_ip",
+            );
+            continue;
+        };
         let Ok(permit) = Arc::clone(&node.slots).try_acquire_owned() else {
             node.refused.fetch_add(1, Ordering::Relaxed);
-            refusals.note(peer, config.broker.max_connections);
+            refusals.note(peer, config.broker.max_connections, "max_connections");
             refuse::<F>(&stream, config.broker.max_connections);
             continue;
         };
@@ -80,7 +90,7 @@ pub(crate) async fn serve<F: FrontEnd, N>(
                 // Counted closed even if the task panics or is aborted.
                 let _closed = CloseCount(Arc::clone(&accepted.node));
                 accepted.serve(stream, peer, tls, &*new_front_end).await;
-                drop(permit);
+                drop((permit, per_ip));
             }
             .instrument(span),
         );
@@ -222,7 +232,7 @@ struct RefusalLog {
 }
 
 impl RefusalLog {
-    fn note(&mut self, peer: std::net::SocketAddr, max_connections: usize) {
+    fn note(&mut self, peer: std::net::SocketAddr, limit: usize, which: &'static str) {
         self.unlogged += 1;
         let now = Instant::now();
         if self
@@ -234,7 +244,8 @@ impl RefusalLog {
         tracing::warn!(
             %peer,
             refused = self.unlogged,
-            max_connections,
+            limit,
+            which,
             "connection limit reached: refusing connections"
         );
         self.last = Some(now);

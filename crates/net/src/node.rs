@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tokio::sync::Semaphore;
 
 use crate::config::Config;
+use crate::quotas::Quota;
 use crate::timings::RequestTimings;
+use std::net::IpAddr;
 
 /// How many connections the listeners have accepted, refused and hold open.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -59,6 +61,10 @@ pub struct Node {
     logins: Arc<LoginCounts>,
     /// Set once the listeners are bound (and recovery, done when the broker was built, is over).
     ready: AtomicBool,
+    /// Open connections per client address (`max_connections_per_ip`).
+    pub(crate) per_ip: Arc<Quota<IpAddr>>,
+    /// Open logged-in connections per principal (`max_connections_per_principal`).
+    per_principal: Arc<Quota<String>>,
 }
 
 impl Node {
@@ -84,6 +90,8 @@ impl Node {
                 .map(|_| Arc::new(RequestTimings::default())),
             logins: Arc::default(),
             ready: AtomicBool::new(false),
+            per_ip: Quota::new(config.net.max_connections_per_ip),
+            per_principal: Quota::new(config.net.max_connections_per_principal),
         }
     }
 
@@ -115,6 +123,12 @@ impl Node {
     #[must_use]
     pub fn logins(&self) -> &Arc<LoginCounts> {
         &self.logins
+    }
+
+    /// Logged-in connections per principal: a login takes a slot for the connection's life.
+    #[must_use]
+    pub fn per_principal(&self) -> &Arc<Quota<String>> {
+        &self.per_principal
     }
 
     /// How many connections were accepted and refused, and how many are open.

@@ -10,6 +10,7 @@ mod hardening;
 mod kafka;
 mod limits;
 mod power_loss;
+mod quotas;
 mod sasl;
 mod shutdown;
 mod transactions;

@@ -18,7 +18,7 @@ use minibroker_tests::{KafkaConnection, kafka_connection};
 
 use crate::kafka::kafka;
 
-fn secured(dir: &std::path::Path) -> Config {
+pub(crate) fn secured(dir: &std::path::Path) -> Config {
     let mut users = Users::default();
     let mechanism = ScramMechanism::Sha256;
     users.set(
