@@ -13,6 +13,10 @@ Each command prints one JSON summary line and exits non-zero when what it checks
         refused when named)
 
 --pace SECONDS, before the command, spaces the produced records out (to outlive a session).
+    python security.py [TLS] admin BOOTSTRAP MECHANISM USER PASSWORD
+        confluent-kafka's AdminClient, as a super user: creates, describes and deletes an ACL,
+        adds user dave (password "dave-pw") and describes him; as bob, CreateAcls is refused
+
 TLS options, before the command: --ca FILE (trust it and speak TLS: SASL_SSL, or SSL with
 MECHANISM "-"), --cert FILE --key FILE (a client certificate), --plaintext (no TLS even with --ca).
 """
@@ -225,6 +229,43 @@ def denied(kind, bootstrap, topic, mechanism, user, password):
     sys.exit(f"unknown kind {kind}")
 
 
+def admin(bootstrap, mechanism, user, password):
+    """The security admin calls of confluent-kafka's AdminClient."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation,
+                                       AclPermissionType, AdminClient, ResourcePatternType,
+                                       ResourceType, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialUpsertion)
+
+    client = AdminClient(confluent_login(bootstrap, mechanism, user, password))
+    binding = AclBinding(ResourceType.TOPIC, "t-admin", ResourcePatternType.LITERAL, "User:bob",
+                         "*", AclOperation.READ, AclPermissionType.ALLOW)
+    for future in client.create_acls([binding], request_timeout=10).values():
+        future.result()
+    bobs = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:bob", None,
+                            AclOperation.ANY, AclPermissionType.ANY)
+    described = client.describe_acls(bobs, request_timeout=10).result()
+    upsert = UserScramCredentialUpsertion(
+        "dave", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192), b"dave-pw")
+    for future in client.alter_user_scram_credentials([upsert], request_timeout=10).values():
+        future.result()
+    dave = client.describe_user_scram_credentials(["dave"], request_timeout=10)["dave"].result()
+    infos = [(str(i.mechanism), i.iterations) for i in dave.scram_credential_infos]
+    deleted = []
+    for future in client.delete_acls([bobs], request_timeout=10).values():
+        deleted.extend(future.result())
+    after = client.describe_acls(bobs, request_timeout=10).result()
+    refused = None
+    as_bob = AdminClient(confluent_login(bootstrap, mechanism, "bob", password))
+    try:
+        for future in as_bob.create_acls([binding], request_timeout=10).values():
+            future.result()
+    except KafkaException as error:
+        refused = error.args[0].code()
+    return {"described": [str(b) for b in described], "dave": infos,
+            "deleted": len(deleted), "after": len(after), "bob_refused": refused}
+
+
 def main(argv):
     argv = list(argv)
     if "--pace" in argv:
@@ -241,6 +282,11 @@ def main(argv):
         bootstrap, topic, mechanism, user, password = args
         code = denied(client, bootstrap, topic, mechanism, user, password)
         done({"kind": client, "code": code}, code != 0)
+    elif command == "admin":
+        bootstrap, mechanism, user, password = [client] + args
+        summary = admin(bootstrap, mechanism, user, password)
+        done(summary, summary["deleted"] == 1 and summary["after"] == 0
+             and summary["bob_refused"] == 31 and len(summary["dave"]) == 1)
     elif command == "login":
         bootstrap, topic, mechanism, user, password = args
         left, values = run(client, bootstrap, topic, mechanism, user, password)

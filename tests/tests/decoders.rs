@@ -264,6 +264,47 @@ async fn kafka_requests_through_the_front_end() {
             .with_num_partitions(2)
             .with_replication_factor(1),
     ]);
+    let create_acls = CreateAclsRequest::default().with_creations(vec![
+        create_acls_request::AclCreation::default()
+            .with_resource_type(2)
+            .with_resource_name(text("fz"))
+            .with_resource_pattern_type(3)
+            .with_principal(text("User:fz"))
+            .with_host(text("*"))
+            .with_operation(3)
+            .with_permission_type(3),
+    ]);
+    let describe_acls = DescribeAclsRequest::default()
+        .with_resource_type_filter(1)
+        .with_pattern_type_filter(2)
+        .with_resource_name_filter(Some(text("fz")))
+        .with_operation(1)
+        .with_permission_type(1);
+    let delete_acls = DeleteAclsRequest::default().with_filters(vec![
+        delete_acls_request::DeleteAclsFilter::default()
+            .with_resource_type_filter(1)
+            .with_pattern_type_filter(1)
+            .with_principal_filter(Some(text("User:fz")))
+            .with_operation(1)
+            .with_permission_type(1),
+    ]);
+    let describe_users = DescribeUserScramCredentialsRequest::default().with_users(Some(vec![
+        describe_user_scram_credentials_request::UserName::default().with_name(text("fz")),
+    ]));
+    let alter_users = AlterUserScramCredentialsRequest::default()
+        .with_upsertions(vec![
+            alter_user_scram_credentials_request::ScramCredentialUpsertion::default()
+                .with_name(text("fz"))
+                .with_mechanism(1)
+                .with_iterations(4096)
+                .with_salt(bytes::Bytes::from_static(b"salt"))
+                .with_salted_password(bytes::Bytes::from(vec![7u8; 32])),
+        ])
+        .with_deletions(vec![
+            alter_user_scram_credentials_request::ScramCredentialDeletion::default()
+                .with_name(text("gone"))
+                .with_mechanism(2),
+        ]);
     fn encoded<R: kafka_protocol::protocol::Encodable>(
         api: ApiKey,
         version: i16,
@@ -287,11 +328,52 @@ async fn kafka_requests_through_the_front_end() {
         encoded(ApiKey::DescribeGroups, 4, &describe),
         encoded(ApiKey::CreateTopics, 5, &create),
         encoded(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()),
+        encoded(ApiKey::CreateAcls, 3, &create_acls),
+        encoded(ApiKey::CreateAcls, 1, &create_acls),
+        encoded(ApiKey::DescribeAcls, 3, &describe_acls),
+        encoded(ApiKey::DeleteAcls, 2, &delete_acls),
+        encoded(ApiKey::DescribeUserScramCredentials, 0, &describe_users),
+        encoded(ApiKey::AlterUserScramCredentials, 0, &alter_users),
     ];
-    let mut rng = rng(3);
+    // Once as a plain listener, once with authorisation on (everything allowed, as no ACL
+    // names anything), so the security admin APIs act too.
+    front_end_fuzz(&host, kafka_config, &seeds, 3).await;
+    let dir = tempfile::tempdir().expect("a directory");
+    let secured = Config {
+        net: minibroker_net::NetConfig {
+            acls_file: Some(dir.path().join("acls")),
+            allow_everyone_if_no_acl_found: true,
+            ..config.net.clone()
+        },
+        ..config.clone()
+    };
+    let access = minibroker_kafka::AccessControl::from_config(&secured).expect("access control");
+    let secured_kafka = Arc::new(minibroker_kafka::KafkaConfig {
+        access: access.map(Arc::new),
+        ..minibroker_kafka::KafkaConfig::from_config(&secured, "127.0.0.1".into(), 9092)
+    });
+    front_end_fuzz(&host, secured_kafka, &seeds, 4).await;
+    // The broker still serves.
+    let mut topics = Unacknowledged::default();
+    broker
+        .produce_stored(&mut topics, "after", 0, &batch(11, 0, 1))
+        .await
+        .expect("a produce after the fuzzing");
+}
+
+/// Mutated `seeds` through one Kafka front end after another (a refused request closes its
+/// connection: the next one is a new connection); none may panic.
+async fn front_end_fuzz(
+    host: &minibroker_net::Host,
+    kafka_config: Arc<minibroker_kafka::KafkaConfig>,
+    seeds: &[Vec<u8>],
+    seed: u64,
+) {
+    let mut rng = rng(seed);
     let peer = minibroker_net::Peer::plain(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
-    let mut front_end =
-        minibroker_kafka::KafkaFrontEnd::new(host.node(), Arc::clone(&kafka_config), &peer);
+    let new =
+        || minibroker_kafka::KafkaFrontEnd::new(host.node(), Arc::clone(&kafka_config), &peer);
+    let mut front_end = new();
     for round in 0..iterations() {
         let mut body = seeds[round % seeds.len()].clone();
         mutate(&mut rng, &mut body);
@@ -303,17 +385,9 @@ async fn kafka_requests_through_the_front_end() {
         )
         .await;
         if matches!(answered, Ok(minibroker_net::Next::Close)) {
-            // A refused request closes its connection: the next one is a new connection.
-            front_end =
-                minibroker_kafka::KafkaFrontEnd::new(host.node(), Arc::clone(&kafka_config), &peer);
+            front_end = new();
         }
     }
-    // The broker still serves.
-    let mut topics = Unacknowledged::default();
-    broker
-        .produce_stored(&mut topics, "after", 0, &batch(11, 0, 1))
-        .await
-        .expect("a produce after the fuzzing");
 }
 
 /// The files of a real data directory: topics, producer ids, groups' offsets, several sealed

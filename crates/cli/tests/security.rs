@@ -232,3 +232,53 @@ fn clients_outlive_a_session_lifetime_without_losing_a_record() {
         "{logged}"
     );
 }
+
+#[test]
+fn confluent_kafkas_admin_client_manages_acls_and_scram_users() {
+    // The super user creates, describes and deletes an ACL and adds dave (his salted password
+    // sent, never the password); bob may not. Dave then logs in with kcat.
+    support::kafka_python();
+    let dir = tempfile::tempdir().unwrap();
+    add_user(&dir.path().join("users"), "admin");
+    add_user(&dir.path().join("users"), "bob");
+    let acls = dir.path().join("acls");
+    std::fs::write(&acls, "").unwrap();
+    let extra = format!(
+        "acls_file = {:?}\nsuper_users = [\"User:admin\"]\n",
+        acls.display().to_string()
+    );
+    let broker = secured_with(dir.path(), &extra);
+    let summary = security(&[
+        "admin",
+        &broker.kafka_addr,
+        "SCRAM-SHA-512",
+        "admin",
+        PASSWORD,
+    ]);
+    assert_eq!(summary["deleted"], 1, "{summary}");
+    assert_eq!(summary["bob_refused"], 31, "{summary}");
+    let users = std::fs::read_to_string(dir.path().join("users")).unwrap();
+    assert!(users.contains("dave SCRAM-SHA-256 salt="), "{users}");
+    assert!(!users.contains("dave-pw"));
+    let listed = kcat(
+        &[
+            "-b",
+            &broker.kafka_addr,
+            "-L",
+            "-X",
+            "security.protocol=SASL_PLAINTEXT",
+            "-X",
+            "sasl.mechanisms=SCRAM-SHA-256",
+            "-X",
+            "sasl.username=dave",
+            "-X",
+            "sasl.password=dave-pw",
+        ],
+        "",
+    );
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+}

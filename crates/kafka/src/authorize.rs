@@ -29,6 +29,8 @@ pub struct AccessControl {
     owners: ProducerOwners,
     super_users: Arc<Vec<String>>,
     allow_everyone_if_no_acl_found: bool,
+    /// One edit of the ACLs file at a time (CreateAcls, DeleteAcls).
+    editing: std::sync::Mutex<()>,
 }
 
 impl AccessControl {
@@ -52,6 +54,7 @@ impl AccessControl {
             minibroker_records::now_millis(),
         )?;
         Ok(Some(Self {
+            editing: std::sync::Mutex::new(()),
             owners,
             acls: Reloading::open(Some(path.clone()), Acls::load)?.recheck_after(ACLS_RECHECK),
             super_users: Arc::new(net.super_users.clone()),
@@ -70,6 +73,30 @@ impl AccessControl {
     }
 }
 
+impl AccessControl {
+    /// Applies `edit` to the ACLs file as it is now on disk, saves it, and holds the result at
+    /// once (every connection judges its next request by it).
+    ///
+    /// # Errors
+    /// The file cannot be read or written.
+    pub fn edit<R>(&self, edit: impl FnOnce(&mut Acls) -> R) -> Result<R, FileError> {
+        let _one_at_a_time = self
+            .editing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(path) = self.acls.path() else {
+            // Access control always has its file; nothing to edit otherwise.
+            let mut acls = Acls::clone(&self.acls.current());
+            return Ok(edit(&mut acls));
+        };
+        let mut acls = Acls::load(path)?;
+        let result = edit(&mut acls);
+        acls.save(path)?;
+        self.acls.replace(acls);
+        Ok(result)
+    }
+}
+
 /// The principal of a connection that has not logged in: its certificate's name, or anonymous.
 pub(crate) fn principal_of(certificate_name: Option<&str>) -> String {
     certificate_name.map_or_else(|| ANONYMOUS.to_owned(), |name| format!("User:{name}"))
@@ -80,6 +107,26 @@ impl KafkaFrontEnd {
     pub(crate) fn refresh_authorizer(&mut self) {
         if let Some(access) = &self.config.access {
             self.authorizer = Some(access.now());
+        }
+    }
+
+    /// The ACLs now (none without access control).
+    pub(crate) fn current_acls(&self) -> Arc<Acls> {
+        self.config
+            .access
+            .as_ref()
+            .map(|access| access.acls.current())
+            .unwrap_or_default()
+    }
+
+    /// [`AccessControl::edit`], its error as text for an answer.
+    pub(crate) fn edit_acls<R>(&self, edit: impl FnOnce(&mut Acls) -> R) -> Result<R, String> {
+        match &self.config.access {
+            Some(access) => access.edit(edit).map_err(|error| {
+                tracing::warn!(%error, "the ACLs file could not be edited");
+                error.to_string()
+            }),
+            None => Err("no acls_file".into()),
         }
     }
 

@@ -248,6 +248,25 @@ impl KafkaFrontEnd {
                 );
                 return if answered.close { Next::Close } else { next };
             }
+            RequestKind::CreateAcls(request) => {
+                Ok(ResponseKind::CreateAcls(self.create_acls(request)))
+            }
+            RequestKind::DescribeAcls(request) => {
+                Ok(ResponseKind::DescribeAcls(self.describe_acls(&request)))
+            }
+            RequestKind::DeleteAcls(request) => {
+                Ok(ResponseKind::DeleteAcls(self.delete_acls(&request)))
+            }
+            RequestKind::DescribeUserScramCredentials(request) => {
+                Ok(ResponseKind::DescribeUserScramCredentials(
+                    self.describe_user_scram_credentials(&request),
+                ))
+            }
+            RequestKind::AlterUserScramCredentials(request) => {
+                Ok(ResponseKind::AlterUserScramCredentials(
+                    self.alter_user_scram_credentials(&request),
+                ))
+            }
             RequestKind::DescribeTransactions(request) => self
                 .describe_transactions(&request, version)
                 .map(ResponseKind::DescribeTransactions),

@@ -164,8 +164,54 @@ pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<(), Refuse
             })?;
             w.tags()
         }
-        // ApiVersions, InitProducerId, FindCoordinator (below v4), Heartbeat, AddOffsetsToTxn and
-        // EndTxn have no arrays: nothing to check.
+        ApiKey::CreateAcls => {
+            w.array(7, |w| {
+                w.skip(1)?; // resource type
+                w.string()?; // resource name
+                w.skip(1)?; // pattern type
+                w.string()?; // principal
+                w.string()?; // host
+                w.skip(2)?; // operation, permission
+                w.tags()
+            })?;
+            w.tags()
+        }
+        ApiKey::DeleteAcls => {
+            w.array(7, |w| {
+                w.skip(1)?; // resource type
+                w.string()?; // resource name
+                w.skip(1)?; // pattern type
+                w.string()?; // principal
+                w.string()?; // host
+                w.skip(2)?; // operation, permission
+                w.tags()
+            })?;
+            w.tags()
+        }
+        ApiKey::DescribeUserScramCredentials => {
+            w.array(2, |w| {
+                w.string()?; // user
+                w.tags()
+            })?;
+            w.tags()
+        }
+        ApiKey::AlterUserScramCredentials => {
+            w.array(3, |w| {
+                w.string()?; // user
+                w.skip(1)?; // mechanism
+                w.tags()
+            })?;
+            w.array(10, |w| {
+                w.string()?; // user
+                w.skip(1 + 4)?; // mechanism, iterations
+                w.bytes()?; // salt
+                w.bytes()?; // salted password
+                w.tags()
+            })?;
+            w.tags()
+        }
+        // ApiVersions, InitProducerId, FindCoordinator (below v4), Heartbeat, AddOffsetsToTxn,
+        // EndTxn and DescribeAcls have no arrays: nothing to check.
         _ => Ok(()),
     }
 }

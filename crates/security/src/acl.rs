@@ -409,6 +409,62 @@ impl Acls {
     }
 }
 
+/// How an [`AclFilter`] matches patterns (Kafka's `PatternType` in a filter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatternFilter {
+    /// Any pattern type; the name, when given, exactly.
+    Any,
+    /// The ACLs that apply to the resource named: LITERAL with that name or `*`, or PREFIXED
+    /// with a prefix of it.
+    Match,
+    /// Exactly this pattern type (and the name, when given).
+    Exactly(PatternType),
+}
+
+/// Which ACLs a describe or delete is about (Kafka's `AclBindingFilter`): each `None` matches
+/// anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AclFilter {
+    /// The kind of resource.
+    pub resource_type: Option<ResourceType>,
+    /// The resource's name.
+    pub name: Option<String>,
+    /// How patterns match.
+    pub pattern: PatternFilter,
+    /// The principal.
+    pub principal: Option<String>,
+    /// The host.
+    pub host: Option<String>,
+    /// The operation.
+    pub operation: Option<Operation>,
+    /// Allow or deny.
+    pub permission: Option<Permission>,
+}
+
+impl AclFilter {
+    /// Whether `acl` is one the filter names.
+    #[must_use]
+    pub fn matches(&self, acl: &Acl) -> bool {
+        let same = |wanted: Option<&str>, have: &str| wanted.is_none_or(|w| w == have);
+        let resource = match (self.pattern, self.name.as_deref()) {
+            (PatternFilter::Match, Some(name)) => match acl.pattern_type {
+                PatternType::Literal => acl.name == name || acl.name == "*",
+                PatternType::Prefixed => name.starts_with(&acl.name),
+            },
+            (PatternFilter::Exactly(pattern), name) => {
+                acl.pattern_type == pattern && same(name, &acl.name)
+            }
+            (_, name) => same(name, &acl.name),
+        };
+        resource
+            && self.resource_type.is_none_or(|t| t == acl.resource_type)
+            && same(self.principal.as_deref(), &acl.principal)
+            && same(self.host.as_deref(), &acl.host)
+            && self.operation.is_none_or(|o| o == acl.operation)
+            && self.permission.is_none_or(|p| p == acl.permission)
+    }
+}
+
 /// Who asks to do what, to what.
 #[derive(Debug, Clone, Copy)]
 pub struct Request<'a> {

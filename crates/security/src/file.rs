@@ -140,6 +140,21 @@ impl<T: Default> Reloading<T> {
         self
     }
 
+    /// Holds `value` now: what the file was just replaced with by this process, so it is seen at
+    /// once rather than at the next look.
+    pub fn replace(&self, value: T) {
+        let mut read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
+        read.version = self.path.as_deref().and_then(version);
+        read.looked = Instant::now();
+        read.value = Arc::new(value);
+    }
+
+    /// The file, if there is one.
+    #[must_use]
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
     /// What the file holds, read again first if it changed since (one `stat` per call, or per
     /// `recheck`). A file that no longer reads keeps what it held, with a warning: a typo in an
     /// edit must not lock everyone out.

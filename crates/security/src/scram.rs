@@ -164,11 +164,34 @@ impl ScramCredential {
             return Err(ScramError::Iterations(iterations));
         }
         let salted = salted_password(mechanism, password, salt, iterations);
-        let client_key = hmac_of(mechanism, &salted, b"Client Key");
+        Self::from_salted_password(mechanism, salt, &salted, iterations)
+    }
+
+    /// The credential of a password already salted (PBKDF2 with `salt` and `iterations`): what
+    /// Kafka's AlterUserScramCredentials carries, so the password itself never travels.
+    ///
+    /// # Errors
+    /// [`ScramError::Iterations`] outside 4096-16384; [`ScramError::BadCredential`] for a salted
+    /// password of the wrong length or an empty salt.
+    pub fn from_salted_password(
+        mechanism: ScramMechanism,
+        salt: &[u8],
+        salted: &[u8],
+        iterations: u32,
+    ) -> Result<Self, ScramError> {
+        if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&iterations) {
+            return Err(ScramError::Iterations(iterations));
+        }
+        if salted.len() != mechanism.key_len() || salt.is_empty() {
+            return Err(ScramError::BadCredential(
+                "the salted password's length does not fit the mechanism, or the salt is empty",
+            ));
+        }
+        let client_key = hmac_of(mechanism, salted, b"Client Key");
         Ok(Self {
             salt: salt.to_vec(),
             stored_key: hash_of(mechanism, &client_key),
-            server_key: hmac_of(mechanism, &salted, b"Server Key"),
+            server_key: hmac_of(mechanism, salted, b"Server Key"),
             iterations,
         })
     }

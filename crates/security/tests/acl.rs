@@ -203,3 +203,55 @@ fn saved_acls_load_back_and_a_missing_file_is_empty() {
     assert_eq!(removed.len(), 1);
     assert!(acls.is_empty());
 }
+
+#[test]
+fn a_filter_names_acls_as_kafkas_binding_filter_does() {
+    use minibroker_security::acl::{AclFilter, PatternFilter};
+    let all = Acls::parse(
+        "User:a ALLOW READ TOPIC LITERAL orders *\n\
+         User:a ALLOW READ TOPIC LITERAL * *\n\
+         User:b DENY WRITE TOPIC PREFIXED ord *\n\
+         User:b ALLOW READ GROUP LITERAL orders *\n",
+        Path::new("acls"),
+    )
+    .unwrap();
+    let count = |filter: &AclFilter| all.iter().filter(|acl| filter.matches(acl)).count();
+    let any = AclFilter {
+        resource_type: None,
+        name: None,
+        pattern: PatternFilter::Any,
+        principal: None,
+        host: None,
+        operation: None,
+        permission: None,
+    };
+    assert_eq!(count(&any), 4);
+    let topic_orders = AclFilter {
+        resource_type: Some(ResourceType::Topic),
+        name: Some("orders".into()),
+        ..any.clone()
+    };
+    assert_eq!(count(&topic_orders), 1, "ANY pattern: the name exactly");
+    let matching = AclFilter {
+        pattern: PatternFilter::Match,
+        ..topic_orders.clone()
+    };
+    assert_eq!(
+        count(&matching),
+        3,
+        "MATCH: the literal, the * and the prefix"
+    );
+    let prefixed = AclFilter {
+        resource_type: None,
+        name: None,
+        pattern: PatternFilter::Exactly(PatternType::Prefixed),
+        ..any.clone()
+    };
+    assert_eq!(count(&prefixed), 1);
+    let denies_of_b = AclFilter {
+        principal: Some("User:b".into()),
+        permission: Some(Permission::Deny),
+        ..any
+    };
+    assert_eq!(count(&denies_of_b), 1);
+}

@@ -7,6 +7,7 @@ mod metadata;
 mod offsets;
 mod produce;
 mod producer_ids;
+mod security_admin;
 mod topics;
 mod transaction_admin;
 mod transactions;
