@@ -103,8 +103,12 @@ pub async fn run(args: Args) -> Result<()> {
             let bound = listener.local_addr()?;
             let node = Arc::clone(host.node());
             let stopped = stop_metrics.clone().cancelled_owned();
+            let security = metrics_security(&config.net)?;
             tokio::spawn(async move {
-                if let Err(error) = minibroker_metrics::serve(listener, node, stopped).await {
+                let limits = minibroker_metrics::MetricsLimits::default();
+                let served =
+                    minibroker_metrics::serve_secured(listener, node, limits, security, stopped);
+                if let Err(error) = served.await {
                     tracing::warn!(%error, "the metrics listener failed");
                 }
             });
@@ -164,4 +168,27 @@ pub fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
             tracing::info!("Ctrl-C received");
         })
     }
+}
+
+/// The metrics listener's TLS and bearer token, from `net`.
+fn metrics_security(
+    net: &minibroker_net::NetConfig,
+) -> Result<minibroker_metrics::MetricsSecurity> {
+    let tls = minibroker_net::tls::metrics_config(net)?;
+    let bearer_token = match &net.metrics_bearer_token_file {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("metrics_bearer_token_file {}", path.display()))?;
+            let token = text.lines().next().unwrap_or_default().trim();
+            if token.is_empty() {
+                anyhow::bail!(
+                    "metrics_bearer_token_file {}: its first line is empty",
+                    path.display()
+                );
+            }
+            Some(std::sync::Arc::from(token))
+        }
+    };
+    Ok(minibroker_metrics::MetricsSecurity { tls, bearer_token })
 }

@@ -267,3 +267,76 @@ fn transactions_are_counted_and_an_open_one_shows_as_lso_lag() {
     open.kill().unwrap();
     open.wait().unwrap();
 }
+
+#[test]
+fn the_metrics_listener_serves_https_and_asks_for_its_bearer_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = dir.path().join("pki");
+    let made = Command::new(BIN)
+        .args(["certificates", "--out"])
+        .arg(&pki)
+        .output()
+        .unwrap();
+    assert!(made.status.success());
+    std::fs::write(dir.path().join("token"), "s3cret-token\n").unwrap();
+    let config = dir.path().join("metrics.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "metrics_tls = true\ntls_cert = {:?}\ntls_key = {:?}\nmetrics_bearer_token_file = {:?}\n",
+            pki.join("server.pem").display().to_string(),
+            pki.join("server.key").display().to_string(),
+            dir.path().join("token").display().to_string(),
+        ),
+    )
+    .unwrap();
+    let server = ServeProcess::spawn(
+        serve_command("127.0.0.1:0", "127.0.0.1:0")
+            .args(["--metrics-listen", "127.0.0.1:0", "--config"])
+            .arg(&config),
+    );
+    let addr = server.metrics_addr.clone().unwrap();
+    let ca = pki.join("ca.pem").display().to_string();
+    let metrics = format!("https://{addr}/metrics");
+    let status = |args: &[&str]| {
+        let output = kafka_script("metrics.py", args).output().unwrap();
+        summary_of(&output, &format!("metrics.py {args:?}"))["status"].clone()
+    };
+    // Without the token, or with a wrong one: 401. Health checks need none.
+    assert_eq!(
+        status(&["--ca", &ca, "--expect-status", "401", &metrics]),
+        401
+    );
+    let wrong = [
+        "--ca",
+        &ca,
+        "--token",
+        "guess",
+        "--expect-status",
+        "401",
+        &metrics,
+    ];
+    assert_eq!(status(&wrong), 401);
+    let ready = format!("https://{addr}/ready");
+    assert_eq!(
+        status(&["--ca", &ca, "--expect-status", "200", &ready]),
+        200
+    );
+    // With it, over TLS: a scrape that parses.
+    let output = kafka_script(
+        "metrics.py",
+        &["--ca", &ca, "--token", "s3cret-token", &metrics],
+    )
+    .output()
+    .unwrap();
+    let summary = summary_of(&output, "metrics.py over https");
+    assert!(
+        summary["samples"].as_array().is_some_and(|s| !s.is_empty()),
+        "{summary}"
+    );
+    // Plain HTTP to the HTTPS port gets no answer.
+    let plain = kafka_script("metrics.py", &[&format!("http://{addr}/health")])
+        .output()
+        .unwrap();
+    assert!(!plain.status.success());
+}

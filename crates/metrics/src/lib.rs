@@ -17,7 +17,7 @@ mod collect;
 mod listener;
 
 pub use collect::BrokerCollector;
-pub use listener::MetricsLimits;
+pub use listener::{MetricsLimits, MetricsSecurity};
 
 use axum::Router;
 use axum::extract::State;
@@ -37,6 +37,8 @@ const TEXT_FORMAT: &str = "application/openmetrics-text; version=1.0.0; charset=
 struct Endpoint {
     broker: Arc<Node>,
     registry: Arc<Registry>,
+    /// What `/metrics` asks for in `Authorization: Bearer …`, when set.
+    token: Option<Arc<str>>,
 }
 
 fn registry(broker: &Arc<Node>) -> Registry {
@@ -55,8 +57,9 @@ pub fn render(broker: &Arc<Node>) -> Result<String, std::fmt::Error> {
     Ok(text)
 }
 
-/// The router of the endpoint, for `broker`.
-pub fn router(broker: Arc<Node>) -> Router {
+/// The router of the endpoint, for `broker`; `/metrics` asks for `token` when given (`/health`
+/// and `/ready` never do: container health checks carry no credentials).
+pub fn router(broker: Arc<Node>, token: Option<Arc<str>>) -> Router {
     let registry = registry(&broker);
     Router::new()
         .route("/metrics", get(metrics))
@@ -65,6 +68,7 @@ pub fn router(broker: Arc<Node>) -> Router {
         .with_state(Endpoint {
             broker,
             registry: Arc::new(registry),
+            token,
         })
 }
 
@@ -81,6 +85,21 @@ pub async fn serve(
     serve_with(listener, broker, MetricsLimits::default(), shutdown).await
 }
 
+/// [`serve`], under `limits`, with TLS and a bearer token as `security` says.
+///
+/// # Errors
+/// If the listener fails.
+pub async fn serve_secured(
+    listener: TcpListener,
+    broker: Arc<Node>,
+    limits: MetricsLimits,
+    security: MetricsSecurity,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let router = router(broker, security.bearer_token.clone());
+    listener::serve(listener, router, limits, security.tls, shutdown).await
+}
+
 /// [`serve`], under `limits`.
 ///
 /// # Errors
@@ -91,10 +110,44 @@ pub async fn serve_with(
     limits: MetricsLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    listener::serve(listener, router(broker), limits, shutdown).await
+    serve_secured(
+        listener,
+        broker,
+        limits,
+        MetricsSecurity::default(),
+        shutdown,
+    )
+    .await
 }
 
-async fn metrics(State(endpoint): State<Endpoint>) -> impl IntoResponse {
+/// Whether `headers` carry the endpoint's bearer token (or none is asked for), compared in
+/// constant time.
+fn authorized(endpoint: &Endpoint, headers: &axum::http::HeaderMap) -> bool {
+    let Some(token) = &endpoint.token else {
+        return true;
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    bool::from(subtle::ConstantTimeEq::ct_eq(
+        given.as_bytes(),
+        token.as_bytes(),
+    ))
+}
+
+async fn metrics(
+    State(endpoint): State<Endpoint>,
+    headers: axum::http::HeaderMap,
+) -> impl IntoResponse {
+    if !authorized(&endpoint, &headers) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "a bearer token is needed\n".to_owned(),
+        );
+    }
     let mut text = String::new();
     match prometheus_client::encoding::text::encode(&mut text, &endpoint.registry) {
         Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, TEXT_FORMAT)], text),

@@ -10,7 +10,8 @@
 //!   its connection alive simply opens a new one.
 //!
 //! The HTTP is hyper's (the same server `axum::serve` runs, configured here), the routes
-//! axum's.
+//! axum's. With [`MetricsSecurity::tls`] each connection is a TLS session (the broker's
+//! certificate), its handshake bounded by the header timeout.
 
 use axum::Router;
 use hyper::server::conn::http1;
@@ -50,13 +51,26 @@ impl Default for MetricsLimits {
     }
 }
 
-/// Serves `router` on `listener` under `limits` until `shutdown` resolves.
+/// TLS and a bearer token for the endpoint (Prometheus' `tls_config` and
+/// `authorization.credentials_file` match them).
+#[derive(Debug, Clone, Default)]
+pub struct MetricsSecurity {
+    /// Serve HTTPS with this configuration.
+    pub tls: Option<Arc<minibroker_net::rustls::ServerConfig>>,
+    /// `/metrics` asks for `Authorization: Bearer <token>`.
+    pub bearer_token: Option<Arc<str>>,
+}
+
+/// Serves `router` on `listener` under `limits` (in TLS sessions with `tls`) until `shutdown`
+/// resolves.
 pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     limits: MetricsLimits,
+    tls: Option<Arc<minibroker_net::rustls::ServerConfig>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let tls = tls.map(tokio_rustls::TlsAcceptor::from);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
     let mut builder = http1::Builder::new();
@@ -84,13 +98,33 @@ pub(crate) async fn serve(
             continue;
         };
         let service = TowerToHyperService::new(router.clone());
-        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
         let lifetime = limits.connection_lifetime;
+        let outcome = move |result: Result<Result<(), hyper::Error>, _>| match result {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::debug!(%peer, %error, "a metrics connection failed"),
+            Err(_) => tracing::debug!(%peer, "a metrics connection lived out its time"),
+        };
+        let Some(tls) = &tls else {
+            let connection =
+                graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+            tokio::spawn(async move {
+                outcome(tokio::time::timeout(lifetime, connection).await);
+                drop(slot);
+            });
+            continue;
+        };
+        // The handshake runs in the connection's task; only then is it watched for shutdown.
+        let (tls, builder, watcher) = (tls.clone(), builder.clone(), graceful.watcher());
+        let handshake_timeout = limits.header_timeout;
         tokio::spawn(async move {
-            match tokio::time::timeout(lifetime, connection).await {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => tracing::debug!(%peer, %error, "a metrics connection failed"),
-                Err(_) => tracing::debug!(%peer, "a metrics connection lived out its time"),
+            match tokio::time::timeout(handshake_timeout, tls.accept(stream)).await {
+                Ok(Ok(session)) => {
+                    let connection =
+                        watcher.watch(builder.serve_connection(TokioIo::new(session), service));
+                    outcome(tokio::time::timeout(lifetime, connection).await);
+                }
+                Ok(Err(error)) => tracing::debug!(%peer, %error, "a metrics TLS handshake failed"),
+                Err(_) => tracing::debug!(%peer, "a metrics TLS handshake took too long"),
             }
             drop(slot);
         });

@@ -118,6 +118,11 @@ pub struct NetConfig {
     /// Address of the HTTP listener for `/metrics` (Prometheus), `/health` and `/ready`; off
     /// when absent.
     pub metrics_listen: Option<SocketAddr>,
+    /// Serve the metrics listener over TLS, with `tls_cert` and `tls_key`.
+    pub metrics_tls: bool,
+    /// A file whose first line is the bearer token `/metrics` asks for (`/health` and `/ready`
+    /// stay open, for container health checks).
+    pub metrics_bearer_token_file: Option<PathBuf>,
     /// `HOST:PORT` that Kafka Metadata hands to clients; the bound address when absent. Needed
     /// behind a proxy, a NAT or in containers.
     pub kafka_advertise: Option<String>,
@@ -230,6 +235,8 @@ impl Default for NetConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 9093)),
             kafka_listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
             metrics_listen: None,
+            metrics_tls: false,
+            metrics_bearer_token_file: None,
             kafka_advertise: None,
             node_id: 1,
             cluster_id: "minibroker".to_owned(),
@@ -303,6 +310,9 @@ impl NetConfig {
             return fail(
                 "tls_client_auth = \"requested\" or \"required\" needs tls_client_ca".into(),
             );
+        }
+        if self.metrics_tls && (self.tls_cert.is_none() || self.tls_key.is_none()) {
+            return fail("metrics_tls needs tls_cert and tls_key".into());
         }
         if protocol.uses_sasl() && self.users_file.is_none() {
             return fail("a SASL kafka_security_protocol needs users_file".into());

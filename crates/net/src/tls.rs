@@ -46,6 +46,22 @@ pub fn server_config(net: &NetConfig) -> Result<Option<Arc<ServerConfig>>, TlsEr
     if !net.kafka_security_protocol.uses_tls() {
         return Ok(None);
     }
+    configured(net, net.tls_client_auth).map(Some)
+}
+
+/// The TLS configuration of the metrics listener (`metrics_tls`): the same certificate, no
+/// client certificates.
+///
+/// # Errors
+/// As [`server_config`].
+pub fn metrics_config(net: &NetConfig) -> Result<Option<Arc<ServerConfig>>, TlsError> {
+    if !net.metrics_tls {
+        return Ok(None);
+    }
+    configured(net, ClientAuth::None).map(Some)
+}
+
+fn configured(net: &NetConfig, client_auth: ClientAuth) -> Result<Arc<ServerConfig>, TlsError> {
     let (Some(cert), Some(key)) = (&net.tls_cert, &net.tls_key) else {
         // Validation has already said so; nothing to serve with.
         return Err(TlsError::File {
@@ -57,7 +73,7 @@ pub fn server_config(net: &NetConfig) -> Result<Option<Arc<ServerConfig>>, TlsEr
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()?;
-    let builder = match (net.tls_client_auth, &net.tls_client_ca) {
+    let builder = match (client_auth, &net.tls_client_ca) {
         (ClientAuth::None, _) | (_, None) => builder.with_no_client_auth(),
         (auth, Some(ca)) => {
             let mut roots = RootCertStore::empty();
@@ -77,7 +93,7 @@ pub fn server_config(net: &NetConfig) -> Result<Option<Arc<ServerConfig>>, TlsEr
         builder.with_single_cert(certificates("tls_cert", cert)?, private_key(key)?)?;
     // Kafka clients speak no ALPN; nothing to offer.
     config.alpn_protocols.clear();
-    Ok(Some(Arc::new(config)))
+    Ok(Arc::new(config))
 }
 
 /// The certificates of the PEM file at `path`, in order (a chain: leaf first).
