@@ -7,6 +7,7 @@
 //! - [`scram`] — Kafka's SCRAM credential (salt, iterations, StoredKey, ServerKey) and its text
 //!   form, the SCRAM-SHA-256/512 server exchange ([`ScramExchange`]) with Kafka's quirks, and
 //!   PLAIN's message.
+//! - [`scram_client`] — the client side of the exchange, for minibroker's own clients.
 //! - [`users`] — the users file: every user's credentials, one line each, in Kafka's format.
 //! - [`acl`] — Kafka's authorisation model: ACLs, the ACLs file, and the decision with its
 //!   reason ([`Authorizer`]).
@@ -31,6 +32,7 @@ mod file;
 pub mod owners;
 pub mod pki;
 pub mod scram;
+pub mod scram_client;
 pub mod users;
 
 pub use acl::{Acl, Acls, Authorizer, Decision, Operation, ResourceType};
@@ -40,4 +42,5 @@ pub use scram::{
     Authenticated, DEFAULT_ITERATIONS, MAX_ITERATIONS, MIN_ITERATIONS, ScramCredential, ScramError,
     ScramExchange, ScramMechanism, parse_plain, server_nonce,
 };
+pub use scram_client::ScramClient;
 pub use users::{InvalidUserName, Users, UsersFileError, check_user_name};

@@ -128,7 +128,7 @@ impl std::fmt::Debug for ScramCredential {
     }
 }
 
-fn salted_password(
+pub(crate) fn salted_password(
     mechanism: ScramMechanism,
     password: &[u8],
     salt: &[u8],
@@ -140,12 +140,12 @@ fn salted_password(
     salted
 }
 
-fn hmac_of(mechanism: ScramMechanism, key: &[u8], data: &[u8]) -> Vec<u8> {
+pub(crate) fn hmac_of(mechanism: ScramMechanism, key: &[u8], data: &[u8]) -> Vec<u8> {
     let key = hmac::Key::new(mechanism.hmac(), key);
     hmac::sign(&key, data).as_ref().to_vec()
 }
 
-fn hash_of(mechanism: ScramMechanism, data: &[u8]) -> Vec<u8> {
+pub(crate) fn hash_of(mechanism: ScramMechanism, data: &[u8]) -> Vec<u8> {
     digest::digest(mechanism.digest(), data).as_ref().to_vec()
 }
 

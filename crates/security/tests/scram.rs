@@ -324,3 +324,41 @@ fn plain_messages_name_the_user_and_refuse_another_authzid() {
     assert!(parse_plain(b"\0alice").is_err());
     assert!(parse_plain(b"\0\0pw").is_err());
 }
+
+#[test]
+fn the_library_client_logs_in_against_the_server_and_checks_it() {
+    for mechanism in ScramMechanism::ALL {
+        let credential = ScramCredential::generate(mechanism, b"pencil", 4096).unwrap();
+        let (mut client, first) =
+            minibroker_security::ScramClient::start(mechanism, "a,b=c", b"pencil", "clientnonce");
+        let (exchange, server_first) = ScramExchange::start(
+            mechanism,
+            &first,
+            |user| (user == "a,b=c").then(|| credential.clone()),
+            SECRET,
+            "servernonce",
+        )
+        .unwrap();
+        let client_final = client.finish(&server_first).unwrap();
+        let done = exchange.finish(&client_final).unwrap();
+        assert_eq!(done.user, "a,b=c");
+        client.check_server(&done.server_final).unwrap();
+        assert!(client.check_server(b"v=AAAA").is_err());
+        // A wrong password fails at the server's proof check.
+        let (mut wrong, first) =
+            minibroker_security::ScramClient::start(mechanism, "a,b=c", b"guess", "n2");
+        let (exchange, server_first) = ScramExchange::start(
+            mechanism,
+            &first,
+            |_| Some(credential.clone()),
+            SECRET,
+            "s2",
+        )
+        .unwrap();
+        assert!(
+            exchange
+                .finish(&wrong.finish(&server_first).unwrap())
+                .is_err()
+        );
+    }
+}
