@@ -849,3 +849,27 @@ fn assert_every_broker_answer_accepted(report: &serde_json::Value, case: &str) {
         "{case}"
     );
 }
+
+#[test]
+fn bench_tls_measures_the_plain_and_the_tls_listener_alike() {
+    // A short run: three rounds of each, every request answered without an error. Timing is
+    // never asserted.
+    let report = run_json(&[
+        "bench",
+        "--tls",
+        "--duration",
+        "0.2",
+        "--connections",
+        "2",
+        "--records-per-batch",
+        "10",
+        "--json",
+    ]);
+    for key in ["mb_per_sec_plain", "mb_per_sec_tls"] {
+        let rounds = report[key].as_array().expect(key);
+        assert_eq!(rounds.len(), 3, "{report}");
+        assert!(rounds.iter().all(|r| r.as_f64() > Some(0.0)), "{report}");
+    }
+    assert_eq!(report["errors"].as_u64(), Some(0), "{report}");
+    assert!(report["tls_over_plain_mb_per_sec"].as_f64().is_some());
+}

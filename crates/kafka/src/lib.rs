@@ -89,6 +89,21 @@ impl KafkaConfig {
 /// [`HostError::Bind`] when the listener's address cannot be read; [`HostError::Start`] when the
 /// users file, the certificate or the key cannot be read.
 pub fn serve(host: &Host, listener: TcpListener) -> Result<SocketAddr, HostError> {
+    let tls = minibroker_net::tls::server_config(&host.config().net)
+        .map_err(|error| minibroker_broker::ServerError::Config(error.to_string()))?;
+    serve_tls(host, listener, tls)
+}
+
+/// As [`serve`], in TLS sessions with `tls` whatever the configuration says (`None`: plain
+/// TCP): for a second, TLS listener beside a plain one (`bench --tls`).
+///
+/// # Errors
+/// As [`serve`].
+pub fn serve_tls(
+    host: &Host,
+    listener: TcpListener,
+    tls: Option<Arc<minibroker_net::rustls::ServerConfig>>,
+) -> Result<SocketAddr, HostError> {
     let bound = Host::bound(&listener)?;
     let (advertised_host, port) = host.config().net.kafka_advertised(bound);
     let sasl = SaslSettings::from_config(host.config())
@@ -100,8 +115,6 @@ pub fn serve(host: &Host, listener: TcpListener) -> Result<SocketAddr, HostError
         access: access.map(Arc::new),
         ..KafkaConfig::from_config(host.config(), advertised_host, port)
     });
-    let tls = minibroker_net::tls::server_config(&host.config().net)
-        .map_err(|error| minibroker_broker::ServerError::Config(error.to_string()))?;
     host.serve_with(listener, tls, move |node, peer| {
         KafkaFrontEnd::new(node, Arc::clone(&kafka), peer)
     })

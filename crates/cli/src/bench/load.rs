@@ -29,9 +29,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
 
@@ -62,6 +61,56 @@ pub struct Workload {
     pub wire: Wire,
     /// First producer id used (connection `c` uses `first_producer_id + c`).
     pub first_producer_id: i64,
+    /// Speak TLS to the broker (`bench --tls`).
+    pub tls: Option<ClientTls>,
+}
+
+/// How the generator speaks TLS: the connector, the name the certificate must hold, and a
+/// plain listener of the same broker where producer ids are asked for (only the produce
+/// traffic is measured, and it all goes over TLS).
+#[derive(Clone)]
+pub struct ClientTls {
+    /// The client's TLS configuration.
+    pub connector: tokio_rustls::TlsConnector,
+    /// The broker's name, as its certificate holds it.
+    pub server_name: minibroker_net::rustls::pki_types::ServerName<'static>,
+    /// A plain listener of the same broker, for InitProducerId.
+    pub identity_addr: String,
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls")
+            .field("server_name", &self.server_name)
+            .field("identity_addr", &self.identity_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+type ReadHalf = Box<dyn AsyncRead + Unpin + Send>;
+type WriteHalf = Box<dyn AsyncWrite + Unpin + Send>;
+
+/// A connection to `addr`, over TLS when `tls` says so, as its two halves.
+async fn connect(addr: &str, tls: Option<&ClientTls>) -> Result<(ReadHalf, WriteHalf)> {
+    let stream = TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("cannot connect to {addr}"))?;
+    stream.set_nodelay(true)?;
+    Ok(match tls {
+        None => {
+            let (read_half, write_half) = stream.into_split();
+            (Box::new(read_half), Box::new(write_half))
+        }
+        Some(tls) => {
+            let session = tls
+                .connector
+                .connect(tls.server_name.clone(), stream)
+                .await
+                .with_context(|| format!("TLS handshake with {addr}"))?;
+            let (read_half, write_half) = tokio::io::split(session);
+            (Box::new(read_half), Box::new(write_half))
+        }
+    })
 }
 
 /// What one run measured.
@@ -131,15 +180,15 @@ pub async fn run(addr: &str, workload: &Workload, answered: Arc<AtomicU64>) -> R
     for connection in 0..workload.connections {
         // One connection at a time, before any load, as producers start in a client: some
         // brokers issue ids from one shared record and fence when asked concurrently.
+        let identity_addr = workload.tls.as_ref().map_or(addr, |tls| &tls.identity_addr);
         let (producer_id, epoch) = workload
             .wire
-            .producer_identity(workload.first_producer_id + connection as i64, addr)
+            .producer_identity(
+                workload.first_producer_id + connection as i64,
+                identity_addr,
+            )
             .await?;
-        let stream = TcpStream::connect(addr)
-            .await
-            .with_context(|| format!("cannot connect to {addr}"))?;
-        stream.set_nodelay(true)?;
-        let (read_half, write_half) = stream.into_split();
+        let (read_half, write_half) = connect(addr, workload.tls.as_ref()).await?;
         let responses = FramedRead::new(read_half, FrameCodec::default());
         let job = Connection {
             write_half,
@@ -187,8 +236,8 @@ fn partitions_of(connection: usize, connections: usize, partitions: u32) -> Vec<
 }
 
 struct Connection {
-    write_half: OwnedWriteHalf,
-    responses: FramedRead<OwnedReadHalf, FrameCodec>,
+    write_half: WriteHalf,
+    responses: FramedRead<ReadHalf, FrameCodec>,
     workload: Workload,
     producer_id: i64,
     epoch: i16,

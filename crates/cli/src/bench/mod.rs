@@ -8,6 +8,7 @@ mod durable;
 mod load;
 mod memory;
 mod metrics;
+mod tls;
 mod transactional;
 mod wire;
 
@@ -102,6 +103,10 @@ pub struct Args {
     /// read_committed reads of a topic of transactions against read_uncommitted ones.
     #[arg(long, conflicts_with_all = ["broker", "baseline", "memory", "data_dir", "compare_metrics"])]
     transactional: bool,
+    /// What TLS costs on the Kafka path: the workload on an embedded broker's plain Kafka
+    /// listener and on a TLS one, alternating three times each.
+    #[arg(long, conflicts_with_all = ["broker", "baseline", "memory", "data_dir", "compare_metrics", "transactional"])]
+    tls: bool,
     /// With --transactional: how often a transactional producer commits.
     #[arg(long, default_value_t = 100, requires = "transactional")]
     commit_interval_ms: u64,
@@ -152,9 +157,13 @@ pub async fn run(args: Args) -> Result<()> {
             Wire::Native
         },
         first_producer_id: 1,
+        tls: None,
     };
     if args.compare_metrics {
         return metrics::run(workload, args.json).await;
+    }
+    if args.tls {
+        return tls::run(workload, args.json).await;
     }
     let broker_dir = match &args.data_dir {
         Some(dir) if !args.baseline => {
