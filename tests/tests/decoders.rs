@@ -347,12 +347,13 @@ async fn kafka_requests_through_the_front_end() {
         },
         ..config.clone()
     };
-    let access = minibroker_kafka::AccessControl::from_config(&secured).expect("access control");
-    let secured_kafka = Arc::new(minibroker_kafka::KafkaConfig {
-        access: access.map(Arc::new),
-        ..minibroker_kafka::KafkaConfig::from_config(&secured, "127.0.0.1".into(), 9092)
-    });
-    front_end_fuzz(&host, secured_kafka, &seeds, 4).await;
+    let secured_host = minibroker_net::Host::start(&secured).expect("a secured broker");
+    let secured_kafka = Arc::new(minibroker_kafka::KafkaConfig::from_config(
+        &secured,
+        "127.0.0.1".into(),
+        9092,
+    ));
+    front_end_fuzz(&secured_host, secured_kafka, &seeds, 4).await;
     // The broker still serves.
     let mut topics = Unacknowledged::default();
     broker

@@ -20,7 +20,6 @@ use crate::KafkaConfig;
 use crate::answer_room::AnswerTooLarge;
 use crate::apis::{self, SUPPORTED};
 use crate::preflight;
-use crate::sasl::Login;
 
 /// One Kafka connection's view of the broker.
 pub struct KafkaFrontEnd {
@@ -31,26 +30,13 @@ pub struct KafkaFrontEnd {
     pub(crate) unacknowledged: Unacknowledged,
     pub(crate) config: Arc<KafkaConfig>,
     /// Where the connection is in its SASL login (on a SASL listener).
-    pub(crate) login: Login,
+    pub(crate) session: minibroker_net::login::Session,
     /// Whether the next frames are bare SASL tokens (after SaslHandshake v0).
     pub(crate) raw_sasl: bool,
-    /// When the login's session ends (KIP-368's `connections.max.reauth.ms`), if it does.
-    pub(crate) session_ends: Option<std::time::Instant>,
-    /// The user logged in before a re-authentication began: the new login must be the same.
-    pub(crate) reauthenticating: Option<String>,
-    /// Logged-in connections per principal, and this one's slot once logged in.
-    pub(crate) per_principal: Arc<minibroker_net::quotas::Quota<String>>,
-    pub(crate) principal_slot: Option<minibroker_net::quotas::Held<String>>,
-    /// Where logins are counted, for the metrics.
-    pub(crate) logins: Arc<minibroker_net::LoginCounts>,
     /// Request latencies, when metrics are on.
     timings: Option<ConnectionTimings>,
-    /// Who connected: the address, and the TLS client certificate's name.
-    pub(crate) peer: Peer,
-    /// `User:NAME`: who the requests are authorised as.
-    pub(crate) principal: String,
-    /// The ACLs the current request is judged by (`None`: authorisation is off).
-    pub(crate) authorizer: Option<minibroker_security::Authorizer>,
+    /// Who the requests are authorised as, and the ACLs the current one is judged by.
+    pub(crate) guard: minibroker_net::access::Guard,
 }
 
 impl KafkaFrontEnd {
@@ -66,20 +52,9 @@ impl KafkaFrontEnd {
             transactions: Arc::clone(node.transactions()),
             unacknowledged: Unacknowledged::default(),
             raw_sasl: false,
-            session_ends: None,
-            reauthenticating: None,
-            per_principal: Arc::clone(node.per_principal()),
-            principal_slot: None,
-            logins: Arc::clone(node.logins()),
-            login: if config.sasl.is_some() {
-                Login::Waiting
-            } else {
-                Login::NotAsked
-            },
+            session: node.session(config.login),
+            guard: node.guard(peer),
             config,
-            principal: crate::authorize::principal_of(peer.certificate_name.as_deref()),
-            authorizer: None,
-            peer: peer.clone(),
         }
     }
 
@@ -123,7 +98,7 @@ impl KafkaFrontEnd {
             );
             return Next::Close;
         }
-        if !self.login.lets_through()
+        if !self.session.lets_through()
             && !matches!(
                 api,
                 ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
@@ -136,7 +111,7 @@ impl KafkaFrontEnd {
             );
             return Next::Close;
         }
-        if self.session_expired()
+        if self.session.expired()
             && !matches!(
                 api,
                 ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
@@ -145,12 +120,12 @@ impl KafkaFrontEnd {
             // KIP-368: a session past its lifetime serves nothing until it logs in again.
             tracing::info!(
                 ?api,
-                principal = %self.principal,
+                principal = %self.guard.principal(),
                 "the session's lifetime is over and it did not re-authenticate; closing the connection"
             );
             return Next::Close;
         }
-        self.refresh_authorizer();
+        self.guard.refresh();
         if let Err(refused) = preflight::check(api, version, &frame) {
             tracing::debug!(
                 ?api,
@@ -235,7 +210,10 @@ impl KafkaFrontEnd {
                 Ok(ResponseKind::EndTxn(self.end_txn(&request, version).await))
             }
             RequestKind::SaslHandshake(request) => {
-                Ok(ResponseKind::SaslHandshake(self.sasl_handshake(&request)))
+                let answer = self.sasl_handshake(&request);
+                // After a version 0 handshake the tokens come bare, each in a frame of its own.
+                self.raw_sasl = version == 0 && answer.error_code == 0;
+                Ok(ResponseKind::SaslHandshake(answer))
             }
             RequestKind::SaslAuthenticate(request) => {
                 let answered = self.sasl_authenticate(request).await;
@@ -342,7 +320,7 @@ impl FrontEnd for KafkaFrontEnd {
     }
 
     fn authenticated(&self) -> bool {
-        self.login.lets_through()
+        self.session.lets_through()
     }
 
     fn framing_error(&mut self, error: &FramingError, _out: &mut BytesMut) {

@@ -27,9 +27,7 @@ mod handlers;
 mod preflight;
 mod sasl;
 
-pub use authorize::AccessControl;
 pub use front_end::KafkaFrontEnd;
-pub use sasl::{Login, Mechanism, SaslSettings};
 
 use minibroker_net::Config;
 use minibroker_net::{Host, HostError};
@@ -57,9 +55,9 @@ pub struct KafkaConfig {
     /// is refused by closing the connection.
     pub max_answer_bytes: usize,
     /// The login a SASL listener asks for; `None` for PLAINTEXT.
-    pub sasl: Option<Arc<SaslSettings>>,
-    /// The ACLs every request is authorised against, when `acls_file` is set.
-    pub access: Option<Arc<AccessControl>>,
+    /// Whether connections log in first (`kafka_security_protocol` SASL_PLAINTEXT or
+    /// SASL_SSL); the users and ACLs are the node's.
+    pub login: bool,
 }
 
 impl KafkaConfig {
@@ -75,8 +73,7 @@ impl KafkaConfig {
             // Answers stay within the frame size the broker accepts.
             max_fetch_response_bytes: minibroker_broker::batch_room(config.broker.max_frame_bytes),
             max_answer_bytes: config.broker.max_frame_bytes,
-            sasl: None,
-            access: None,
+            login: config.net.kafka_security_protocol.uses_sasl(),
         }
     }
 }
@@ -106,15 +103,11 @@ pub fn serve_tls(
 ) -> Result<SocketAddr, HostError> {
     let bound = Host::bound(&listener)?;
     let (advertised_host, port) = host.config().net.kafka_advertised(bound);
-    let sasl = SaslSettings::from_config(host.config())
-        .map_err(|error| minibroker_broker::ServerError::Config(error.to_string()))?;
-    let access = crate::authorize::AccessControl::from_config(host.config())
-        .map_err(|error| minibroker_broker::ServerError::Config(error.to_string()))?;
-    let kafka = Arc::new(KafkaConfig {
-        sasl: sasl.map(Arc::new),
-        access: access.map(Arc::new),
-        ..KafkaConfig::from_config(host.config(), advertised_host, port)
-    });
+    let kafka = Arc::new(KafkaConfig::from_config(
+        host.config(),
+        advertised_host,
+        port,
+    ));
     host.serve_with(listener, tls, move |node, peer| {
         KafkaFrontEnd::new(node, Arc::clone(&kafka), peer)
     })

@@ -144,6 +144,9 @@ pub struct NetConfig {
     /// `PLAINTEXT` (nothing), `SSL` (TLS), `SASL_PLAINTEXT` (a SASL login with a user of
     /// `users_file`) or `SASL_SSL` (both).
     pub kafka_security_protocol: SecurityProtocol,
+    /// What the native listener asks of a client, in the same words: `PLAINTEXT`, `SSL`,
+    /// `SASL_PLAINTEXT` or `SASL_SSL` (the same certificate, users and ACLs as Kafka's).
+    pub listen_security_protocol: SecurityProtocol,
     /// The server's certificate chain (PEM, leaf first), for TLS.
     pub tls_cert: Option<PathBuf>,
     /// The server's private key (PEM: PKCS#8, SEC1 or PKCS#1), for TLS.
@@ -245,6 +248,7 @@ impl Default for NetConfig {
             write_timeout_ms: 30_000,
             drain_timeout_ms: 5_000,
             kafka_security_protocol: SecurityProtocol::Plaintext,
+            listen_security_protocol: SecurityProtocol::Plaintext,
             tls_cert: None,
             tls_key: None,
             tls_client_auth: ClientAuth::None,
@@ -297,16 +301,22 @@ impl NetConfig {
     fn validate_security(&self) -> Result<(), ServerError> {
         let fail = |msg: String| Err(ServerError::Config(msg));
         let protocol = self.kafka_security_protocol;
-        if protocol.uses_tls() && (self.tls_cert.is_none() || self.tls_key.is_none()) {
+        let native = self.listen_security_protocol;
+        let secured = protocol != SecurityProtocol::Plaintext || self.acls_file.is_some();
+        if secured && native == SecurityProtocol::Plaintext && !self.listen.ip().is_loopback() {
+            return fail(format!(
+                "listen = \"{}\": with the Kafka listener secured (kafka_security_protocol, acls_file), a PLAINTEXT native listener would let anyone around it; set listen_security_protocol or keep listen on a loopback address",
+                self.listen
+            ));
+        }
+        let tls = protocol.uses_tls() || native.uses_tls();
+        let sasl = protocol.uses_sasl() || native.uses_sasl();
+        if tls && (self.tls_cert.is_none() || self.tls_key.is_none()) {
             return fail(
-                "kafka_security_protocol = \"SSL\" or \"SASL_SSL\" needs tls_cert and tls_key"
-                    .into(),
+                "a security protocol of \"SSL\" or \"SASL_SSL\" needs tls_cert and tls_key".into(),
             );
         }
-        if protocol.uses_tls()
-            && self.tls_client_auth != ClientAuth::None
-            && self.tls_client_ca.is_none()
-        {
+        if tls && self.tls_client_auth != ClientAuth::None && self.tls_client_ca.is_none() {
             return fail(
                 "tls_client_auth = \"requested\" or \"required\" needs tls_client_ca".into(),
             );
@@ -314,8 +324,8 @@ impl NetConfig {
         if self.metrics_tls && (self.tls_cert.is_none() || self.tls_key.is_none()) {
             return fail("metrics_tls needs tls_cert and tls_key".into());
         }
-        if protocol.uses_sasl() && self.users_file.is_none() {
-            return fail("a SASL kafka_security_protocol needs users_file".into());
+        if sasl && self.users_file.is_none() {
+            return fail("a SASL security protocol needs users_file".into());
         }
         if let Some(bad) = self.super_users.iter().find(|user| {
             !user.starts_with("User:")
@@ -324,7 +334,7 @@ impl NetConfig {
         }) {
             return fail(format!("super_users: {bad:?} is not User:NAME"));
         }
-        if protocol != SecurityProtocol::Plaintext
+        if (protocol != SecurityProtocol::Plaintext || native != SecurityProtocol::Plaintext)
             && self.super_users.iter().any(|user| user == "User:ANONYMOUS")
         {
             return fail(
@@ -353,7 +363,7 @@ impl NetConfig {
                 "sasl_enabled_mechanisms: unknown mechanism {unknown:?} (SCRAM-SHA-256, SCRAM-SHA-512, PLAIN)"
             ));
         }
-        if protocol.uses_sasl() && self.sasl_enabled_mechanisms.is_empty() {
+        if sasl && self.sasl_enabled_mechanisms.is_empty() {
             return fail("sasl_enabled_mechanisms must name at least one mechanism".into());
         }
         if self.auth_failure_delay_ms > 60_000 {
@@ -479,6 +489,13 @@ mod tests {
         );
         let with_users = format!("{sasl_ssl}\nusers_file = \"u\"");
         assert!(Config::from_toml(&with_users).is_ok());
+        let exposed = format!("{with_users}\nlisten = \"0.0.0.0:9093\"");
+        assert!(
+            Config::from_toml(&exposed)
+                .unwrap_err()
+                .to_string()
+                .contains("loopback")
+        );
         let client_auth = format!("{with_users}\ntls_client_auth = \"required\"");
         assert!(
             Config::from_toml(&client_auth)

@@ -87,7 +87,7 @@ impl Host {
             Arc::clone(&groups),
             &config.transactions,
         )?);
-        let node = Arc::new(Node::new(broker, groups, transactions, &config));
+        let node = Arc::new(Node::new(broker, groups, transactions, &config)?);
         let clocks = vec![
             tokio::spawn(Arc::clone(node.broker()).maintain()),
             tokio::spawn(Arc::clone(node.groups()).run()),

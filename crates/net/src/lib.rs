@@ -18,6 +18,9 @@
 //! - [`framing`] — the length-prefixed frames (`minibroker_framing`).
 //! - [`timings`] — request latencies per connection, summed for the metrics.
 //! - [`quotas`] — connections per client address and per principal.
+//! - [`login`] — SASL logins: the settings and one connection's [`login::Session`].
+//! - [`access`] — authorisation: the ACLs and producer-id owners, and one connection's
+//!   [`access::Guard`].
 //! - [`tls`] — TLS on a listener: certificates, client certificates and their names.
 //!
 //! # Example
@@ -49,11 +52,13 @@
 //! # Ok(()) }
 //! ```
 
+pub mod access;
 mod config;
 mod connection;
 mod front_end;
 mod host;
 mod listener;
+pub mod login;
 mod node;
 pub mod quotas;
 pub mod timings;

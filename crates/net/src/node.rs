@@ -10,9 +10,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tokio::sync::Semaphore;
 
+use crate::access::{AccessControl, Guard};
 use crate::config::Config;
+use crate::login::{SaslSettings, Session};
 use crate::quotas::Quota;
 use crate::timings::RequestTimings;
+use minibroker_broker::ServerError;
 use std::net::IpAddr;
 
 /// How many connections the listeners have accepted, refused and hold open.
@@ -65,18 +68,31 @@ pub struct Node {
     pub(crate) per_ip: Arc<Quota<IpAddr>>,
     /// Open logged-in connections per principal (`max_connections_per_principal`).
     per_principal: Arc<Quota<String>>,
+    /// The logins' settings, when a listener asks for logins.
+    sasl: Option<Arc<SaslSettings>>,
+    /// The ACLs and producer-id owners, when `acls_file` is set.
+    access: Option<Arc<AccessControl>>,
 }
 
 impl Node {
-    /// The node serving `broker`, `groups` and `transactions` under the limits of `config`.
-    #[must_use]
+    /// The node serving `broker`, `groups` and `transactions` under the limits of `config`,
+    /// with its users and ACLs files read.
+    ///
+    /// # Errors
+    /// [`ServerError::Config`] when the users, ACLs or producer-owners file cannot be read.
     pub fn new(
         broker: Arc<Broker>,
         groups: Arc<GroupCoordinator>,
         transactions: Arc<TransactionService>,
         config: &Config,
-    ) -> Self {
-        Self {
+    ) -> Result<Self, ServerError> {
+        let unreadable =
+            |error: minibroker_security::FileError| ServerError::Config(error.to_string());
+        let sasl = SaslSettings::from_config(config).map_err(unreadable)?;
+        let access = AccessControl::from_config(config).map_err(unreadable)?;
+        Ok(Self {
+            sasl: sasl.map(Arc::new),
+            access: access.map(Arc::new),
             broker,
             groups,
             transactions,
@@ -92,7 +108,35 @@ impl Node {
             ready: AtomicBool::new(false),
             per_ip: Quota::new(config.net.max_connections_per_ip),
             per_principal: Quota::new(config.net.max_connections_per_principal),
-        }
+        })
+    }
+
+    /// The logins' settings, when a listener asks for logins.
+    #[must_use]
+    pub fn sasl(&self) -> Option<&Arc<SaslSettings>> {
+        self.sasl.as_ref()
+    }
+
+    /// The ACLs and producer-id owners, when authorisation is on.
+    #[must_use]
+    pub fn access(&self) -> Option<&Arc<AccessControl>> {
+        self.access.as_ref()
+    }
+
+    /// A connection's login session, for a listener that asks for logins when `asks` is set.
+    #[must_use]
+    pub fn session(&self, asks: bool) -> Session {
+        Session::new(
+            self.sasl.clone().filter(|_| asks),
+            Arc::clone(&self.logins),
+            Arc::clone(&self.per_principal),
+        )
+    }
+
+    /// A connection's guard, from `peer`.
+    #[must_use]
+    pub fn guard(&self, peer: &crate::front_end::Peer) -> Guard {
+        Guard::new(self.access.clone(), peer)
     }
 
     /// The broker core.

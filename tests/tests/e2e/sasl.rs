@@ -234,3 +234,54 @@ async fn without_a_lifetime_a_logged_in_connection_cannot_log_in_again() -> Resu
     assert_eq!(again.error_code, ResponseError::IllegalSaslState.code());
     Ok(())
 }
+
+#[tokio::test]
+async fn after_a_version_0_handshake_the_tokens_come_bare() -> Result<()> {
+    use bytes::{Buf, BytesMut};
+    use kafka_protocol::protocol::Decodable;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    async fn read_frame(stream: &mut tokio::net::TcpStream) -> Result<BytesMut> {
+        let length = stream.read_u32().await?;
+        let mut body = BytesMut::zeroed(length as usize);
+        stream.read_exact(&mut body).await?;
+        Ok(body)
+    }
+    let dir = tempfile::tempdir()?;
+    let (_broker, kafka_addr, _conn) = kafka(secured(dir.path())).await?;
+    let mut stream = tokio::net::TcpStream::connect(kafka_addr.addr).await?;
+    let mut frame = BytesMut::new();
+    let handshake =
+        SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
+    minibroker_kafka_client::encode_request(
+        &mut frame,
+        ApiKey::SaslHandshake,
+        0,
+        1,
+        Some("t"),
+        &handshake,
+    )?;
+    stream.write_all(&frame).await?;
+    let mut answer = read_frame(&mut stream).await?;
+    assert_eq!(answer.get_i32(), 1, "correlation id");
+    assert_eq!(SaslHandshakeResponse::decode(&mut answer, 0)?.error_code, 0);
+    // The PLAIN message, bare: answered by a bare empty token.
+    let token = b"\0alice\0pw";
+    stream.write_u32(token.len() as u32).await?;
+    stream.write_all(token).await?;
+    assert!(read_frame(&mut stream).await?.is_empty());
+    // Logged in: Kafka requests are served.
+    let mut frame = BytesMut::new();
+    minibroker_kafka_client::encode_request(
+        &mut frame,
+        ApiKey::Metadata,
+        1,
+        2,
+        Some("t"),
+        &metadata(),
+    )?;
+    stream.write_all(&frame).await?;
+    let mut answer = read_frame(&mut stream).await?;
+    assert_eq!(answer.get_i32(), 2);
+    assert_eq!(MetadataResponse::decode(&mut answer, 1)?.topics.len(), 1);
+    Ok(())
+}

@@ -97,7 +97,7 @@ impl KafkaFrontEnd {
     /// The refusal of an ACL API: SECURITY_DISABLED without an authoriser, or
     /// CLUSTER_AUTHORIZATION_FAILED without `operation` on the cluster.
     fn acl_api_refusal(&self, operation: Operation) -> Option<(i16, Option<StrBytes>)> {
-        if self.config.access.is_none() {
+        if !self.guard.is_on() {
             return Some(message(
                 ResponseError::SecurityDisabled,
                 "no authorizer: the broker has no acls_file",
@@ -156,7 +156,7 @@ impl KafkaFrontEnd {
                     (Err(reason), _) => message(ResponseError::InvalidRequest, reason),
                     (Ok(_), Err(reason)) => message(ResponseError::UnknownServerError, reason),
                     (Ok(acl), Ok(())) => {
-                        tracing::info!(principal = %self.principal, %acl, "ACL created");
+                        tracing::info!(principal = %self.guard.principal(), %acl, "ACL created");
                         (0, None)
                     }
                 };
@@ -273,7 +273,7 @@ impl KafkaFrontEnd {
                 let matching = matching
                     .iter()
                     .map(|acl| {
-                        tracing::info!(principal = %self.principal, %acl, "ACL deleted");
+                        tracing::info!(principal = %self.guard.principal(), %acl, "ACL deleted");
                         DeleteAclsMatchingAcl::default()
                             .with_resource_type(acl.resource_type.code())
                             .with_resource_name(text(&acl.name))
@@ -295,7 +295,7 @@ impl KafkaFrontEnd {
 
     /// Describe (or, for `alter`, Alter) on the cluster, when authorisation is on.
     fn scram_api_refusal(&self, operation: Operation) -> Option<(i16, Option<StrBytes>)> {
-        if self.config.sasl.is_none() {
+        if self.session.settings().is_none() {
             return Some(message(
                 ResponseError::SecurityDisabled,
                 "the listener has no SASL: no users file to manage",
@@ -319,9 +319,8 @@ impl KafkaFrontEnd {
                 .with_error_message(detail);
         }
         let users = self
-            .config
-            .sasl
-            .as_ref()
+            .session
+            .settings()
             .map(|sasl| sasl.users())
             .unwrap_or_default();
         let mut infos: BTreeMap<&str, Vec<CredentialInfo>> = BTreeMap::new();
@@ -400,7 +399,7 @@ impl KafkaFrontEnd {
                 Ok((u.name.to_string(), mechanism, credential))
             })
             .collect();
-        let saved = match &self.config.sasl {
+        let saved = match self.session.settings() {
             Some(sasl) => sasl.edit_users(|file| {
                 let missing: Vec<bool> = deletions
                     .iter()
@@ -434,7 +433,7 @@ impl KafkaFrontEnd {
                 (Err(reason), _) => message(ResponseError::UnacceptableCredential, reason),
                 (Ok(_), Err(reason)) => message(ResponseError::UnknownServerError, reason),
                 (Ok((name, mechanism, _)), Ok(_)) => {
-                    tracing::info!(principal = %self.principal, user = name, mechanism = mechanism.name(), "SCRAM credential set");
+                    tracing::info!(principal = %self.guard.principal(), user = name, mechanism = mechanism.name(), "SCRAM credential set");
                     (0, None)
                 }
             };
