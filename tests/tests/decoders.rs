@@ -170,10 +170,16 @@ fn record_batches() {
 
 #[test]
 fn native_request_frames() {
-    use minibroker_protocol::{FetchRequest, InitProducerRequest, Request, codec};
+    use minibroker_protocol::{
+        AuthenticateRequest, FetchRequest, InitProducerRequest, Request, codec, serde_bytes,
+    };
     let mut rng = rng(2);
     let batch = batch(7, 0, 2);
     let requests = [
+        Request::Authenticate(AuthenticateRequest {
+            mechanism: "SCRAM-SHA-256",
+            token: serde_bytes::Bytes::new(b"n,,n=alice,r=abc"),
+        }),
         Request::Fetch(FetchRequest {
             topic: "t",
             partition: 0,
@@ -360,6 +366,69 @@ async fn kafka_requests_through_the_front_end() {
         .produce_stored(&mut topics, "after", 0, &batch(11, 0, 1))
         .await
         .expect("a produce after the fuzzing");
+}
+
+#[tokio::test]
+async fn native_logins_through_the_front_end() {
+    // Mutated login steps through a native front end that asks for a login: answers or a
+    // clean close, never a panic, and no mutated step logs in.
+    use minibroker_protocol::{AuthenticateRequest, Request, serde_bytes};
+    use minibroker_security::{ScramCredential, ScramMechanism, Users};
+    let dir = tempfile::tempdir().expect("a directory");
+    let mut users = Users::default();
+    let mechanism = ScramMechanism::Sha256;
+    users.set(
+        "alice",
+        mechanism,
+        ScramCredential::generate(mechanism, b"pw", 4096).expect("a credential"),
+    );
+    users.save(&dir.path().join("users")).expect("saved");
+    let mut config = Config::default();
+    config.net.listen_security_protocol = minibroker_net::SecurityProtocol::SaslPlaintext;
+    config.net.sasl_enabled_mechanisms = vec!["SCRAM-SHA-256".into(), "PLAIN".into()];
+    config.net.users_file = Some(dir.path().join("users"));
+    config.net.auth_failure_delay_ms = 0;
+    let host = minibroker_net::Host::start(&config).expect("a broker");
+    let step = |mechanism: &'static str, token: &'static [u8]| {
+        let request = Request::Authenticate(AuthenticateRequest {
+            mechanism,
+            token: serde_bytes::Bytes::new(token),
+        });
+        minibroker_tests::frame(1, &request).expect("encodes")[4..].to_vec()
+    };
+    let seeds = [
+        step("PLAIN", b"\0alice\0guess"),
+        step("SCRAM-SHA-256", b"n,,n=alice,r=abcdefgh"),
+        step("SCRAM-SHA-256", b"c=biws,r=abcdefgh,p=AAAA"),
+    ];
+    let peer = minibroker_net::Peer::plain(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
+    let new = || {
+        minibroker_native::NativeFrontEnd::new(
+            host.node(),
+            config.broker.max_frame_bytes,
+            &peer,
+            true,
+        )
+    };
+    let mut rng = rng(5);
+    let mut front_end = new();
+    for round in 0..iterations() {
+        let mut body = seeds[round % seeds.len()].clone();
+        mutate(&mut rng, &mut body);
+        let mut out = BytesMut::new();
+        if front_end.answer(body.into(), &mut out).await == minibroker_net::Next::Close {
+            front_end = new();
+        }
+        assert!(
+            !front_end.authenticated(),
+            "round {round}: a mutated step logged in"
+        );
+    }
+    let logins = host.node().logins();
+    assert_eq!(
+        logins.succeeded.load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
 }
 
 /// Mutated `seeds` through one Kafka front end after another (a refused request closes its

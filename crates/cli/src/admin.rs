@@ -1,7 +1,7 @@
 //! `minibroker init-producer`, `describe-producers` and `producers`.
 
 use anyhow::Result;
-use minibroker_client::{Client, ClientConfig};
+use minibroker_client::Client;
 
 use minibroker_protocol::ProducerState;
 
@@ -32,7 +32,8 @@ pub struct DescribeArgs {
 }
 
 pub async fn init_producer(args: InitArgs) -> Result<()> {
-    let client = Client::connect(&args.broker, ClientConfig::default()).await?;
+    let client =
+        Client::connect(&args.broker, crate::connect::client_config(&args.broker)?).await?;
     let identity = client.init_producer(args.producer_id).await?;
     if args.json {
         let line =
@@ -48,7 +49,11 @@ pub async fn init_producer(args: InitArgs) -> Result<()> {
 }
 
 pub async fn describe_producers(args: DescribeArgs) -> Result<()> {
-    let client = Client::connect(&args.target.topic.broker, ClientConfig::default()).await?;
+    let client = Client::connect(
+        &args.target.topic.broker,
+        crate::connect::client_config(&args.target.topic.broker)?,
+    )
+    .await?;
     let producers = client
         .describe_producers(&args.target.topic.topic, args.target.partition)
         .await?;
@@ -68,7 +73,11 @@ pub struct ProducersArgs {
 
 /// `producers --topic T`: the producer state of every partition of a topic, a page at a time.
 pub async fn producers(args: ProducersArgs) -> Result<()> {
-    let client = Client::connect(&args.target.broker, ClientConfig::default()).await?;
+    let client = Client::connect(
+        &args.target.broker,
+        crate::connect::client_config(&args.target.broker)?,
+    )
+    .await?;
     let topic = client.describe_topic(&args.target.topic).await?;
     for partition in &topic.partitions {
         let producers = client

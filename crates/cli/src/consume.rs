@@ -1,7 +1,7 @@
 //! `minibroker consume`: every record of a partition from an offset to the current end.
 
 use anyhow::Result;
-use minibroker_client::{Client, ClientConfig, ConsumedRecord, DecodedBatch, PartitionReader};
+use minibroker_client::{Client, ConsumedRecord, DecodedBatch, PartitionReader};
 use serde_json::{Map, Value, json};
 use std::io::Write;
 
@@ -21,7 +21,11 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> Result<()> {
-    let client = Client::connect(&args.target.topic.broker, ClientConfig::default()).await?;
+    let client = Client::connect(
+        &args.target.topic.broker,
+        crate::connect::client_config(&args.target.topic.broker)?,
+    )
+    .await?;
     let mut reader = PartitionReader::new(
         &client,
         &args.target.topic.topic,

@@ -13,6 +13,7 @@ mod admin;
 mod bench;
 mod certificates;
 mod check_data;
+mod connect;
 mod consume;
 mod demo;
 mod demo_transactions;
@@ -39,6 +40,8 @@ struct Cli {
     /// shippers.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    #[command(flatten)]
+    security: connect::Security,
     #[command(subcommand)]
     command: Command,
 }
@@ -131,6 +134,7 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<()> {
+    connect::set(cli.security.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -46,7 +46,7 @@ pub async fn run(args: Args) -> Result<()> {
     let config = ProducerConfig {
         client: ClientConfig {
             request_timeout: Duration::from_millis(args.timeout_ms),
-            ..ClientConfig::default()
+            ..crate::connect::client_config(&args.target.broker)?
         },
         ..ProducerConfig::default()
     };

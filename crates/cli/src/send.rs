@@ -1,7 +1,7 @@
 //! `minibroker send`: one raw produce request, exactly as given — the way to try the rule by hand.
 
 use anyhow::{Context, Result};
-use minibroker_client::{Client, ClientConfig, NewRecord};
+use minibroker_client::{Client, NewRecord};
 use minibroker_records::Writer;
 
 use crate::target::PartitionArgs;
@@ -69,7 +69,11 @@ pub async fn run(args: Args) -> Result<()> {
     };
     let batch = minibroker_records::encode(writer, &records, minibroker_records::now_millis())
         .context("building the record batch")?;
-    let client = Client::connect(&args.target.topic.broker, ClientConfig::default()).await?;
+    let client = Client::connect(
+        &args.target.topic.broker,
+        crate::connect::client_config(&args.target.topic.broker)?,
+    )
+    .await?;
     let response = client
         .produce(&args.target.topic.topic, args.target.partition, &batch)
         .await?;

@@ -1,7 +1,7 @@
 //! `minibroker topic create|list|describe|delete`: topics by hand, over the native protocol.
 
 use anyhow::Result;
-use minibroker_client::{Client, ClientConfig};
+use minibroker_client::Client;
 use serde_json::json;
 
 use crate::target::TopicArgs;
@@ -57,7 +57,11 @@ pub struct Args {
 pub async fn run(args: Args) -> Result<()> {
     let connect = |broker: &str| {
         let broker = broker.to_owned();
-        async move { Client::connect(&broker, ClientConfig::default()).await }
+        async move {
+            Client::connect(&broker, crate::connect::client_config(&broker)?)
+                .await
+                .map_err(anyhow::Error::from)
+        }
     };
     match args.command {
         Command::Create {

@@ -1,7 +1,7 @@
 //! `minibroker verify`: read a topic back and check exactly-once.
 
 use anyhow::{Context, Result, bail};
-use minibroker_client::{Client, ClientConfig};
+use minibroker_client::Client;
 use std::path::PathBuf;
 
 /// Flags of `verify`.
@@ -52,7 +52,7 @@ pub async fn run(args: Args) -> Result<()> {
         }
         (_, Some(kafka)) => minibroker_verify::verify_kafka(kafka, &args.topic, expected).await?,
         (Some(broker), None) => {
-            let client = Client::connect(broker, ClientConfig::default()).await?;
+            let client = Client::connect(broker, crate::connect::client_config(broker)?).await?;
             let total = client.describe_topic(&args.topic).await.ok().map(|t| {
                 t.partitions
                     .iter()

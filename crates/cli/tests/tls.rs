@@ -406,3 +406,81 @@ fn over_ssl_a_client_certificate_is_its_principal() {
     let logged = broker.logged();
     assert!(logged.contains("principal=User:ANONYMOUS"), "{logged}");
 }
+
+#[test]
+fn the_native_commands_speak_tls_and_log_in_with_the_same_users_and_acls() {
+    let dir = tempfile::tempdir().unwrap();
+    prepare(dir.path());
+    let broker = broker(
+        dir.path(),
+        "SASL_SSL",
+        "server.pem",
+        "server.key",
+        "listen_security_protocol = \"SASL_SSL\"\n",
+    );
+    let ca = path(&dir.path().join("pki"), "ca.pem");
+    std::fs::write(dir.path().join("password"), format!("{PASSWORD}\n")).unwrap();
+    let password = path(dir.path(), "password");
+    let login = |user: &'static str| {
+        vec![
+            "--tls-ca".to_owned(),
+            ca.clone(),
+            "--tls-server-name".to_owned(),
+            "localhost".to_owned(),
+            "--login-user".to_owned(),
+            user.to_owned(),
+            "--login-password-file".to_owned(),
+            password.clone(),
+        ]
+    };
+    let run = |args: &[&str], login: &[String], stdin: &str| {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .args(login)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let produced = run(
+        &["produce", "--broker", &broker.addr, "--topic", "t-native"],
+        &login("alice"),
+        "one\ntwo\n",
+    );
+    assert!(
+        produced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&produced.stderr)
+    );
+    let consume = [
+        "consume",
+        "--broker",
+        &broker.addr,
+        "--topic",
+        "t-native",
+        "--partition",
+        "0",
+    ];
+    let consumed = run(&consume, &login("alice"), "");
+    assert_eq!(String::from_utf8_lossy(&consumed.stdout).lines().count(), 2);
+    // Bob may read t-shared only; without a login nothing is served.
+    let refused = run(&consume, &login("bob"), "");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("NOT_AUTHORIZED"));
+    let anonymous = run(&consume, &["--tls-ca".to_owned(), ca.clone()], "");
+    assert!(String::from_utf8_lossy(&anonymous.stderr).contains("AUTHENTICATION_REQUIRED"));
+    let plaintext = run(&consume, &[], "");
+    assert!(
+        String::from_utf8_lossy(&plaintext.stderr).contains("speaks TLS"),
+        "{}",
+        String::from_utf8_lossy(&plaintext.stderr)
+    );
+}

@@ -24,7 +24,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{Encoder, FramedRead};
 
@@ -41,6 +40,10 @@ pub struct ClientConfig {
     pub max_frame_bytes: usize,
     /// Requests queued for the connection task before `send` waits.
     pub queue_depth: usize,
+    /// Speak TLS to the broker.
+    pub tls: Option<crate::ClientTls>,
+    /// Log in first.
+    pub login: Option<crate::Credentials>,
 }
 
 impl Default for ClientConfig {
@@ -50,11 +53,17 @@ impl Default for ClientConfig {
             request_timeout: Duration::from_secs(10),
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             queue_depth: 256,
+            tls: None,
+            login: None,
         }
     }
 }
 
 type Reply = oneshot::Sender<Result<Response, ClientError>>;
+
+/// The two directions of a connection: a TCP socket's halves, or a TLS session's.
+type ReadHalf = Box<dyn tokio::io::AsyncRead + Unpin + Send>;
+type WriteHalf = Box<dyn tokio::io::AsyncWrite + Unpin + Send>;
 
 /// A request on its way to the connection task.
 struct Outgoing {
@@ -99,10 +108,11 @@ impl Future for PendingResponse {
 }
 
 impl Client {
-    /// Connects to `addr`.
+    /// Connects to `addr` (in a TLS session, and logged in, when `config` says so).
     ///
     /// # Errors
-    /// [`ClientError::Connect`] if the connection cannot be made within the connect timeout.
+    /// [`ClientError::Connect`] if the connection (or its TLS handshake) cannot be made within
+    /// the connect timeout; a refused login (see [`Self::login`]).
     pub async fn connect(addr: &str, config: ClientConfig) -> Result<Self, ClientError> {
         let connect_error = |source| ClientError::Connect {
             addr: addr.to_owned(),
@@ -118,15 +128,45 @@ impl Client {
             })?
             .map_err(connect_error)?;
         stream.set_nodelay(true).map_err(connect_error)?;
+        let (read_half, write_half): (ReadHalf, WriteHalf) = match &config.tls {
+            None => {
+                let (read_half, write_half) = stream.into_split();
+                (Box::new(read_half), Box::new(write_half))
+            }
+            Some(tls) => {
+                let connector = tokio_rustls::TlsConnector::from(Arc::clone(&tls.config));
+                let handshake = connector.connect(tls.server_name.clone(), stream);
+                let session = tokio::time::timeout(config.connect_timeout, handshake)
+                    .await
+                    .map_err(|_| {
+                        connect_error(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "the TLS handshake timed out",
+                        ))
+                    })?
+                    .map_err(connect_error)?;
+                let (read_half, write_half) = tokio::io::split(session);
+                (Box::new(read_half), Box::new(write_half))
+            }
+        };
         let (tx, rx) = mpsc::channel(config.queue_depth.max(1));
-        tokio::spawn(connection_task(stream, rx, config.max_frame_bytes));
-        Ok(Self {
+        tokio::spawn(connection_task(
+            read_half,
+            write_half,
+            rx,
+            config.max_frame_bytes,
+        ));
+        let client = Self {
             outgoing: tx,
             next_correlation_id: AtomicU32::new(1),
             request_timeout: config.request_timeout,
             max_frame_bytes: config.max_frame_bytes,
             peer: addr.to_owned(),
-        })
+        };
+        if let Some(credentials) = &config.login {
+            client.login(credentials).await?;
+        }
+        Ok(client)
     }
 
     /// The address this client connected to.
@@ -349,11 +389,11 @@ fn unexpected(expected: &'static str, response: Response) -> ClientError {
 
 /// Owns the socket: writes queued frames, routes answers, fails everyone on disconnect.
 async fn connection_task(
-    stream: TcpStream,
+    read_half: ReadHalf,
+    write_half: WriteHalf,
     mut outgoing: mpsc::Receiver<Outgoing>,
     max_frame_bytes: usize,
 ) {
-    let (read_half, write_half) = stream.into_split();
     let mut reader = FramedRead::new(read_half, FrameCodec::new(max_frame_bytes));
     let mut writer = BufWriter::new(write_half);
     let mut waiting = Waiters::default();
@@ -376,6 +416,13 @@ async fn connection_task(
                     }
                     Err(error) => break ConnectionEnd::Undecodable(error),
                 },
+                // A TLS alert or handshake record read as a frame length (0x15 or 0x16, then
+                // the version 0x0303): the client spoke plaintext to a TLS listener.
+                Some(Err(minibroker_protocol::ProtocolError::FrameTooLarge { size, .. }))
+                    if matches!(size >> 8, 0x15_0303 | 0x16_0303) =>
+                {
+                    break ConnectionEnd::TlsSpoken;
+                }
                 Some(Err(error)) => break ConnectionEnd::Read(error),
                 None => break ConnectionEnd::Closed,
             },
@@ -394,7 +441,7 @@ async fn connection_task(
 
 /// Writes `first` and every request already queued behind it, then flushes once.
 async fn write_queued(
-    writer: &mut BufWriter<OwnedWriteHalf>,
+    writer: &mut BufWriter<WriteHalf>,
     outgoing: &mut mpsc::Receiver<Outgoing>,
     waiting: &mut Waiters,
     first: Outgoing,

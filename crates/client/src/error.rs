@@ -31,6 +31,9 @@ pub enum ConnectionEnd {
     /// The broker closed the connection.
     #[error("closed by the broker")]
     Closed,
+    /// What came back was a TLS record, not a frame: the listener speaks TLS.
+    #[error("the broker's listener speaks TLS: connect with --tls-ca (its CA certificate)")]
+    TlsSpoken,
 }
 
 /// A request that did not get a usable answer.

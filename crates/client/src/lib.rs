@@ -25,6 +25,7 @@ mod client;
 mod error;
 mod producer;
 mod reader;
+mod security;
 
 pub use client::{Client, ClientConfig, PendingResponse};
 pub use error::{ClientError, ConnectionEnd, ProducerError};
@@ -32,3 +33,4 @@ pub use minibroker_protocol as protocol;
 pub use minibroker_records::{ConsumedRecord, DecodedBatch, NewRecord};
 pub use producer::{Ack, Producer, ProducerConfig, ProducerStats};
 pub use reader::PartitionReader;
+pub use security::{ClientTls, Credentials, LoginMechanism};

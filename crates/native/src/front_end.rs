@@ -1,19 +1,33 @@
 //! [`NativeFrontEnd`]: decode a request frame, call the broker core, encode the answer. The only
 //! place that knows both the native wire types and the core's domain types; every error kind is
 //! mapped to its wire code here, once.
+//!
+//! On a listener that asks for a login (`listen_security_protocol` SASL_PLAINTEXT or SASL_SSL)
+//! only Authenticate is served until the connection has logged in — the same SASL exchange and
+//! users as the Kafka listener's (`minibroker_net::login`); anything else is answered
+//! AUTHENTICATION_REQUIRED and the connection closes. With `acls_file` set, each request asks
+//! what its Kafka counterpart asks (`minibroker_net::access`): produce Write on the topic (and
+//! Create to create it) with a producer id of the principal's own, fetch Read, init-producer
+//! IdempotentWrite on the cluster or Write on a topic, describe-producers Read, metadata
+//! Describe (others are left out), create-topic Create, delete-topic Delete, describe-topic
+//! Describe; a refusal is NOT_AUTHORIZED.
 
 use bytes::{Bytes, BytesMut};
 use minibroker_broker::{
     Broker, BrokerError, ErrorKind, Fetched, Isolation, ProducerPage, Unacknowledged,
 };
+use minibroker_net::access::{Guard, ProducerUse};
 use minibroker_net::framing::FramingError;
+use minibroker_net::login::{Choice, Session, Step};
 use minibroker_net::timings::ConnectionTimings;
-use minibroker_net::{FrontEnd, Next, Node};
+use minibroker_net::{FrontEnd, Next, Node, Peer};
 use minibroker_protocol::{
-    BadFrame, DescribeProducersResponse, DescribeTopicResponse, ErrorCode, ErrorResponse,
-    FetchResponse, FrameCodec, InitProducerResponse, MetadataResponse, PartitionDescription,
-    ProduceResponse, ProducerState, ProtocolError, Request, Response, TopicMetadata, codec,
+    AuthenticateResponse, BadFrame, DescribeProducersResponse, DescribeTopicResponse, ErrorCode,
+    ErrorResponse, FetchResponse, FrameCodec, InitProducerResponse, MetadataResponse,
+    PartitionDescription, ProduceResponse, ProducerState, ProtocolError, Request, Response,
+    TopicMetadata, codec,
 };
+use minibroker_security::{Operation, ResourceType};
 use std::sync::Arc;
 use tokio_util::codec::Encoder;
 
@@ -35,13 +49,28 @@ pub struct NativeFrontEnd {
     codec: FrameCodec,
     /// Request latencies, when metrics are on.
     timings: Option<ConnectionTimings>,
+    /// Where the connection is in its login.
+    session: Session,
+    /// Who the requests are authorised as, and the ACLs the current one is judged by.
+    guard: Guard,
 }
 
 impl FrontEnd for NativeFrontEnd {
     async fn answer(&mut self, frame: Bytes, out: &mut BytesMut) -> Next {
-        // Every native request is served without waiting (a produce's write and fsync wait in
-        // `store_answered`), so the future holds nothing across an await.
+        // A login step may wait (PLAIN's PBKDF2, a failure's delay); every other native request
+        // is served without waiting (a produce's write and fsync wait in `store_answered`).
+        if let Ok((correlation_id, Request::Authenticate(step))) = codec::decode_request(&frame) {
+            let mechanism = step.mechanism.to_owned();
+            let token = Bytes::copy_from_slice(step.token);
+            return self
+                .authenticate(correlation_id, &mechanism, token, out)
+                .await;
+        }
         self.answer_now(&frame, out)
+    }
+
+    fn authenticated(&self) -> bool {
+        self.session.lets_through()
     }
 
     async fn store_answered(&mut self) -> Result<(), BrokerError> {
@@ -70,6 +99,18 @@ impl FrontEnd for NativeFrontEnd {
 impl NativeFrontEnd {
     /// Serves one frame and encodes its answer into `out`.
     fn answer_now(&mut self, frame: &Bytes, out: &mut BytesMut) -> Next {
+        if !self.session.lets_through() || self.session.expired() {
+            // As the Kafka listener: nothing but the login before the login.
+            let correlation_id = codec::decode_request(frame).map_or(0, |(id, _)| id);
+            tracing::info!("a request before authentication; closing the connection");
+            let response = Response::Error(ErrorResponse::new(
+                ErrorCode::AuthenticationRequired,
+                "log in first (Authenticate); closing the connection",
+            ));
+            self.encode_error(correlation_id, &response, out);
+            return Next::Close;
+        }
+        self.guard.refresh();
         let (correlation_id, response) = self.respond(frame);
         match self.codec.encode((correlation_id, &response), out) {
             Ok(()) => {}
@@ -92,11 +133,13 @@ impl NativeFrontEnd {
         Next::Continue
     }
 
-    /// A front end for one connection to `node`'s broker, with answers of at most
-    /// `max_frame_bytes`.
+    /// A front end for one connection to `node`'s broker from `peer`, with answers of at most
+    /// `max_frame_bytes`, asking for a login first when `login` is set.
     #[must_use]
-    pub fn new(node: &Node, max_frame_bytes: usize) -> Self {
+    pub fn new(node: &Node, max_frame_bytes: usize, peer: &Peer, login: bool) -> Self {
         Self {
+            session: node.session(login),
+            guard: node.guard(peer),
             unacknowledged: Unacknowledged::default(),
             max_frame_bytes,
             codec: FrameCodec::new(max_frame_bytes),
@@ -104,6 +147,128 @@ impl NativeFrontEnd {
                 .timings()
                 .map(|timings| ConnectionTimings::new(Arc::clone(timings), "native")),
             broker: Arc::clone(node.broker()),
+        }
+    }
+
+    /// One login step: the mechanism chosen by the first, then its tokens. A failed login is
+    /// answered AUTHENTICATION_FAILED (after the failure delay) and the connection closes.
+    async fn authenticate(
+        &mut self,
+        correlation_id: u32,
+        mechanism: &str,
+        token: Bytes,
+        out: &mut BytesMut,
+    ) -> Next {
+        let refuse = |this: &mut Self, message: String, out: &mut BytesMut| {
+            let response =
+                Response::Error(ErrorResponse::new(ErrorCode::AuthenticationFailed, message));
+            this.encode_error(correlation_id, &response, out);
+            Next::Close
+        };
+        if self.session.expects_mechanism() {
+            match self.session.choose(mechanism) {
+                Choice::Chosen => {}
+                Choice::Unsupported => {
+                    let offered = self
+                        .session
+                        .settings()
+                        .map(|s| s.mechanism_names().join(", "))
+                        .unwrap_or_default();
+                    return refuse(
+                        self,
+                        format!("mechanism {mechanism:?} not offered; offered: {offered}"),
+                        out,
+                    );
+                }
+                Choice::IllegalState => {
+                    return refuse(
+                        self,
+                        "this listener asks for no login, or it is done".into(),
+                        out,
+                    );
+                }
+            }
+        }
+        let answer = match self.session.step(token).await {
+            Step::Challenge(token) => AuthenticateResponse {
+                token: Bytes::from(token),
+                complete: false,
+                session_lifetime_ms: 0,
+            },
+            Step::LoggedIn {
+                user,
+                last,
+                lifetime,
+            } => {
+                self.guard.logged_in(&user);
+                AuthenticateResponse {
+                    token: Bytes::from(last),
+                    complete: true,
+                    session_lifetime_ms: lifetime
+                        .map_or(0, |l| u64::try_from(l.as_millis()).unwrap_or(u64::MAX)),
+                }
+            }
+            Step::Failed(message) => return refuse(self, message, out),
+            Step::IllegalState => {
+                return refuse(self, "an Authenticate out of turn".into(), out);
+            }
+        };
+        self.encode_error(correlation_id, &Response::Authenticate(answer), out);
+        Next::Continue
+    }
+
+    /// NOT_AUTHORIZED, naming what the principal may not do.
+    fn denied(&self, operation: Operation, resource: &str) -> Response {
+        Response::Error(ErrorResponse::new(
+            ErrorCode::NotAuthorized,
+            format!("{} may not {operation} {resource}", self.guard.principal()),
+        ))
+    }
+
+    /// The refusal of `request` by the ACLs, if they refuse it (see the module docs).
+    fn refusal(&self, request: &Request<'_>) -> Option<Response> {
+        if !self.guard.is_on() {
+            return None;
+        }
+        let topic = |operation: Operation, name: &str| {
+            (!self.guard.may(operation, ResourceType::Topic, name))
+                .then(|| self.denied(operation, &format!("TOPIC {name}")))
+        };
+        match request {
+            Request::Produce(produce) => topic(Operation::Write, produce.topic)
+                .or_else(|| {
+                    let missing = self.broker.topic(produce.topic, false).is_err();
+                    (missing && !self.guard.may_create_topic(produce.topic)).then(|| {
+                        self.denied(Operation::Create, &format!("TOPIC {}", produce.topic))
+                    })
+                })
+                .or_else(|| {
+                    let producer_id = minibroker_records::inspect(produce.batch).ok()?.producer_id;
+                    match self.guard.producer_use(producer_id) {
+                        ProducerUse::Allowed => None,
+                        ProducerUse::Refused => Some(Response::Error(ErrorResponse::new(
+                            ErrorCode::NotAuthorized,
+                            format!(
+                                "producer id {producer_id} was not issued to {}",
+                                self.guard.principal()
+                            ),
+                        ))),
+                        ProducerUse::StorageFailed => Some(Response::Error(ErrorResponse::new(
+                            ErrorCode::StorageError,
+                            "the producer-owners file could not be written",
+                        ))),
+                    }
+                }),
+            Request::Fetch(fetch) => topic(Operation::Read, fetch.topic),
+            Request::DescribeProducers(describe) => topic(Operation::Read, describe.topic),
+            Request::DescribeTopic(describe) => topic(Operation::Describe, describe.topic),
+            Request::DeleteTopic(delete) => topic(Operation::Describe, delete.topic)
+                .or_else(|| topic(Operation::Delete, delete.topic)),
+            Request::CreateTopic(create) => (!self.guard.may_create_topic(create.topic))
+                .then(|| self.denied(Operation::Create, &format!("TOPIC {}", create.topic))),
+            Request::InitProducer(_) => (!self.guard.may_write_idempotently())
+                .then(|| self.denied(Operation::IdempotentWrite, "CLUSTER kafka-cluster")),
+            Request::Metadata | Request::Authenticate(_) => None,
         }
     }
 
@@ -121,7 +286,10 @@ impl NativeFrontEnd {
                 tracing::trace!(correlation_id, kind = request.kind(), "request");
                 let kind = request.kind();
                 let started = self.timings.as_ref().map(ConnectionTimings::start);
-                let handled = self.handle(request);
+                let handled = match self.refusal(&request) {
+                    Some(refused) => Ok(refused),
+                    None => self.handle(request),
+                };
                 if let (Some(timings), Some(started)) = (&mut self.timings, started) {
                     timings.record_since(kind, started);
                 }
@@ -189,7 +357,17 @@ impl NativeFrontEnd {
                 Response::Fetch(fetch_response(fetched))
             }
             Request::InitProducer(init) => {
-                let identity = broker.init_producer(init.producer_id)?;
+                // With authorisation on, only the id's owner may bump it: anyone else gets a
+                // new id.
+                let known = init.producer_id.filter(|&id| self.guard.owns_producer(id));
+                let identity = broker.init_producer(known)?;
+                if let Err(error) = self.guard.record_producer(identity.producer_id) {
+                    tracing::warn!(%error, "the producer-owners file could not be written");
+                    return Ok(Response::Error(ErrorResponse::new(
+                        ErrorCode::StorageError,
+                        "the producer-owners file could not be written",
+                    )));
+                }
                 Response::InitProducer(InitProducerResponse {
                     producer_id: identity.producer_id,
                     epoch: identity.epoch,
@@ -237,12 +415,22 @@ impl NativeFrontEnd {
                 topics: broker
                     .metadata()
                     .into_iter()
+                    // Only what the principal may describe.
+                    .filter(|topic| {
+                        self.guard
+                            .may_see(Operation::Describe, ResourceType::Topic, &topic.name)
+                    })
                     .map(|topic| TopicMetadata {
                         name: topic.name,
                         partitions: topic.partitions,
                     })
                     .collect(),
             }),
+            // Served before the request reaches here (`answer`); one out of turn is refused.
+            Request::Authenticate(_) => Response::Error(ErrorResponse::new(
+                ErrorCode::AuthenticationFailed,
+                "an Authenticate out of turn",
+            )),
         })
     }
 }

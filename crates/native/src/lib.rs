@@ -17,14 +17,20 @@ use minibroker_net::{Host, HostError};
 use std::net::SocketAddr;
 use tokio::net::TcpListener;
 
-/// Serves the native protocol for `host` on `listener` until the host stops; returns the address
-/// it listens on.
+/// Serves the native protocol for `host` on `listener` until the host stops, in TLS sessions and
+/// asking for a login when `listen_security_protocol` says so; returns the address it listens
+/// on.
 ///
 /// # Errors
-/// [`HostError::Bind`] when the listener's address cannot be read.
+/// [`HostError::Bind`] when the listener's address cannot be read; [`HostError::Start`] when
+/// the certificate or key cannot be read.
 pub fn serve(host: &Host, listener: TcpListener) -> Result<SocketAddr, HostError> {
     let max_frame_bytes = host.config().broker.max_frame_bytes;
-    host.serve(listener, move |node, _peer| {
-        NativeFrontEnd::new(node, max_frame_bytes)
+    let net = &host.config().net;
+    let login = net.listen_security_protocol.uses_sasl();
+    let tls = minibroker_net::tls::listener_config(net, net.listen_security_protocol)
+        .map_err(|error| minibroker_broker::ServerError::Config(error.to_string()))?;
+    host.serve_with(listener, tls, move |node, peer| {
+        NativeFrontEnd::new(node, max_frame_bytes, peer, login)
     })
 }

@@ -241,6 +241,13 @@ impl Session {
         matches!(self.login, Login::NotAsked | Login::As(_))
     }
 
+    /// Whether the next step names the mechanism: before a login, or (a re-authentication)
+    /// after one.
+    #[must_use]
+    pub fn expects_mechanism(&self) -> bool {
+        matches!(self.login, Login::Waiting | Login::As(_))
+    }
+
     /// Whether the session is past its lifetime without a new login.
     #[must_use]
     pub fn expired(&self) -> bool {

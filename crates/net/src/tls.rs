@@ -43,7 +43,19 @@ pub enum TlsError {
 /// # Errors
 /// [`TlsError`] naming the file or the setting that cannot be used.
 pub fn server_config(net: &NetConfig) -> Result<Option<Arc<ServerConfig>>, TlsError> {
-    if !net.kafka_security_protocol.uses_tls() {
+    listener_config(net, net.kafka_security_protocol)
+}
+
+/// The TLS server configuration of a listener speaking `protocol` (the native listener's is
+/// `listen_security_protocol`): `None` without TLS.
+///
+/// # Errors
+/// As [`server_config`].
+pub fn listener_config(
+    net: &NetConfig,
+    protocol: crate::config::SecurityProtocol,
+) -> Result<Option<Arc<ServerConfig>>, TlsError> {
+    if !protocol.uses_tls() {
         return Ok(None);
     }
     configured(net, net.tls_client_auth).map(Some)

@@ -39,6 +39,33 @@ pub enum Request<'a> {
     /// A topic's partitions: offsets, bytes and producers.
     #[serde(borrow)]
     DescribeTopic(TopicRequest<'a>),
+    /// One step of a SASL login, on a listener that asks for one: the mechanism, and its next
+    /// token (PLAIN's message; SCRAM's client-first, then client-final).
+    #[serde(borrow)]
+    Authenticate(AuthenticateRequest<'a>),
+}
+
+/// One step of a login.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthenticateRequest<'a> {
+    /// The mechanism (SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN); it is chosen by the first step
+    /// and must be the same in the next.
+    pub mechanism: &'a str,
+    /// The step's token.
+    #[serde(borrow)]
+    pub token: &'a serde_bytes::Bytes,
+}
+
+/// The broker's answer to a login step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuthenticateResponse {
+    /// The broker's token: SCRAM's server-first, or its server-final once logged in.
+    pub token: Bytes,
+    /// Whether the login is done: requests are served from now on.
+    pub complete: bool,
+    /// How long the session lasts, in ms (0: for the connection's life); log in again on the
+    /// connection before it ends.
+    pub session_lifetime_ms: u64,
 }
 
 impl Request<'_> {
@@ -54,6 +81,7 @@ impl Request<'_> {
             Self::CreateTopic(_) => "create-topic",
             Self::DeleteTopic(_) => "delete-topic",
             Self::DescribeTopic(_) => "describe-topic",
+            Self::Authenticate(_) => "authenticate",
         }
     }
 }
@@ -124,6 +152,8 @@ pub enum Response {
     Done,
     /// A topic's partitions.
     DescribeTopic(DescribeTopicResponse),
+    /// A login step's answer.
+    Authenticate(AuthenticateResponse),
 }
 
 /// Create a topic.
@@ -283,6 +313,14 @@ pub enum ErrorCode {
     /// The broker could not write or sync the partition's files; the partition is read-only
     /// until the broker is restarted. Nothing of the refused batch was acknowledged.
     StorageError,
+    /// The login failed (a wrong password, an unknown user, a bad message); the connection is
+    /// closed.
+    AuthenticationFailed,
+    /// The listener asks for a login first (or the session's lifetime is over); the
+    /// connection is closed.
+    AuthenticationRequired,
+    /// The ACLs do not let the connection's principal do this.
+    NotAuthorized,
 }
 
 impl fmt::Display for ErrorCode {
@@ -303,6 +341,9 @@ impl fmt::Display for ErrorCode {
             Self::InvalidBatch => "INVALID_BATCH",
             Self::Unsupported => "UNSUPPORTED",
             Self::StorageError => "STORAGE_ERROR",
+            Self::AuthenticationFailed => "AUTHENTICATION_FAILED",
+            Self::AuthenticationRequired => "AUTHENTICATION_REQUIRED",
+            Self::NotAuthorized => "NOT_AUTHORIZED",
         };
         f.write_str(name)
     }

@@ -9,6 +9,7 @@ mod fuzz;
 mod hardening;
 mod kafka;
 mod limits;
+mod native_security;
 mod power_loss;
 mod quotas;
 mod sasl;
