@@ -6,30 +6,11 @@
 
 mod support;
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use support::{BIN, ServeProcess, kafka_script, serve_command, summary_of};
+
+use support::{ServeProcess, kafka_script, kcat, serve_command, summary_of};
 
 const PASSWORD: &str = "correct horse";
-
-fn add_user(users: &Path, name: &str) {
-    let mut child = Command::new(BIN)
-        .args(["user", "add", name, "--users-file"])
-        .arg(users)
-        .arg("--password-stdin")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(PASSWORD.as_bytes())
-        .unwrap();
-    assert!(child.wait().unwrap().success());
-}
 
 /// A broker asking for SASL logins, offering all three mechanisms, with user alice.
 fn secured(dir: &Path) -> ServeProcess {
@@ -39,7 +20,7 @@ fn secured(dir: &Path) -> ServeProcess {
 /// As [`secured`], with `extra` config lines.
 fn secured_with(dir: &Path, extra: &str) -> ServeProcess {
     let users = dir.join("users");
-    add_user(&users, "alice");
+    support::add_user(&users, "alice", PASSWORD);
     let config = dir.join("secured.toml");
     std::fs::write(
         &config,
@@ -125,23 +106,6 @@ fn a_wrong_password_and_an_unknown_user_are_refused_by_each_client() {
     assert!(logged.contains("a SCRAM login failed"), "{logged}");
     assert!(logged.contains("a PLAIN login failed"), "{logged}");
     assert!(!logged.contains("authenticated"), "{logged}");
-}
-
-fn kcat(args: &[&str], stdin: &str) -> std::process::Output {
-    let mut child = Command::new("kcat")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kcat (installed by scripts/kafka-clients)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
 }
 
 #[test]
@@ -239,8 +203,8 @@ fn confluent_kafkas_admin_client_manages_acls_and_scram_users() {
     // sent, never the password); bob may not. Dave then logs in with kcat.
     support::kafka_python();
     let dir = tempfile::tempdir().unwrap();
-    add_user(&dir.path().join("users"), "admin");
-    add_user(&dir.path().join("users"), "bob");
+    support::add_user(&dir.path().join("users"), "admin", PASSWORD);
+    support::add_user(&dir.path().join("users"), "bob", PASSWORD);
     let acls = dir.path().join("acls");
     std::fs::write(&acls, "").unwrap();
     let extra = format!(

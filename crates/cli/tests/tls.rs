@@ -12,10 +12,9 @@
 mod support;
 
 use minibroker_security::pki::{Authority, Role, Validity};
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use support::{BIN, ServeProcess, kafka_script, serve_command, summary_of};
+use std::process::Command;
+use support::{BIN, ServeProcess, kafka_script, kcat, serve_command, summary_of};
 
 const PASSWORD: &str = "correct horse";
 
@@ -26,21 +25,6 @@ fn minibroker(args: &[&str]) {
         "minibroker {args:?}: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-}
-
-fn add_user(users: &Path, name: &str) {
-    let mut child = Command::new(BIN)
-        .args(["user", "add", name, "--users-file"])
-        .arg(users)
-        .arg("--password-stdin")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(PASSWORD.as_bytes()).unwrap();
-    drop(stdin);
-    assert!(child.wait().unwrap().success());
 }
 
 fn path(dir: &Path, name: &str) -> String {
@@ -58,8 +42,8 @@ fn prepare(dir: &Path) {
         "carol",
     ]);
     let users = dir.join("users");
-    add_user(&users, "alice");
-    add_user(&users, "bob");
+    support::add_user(&users, "alice", PASSWORD);
+    support::add_user(&users, "bob", PASSWORD);
     let acls = path(dir, "acls");
     for args in [
         &[
@@ -140,23 +124,6 @@ fn security(tls: &[&str], args: &[&str]) -> serde_json::Value {
     all.extend_from_slice(args);
     let output = kafka_script("security.py", &all).output().unwrap();
     summary_of(&output, &format!("security.py {all:?}"))
-}
-
-fn kcat(args: &[&str], stdin: &str) -> std::process::Output {
-    let mut child = Command::new("kcat")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kcat (installed by scripts/kafka-clients)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
 }
 
 fn kcat_login(ca: &str, user: &str) -> Vec<String> {
@@ -434,21 +401,12 @@ fn the_native_commands_speak_tls_and_log_in_with_the_same_users_and_acls() {
         ]
     };
     let run = |args: &[&str], login: &[String], stdin: &str| {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .args(login)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
+        let all: Vec<String> = args
+            .iter()
+            .map(|a| (*a).to_owned())
+            .chain(login.iter().cloned())
+            .collect();
+        support::run_with_stdin(BIN, &all, stdin)
     };
     let produced = run(
         &["produce", "--broker", &broker.addr, "--topic", "t-native"],

@@ -164,28 +164,9 @@ pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<(), Refuse
             })?;
             w.tags()
         }
-        ApiKey::CreateAcls => {
-            w.array(7, |w| {
-                w.skip(1)?; // resource type
-                w.string()?; // resource name
-                w.skip(1)?; // pattern type
-                w.string()?; // principal
-                w.string()?; // host
-                w.skip(2)?; // operation, permission
-                w.tags()
-            })?;
-            w.tags()
-        }
-        ApiKey::DeleteAcls => {
-            w.array(7, |w| {
-                w.skip(1)?; // resource type
-                w.string()?; // resource name
-                w.skip(1)?; // pattern type
-                w.string()?; // principal
-                w.string()?; // host
-                w.skip(2)?; // operation, permission
-                w.tags()
-            })?;
+        // A creation and a deletion filter have the same layout.
+        ApiKey::CreateAcls | ApiKey::DeleteAcls => {
+            w.array(7, acl_binding)?;
             w.tags()
         }
         ApiKey::DescribeUserScramCredentials => {
@@ -214,6 +195,18 @@ pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<(), Refuse
         // EndTxn and DescribeAcls have no arrays: nothing to check.
         _ => Ok(()),
     }
+}
+
+/// An ACL creation, or a deletion filter: resource type, name, pattern type, principal, host,
+/// operation, permission.
+fn acl_binding(w: &mut Walk<'_>) -> Step {
+    w.skip(1)?; // resource type
+    w.string()?; // resource name
+    w.skip(1)?; // pattern type
+    w.string()?; // principal
+    w.string()?; // host
+    w.skip(2)?; // operation, permission
+    w.tags()
 }
 
 fn produce(w: &mut Walk<'_>) -> Step {

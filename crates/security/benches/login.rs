@@ -15,38 +15,58 @@ use std::time::{Duration, Instant};
 
 const SECRET: &[u8] = b"a server secret for stand-in salts";
 
+/// A user's credential and a client's two messages, made once: a fixed server nonce makes
+/// them replayable, so only the server's work is timed.
+struct Prepared {
+    credential: ScramCredential,
+    first: Vec<u8>,
+    client_final: Vec<u8>,
+}
+
+fn prepared(mechanism: ScramMechanism) -> Prepared {
+    let credential = ScramCredential::generate(mechanism, b"pw", 8192).expect("credential");
+    let (mut client, first) = ScramClient::start(mechanism, "alice", b"pw", "clientnonce");
+    let (_, server_first) = server_login(mechanism, &credential, &first);
+    let client_final = client.finish(&server_first).expect("client-final");
+    Prepared {
+        credential,
+        first,
+        client_final,
+    }
+}
+
+/// The server's first step.
+fn server_login(
+    mechanism: ScramMechanism,
+    credential: &ScramCredential,
+    first: &[u8],
+) -> (ScramExchange, Vec<u8>) {
+    ScramExchange::start(
+        mechanism,
+        first,
+        |_| Some(credential.clone()),
+        SECRET,
+        "servernonce",
+    )
+    .expect("server-first")
+}
+
+/// The server's two steps of one login.
+fn one_login(mechanism: ScramMechanism, prepared: &Prepared) {
+    let (exchange, _) = server_login(mechanism, &prepared.credential, &prepared.first);
+    black_box(exchange.finish(&prepared.client_final).expect("a login"));
+}
+
 fn scram_login(c: &mut Criterion) {
     let mut group = c.benchmark_group("login");
     group.throughput(Throughput::Elements(1));
     for mechanism in ScramMechanism::ALL {
-        let credential = ScramCredential::generate(mechanism, b"pw", 8192).expect("credential");
-        // The client's messages are made once (a fixed server nonce makes them replayable
-        // here): only the server's work is timed.
-        let (mut client, first) = ScramClient::start(mechanism, "alice", b"pw", "clientnonce");
-        let (_, server_first) = ScramExchange::start(
-            mechanism,
-            &first,
-            |_| Some(credential.clone()),
-            SECRET,
-            "servernonce",
-        )
-        .expect("server-first");
-        let client_final = client.finish(&server_first).expect("client-final");
+        let prepared = prepared(mechanism);
         group.bench_function(format!("{} server side", mechanism.name()), |b| {
-            b.iter(|| {
-                let (exchange, _) = ScramExchange::start(
-                    mechanism,
-                    &first,
-                    |_| Some(credential.clone()),
-                    SECRET,
-                    "servernonce",
-                )
-                .expect("server-first");
-                black_box(exchange.finish(&client_final).expect("a login"))
-            });
+            b.iter(|| one_login(mechanism, &prepared));
         });
         let mut users = Users::default();
-        users.set("alice", mechanism, credential.clone());
+        users.set("alice", mechanism, prepared.credential.clone());
         group.bench_function(
             format!("PLAIN over {} (8192 iterations)", mechanism.name()),
             |b| {
@@ -60,24 +80,16 @@ fn scram_login(c: &mut Criterion) {
 /// Logins per second one core sustains, measured directly (as many as fit in a second).
 fn logins_per_core_second() {
     for mechanism in ScramMechanism::ALL {
-        let credential = ScramCredential::generate(mechanism, b"pw", 8192).expect("credential");
-        let (mut client, first) = ScramClient::start(mechanism, "alice", b"pw", "clientnonce");
-        let start = |_: &str| Some(credential.clone());
-        let (_, server_first) =
-            ScramExchange::start(mechanism, &first, start, SECRET, "servernonce").expect("first");
-        let client_final = client.finish(&server_first).expect("client-final");
+        let prepared = prepared(mechanism);
         let mut logins = 0u64;
         let began = Instant::now();
         while began.elapsed() < Duration::from_secs(1) {
-            let (exchange, _) =
-                ScramExchange::start(mechanism, &first, start, SECRET, "servernonce")
-                    .expect("first");
-            black_box(exchange.finish(&client_final).expect("a login"));
+            one_login(mechanism, &prepared);
             logins += 1;
         }
         let scram_rate = logins as f64 / began.elapsed().as_secs_f64();
         let mut users = Users::default();
-        users.set("alice", mechanism, credential);
+        users.set("alice", mechanism, prepared.credential);
         let mut plain = 0u64;
         let began = Instant::now();
         while began.elapsed() < Duration::from_secs(1) {

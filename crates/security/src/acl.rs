@@ -30,7 +30,7 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::file::{FileError, read_text, save_atomically};
+use crate::file::{FileError, load_with, save_atomically};
 
 /// Names an enum's variants by Kafka's words and wire codes, both ways.
 macro_rules! kafka_words {
@@ -345,10 +345,7 @@ impl Acls {
     /// # Errors
     /// As [`Self::parse`], or the file cannot be read.
     pub fn load(path: &Path) -> Result<Self, FileError> {
-        match read_text(path)? {
-            Some(text) => Self::parse(&text, path),
-            None => Ok(Self::default()),
-        }
+        load_with(path, Self::parse)
     }
 
     /// The file's text.

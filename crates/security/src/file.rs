@@ -47,6 +47,17 @@ pub(crate) fn read_text(path: &Path) -> Result<Option<String>, FileError> {
     }
 }
 
+/// What the file at `path` holds, read with `parse`; `T::default()` when it does not exist.
+pub(crate) fn load_with<T: Default>(
+    path: &Path,
+    parse: fn(&str, &Path) -> Result<T, FileError>,
+) -> Result<T, FileError> {
+    match read_text(path)? {
+        Some(text) => parse(&text, path),
+        None => Ok(T::default()),
+    }
+}
+
 /// Replaces the file at `path` with `text`, atomically (written aside, synced, renamed, the
 /// directory synced), readable by its owner only.
 pub(crate) fn save_atomically(path: &Path, text: &str) -> Result<(), FileError> {

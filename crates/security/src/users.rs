@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use thiserror::Error;
 
-use crate::file::{FileError, read_text, save_atomically};
+use crate::file::{FileError, load_with, save_atomically};
 use crate::scram::{ScramCredential, ScramError, ScramMechanism};
 
 /// Why the users file could not be read or written.
@@ -99,10 +99,7 @@ impl Users {
     /// # Errors
     /// As [`Self::parse`], or the file cannot be read.
     pub fn load(path: &Path) -> Result<Self, UsersFileError> {
-        match read_text(path)? {
-            Some(text) => Self::parse(&text, path),
-            None => Ok(Self::default()),
-        }
+        load_with(path, Self::parse)
     }
 
     /// The file's text.

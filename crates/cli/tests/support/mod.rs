@@ -242,3 +242,50 @@ pub fn summary_of(output: &std::process::Output, what: &str) -> serde_json::Valu
     assert_eq!(summary["ok"], true, "{summary}");
     summary
 }
+
+/// Runs `program` with `args` and `stdin` written to it; its whole output.
+pub fn run_with_stdin<S: AsRef<std::ffi::OsStr>>(
+    program: &str,
+    args: &[S],
+    stdin: &str,
+) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|error| panic!("{program} (installed by scripts/kafka-clients): {error}"));
+    // A child that exits before reading its input is the test's to judge, not a panic here.
+    let _ = child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes());
+    child.wait_with_output().expect("output")
+}
+
+/// kcat with `args` and `stdin`.
+pub fn kcat(args: &[&str], stdin: &str) -> std::process::Output {
+    run_with_stdin("kcat", args, stdin)
+}
+
+/// `minibroker user add NAME` into `users`, with `password` on stdin.
+pub fn add_user(users: &std::path::Path, name: &str, password: &str) {
+    let users = users.display().to_string();
+    let args = [
+        "user",
+        "add",
+        name,
+        "--users-file",
+        &users,
+        "--password-stdin",
+    ];
+    let output = run_with_stdin(BIN, &args, password);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
