@@ -152,8 +152,11 @@ impl Accepted {
             let connection = self.connection(new_front_end(&self.node, &peer), started);
             return connection.run(read_half, write_half).await;
         };
+        // rustls reads the socket at most 4 KiB at a time; a buffer under it lets one read(2)
+        // bring in up to 64 KiB.
+        let buffered = tokio::io::BufReader::with_capacity(crate::tls::READ_BUFFER, stream);
         let session =
-            match tokio::time::timeout(self.authentication_timeout, tls.accept(stream)).await {
+            match tokio::time::timeout(self.authentication_timeout, tls.accept(buffered)).await {
                 Ok(Ok(session)) => session,
                 Ok(Err(error)) => {
                     tracing::info!(%error, "TLS handshake failed; closing the connection");

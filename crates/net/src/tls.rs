@@ -17,6 +17,11 @@ use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
 
 use crate::config::{ClientAuth, NetConfig};
 
+/// The read buffer under a TLS session: rustls reads at most 4 KiB per call (`READ_SIZE` in
+/// its deframer), so without one every 4 KiB of a large request costs a read(2); with it, one
+/// read(2) brings in up to this much.
+pub const READ_BUFFER: usize = 64 << 10;
+
 /// Why the TLS settings cannot be used.
 #[derive(Debug, Error)]
 pub enum TlsError {

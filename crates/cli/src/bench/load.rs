@@ -102,9 +102,11 @@ async fn connect(addr: &str, tls: Option<&ClientTls>) -> Result<(ReadHalf, Write
             (Box::new(read_half), Box::new(write_half))
         }
         Some(tls) => {
+            let buffered =
+                tokio::io::BufReader::with_capacity(minibroker_net::tls::READ_BUFFER, stream);
             let session = tls
                 .connector
-                .connect(tls.server_name.clone(), stream)
+                .connect(tls.server_name.clone(), buffered)
                 .await
                 .with_context(|| format!("TLS handshake with {addr}"))?;
             let (read_half, write_half) = tokio::io::split(session);
