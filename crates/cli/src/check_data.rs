@@ -20,6 +20,12 @@ pub fn run(args: &Args) -> Result<()> {
             &**data.storage(),
             data.root(),
         ));
+        // Which principal owns which producer id (a broker with authorisation on).
+        let owners = data.root().join("producer-owners");
+        if owners.exists() {
+            let damage = minibroker_security::ProducerOwners::check(&owners).err();
+            checked.push((owners, damage.map(|error| error.to_string())));
+        }
         checked
     })?;
     let mut out = std::io::stdout().lock();

@@ -465,3 +465,48 @@ fn check_data_finds_a_flipped_byte_in_every_kind_of_file() {
         assert!(report.contains(&line), "{line} not in {report}");
     }
 }
+
+#[test]
+fn check_data_reads_the_producer_owners_and_finds_a_flipped_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let acls = dir.path().join("acls");
+    let settings = format!(
+        "acls_file = {:?}\nallow_everyone_if_no_acl_found = true\n",
+        acls.display().to_string()
+    );
+    let data = dir.path().join("data");
+    let config = dir.path().join("owners.toml");
+    std::fs::write(&config, settings).unwrap();
+    let addr = free_addr();
+    let mut command = DurableServer::command(&addr, &data, "os");
+    let server = DurableServer::spawn(command.arg("--config").arg(&config), &data);
+    server.run(&["init-producer"]);
+    server.run(&["init-producer"]);
+    let data = server.terminate();
+    let owners = data.join("producer-owners");
+    let text = std::fs::read_to_string(&owners).unwrap();
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.contains("User:ANONYMOUS"))
+            .count(),
+        2,
+        "{text}"
+    );
+    let clean = check_data(&data);
+    assert!(
+        clean.status.success(),
+        "{}",
+        String::from_utf8_lossy(&clean.stdout)
+    );
+    let mut bytes = std::fs::read(&owners).unwrap();
+    let last_line = bytes.len() - 12;
+    bytes[last_line] ^= 0x01;
+    std::fs::write(&owners, bytes).unwrap();
+    let output = check_data(&data);
+    let report = String::from_utf8_lossy(&output.stdout);
+    assert!(!output.status.success(), "{report}");
+    assert!(
+        report.contains(&format!("DAMAGED {}", owners.display())),
+        "{report}"
+    );
+}

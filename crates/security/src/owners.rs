@@ -119,6 +119,18 @@ impl ProducerOwners {
         })
     }
 
+    /// Reads the file at `path` without changing it (`minibroker check-data`): how many ids it
+    /// names.
+    ///
+    /// # Errors
+    /// As [`Self::open`]: the first line that does not read, or whose checksum fails.
+    pub fn check(path: &Path) -> Result<usize, FileError> {
+        match read_text(path)? {
+            Some(text) => parse(&text, path).map(|held| held.owners.len()),
+            None => Ok(0),
+        }
+    }
+
     /// The principal `producer_id` was issued to, if it is remembered.
     #[must_use]
     pub fn owner(&self, producer_id: i64) -> Option<String> {
