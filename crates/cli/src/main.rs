@@ -127,10 +127,27 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", chain(&error));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, each said once: a cause whose text its error already holds (as
+/// `cannot connect to ADDR: Connection refused` holds `Connection refused`) is not repeated.
+fn chain(error: &anyhow::Error) -> String {
+    let mut said = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if said.contains(&text) {
+            continue;
+        }
+        if !said.is_empty() {
+            said.push_str(": ");
+        }
+        said.push_str(&text);
+    }
+    said
 }
 
 fn run(cli: Cli) -> Result<()> {

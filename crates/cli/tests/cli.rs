@@ -873,3 +873,32 @@ fn bench_tls_measures_the_plain_and_the_tls_listener_alike() {
     assert_eq!(report["errors"].as_u64(), Some(0), "{report}");
     assert!(report["tls_over_plain_mb_per_sec"].as_f64().is_some());
 }
+
+#[test]
+fn produce_where_nothing_listens_fails_within_seconds_saying_why_once() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let started = std::time::Instant::now();
+    let output = support::run_with_stdin(
+        support::BIN,
+        &["produce", "--broker", &addr, "--topic", "t"],
+        "a\n",
+    );
+    assert!(!output.status.success());
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let error = stderr
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .expect("an error line");
+    assert!(
+        error.contains(&format!("cannot connect to {addr}")),
+        "{error}"
+    );
+    assert_eq!(error.matches("Connection refused").count(), 1, "{error}");
+}

@@ -173,11 +173,24 @@ impl Producer {
             };
             match attempt.await {
                 Ok(done) => break done,
+                // Nothing listens there for a few seconds: a wrong address, not a fault to ride
+                // out (a proxy or broker still starting gets the grace).
+                Err(error) if refused(&error) && started.elapsed() >= REFUSED_GRACE => {
+                    return Err(error.into());
+                }
                 Err(error)
                     if error.is_retriable() && started.elapsed() < config.delivery_timeout =>
                 {
                     attempts += 1;
-                    tracing::debug!(%error, attempts, "retrying init-producer");
+                    if attempts == 1 && refused(&error) {
+                        tracing::warn!(%error, addr, "nothing listens there yet; retrying for a few seconds");
+                    } else if attempts == 1 {
+                        // Said once where people look: a broker that closes at once may be
+                        // the other protocol's listener.
+                        tracing::warn!(%error, addr, "init-producer failed; retrying (is this the native listener?)");
+                    } else {
+                        tracing::debug!(%error, attempts, "retrying init-producer");
+                    }
                     tokio::time::sleep(backoff(&config, attempts)).await;
                 }
                 Err(error) => return Err(error.into()),
@@ -510,4 +523,13 @@ fn out_of_order(topic: &str, partition: u32, sequences: SequenceRange) -> Produc
         partition,
         sequence: sequences.first(),
     }
+}
+
+/// How long a producer's first connection is retried while nothing listens at its address.
+const REFUSED_GRACE: Duration = Duration::from_secs(5);
+
+/// Whether `error` is a connection refused: no process listens at the address.
+fn refused(error: &ClientError) -> bool {
+    matches!(error, ClientError::Connect { source, .. }
+        if source.kind() == std::io::ErrorKind::ConnectionRefused)
 }
