@@ -46,7 +46,10 @@ async fn list(conn: &mut KafkaConnection, json_out: bool) -> Result<()> {
         .call(ApiKey::ListGroups, 4, &ListGroupsRequest::default())
         .await?;
     if answer.error_code != 0 {
-        bail!("ListGroups answered error {}", answer.error_code);
+        bail!(
+            "ListGroups answered {}",
+            minibroker_kafka_client::error_name(answer.error_code)
+        );
     }
     if json_out {
         let groups: Vec<_> = answer
@@ -104,7 +107,10 @@ async fn describe(conn: &mut KafkaConnection, group: &str, json_out: bool) -> Re
         .first()
         .context("DescribeGroups answered no group")?;
     if found.error_code != 0 {
-        bail!("DescribeGroups answered error {}", found.error_code);
+        bail!(
+            "DescribeGroups answered {}",
+            minibroker_kafka_client::error_name(found.error_code)
+        );
     }
     // Partition → its owner, from each member's assignment.
     let mut rows: BTreeMap<(String, i32), Row> = BTreeMap::new();

@@ -132,7 +132,10 @@ async fn describe(conn: &mut KafkaConnection, id: &str, json_out: bool) -> Resul
         bail!("no transactional id {id:?} on this broker");
     }
     if state.error_code != 0 {
-        bail!("DescribeTransactions answered error {}", state.error_code);
+        bail!(
+            "DescribeTransactions answered {}",
+            minibroker_kafka_client::error_name(state.error_code)
+        );
     }
     let partitions: Vec<String> = state
         .topics
@@ -270,9 +273,8 @@ async fn abort(conn: &mut KafkaConnection, id: &str, json_out: bool) -> Result<(
     let answer: InitProducerIdResponse = conn.call(ApiKey::InitProducerId, 4, &request).await?;
     if answer.error_code != 0 {
         bail!(
-            "the broker refused: {:?} (error {}); try again",
-            ResponseError::try_from_code(answer.error_code),
-            answer.error_code
+            "the broker refused: {}; try again",
+            minibroker_kafka_client::error_name(answer.error_code)
         );
     }
     if json_out {

@@ -253,3 +253,33 @@ impl KafkaConnection {
         }
     }
 }
+
+/// A Kafka error code as Kafka names it, with the number: `UNKNOWN_TOPIC_OR_PARTITION (3)`.
+#[must_use]
+pub fn error_name(code: i16) -> String {
+    match kafka_protocol::ResponseError::try_from_code(code) {
+        None => "NONE (0)".to_owned(),
+        Some(kafka_protocol::ResponseError::Unknown(code)) => format!("UNKNOWN ({code})"),
+        Some(error) => {
+            let mut name = String::new();
+            for (at, c) in error.to_string().chars().enumerate() {
+                if c.is_ascii_uppercase() && at > 0 {
+                    name.push('_');
+                }
+                name.push(c.to_ascii_uppercase());
+            }
+            format!("{name} ({code})")
+        }
+    }
+}
+
+#[cfg(test)]
+mod error_names {
+    #[test]
+    fn codes_are_named_as_kafka_names_them() {
+        assert_eq!(super::error_name(3), "UNKNOWN_TOPIC_OR_PARTITION (3)");
+        assert_eq!(super::error_name(29), "TOPIC_AUTHORIZATION_FAILED (29)");
+        assert_eq!(super::error_name(0), "NONE (0)");
+        assert_eq!(super::error_name(-999), "UNKNOWN (-999)");
+    }
+}

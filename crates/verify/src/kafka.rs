@@ -34,7 +34,7 @@ pub enum KafkaReadError {
     #[error("Kafka protocol error: {0}")]
     Protocol(String),
     /// The broker answered with an error code.
-    #[error("the broker answered error {code} for {what}")]
+    #[error("the broker answered {} for {what}", minibroker_kafka_client::error_name(*.code))]
     Broker {
         /// Kafka's error code.
         code: i16,

@@ -181,7 +181,10 @@ async fn init(conn: &mut KafkaConnection, transactional_id: Option<&str>) -> Res
         .with_producer_epoch(-1);
     let answer: InitProducerIdResponse = conn.call(ApiKey::InitProducerId, 4, &request).await?;
     if answer.error_code != 0 {
-        bail!("InitProducerId answered error {}", answer.error_code);
+        bail!(
+            "InitProducerId answered {}",
+            minibroker_kafka_client::error_name(answer.error_code)
+        );
     }
     Ok((answer.producer_id.0, answer.producer_epoch))
 }
@@ -286,7 +289,10 @@ async fn receive_produced(conn: &mut KafkaConnection) -> Result<u64> {
         .and_then(|t| t.partition_responses.first())
         .map_or(-1, |p| p.error_code);
     if code != 0 {
-        bail!("a produce was refused with error {code}");
+        bail!(
+            "a produce was refused with {}",
+            minibroker_kafka_client::error_name(code)
+        );
     }
     Ok(1)
 }
@@ -316,8 +322,8 @@ async fn add_partitions(
         .find(|r| r.partition_error_code != 0);
     if let Some(refused) = refused {
         bail!(
-            "AddPartitionsToTxn answered error {}",
-            refused.partition_error_code
+            "AddPartitionsToTxn answered {}",
+            minibroker_kafka_client::error_name(refused.partition_error_code)
         );
     }
     Ok(())
@@ -340,7 +346,10 @@ async fn end_with(
         .with_committed(commit);
     let answer: EndTxnResponse = conn.call(ApiKey::EndTxn, 3, &request).await?;
     if answer.error_code != 0 {
-        bail!("EndTxn answered error {}", answer.error_code);
+        bail!(
+            "EndTxn answered {}",
+            minibroker_kafka_client::error_name(answer.error_code)
+        );
     }
     Ok(())
 }

@@ -184,8 +184,8 @@ impl Wire {
             .await?;
         if answer.error_code != 0 {
             anyhow::bail!(
-                "InitProducerId failed with error code {}",
-                answer.error_code
+                "InitProducerId failed with {}",
+                minibroker_kafka_client::error_name(answer.error_code)
             );
         }
         Ok((answer.producer_id.0, answer.producer_epoch))
