@@ -112,6 +112,10 @@ async fn describe(conn: &mut KafkaConnection, group: &str, json_out: bool) -> Re
             minibroker_kafka_client::error_name(found.error_code)
         );
     }
+    // Kafka describes a group it does not know as Dead, with nothing in it.
+    if found.group_state.as_str() == "Dead" && found.members.is_empty() {
+        bail!("no group named {group:?} (the broker knows no such group)");
+    }
     // Partition → its owner, from each member's assignment.
     let mut rows: BTreeMap<(String, i32), Row> = BTreeMap::new();
     let mut members = Vec::new();

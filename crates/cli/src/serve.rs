@@ -64,6 +64,11 @@ pub async fn run(args: Args) -> Result<()> {
         config.broker.data_dir = Some(dir);
     }
     if let Some(flush) = args.flush {
+        if config.broker.data_dir.is_none() {
+            anyhow::bail!(
+                "--flush {flush} applies to a broker on disk: give --data-dir (or data_dir in the config); a broker in memory has nothing to flush"
+            );
+        }
         config.broker.flush = flush;
     }
     if let Some(listen) = args.metrics_listen {

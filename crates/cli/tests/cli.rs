@@ -902,3 +902,22 @@ fn produce_where_nothing_listens_fails_within_seconds_saying_why_once() {
     );
     assert_eq!(error.matches("Connection refused").count(), 1, "{error}");
 }
+
+#[test]
+fn serve_refuses_a_flush_policy_without_a_data_directory() {
+    let output = Command::new(BIN)
+        .args([
+            "serve",
+            "--flush",
+            "os",
+            "--listen",
+            "127.0.0.1:0",
+            "--kafka-listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("give --data-dir"), "{stderr}");
+}

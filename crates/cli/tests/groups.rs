@@ -93,6 +93,20 @@ fn a_new_member_resumes_at_the_committed_offsets() {
         "resume",
     ]);
     assert!(text.contains("LAG") && text.contains("resumed"), "{text}");
+    // A group the broker does not know is an error, not an empty Dead group.
+    let unknown = Command::new(BIN)
+        .args([
+            "groups",
+            "--kafka",
+            &server.kafka_addr,
+            "--describe",
+            "nosuch",
+        ])
+        .output()
+        .unwrap();
+    assert!(!unknown.status.success());
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert!(stderr.contains("no group named \"nosuch\""), "{stderr}");
 }
 
 fn cli_text(args: &[&str]) -> String {
