@@ -71,7 +71,7 @@ impl KafkaFrontEnd {
             } => {
                 self.guard.logged_in(&user);
                 let lifetime_ms =
-                    lifetime.map_or(0, |l| i64::try_from(l.as_millis()).unwrap_or(i64::MAX));
+                    i64::try_from(minibroker_net::login::lifetime_ms(lifetime)).unwrap_or(i64::MAX);
                 Answered {
                     answer: SaslAuthenticateResponse::default()
                         .with_auth_bytes(Bytes::from(last))

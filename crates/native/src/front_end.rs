@@ -31,6 +31,9 @@ use minibroker_security::{Operation, ResourceType};
 use std::sync::Arc;
 use tokio_util::codec::Encoder;
 
+/// A frame as the codec decoded it: the request (borrowing from the frame), or why not.
+type Decoded<'a> = Result<(u32, Request<'a>), BadFrame>;
+
 /// Bytes a native fetch answer spends on each batch besides its bytes (postcard's length prefix).
 const FETCH_BATCH_OVERHEAD: usize = 5;
 
@@ -59,14 +62,16 @@ impl FrontEnd for NativeFrontEnd {
     async fn answer(&mut self, frame: Bytes, out: &mut BytesMut) -> Next {
         // A login step may wait (PLAIN's PBKDF2, a failure's delay); every other native request
         // is served without waiting (a produce's write and fsync wait in `store_answered`).
-        if let Ok((correlation_id, Request::Authenticate(step))) = codec::decode_request(&frame) {
+        // The frame is decoded once; the request borrows from it.
+        let decoded = codec::decode_request(&frame);
+        if let Ok((correlation_id, Request::Authenticate(step))) = &decoded {
             let mechanism = step.mechanism.to_owned();
             let token = Bytes::copy_from_slice(step.token);
             return self
-                .authenticate(correlation_id, &mechanism, token, out)
+                .authenticate(*correlation_id, &mechanism, token, out)
                 .await;
         }
-        self.answer_now(&frame, out)
+        self.answer_now(decoded, out)
     }
 
     fn authenticated(&self) -> bool {
@@ -97,11 +102,11 @@ impl FrontEnd for NativeFrontEnd {
 }
 
 impl NativeFrontEnd {
-    /// Serves one frame and encodes its answer into `out`.
-    fn answer_now(&mut self, frame: &Bytes, out: &mut BytesMut) -> Next {
+    /// Serves one decoded frame and encodes its answer into `out`.
+    fn answer_now(&mut self, decoded: Decoded<'_>, out: &mut BytesMut) -> Next {
         if !self.session.lets_through() || self.session.expired() {
             // As the Kafka listener: nothing but the login before the login.
-            let correlation_id = codec::decode_request(frame).map_or(0, |(id, _)| id);
+            let correlation_id = decoded.as_ref().map_or(0, |(id, _)| *id);
             tracing::info!("a request before authentication; closing the connection");
             let response = Response::Error(ErrorResponse::new(
                 ErrorCode::AuthenticationRequired,
@@ -111,7 +116,7 @@ impl NativeFrontEnd {
             return Next::Close;
         }
         self.guard.refresh();
-        let (correlation_id, response) = self.respond(frame);
+        let (correlation_id, response) = self.respond(decoded);
         match self.codec.encode((correlation_id, &response), out) {
             Ok(()) => {}
             Err(ProtocolError::FrameTooLarge { size, max }) => {
@@ -204,8 +209,7 @@ impl NativeFrontEnd {
                 AuthenticateResponse {
                     token: Bytes::from(last),
                     complete: true,
-                    session_lifetime_ms: lifetime
-                        .map_or(0, |l| u64::try_from(l.as_millis()).unwrap_or(u64::MAX)),
+                    session_lifetime_ms: minibroker_net::login::lifetime_ms(lifetime),
                 }
             }
             Step::Failed(message) => return refuse(self, message, out),
@@ -278,10 +282,10 @@ impl NativeFrontEnd {
             tracing::warn!(%error, "an error answer did not encode");
         }
     }
-    /// Decodes and serves one frame; a frame that does not decode gets an error answer with its
+    /// Serves one decoded frame; a frame that did not decode gets an error answer with its
     /// correlation id (0 when even the header is missing).
-    fn respond(&mut self, frame: &Bytes) -> (u32, Response) {
-        match codec::decode_request(frame) {
+    fn respond(&mut self, decoded: Decoded<'_>) -> (u32, Response) {
+        match decoded {
             Ok((correlation_id, request)) => {
                 tracing::trace!(correlation_id, kind = request.kind(), "request");
                 let kind = request.kind();

@@ -190,6 +190,12 @@ pub enum Step {
     IllegalState,
 }
 
+/// A session lifetime as the wire says it: milliseconds, 0 for the connection's life.
+#[must_use]
+pub fn lifetime_ms(lifetime: Option<Duration>) -> u64 {
+    lifetime.map_or(0, |l| u64::try_from(l.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// One connection's login; see the module docs.
 #[derive(Debug)]
 pub struct Session {

@@ -78,30 +78,27 @@ impl KafkaFrontEnd {
         &self,
         request: FindCoordinatorRequest,
     ) -> FindCoordinatorResponse {
-        let response = FindCoordinatorResponse::default();
-        if request.key_type != GROUP_KEY && request.key_type != TRANSACTION_KEY {
-            return response
-                .with_error_code(ResponseError::InvalidRequest.code())
-                .with_error_message(Some(text("unknown coordinator key type")))
-                .with_node_id(BrokerId(-1))
-                .with_port(-1);
-        }
         // As Kafka: Describe on the group, or on the transactional id.
-        let refusal = if request.key_type == GROUP_KEY {
-            (!self.may(Operation::Describe, ResourceType::Group, &request.key))
-                .then_some(ResponseError::GroupAuthorizationFailed)
-        } else {
-            (!self.may(
-                Operation::Describe,
-                ResourceType::TransactionalId,
-                &request.key,
-            ))
-            .then_some(ResponseError::TransactionalIdAuthorizationFailed)
+        let denied = |resource_type, error| {
+            (!self.may(Operation::Describe, resource_type, &request.key))
+                .then(|| (error, ResponseError::to_string(&error)))
         };
-        if let Some(refusal) = refusal {
+        let refusal = match request.key_type {
+            GROUP_KEY => denied(ResourceType::Group, ResponseError::GroupAuthorizationFailed),
+            TRANSACTION_KEY => denied(
+                ResourceType::TransactionalId,
+                ResponseError::TransactionalIdAuthorizationFailed,
+            ),
+            _ => Some((
+                ResponseError::InvalidRequest,
+                "unknown coordinator key type".to_owned(),
+            )),
+        };
+        let response = FindCoordinatorResponse::default();
+        if let Some((error, message)) = refusal {
             return response
-                .with_error_code(refusal.code())
-                .with_error_message(Some(text(&refusal.to_string())))
+                .with_error_code(error.code())
+                .with_error_message(Some(text(&message)))
                 .with_node_id(BrokerId(-1))
                 .with_port(-1);
         }
