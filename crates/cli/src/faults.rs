@@ -8,37 +8,37 @@ use std::time::Duration;
 /// numbers (from 1, per direction, across all connections) where the fault always fires.
 #[derive(Debug, Clone, clap::Args)]
 pub struct FaultArgs {
-    /// Lose requests before they reach the broker.
+    /// Lose requests before they reach the broker: the fraction of frames, from 0 to 1.
     #[arg(long, value_name = "RATE")]
     drop_request: Option<f64>,
     /// Requests to lose, e.g. 3,7.
     #[arg(long, value_name = "LIST", default_value = "")]
     drop_request_at: String,
-    /// Lose responses after the broker processed the request (lost acks).
+    /// Lose responses after the broker processed the request (lost acks): the fraction of frames, from 0 to 1.
     #[arg(long, value_name = "RATE")]
     drop_response: Option<f64>,
     /// Responses to lose.
     #[arg(long, value_name = "LIST", default_value = "")]
     drop_response_at: String,
-    /// Delay requests by --delay-ms.
+    /// Delay requests by --delay-ms: the fraction of frames, from 0 to 1.
     #[arg(long, value_name = "RATE")]
     delay_request: Option<f64>,
     /// Requests to delay.
     #[arg(long, value_name = "LIST", default_value = "")]
     delay_request_at: String,
-    /// Delay responses by --delay-ms.
+    /// Delay responses by --delay-ms: the fraction of frames, from 0 to 1.
     #[arg(long, value_name = "RATE")]
     delay_response: Option<f64>,
     /// Responses to delay.
     #[arg(long, value_name = "LIST", default_value = "")]
     delay_response_at: String,
-    /// Reset both connections right after forwarding a request.
+    /// Reset both connections right after forwarding a request: the fraction of frames, from 0 to 1.
     #[arg(long, value_name = "RATE")]
     reset: Option<f64>,
     /// Requests after which to reset.
     #[arg(long, value_name = "LIST", default_value = "")]
     reset_at: String,
-    /// Hold requests back for --hold-ms, then release them (stale retries).
+    /// Hold requests back for --hold-ms, then release them (stale retries): the fraction of frames, from 0 to 1.
     #[arg(long, value_name = "RATE")]
     hold: Option<f64>,
     /// Requests to hold.

@@ -28,7 +28,7 @@ pub async fn run(args: Args) -> Result<()> {
     writeln!(stdout, "listening on {}", listener.local_addr()?)?;
     stdout.flush()?;
     drop(stdout);
-    tracing::info!(upstream = %args.upstream, ?config, "proxy started");
+    tracing::info!(upstream = %args.upstream, faults = %config, "proxy started");
     let proxy = minibroker_faults::Proxy::new(config);
     let counts = proxy.run(listener, args.upstream, shutdown).await;
     println!("proxy faults: {counts}");

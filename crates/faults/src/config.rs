@@ -1,6 +1,7 @@
 //! Which faults to inject, how often, and when.
 
 use std::collections::BTreeSet;
+use std::fmt;
 use std::time::Duration;
 use thiserror::Error;
 
@@ -106,6 +107,37 @@ pub struct FaultConfig {
     pub max_frame_bytes: usize,
 }
 
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.rate)?;
+        if !self.at.is_empty() {
+            let at: Vec<String> = self.at.iter().map(u64::to_string).collect();
+            write!(f, " at {}", at.join(","))?;
+        }
+        Ok(())
+    }
+}
+
+/// One line for logs: each fault's rate (and schedule), the delays and the seed.
+impl fmt::Display for FaultConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "drop_request={} drop_response={} delay_request={} delay_response={} reset={} \
+             hold={} delay_ms={} hold_ms={} seed={}",
+            self.drop_request,
+            self.drop_response,
+            self.delay_request,
+            self.delay_response,
+            self.reset,
+            self.hold_request,
+            self.delay.as_millis(),
+            self.hold.as_millis(),
+            self.seed
+        )
+    }
+}
+
 impl Default for FaultConfig {
     fn default() -> Self {
         Self {
@@ -141,6 +173,20 @@ mod tests {
             Fault::new(0.1, "3,x"),
             Err(FaultError::BadSchedule(_))
         ));
+    }
+
+    #[test]
+    fn settings_print_as_one_line() {
+        let config = FaultConfig {
+            drop_response: Fault::new(0.1, "3,7").unwrap(),
+            seed: 42,
+            ..FaultConfig::default()
+        };
+        assert_eq!(
+            config.to_string(),
+            "drop_request=0 drop_response=0.1 at 3,7 delay_request=0 delay_response=0 reset=0 \
+             hold=0 delay_ms=50 hold_ms=500 seed=42"
+        );
     }
 
     #[test]

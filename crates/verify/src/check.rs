@@ -227,6 +227,9 @@ pub struct Report {
     pub producers: usize,
     /// Acknowledged batches checked (0 without an expectation).
     pub acknowledged_checked: usize,
+    /// Batches written without a producer id (-1: a producer that is not idempotent). The
+    /// sequence rules do not apply to them, so they are counted, not flagged.
+    pub without_producer_id: usize,
     /// How the topic's transactions ended, when it was read `read_committed` too.
     pub transactions: Option<crate::TransactionSummary>,
     /// Everything wrong.
@@ -253,6 +256,13 @@ impl fmt::Display for Report {
                 f,
                 "acknowledged batches checked: {}",
                 self.acknowledged_checked
+            )?;
+        }
+        if self.without_producer_id > 0 {
+            writeln!(
+                f,
+                "batches without a producer id (not idempotent, no sequence rules apply): {}",
+                self.without_producer_id
             )?;
         }
         if let Some(transactions) = &self.transactions {
@@ -295,7 +305,12 @@ pub fn check(topic: &str, logs: &[PartitionLog], acknowledged: Option<&[AckedBat
     let mut stored = Stored::new();
     for log in logs {
         check_partition(log, &mut stored, &mut report);
-        producers.extend(log.batches.iter().map(|b| b.producer_id));
+        producers.extend(
+            log.batches
+                .iter()
+                .map(|b| b.producer_id)
+                .filter(|&id| id != NO_PRODUCER_ID),
+        );
     }
     report.producers = producers.len();
     for acked in acknowledged.unwrap_or_default() {
@@ -303,6 +318,9 @@ pub fn check(topic: &str, logs: &[PartitionLog], acknowledged: Option<&[AckedBat
     }
     report
 }
+
+/// The producer id of a batch written by a producer that is not idempotent.
+const NO_PRODUCER_ID: i64 = -1;
 
 /// (partition, producer, epoch, base sequence) → the stored batch.
 type Stored = HashMap<(u32, i64, i16, i32), StoredBatch>;
@@ -314,6 +332,10 @@ fn check_partition(log: &PartitionLog, stored: &mut Stored, report: &mut Report)
     for batch in &log.batches {
         report.batches += 1;
         report.records += batch.records;
+        if batch.producer_id == NO_PRODUCER_ID {
+            report.without_producer_id += 1;
+            continue;
+        }
         let key = (
             log.partition,
             batch.producer_id,
@@ -409,6 +431,23 @@ mod tests {
             partition: 0,
             batches,
         }]
+    }
+
+    #[test]
+    fn batches_without_a_producer_id_are_counted_not_flagged() {
+        let log = PartitionLog {
+            partition: 0,
+            batches: vec![
+                batch(0, -1, -1, -1),
+                batch(1, -1, -1, -1),
+                batch(2, 7, 0, 0),
+            ],
+        };
+        let report = check("t", &[log], None);
+        assert!(report.passed(), "{report}");
+        assert_eq!(report.without_producer_id, 2);
+        assert_eq!(report.producers, 1);
+        assert_eq!(report.batches, 3);
     }
 
     fn acked(producer_id: i64, epoch: i16, sequence: i32, offset: Option<i64>) -> AckedBatch {

@@ -23,6 +23,13 @@ const METADATA_VERSION: i16 = 9;
 const FETCH_VERSION: i16 = 11;
 /// Kafka's OFFSET_OUT_OF_RANGE.
 const OFFSET_OUT_OF_RANGE: i16 = 1;
+/// How long a Fetch may wait for data. Some brokers (Tansu among them) answer a Fetch that may
+/// not wait with no partition at all, so the read asks for at least one byte and lets it wait.
+const FETCH_WAIT_MS: i32 = 500;
+/// Answers without the partition, or without records below the end, retried before giving up.
+const EMPTY_ANSWER_RETRIES: u32 = 10;
+/// The pause before such a retry.
+const EMPTY_ANSWER_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Why a topic could not be read over the Kafka protocol.
 #[derive(Debug, Error)]
@@ -191,6 +198,7 @@ async fn read_partition(
     let read_committed = kind != Read::Uncommitted;
     let mut read = PartitionRead::default();
     let mut offset = 0i64;
+    let mut empty_answers = 0;
     loop {
         let wanted = FetchPartition::default()
             .with_partition(partition)
@@ -199,8 +207,8 @@ async fn read_partition(
         let request = FetchRequest::default()
             .with_replica_id(kafka_protocol::messages::BrokerId(-1))
             .with_isolation_level(i8::from(read_committed))
-            .with_max_wait_ms(0)
-            .with_min_bytes(0)
+            .with_max_wait_ms(FETCH_WAIT_MS)
+            .with_min_bytes(1)
             .with_max_bytes(1 << 20)
             .with_session_epoch(-1)
             .with_topics(vec![
@@ -209,11 +217,16 @@ async fn read_partition(
                     .with_partitions(vec![wanted]),
             ]);
         let answer: FetchResponse = conn.call(ApiKey::Fetch, FETCH_VERSION, &request).await?;
-        let data = answer
-            .responses
-            .first()
-            .and_then(|t| t.partitions.first())
-            .ok_or_else(|| KafkaReadError::Protocol("no partition in the Fetch answer".into()))?;
+        let Some(data) = answer.responses.first().and_then(|t| t.partitions.first()) else {
+            empty_answers += 1;
+            if empty_answers > EMPTY_ANSWER_RETRIES {
+                return Err(KafkaReadError::Protocol(format!(
+                    "no partition in {EMPTY_ANSWER_RETRIES} Fetch answers for {topic}/{partition} at offset {offset}"
+                )));
+            }
+            tokio::time::sleep(EMPTY_ANSWER_PAUSE).await;
+            continue;
+        };
         if data.error_code == OFFSET_OUT_OF_RANGE && data.log_start_offset > offset {
             // Older records were deleted: start where the log starts now.
             offset = data.log_start_offset;
@@ -248,8 +261,19 @@ async fn read_partition(
         } else {
             data.high_watermark
         };
-        if offset >= read.end || offset == before {
+        if offset >= read.end {
             break;
+        }
+        if offset == before {
+            // Nothing below the end came back: retry a few times (a broker may still be
+            // making it readable), then stop where the records stop.
+            empty_answers += 1;
+            if empty_answers > EMPTY_ANSWER_RETRIES {
+                break;
+            }
+            tokio::time::sleep(EMPTY_ANSWER_PAUSE).await;
+        } else {
+            empty_answers = 0;
         }
     }
     Ok(read)
