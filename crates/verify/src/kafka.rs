@@ -198,7 +198,7 @@ async fn read_partition(
     let read_committed = kind != Read::Uncommitted;
     let mut read = PartitionRead::default();
     let mut offset = 0i64;
-    let mut empty_answers = 0;
+    let mut empty_answers = EmptyAnswers::default();
     loop {
         let wanted = FetchPartition::default()
             .with_partition(partition)
@@ -218,14 +218,13 @@ async fn read_partition(
             ]);
         let answer: FetchResponse = conn.call(ApiKey::Fetch, FETCH_VERSION, &request).await?;
         let Some(data) = answer.responses.first().and_then(|t| t.partitions.first()) else {
-            empty_answers += 1;
-            if empty_answers > EMPTY_ANSWER_RETRIES {
-                return Err(KafkaReadError::Protocol(format!(
-                    "no partition in {EMPTY_ANSWER_RETRIES} Fetch answers for {topic}/{partition} at offset {offset}"
-                )));
+            if empty_answers.wait_for_another().await {
+                continue;
             }
-            tokio::time::sleep(EMPTY_ANSWER_PAUSE).await;
-            continue;
+            return Err(KafkaReadError::Protocol(format!(
+                "no partition in {} Fetch answers for {topic}/{partition} at offset {offset}",
+                empty_answers.seen
+            )));
         };
         if data.error_code == OFFSET_OUT_OF_RANGE && data.log_start_offset > offset {
             // Older records were deleted: start where the log starts now.
@@ -267,16 +266,32 @@ async fn read_partition(
         if offset == before {
             // Nothing below the end came back: retry a few times (a broker may still be
             // making it readable), then stop where the records stop.
-            empty_answers += 1;
-            if empty_answers > EMPTY_ANSWER_RETRIES {
+            if !empty_answers.wait_for_another().await {
                 break;
             }
-            tokio::time::sleep(EMPTY_ANSWER_PAUSE).await;
         } else {
-            empty_answers = 0;
+            empty_answers = EmptyAnswers::default();
         }
     }
     Ok(read)
+}
+
+/// Fetch answers in a row that brought nothing to read.
+#[derive(Debug, Default)]
+struct EmptyAnswers {
+    seen: u32,
+}
+
+impl EmptyAnswers {
+    /// Counts one more; if retries are left, pauses and returns `true`.
+    async fn wait_for_another(&mut self) -> bool {
+        self.seen += 1;
+        if self.seen > EMPTY_ANSWER_RETRIES {
+            return false;
+        }
+        tokio::time::sleep(EMPTY_ANSWER_PAUSE).await;
+        true
+    }
 }
 
 impl PartitionReads {
