@@ -256,7 +256,7 @@ async fn produce(
             .await?;
         let sent: u64 = acks.iter().map(|ack| u64::from(ack.records)).sum();
         acked_records.fetch_add(sent, Ordering::Relaxed);
-        acked.extend(acked_batches(&producer, partition, &acks));
+        acked.extend(acked_batches(&producer, partition, &acks, None));
     }
     Ok(ProducerRun {
         acked,

@@ -3,6 +3,7 @@
 
 use anyhow::{Context, Result};
 use minibroker_client::{ClientConfig, NewRecord, Producer, ProducerConfig};
+use minibroker_verify::PayloadId;
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -64,8 +65,10 @@ pub async fn run(args: Args) -> Result<()> {
     let separator = args.key_separator.clone();
     let records: Box<dyn Iterator<Item = Result<NewRecord>>> = match args.count {
         Some(count) => {
-            let prefix = format!("p{}", producer.producer_id());
-            Box::new((0..count).map(move |i| Ok(NewRecord::value(format!("{prefix}-{i}")))))
+            let first = first_payload(&producer, args.producer_id.is_some());
+            Box::new(
+                (0..count).map(move |i| Ok(NewRecord::value(first.after(i as u64).to_string()))),
+            )
         }
         None => Box::new(std::io::stdin().lock().lines().map(move |line| {
             let line = line.context("reading stdin")?;
@@ -79,6 +82,10 @@ pub async fn run(args: Args) -> Result<()> {
     let mut round: Vec<Vec<NewRecord>> = Vec::new();
     let mut batch: Vec<NewRecord> = Vec::new();
     let mut records = records.peekable();
+    // Generated records carry payload ids, so the acks file names each batch's first one.
+    let mut next_payload = args
+        .count
+        .map(|_| first_payload(&producer, args.producer_id.is_some()));
     while let Some(record) = records.next() {
         batch.push(record?);
         let last = records.peek().is_none();
@@ -93,8 +100,11 @@ pub async fn run(args: Args) -> Result<()> {
                     std::mem::take(&mut round),
                 )
                 .await?;
+            let acked = acked_batches(&producer, args.partition, &acks, next_payload);
+            next_payload =
+                next_payload.map(|id| id.after(acked.iter().map(|a| a.records as u64).sum()));
             if let Some(file) = &mut acks_file {
-                for acked in acked_batches(&producer, args.partition, &acks) {
+                for acked in acked {
                     writeln!(file, "{}", serde_json::to_string(&acked)?)?;
                 }
             }
@@ -120,6 +130,17 @@ pub async fn run(args: Args) -> Result<()> {
         producer.epoch()
     );
     Ok(())
+}
+
+/// The payload id of the first generated record: `p<producer id>-0`, or for a resumed producer
+/// `p<producer id>.<epoch>-0` (its records must not repeat an earlier instance's).
+fn first_payload(producer: &Producer, resumed: bool) -> PayloadId {
+    let instance = if resumed {
+        producer.epoch().unsigned_abs().into()
+    } else {
+        0
+    };
+    PayloadId::first(producer.producer_id().unsigned_abs(), instance)
 }
 
 /// A record from one input line: all of it as the value, or split at the first `separator` into

@@ -1,6 +1,8 @@
 //! The invariants, checked over logs already read.
 
 use minibroker_state::SequenceRange;
+
+use crate::payload::{PayloadId, StoredPayload};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -46,6 +48,8 @@ pub struct PartitionLog {
     pub partition: u32,
     /// Its batches, in offset order.
     pub batches: Vec<StoredBatch>,
+    /// Its records that carry a payload id, in offset order (of aborted transactions, none).
+    pub payloads: Vec<StoredPayload>,
 }
 
 /// A batch a producer reports as acknowledged (one JSON line in an `--expect` file).
@@ -63,6 +67,10 @@ pub struct AckedBatch {
     pub offset: Option<i64>,
     /// Records in the batch.
     pub records: usize,
+    /// The payload id of its first record, if its records carry ids (record `i` then carries
+    /// the id `i` after it): each must be stored, whatever the batch's metadata.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_payload: Option<PayloadId>,
 }
 
 /// A broken invariant.
@@ -118,6 +126,22 @@ pub enum Violation {
         acked: AckedBatch,
         /// What is stored.
         stored: StoredBatch,
+    },
+    /// The same payload id is stored more than once: a duplicate, judged by content.
+    PayloadStoredTwice {
+        /// The id.
+        id: PayloadId,
+        /// Partition and offset of the first copy.
+        first: (u32, i64),
+        /// Partition and offset of the second.
+        second: (u32, i64),
+    },
+    /// A record of an acknowledged batch is not stored: a loss, judged by content.
+    AckedPayloadMissing {
+        /// What the producer was told.
+        acked: AckedBatch,
+        /// The first of its records not stored.
+        id: PayloadId,
     },
     /// A `read_committed` consumer is shown a batch of a transaction that aborted or is still
     /// open.
@@ -191,6 +215,18 @@ impl fmt::Display for Violation {
                 stored.base_offset,
                 stored.records
             ),
+            Self::PayloadStoredTwice { id, first, second } => write!(
+                f,
+                "record {id} stored twice (partition {} offset {}, partition {} offset {})",
+                first.0, first.1, second.0, second.1
+            ),
+            Self::AckedPayloadMissing { acked, id } => write!(
+                f,
+                "partition {}: record {id} of an acknowledged batch ({} records from {}) is not stored",
+                acked.partition,
+                acked.records,
+                acked.first_payload.unwrap_or(*id)
+            ),
             Self::UncommittedVisible {
                 partition,
                 offset,
@@ -227,6 +263,8 @@ pub struct Report {
     pub producers: usize,
     /// Acknowledged batches checked (0 without an expectation).
     pub acknowledged_checked: usize,
+    /// Records that carry a payload id (each checked to be stored once).
+    pub payloads: usize,
     /// Batches written without a producer id (-1: a producer that is not idempotent). The
     /// sequence rules do not apply to them, so they are counted, not flagged.
     pub without_producer_id: usize,
@@ -258,10 +296,13 @@ impl fmt::Display for Report {
                 self.acknowledged_checked
             )?;
         }
+        if self.payloads > 0 {
+            writeln!(f, "records with a payload id checked: {}", self.payloads)?;
+        }
         if self.without_producer_id > 0 {
             writeln!(
                 f,
-                "batches without a producer id (not idempotent, no sequence rules apply): {}",
+                "batches without a producer id (not idempotent: judged by their payload ids only): {}",
                 self.without_producer_id
             )?;
         }
@@ -313,10 +354,38 @@ pub fn check(topic: &str, logs: &[PartitionLog], acknowledged: Option<&[AckedBat
         );
     }
     report.producers = producers.len();
+    let payloads = stored_payloads(logs, &mut report);
     for acked in acknowledged.unwrap_or_default() {
-        check_acknowledged(acked, &stored, &mut report);
+        check_acknowledged(acked, &stored, &payloads, &mut report);
     }
     report
+}
+
+/// Payload id → where it is stored first (partition, offset); a second copy is a violation.
+type Payloads = HashMap<PayloadId, (u32, i64)>;
+
+/// Every payload id of `logs`, each copy after the first reported.
+fn stored_payloads(logs: &[PartitionLog], report: &mut Report) -> Payloads {
+    let mut payloads = Payloads::new();
+    for log in logs {
+        for payload in &log.payloads {
+            let here = (log.partition, payload.offset);
+            match payloads.entry(payload.id) {
+                std::collections::hash_map::Entry::Occupied(first) => {
+                    report.violations.push(Violation::PayloadStoredTwice {
+                        id: payload.id,
+                        first: *first.get(),
+                        second: here,
+                    });
+                }
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(here);
+                }
+            }
+        }
+    }
+    report.payloads = payloads.len();
+    payloads
 }
 
 /// The producer id of a batch written by a producer that is not idempotent.
@@ -389,9 +458,28 @@ fn check_partition(log: &PartitionLog, stored: &mut Stored, report: &mut Report)
     }
 }
 
-/// Invariant 4 for one acknowledged batch.
-fn check_acknowledged(acked: &AckedBatch, stored: &Stored, report: &mut Report) {
+/// Invariant 4 for one acknowledged batch: by its records' payload ids if it names them, and by
+/// its producer metadata if it has any.
+fn check_acknowledged(
+    acked: &AckedBatch,
+    stored: &Stored,
+    payloads: &Payloads,
+    report: &mut Report,
+) {
     report.acknowledged_checked += 1;
+    if let Some(first) = acked.first_payload {
+        let missing = (0..acked.records as u64)
+            .map(|n| first.after(n))
+            .find(|id| !payloads.contains_key(id));
+        if let Some(id) = missing {
+            report
+                .violations
+                .push(Violation::AckedPayloadMissing { acked: *acked, id });
+        }
+    }
+    if acked.producer_id == NO_PRODUCER_ID {
+        return;
+    }
     let key = (
         acked.partition,
         acked.producer_id,
@@ -430,6 +518,7 @@ mod tests {
         vec![PartitionLog {
             partition: 0,
             batches,
+            payloads: Vec::new(),
         }]
     }
 
@@ -442,6 +531,7 @@ mod tests {
                 batch(1, -1, -1, -1),
                 batch(2, 7, 0, 0),
             ],
+            payloads: Vec::new(),
         };
         let report = check("t", &[log], None);
         assert!(report.passed(), "{report}");
@@ -458,6 +548,7 @@ mod tests {
             sequence,
             offset,
             records: 1,
+            first_payload: None,
         }
     }
 
@@ -568,5 +659,81 @@ mod tests {
             Violation::AckedButDifferent { .. }
         ));
         assert!(report.to_string().contains("FAIL"));
+    }
+
+    fn payload(offset: i64, writer: u64, index: u64) -> StoredPayload {
+        StoredPayload {
+            offset,
+            id: PayloadId::first(writer, 0).after(index),
+        }
+    }
+
+    /// A log of batches without producer ids (a producer that is not idempotent), one record
+    /// each, whose values are `payloads`.
+    fn plain_log(partition: u32, payloads: &[(i64, u64)]) -> PartitionLog {
+        PartitionLog {
+            partition,
+            batches: payloads
+                .iter()
+                .map(|&(offset, _)| batch(offset, -1, -1, -1))
+                .collect(),
+            payloads: payloads
+                .iter()
+                .map(|&(offset, index)| payload(offset, 9, index))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_payload_stored_twice_is_caught_whatever_the_metadata() {
+        let logs = [plain_log(0, &[(0, 0), (1, 1)]), plain_log(1, &[(0, 1)])];
+        let report = check("t", &logs, None);
+        assert_eq!(
+            report.violations,
+            vec![Violation::PayloadStoredTwice {
+                id: PayloadId::first(9, 0).after(1),
+                first: (0, 1),
+                second: (1, 0),
+            }]
+        );
+        assert_eq!(report.payloads, 2);
+    }
+
+    #[test]
+    fn an_acknowledged_payload_not_stored_is_caught_whatever_the_metadata() {
+        let logs = [plain_log(0, &[(0, 0), (1, 1), (2, 3)])];
+        let acked_batch = |index, records| AckedBatch {
+            partition: 0,
+            producer_id: -1,
+            epoch: -1,
+            sequence: -1,
+            offset: None,
+            records,
+            first_payload: Some(PayloadId::first(9, 0).after(index)),
+        };
+        let whole = check("t", &logs, Some(&[acked_batch(0, 2)]));
+        assert!(whole.passed(), "{whole}");
+        let report = check("t", &logs, Some(&[acked_batch(1, 2)]));
+        assert_eq!(
+            report.violations,
+            vec![Violation::AckedPayloadMissing {
+                acked: acked_batch(1, 2),
+                id: PayloadId::first(9, 0).after(2),
+            }]
+        );
+        assert!(
+            report
+                .to_string()
+                .contains("record p9-2 of an acknowledged batch")
+        );
+    }
+
+    #[test]
+    fn acks_without_payload_ids_read_as_before() {
+        let line =
+            r#"{"partition":0,"producer_id":1,"epoch":0,"sequence":0,"offset":0,"records":1}"#;
+        let acked: AckedBatch = serde_json::from_str(line).expect("an older acks line");
+        assert_eq!(acked.first_payload, None);
+        assert_eq!(serde_json::to_string(&acked).expect("encodes"), line);
     }
 }

@@ -29,6 +29,8 @@ pub struct FetchedBatch {
     pub commit: Option<bool>,
     /// Its bytes, when the read keeps them.
     pub bytes: Option<bytes::Bytes>,
+    /// Its records that carry a payload id.
+    pub payloads: Vec<crate::StoredPayload>,
 }
 
 /// A partition as a `read_uncommitted` consumer reads it and, when asked, a `read_committed`
@@ -68,7 +70,7 @@ impl fmt::Display for TransactionSummary {
 
 /// How a data batch's transaction ended, from the markers after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fate {
+pub(crate) enum Fate {
     /// Not transactional: always visible.
     Plain,
     Committed,
@@ -77,7 +79,7 @@ enum Fate {
 }
 
 /// Each data batch's fate, by base offset, from every batch and marker of a partition.
-fn fates(all: &[FetchedBatch]) -> HashMap<i64, Fate> {
+pub(crate) fn fates(all: &[FetchedBatch]) -> HashMap<i64, Fate> {
     let mut fates = HashMap::new();
     let mut pending: HashMap<i64, Vec<i64>> = HashMap::new();
     for batch in all {
@@ -201,6 +203,7 @@ mod tests {
             },
             commit: None,
             bytes: None,
+            payloads: Vec::new(),
         }
     }
 

@@ -247,6 +247,11 @@ async fn read_partition(
                 info: decoded.info,
                 commit,
                 bytes: (kind == Read::CommittedWithRecords).then(|| batch.clone()),
+                payloads: if decoded.info.control {
+                    Vec::new()
+                } else {
+                    crate::StoredPayload::of_records(&decoded.records).collect()
+                },
             });
         }
         for aborted in data.aborted_transactions.iter().flatten() {
@@ -295,16 +300,21 @@ impl EmptyAnswers {
 }
 
 impl PartitionReads {
-    /// The data batches (markers left out), for the exactly-once check.
+    /// The data batches (markers left out), for the exactly-once check, with the payload ids
+    /// of every batch whose transaction did not abort (an aborted one's records are not stored,
+    /// as a consumer sees it; their retry in a later transaction is no duplicate).
     #[must_use]
     pub fn data_log(&self) -> PartitionLog {
+        let fates = crate::isolation::fates(&self.all);
+        let data = || self.all.iter().filter(|b| !b.info.control);
         PartitionLog {
             partition: self.partition,
-            batches: self
-                .all
-                .iter()
-                .filter(|b| !b.info.control)
+            batches: data()
                 .map(|b| StoredBatch::new(b.base_offset, &b.info))
+                .collect(),
+            payloads: data()
+                .filter(|b| fates.get(&b.base_offset) != Some(&crate::isolation::Fate::Aborted))
+                .flat_map(|b| b.payloads.iter().copied())
                 .collect(),
         }
     }

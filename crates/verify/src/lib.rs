@@ -9,7 +9,10 @@
 //!    after its successor wrote);
 //! 4. given what producers report as acknowledged, every acknowledged batch is stored exactly
 //!    once, with its record count, at the offset its acknowledgement named;
-//! 5. for a transactional topic read over Kafka, a `read_committed` consumer sees exactly the
+//! 5. records whose values carry a payload id (`p<writer>-<index>`, what our producers write)
+//!    are each stored once, and every record of an acknowledged batch is stored: duplicates and
+//!    losses judged by content, whatever the batch metadata says ([`PayloadId`]);
+//! 6. for a transactional topic read over Kafka, a `read_committed` consumer sees exactly the
 //!    committed and non-transactional batches below the last stable offset ([`isolation`]).
 //!
 //! [`check`] is the pure part (tested on hand-made logs); [`read_topic`] does the fetching over
@@ -19,6 +22,7 @@
 mod check;
 pub mod isolation;
 mod kafka;
+mod payload;
 mod read;
 
 pub use check::{AckedBatch, PartitionLog, Report, StoredBatch, Violation, check};
@@ -27,6 +31,7 @@ pub use kafka::{
     KafkaReadError, PartitionRead, read_committed_values, read_topic_isolated, read_topic_kafka,
     whole_batches,
 };
+pub use payload::{PayloadId, StoredPayload};
 pub use read::{read_topic, read_topic_reporting, verify, verify_reporting};
 
 /// Reads `topic` over the Kafka protocol from `addr` and checks it, against `acknowledged` if

@@ -2,7 +2,7 @@
 
 use minibroker_client::{Client, ClientError, PartitionReader};
 
-use crate::{AckedBatch, PartitionLog, Report, StoredBatch, check};
+use crate::{AckedBatch, PartitionLog, Report, StoredBatch, StoredPayload, check};
 
 /// Reads every batch of every partition of `topic`.
 ///
@@ -34,12 +34,18 @@ pub async fn read_topic_reporting(
     let mut logs = Vec::with_capacity(info.partitions as usize);
     for partition in 0..info.partitions {
         let mut reader = PartitionReader::new(client, topic, partition, 0);
-        let mut batches = Vec::new();
+        let mut log = PartitionLog {
+            partition,
+            ..PartitionLog::default()
+        };
         while let Some(batch) = reader.next_batch().await? {
             records_read(u64::from(batch.info.record_count));
-            batches.push(StoredBatch::new(batch.base_offset, &batch.info));
+            log.batches
+                .push(StoredBatch::new(batch.base_offset, &batch.info));
+            log.payloads
+                .extend(StoredPayload::of_records(&batch.records));
         }
-        logs.push(PartitionLog { partition, batches });
+        logs.push(log);
     }
     Ok(logs)
 }

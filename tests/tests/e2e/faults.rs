@@ -277,6 +277,7 @@ async fn soak_with_every_fault_at_a_fixed_seed_stays_exactly_once() -> Result<()
                             sequence: ack.sequence,
                             offset: ack.base_offset,
                             records: ack.records as usize,
+                            first_payload: None,
                         });
                     }
                 }
