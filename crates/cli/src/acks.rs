@@ -1,30 +1,56 @@
 //! Turning a producer's acknowledgements into the verifier's expectation records.
 
-use minibroker_client::{Ack, Producer};
 use minibroker_verify::{AckedBatch, PayloadId};
 
-/// What the producer was told about `acks`, sent to `partition` in order. When the records carry
-/// payload ids, `first_payload` is the first record's; the rest follow it one per record.
+/// Assigns payload ids to acknowledged batches in the order they were sent: when the records
+/// carry ids, each batch's first is the one after the previous batch's last.
+#[derive(Debug, Clone, Copy)]
+pub struct PayloadCursor(Option<PayloadId>);
+
+impl PayloadCursor {
+    /// From `first` (the first record's id), or without ids.
+    pub fn new(first: Option<PayloadId>) -> Self {
+        Self(first)
+    }
+
+    /// The acknowledged batch of `records` records; `identity` is (partition, producer id,
+    /// epoch, sequence, offset).
+    pub fn acked(
+        &mut self,
+        (partition, producer_id, epoch, sequence, offset): (u32, i64, i16, i32, Option<i64>),
+        records: u32,
+    ) -> AckedBatch {
+        let first_payload = self.0;
+        self.0 = self.0.map(|id| id.after(u64::from(records)));
+        AckedBatch {
+            partition,
+            producer_id,
+            epoch,
+            sequence,
+            offset,
+            records: records as usize,
+            first_payload,
+        }
+    }
+}
+
+/// What the native producer was told about `acks`, sent to `partition` in order.
 pub fn acked_batches(
-    producer: &Producer,
+    producer: &minibroker_client::Producer,
     partition: u32,
-    acks: &[Ack],
-    first_payload: Option<PayloadId>,
+    acks: &[minibroker_client::Ack],
+    payloads: &mut PayloadCursor,
 ) -> Vec<AckedBatch> {
-    let mut next_payload = first_payload;
     acks.iter()
         .map(|ack| {
-            let first_payload = next_payload;
-            next_payload = next_payload.map(|id| id.after(u64::from(ack.records)));
-            AckedBatch {
+            let identity = (
                 partition,
-                producer_id: producer.producer_id(),
-                epoch: producer.epoch(),
-                sequence: ack.sequence,
-                offset: ack.base_offset,
-                records: ack.records as usize,
-                first_payload,
-            }
+                producer.producer_id(),
+                producer.epoch(),
+                ack.sequence,
+                ack.base_offset,
+            );
+            payloads.acked(identity, ack.records)
         })
         .collect()
 }

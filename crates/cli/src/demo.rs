@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::acks::acked_batches;
+use crate::acks::{PayloadCursor, acked_batches};
 use crate::bench::embedded_config;
 use crate::faults::{DefaultRates, FaultArgs};
 
@@ -256,7 +256,12 @@ async fn produce(
             .await?;
         let sent: u64 = acks.iter().map(|ack| u64::from(ack.records)).sum();
         acked_records.fetch_add(sent, Ordering::Relaxed);
-        acked.extend(acked_batches(&producer, partition, &acks, None));
+        acked.extend(acked_batches(
+            &producer,
+            partition,
+            &acks,
+            &mut PayloadCursor::new(None),
+        ));
     }
     Ok(ProducerRun {
         acked,

@@ -1,21 +1,31 @@
-//! `minibroker produce`: stdin (one record per line) or generated records, through the idempotent
-//! producer, optionally writing what was acknowledged for `verify --expect`.
+//! `minibroker produce`: stdin (one record per line) or generated records, through an idempotent
+//! producer — ours over the native protocol, or over the Kafka protocol to any Kafka-compatible
+//! broker — optionally writing what was acknowledged for `verify --expect`.
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use minibroker_client::{ClientConfig, NewRecord, Producer, ProducerConfig};
-use minibroker_verify::PayloadId;
+use minibroker_kafka_client::{KafkaProducer, KafkaProducerConfig};
+use minibroker_verify::{AckedBatch, PayloadId};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::acks::acked_batches;
-use crate::target::TopicArgs;
+use crate::acks::{PayloadCursor, acked_batches};
 
 /// Flags of `produce`.
 #[derive(Debug, clap::Args)]
+#[command(group = clap::ArgGroup::new("destination").required(true).args(["broker", "kafka"]))]
 pub struct Args {
-    #[command(flatten)]
-    target: TopicArgs,
+    /// The broker, over the native protocol (host:port).
+    #[arg(long)]
+    broker: Option<String>,
+    /// A Kafka-compatible broker (bootstrap host:port), over the Kafka protocol: our
+    /// idempotent Kafka producer, which learns the partition's leader from Metadata.
+    #[arg(long, conflicts_with = "producer_id")]
+    kafka: Option<String>,
+    /// Topic name.
+    #[arg(long)]
+    topic: String,
     /// Partition.
     #[arg(long, default_value_t = 0)]
     partition: u32,
@@ -26,10 +36,12 @@ pub struct Args {
     /// no key).
     #[arg(long, value_name = "SEP")]
     key_separator: Option<String>,
-    /// Resume as a new instance of this producer id (bumps its epoch, fencing older instances).
+    /// Resume as a new instance of this producer id (bumps its epoch, fencing older instances;
+    /// native protocol only).
     #[arg(long)]
     producer_id: Option<i64>,
-    /// Generate this many records instead of reading stdin.
+    /// Generate this many records instead of reading stdin; record i's value is its payload id,
+    /// p<producer id>-<i> (p<producer id>.<epoch>-<i> for a resumed producer).
     #[arg(long)]
     count: Option<usize>,
     /// Write each acknowledged batch as a JSON line to this file (for `verify --expect`).
@@ -40,21 +52,121 @@ pub struct Args {
     timeout_ms: u64,
 }
 
-/// Batches handed to the producer at a time; it keeps up to five of them in flight.
+/// Batches handed to the producer at a time; the native one keeps up to five of them in flight.
 const BATCHES_PER_ROUND: usize = 64;
 
+/// How long a Kafka batch may take, retries included, before `produce` gives up.
+const KAFKA_DELIVERY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// An idempotent producer of either protocol.
+enum Destination {
+    Native(Box<Producer>),
+    Kafka(Box<KafkaProducer>),
+}
+
+/// What a producer reports at the end.
+struct Summary {
+    records: u64,
+    batches: u64,
+    retries: u64,
+    duplicates: u64,
+}
+
+impl Destination {
+    async fn open(args: &Args) -> Result<Self> {
+        let timeout = Duration::from_millis(args.timeout_ms);
+        if let Some(kafka) = &args.kafka {
+            let config = KafkaProducerConfig {
+                request_timeout: timeout,
+                delivery_timeout: KAFKA_DELIVERY_TIMEOUT,
+            };
+            return Ok(Self::Kafka(Box::new(
+                KafkaProducer::connect(kafka, config).await?,
+            )));
+        }
+        let Some(broker) = &args.broker else {
+            bail!("give --broker or --kafka");
+        };
+        let config = ProducerConfig {
+            client: ClientConfig {
+                request_timeout: timeout,
+                ..crate::connect::client_config(broker)?
+            },
+            ..ProducerConfig::default()
+        };
+        let producer = match args.producer_id {
+            Some(id) => Producer::resume(broker, id, config).await?,
+            None => Producer::connect(broker, config).await?,
+        };
+        Ok(Self::Native(Box::new(producer)))
+    }
+
+    fn identity(&self) -> (i64, i16) {
+        match self {
+            Self::Native(p) => (p.producer_id(), p.epoch()),
+            Self::Kafka(p) => (p.producer_id(), p.epoch()),
+        }
+    }
+
+    /// Sends `round` to `topic`/`partition` in order and returns what was acknowledged.
+    async fn send(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        round: Vec<Vec<NewRecord>>,
+        payloads: &mut PayloadCursor,
+    ) -> Result<Vec<AckedBatch>> {
+        match self {
+            Self::Native(producer) => {
+                let acks = producer.send_batches(topic, partition, round).await?;
+                Ok(acked_batches(producer, partition, &acks, payloads))
+            }
+            Self::Kafka(producer) => {
+                let index = i32::try_from(partition).context("partition out of range")?;
+                let mut acked = Vec::with_capacity(round.len());
+                for batch in round {
+                    let ack = producer.send(topic, index, &batch).await?;
+                    let identity = (
+                        partition,
+                        producer.producer_id(),
+                        producer.epoch(),
+                        ack.sequence,
+                        ack.base_offset,
+                    );
+                    acked.push(payloads.acked(identity, ack.records));
+                }
+                Ok(acked)
+            }
+        }
+    }
+
+    fn summary(&self) -> Summary {
+        match self {
+            Self::Native(p) => {
+                let s = p.stats();
+                Summary {
+                    records: s.records,
+                    batches: s.batches,
+                    retries: s.retries,
+                    duplicates: s.duplicates,
+                }
+            }
+            Self::Kafka(p) => {
+                let s = p.stats();
+                Summary {
+                    records: s.records,
+                    batches: s.batches,
+                    retries: s.retries,
+                    duplicates: s.duplicates,
+                }
+            }
+        }
+    }
+}
+
 pub async fn run(args: Args) -> Result<()> {
-    let config = ProducerConfig {
-        client: ClientConfig {
-            request_timeout: Duration::from_millis(args.timeout_ms),
-            ..crate::connect::client_config(&args.target.broker)?
-        },
-        ..ProducerConfig::default()
-    };
-    let mut producer = match args.producer_id {
-        Some(id) => Producer::resume(&args.target.broker, id, config).await?,
-        None => Producer::connect(&args.target.broker, config).await?,
-    };
+    let mut destination = Destination::open(&args).await?;
+    let (producer_id, epoch) = destination.identity();
     let mut acks_file = match &args.acks {
         Some(path) => Some(std::io::BufWriter::new(
             std::fs::File::create(path)
@@ -62,14 +174,14 @@ pub async fn run(args: Args) -> Result<()> {
         )),
         None => None,
     };
+    // Generated records carry payload ids, so the acks file names each batch's first one.
+    let first = first_payload(producer_id, epoch, args.producer_id.is_some());
+    let mut payloads = PayloadCursor::new(args.count.map(|_| first));
     let separator = args.key_separator.clone();
     let records: Box<dyn Iterator<Item = Result<NewRecord>>> = match args.count {
-        Some(count) => {
-            let first = first_payload(&producer, args.producer_id.is_some());
-            Box::new(
-                (0..count).map(move |i| Ok(NewRecord::value(first.after(i as u64).to_string()))),
-            )
-        }
+        Some(count) => Box::new(
+            (0..count).map(move |i| Ok(NewRecord::value(first.after(i as u64).to_string()))),
+        ),
         None => Box::new(std::io::stdin().lock().lines().map(move |line| {
             let line = line.context("reading stdin")?;
             Ok(record_of(line, separator.as_deref()))
@@ -82,10 +194,6 @@ pub async fn run(args: Args) -> Result<()> {
     let mut round: Vec<Vec<NewRecord>> = Vec::new();
     let mut batch: Vec<NewRecord> = Vec::new();
     let mut records = records.peekable();
-    // Generated records carry payload ids, so the acks file names each batch's first one.
-    let mut next_payload = args
-        .count
-        .map(|_| first_payload(&producer, args.producer_id.is_some()));
     while let Some(record) = records.next() {
         batch.push(record?);
         let last = records.peek().is_none();
@@ -93,23 +201,21 @@ pub async fn run(args: Args) -> Result<()> {
             round.push(std::mem::take(&mut batch));
         }
         if round.len() == BATCHES_PER_ROUND || (last && !round.is_empty()) {
-            let acks = producer
-                .send_batches(
-                    &args.target.topic,
+            let acked = destination
+                .send(
+                    &args.topic,
                     args.partition,
                     std::mem::take(&mut round),
+                    &mut payloads,
                 )
                 .await?;
-            let acked = acked_batches(&producer, args.partition, &acks, next_payload);
-            next_payload =
-                next_payload.map(|id| id.after(acked.iter().map(|a| a.records as u64).sum()));
             if let Some(file) = &mut acks_file {
-                for acked in acked {
-                    writeln!(file, "{}", serde_json::to_string(&acked)?)?;
+                for acked in &acked {
+                    writeln!(file, "{}", serde_json::to_string(acked)?)?;
                 }
             }
             if let Some(progress) = &mut progress {
-                progress.inc(acks.iter().map(|ack| u64::from(ack.records)).sum());
+                progress.inc(acked.iter().map(|a| a.records as u64).sum());
             }
         }
     }
@@ -119,28 +225,23 @@ pub async fn run(args: Args) -> Result<()> {
     if let Some(mut file) = acks_file {
         file.flush()?;
     }
-    let stats = producer.stats();
+    let stats = destination.summary();
     println!(
-        "produced records={} batches={} retries={} duplicates_acknowledged={} producer_id={} epoch={}",
-        stats.records,
-        stats.batches,
-        stats.retries,
-        stats.duplicates,
-        producer.producer_id(),
-        producer.epoch()
+        "produced records={} batches={} retries={} duplicates_acknowledged={} producer_id={producer_id} epoch={epoch}",
+        stats.records, stats.batches, stats.retries, stats.duplicates,
     );
     Ok(())
 }
 
 /// The payload id of the first generated record: `p<producer id>-0`, or for a resumed producer
 /// `p<producer id>.<epoch>-0` (its records must not repeat an earlier instance's).
-fn first_payload(producer: &Producer, resumed: bool) -> PayloadId {
+fn first_payload(producer_id: i64, epoch: i16, resumed: bool) -> PayloadId {
     let instance = if resumed {
-        producer.epoch().unsigned_abs().into()
+        epoch.unsigned_abs().into()
     } else {
         0
     };
-    PayloadId::first(producer.producer_id().unsigned_abs(), instance)
+    PayloadId::first(producer_id.unsigned_abs(), instance)
 }
 
 /// A record from one input line: all of it as the value, or split at the first `separator` into

@@ -1,7 +1,8 @@
 //! [`KafkaConnection`]: one connection to a Kafka listener, speaking request and answer with the
 //! `kafka-protocol` crate's messages. The verifier reads topics with it, `minibroker groups`
-//! asks for groups and offsets, and the tests drive the Kafka front end with it, so the framing,
-//! the correlation ids and the header versions are written once.
+//! asks for groups and offsets, [`KafkaProducer`] produces idempotently over it, and the tests
+//! drive the Kafka front end with it, so the framing, the correlation ids and the header
+//! versions are written once.
 //!
 //! A request is framed by [`encode_request`] (length, header, body); an
 //! answer is read as a length-prefixed frame of at most [`MAX_ANSWER_BYTES`], its response
@@ -18,7 +19,11 @@ use thiserror::Error;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, ToSocketAddrs};
 
+mod producer;
 mod request;
+pub use producer::{
+    KafkaAck, KafkaProduceError, KafkaProducer, KafkaProducerConfig, KafkaProducerStats,
+};
 pub use request::{EncodeError, encode_request};
 
 /// The largest answer read (a Kafka fetch answer may be large; a frame claiming more is refused).

@@ -1,0 +1,465 @@
+//! [`KafkaProducer`]: an idempotent producer over the Kafka protocol, so exactly-once can be
+//! checked against any Kafka-compatible broker with a producer whose every retry is known.
+//!
+//! It asks the cluster for a producer id (InitProducerId), learns each partition's leader from
+//! Metadata, and sends one batch at a time per call: a v2 batch carrying the producer id, epoch
+//! and the partition's next sequence. A batch whose answer is lost (a timeout, a reset
+//! connection) is sent again as the very same bytes, so a broker that removes duplicates stores
+//! it once; retriable error codes (a leader moving, a topic still being created) refresh the
+//! metadata first. It keeps one request in flight, which is what makes every acknowledgement
+//! attributable to one batch; a producer written for speed would pipeline.
+
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, InitProducerIdRequest, InitProducerIdResponse,
+    MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use minibroker_records::{NewRecord, Writer};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+use crate::{KafkaClientError, KafkaConnection, error_name};
+
+/// Kafka's DUPLICATE_SEQUENCE_NUMBER: the batch was stored before (a broker that does not
+/// return the first copy's offset answers this).
+const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
+
+/// The versions this producer speaks: (API, lowest, highest). Produce stops at 9, the last
+/// version that names topics and carries no leader endpoints in its answer.
+const VERSIONS: [(ApiKey, i16, i16); 3] = [
+    (ApiKey::Metadata, 1, 9),
+    (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::Produce, 3, 9),
+];
+
+/// Pause before a retry, so a broker that answers at once with a retriable error is not spun on.
+const RETRY_BACKOFF: Duration = Duration::from_millis(20);
+
+/// How a [`KafkaProducer`] behaves.
+#[derive(Debug, Clone, Copy)]
+pub struct KafkaProducerConfig {
+    /// A request unanswered this long is given up and sent again on a new connection.
+    pub request_timeout: Duration,
+    /// A batch not acknowledged within this long, retries included, fails.
+    pub delivery_timeout: Duration,
+}
+
+impl Default for KafkaProducerConfig {
+    fn default() -> Self {
+        Self {
+            request_timeout: Duration::from_secs(5),
+            delivery_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Why a batch was not acknowledged.
+#[derive(Debug, Error)]
+pub enum KafkaProduceError {
+    /// A request failed for good (the bootstrap broker could not be reached, say).
+    #[error(transparent)]
+    Client(#[from] KafkaClientError),
+    /// The broker refused with an error that retrying does not cure.
+    #[error("the broker answered {} for {what}", error_name(*.code))]
+    Broker {
+        /// Kafka's error code.
+        code: i16,
+        /// What was asked.
+        what: String,
+    },
+    /// The broker does not speak a version this producer needs.
+    #[error("the broker does not support {api:?} versions {min} to {max}")]
+    Unsupported {
+        /// The API.
+        api: ApiKey,
+        /// Our lowest.
+        min: i16,
+        /// Our highest.
+        max: i16,
+    },
+    /// An answer lacks what was asked for.
+    #[error("Kafka protocol error: {0}")]
+    Protocol(String),
+    /// The records did not encode as a batch.
+    #[error(transparent)]
+    Records(#[from] minibroker_records::RecordsError),
+    /// Retries ran out.
+    #[error("{topic}/{partition}: no acknowledgement within {timeout:?}; last error: {last}")]
+    DeliveryTimeout {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The delivery timeout.
+        timeout: Duration,
+        /// What the last attempt ran into.
+        last: String,
+    },
+}
+
+/// One acknowledged batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KafkaAck {
+    /// The partition written.
+    pub partition: i32,
+    /// The batch's base sequence.
+    pub sequence: i32,
+    /// Records in it.
+    pub records: u32,
+    /// The offset of its first record, if the answer named one.
+    pub base_offset: Option<i64>,
+    /// Attempts it took (1 without a retry).
+    pub attempts: u32,
+}
+
+/// What a producer has done so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KafkaProducerStats {
+    /// Batches acknowledged.
+    pub batches: u64,
+    /// Records acknowledged.
+    pub records: u64,
+    /// Requests sent again.
+    pub retries: u64,
+    /// Answers DUPLICATE_SEQUENCE_NUMBER (a retry of a stored batch, recognised as such).
+    pub duplicates: u64,
+}
+
+/// An idempotent producer over the Kafka protocol.
+#[derive(Debug)]
+pub struct KafkaProducer {
+    bootstrap: String,
+    config: KafkaProducerConfig,
+    producer_id: i64,
+    epoch: i16,
+    versions: HashMap<ApiKey, i16>,
+    /// Broker id → host:port, from Metadata.
+    brokers: HashMap<i32, String>,
+    /// (topic, partition) → its leader's broker id.
+    leaders: HashMap<(String, i32), i32>,
+    /// Open connections by broker id.
+    connections: HashMap<i32, KafkaConnection>,
+    /// (topic, partition) → the next batch's base sequence.
+    sequences: HashMap<(String, i32), i32>,
+    stats: KafkaProducerStats,
+}
+
+impl KafkaProducer {
+    /// Connects to `bootstrap`, agrees on versions and gets a producer id.
+    ///
+    /// # Errors
+    /// If the broker cannot be reached, speaks no version this producer needs, or refuses a
+    /// producer id.
+    pub async fn connect(
+        bootstrap: &str,
+        config: KafkaProducerConfig,
+    ) -> Result<Self, KafkaProduceError> {
+        let mut conn = KafkaConnection::connect(bootstrap)
+            .await?
+            .with_client_id("minibroker-producer")
+            .with_answer_timeout(config.request_timeout);
+        let versions = negotiate(&mut conn).await?;
+        let mut producer = Self {
+            bootstrap: bootstrap.to_owned(),
+            config,
+            producer_id: -1,
+            epoch: -1,
+            versions,
+            brokers: HashMap::new(),
+            leaders: HashMap::new(),
+            connections: HashMap::new(),
+            sequences: HashMap::new(),
+            stats: KafkaProducerStats::default(),
+        };
+        let request = InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(kafka_protocol::messages::ProducerId(-1))
+            .with_producer_epoch(-1);
+        let deadline = Instant::now() + config.delivery_timeout;
+        loop {
+            let answer: InitProducerIdResponse = conn
+                .call(
+                    ApiKey::InitProducerId,
+                    producer.version(ApiKey::InitProducerId),
+                    &request,
+                )
+                .await?;
+            match answer.error_code {
+                0 => {
+                    producer.producer_id = answer.producer_id.0;
+                    producer.epoch = answer.producer_epoch;
+                    return Ok(producer);
+                }
+                code if retriable(code) && Instant::now() < deadline => {
+                    tokio::time::sleep(RETRY_BACKOFF).await;
+                }
+                code => {
+                    return Err(KafkaProduceError::Broker {
+                        code,
+                        what: "a producer id".into(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// The producer id the cluster gave.
+    #[must_use]
+    pub fn producer_id(&self) -> i64 {
+        self.producer_id
+    }
+
+    /// Its epoch.
+    #[must_use]
+    pub fn epoch(&self) -> i16 {
+        self.epoch
+    }
+
+    /// What it has done so far.
+    #[must_use]
+    pub fn stats(&self) -> KafkaProducerStats {
+        self.stats
+    }
+
+    fn version(&self, api: ApiKey) -> i16 {
+        self.versions[&api]
+    }
+
+    /// The partitions of `topic`, in index order (and their leaders, remembered).
+    ///
+    /// # Errors
+    /// If Metadata fails or names an error for the topic.
+    pub async fn partitions(&mut self, topic: &str) -> Result<Vec<i32>, KafkaProduceError> {
+        self.refresh(topic).await?;
+        let mut partitions: Vec<i32> = self
+            .leaders
+            .keys()
+            .filter(|(t, _)| t == topic)
+            .map(|&(_, p)| p)
+            .collect();
+        partitions.sort_unstable();
+        Ok(partitions)
+    }
+
+    /// Asks for `topic`'s leaders, on any connection that answers (the bootstrap one first).
+    async fn refresh(&mut self, topic: &str) -> Result<(), KafkaProduceError> {
+        let request = MetadataRequest::default()
+            .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
+                TopicName(StrBytes::from_string(topic.to_owned())),
+            ))]))
+            .with_allow_auto_topic_creation(false);
+        let version = self.version(ApiKey::Metadata);
+        let mut conn = KafkaConnection::connect(self.bootstrap.as_str())
+            .await?
+            .with_client_id("minibroker-producer")
+            .with_answer_timeout(self.config.request_timeout);
+        let answer: MetadataResponse = conn.call(ApiKey::Metadata, version, &request).await?;
+        for broker in &answer.brokers {
+            let addr = format!("{}:{}", broker.host, broker.port);
+            if self.brokers.insert(broker.node_id.0, addr.clone()) != Some(addr) {
+                // A broker that moved: its old connection goes.
+                self.connections.remove(&broker.node_id.0);
+            }
+        }
+        let found = answer
+            .topics
+            .first()
+            .ok_or_else(|| KafkaProduceError::Protocol("no topic in the Metadata answer".into()))?;
+        if found.error_code != 0 {
+            return Err(KafkaProduceError::Broker {
+                code: found.error_code,
+                what: format!("topic {topic:?}"),
+            });
+        }
+        for partition in &found.partitions {
+            self.leaders.insert(
+                (topic.to_owned(), partition.partition_index),
+                partition.leader_id.0,
+            );
+        }
+        Ok(())
+    }
+
+    /// Sends `records` as one batch to `topic`/`partition` and waits for its acknowledgement,
+    /// sending the same bytes again after a lost answer or a retriable error.
+    ///
+    /// # Errors
+    /// [`KafkaProduceError::Broker`] for an error retrying does not cure (the batch's sequences
+    /// are then not used); [`KafkaProduceError::DeliveryTimeout`] when no acknowledgement came
+    /// within the delivery timeout.
+    pub async fn send(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        records: &[NewRecord],
+    ) -> Result<KafkaAck, KafkaProduceError> {
+        let key = (topic.to_owned(), partition);
+        let sequence = self.sequences.get(&key).copied().unwrap_or(0);
+        let writer = Writer {
+            producer_id: self.producer_id,
+            epoch: self.epoch,
+            base_sequence: sequence,
+        };
+        let batch = minibroker_records::encode(writer, records, minibroker_records::now_millis())?;
+        let count = u32::try_from(records.len()).unwrap_or(u32::MAX);
+        let deadline = Instant::now() + self.config.delivery_timeout;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            if attempts > 1 {
+                self.stats.retries += 1;
+            }
+            let last = match self.attempt(topic, partition, &batch).await {
+                Ok((0, offset)) => {
+                    return Ok(self.acknowledged(key, sequence, count, Some(offset), attempts));
+                }
+                Ok((DUPLICATE_SEQUENCE_NUMBER, _)) => {
+                    self.stats.duplicates += 1;
+                    return Ok(self.acknowledged(key, sequence, count, None, attempts));
+                }
+                Ok((code, _)) if retriable(code) => {
+                    self.leaders.remove(&key);
+                    error_name(code)
+                }
+                Ok((code, _)) => {
+                    return Err(KafkaProduceError::Broker {
+                        code,
+                        what: format!("{topic}/{partition} sequence {sequence}"),
+                    });
+                }
+                Err(error) => error.to_string(),
+            };
+            if Instant::now() >= deadline {
+                return Err(KafkaProduceError::DeliveryTimeout {
+                    topic: topic.to_owned(),
+                    partition,
+                    timeout: self.config.delivery_timeout,
+                    last,
+                });
+            }
+            tokio::time::sleep(RETRY_BACKOFF).await;
+        }
+    }
+
+    fn acknowledged(
+        &mut self,
+        key: (String, i32),
+        sequence: i32,
+        records: u32,
+        base_offset: Option<i64>,
+        attempts: u32,
+    ) -> KafkaAck {
+        let partition = key.1;
+        let next = sequence.wrapping_add(i32::try_from(records).unwrap_or(i32::MAX));
+        self.sequences.insert(key, next);
+        self.stats.batches += 1;
+        self.stats.records += u64::from(records);
+        KafkaAck {
+            partition,
+            sequence,
+            records,
+            base_offset,
+            attempts,
+        }
+    }
+
+    /// One Produce of `batch` to the partition's leader: the answer's error code and base
+    /// offset, or why there was no answer (the connection is then dropped, so a late answer
+    /// cannot be taken for the next request's).
+    async fn attempt(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        batch: &Bytes,
+    ) -> Result<(i16, i64), KafkaProduceError> {
+        let key = (topic.to_owned(), partition);
+        if !self.leaders.contains_key(&key) {
+            self.refresh(topic).await?;
+        }
+        let leader = *self.leaders.get(&key).ok_or_else(|| {
+            KafkaProduceError::Protocol(format!("no leader named for {topic}/{partition}"))
+        })?;
+        let addr = self
+            .brokers
+            .get(&leader)
+            .cloned()
+            .ok_or_else(|| KafkaProduceError::Protocol(format!("broker {leader} not named")))?;
+        let timeout = self.config.request_timeout;
+        if !self.connections.contains_key(&leader) {
+            let conn = KafkaConnection::connect(addr.as_str())
+                .await?
+                .with_client_id("minibroker-producer")
+                .with_answer_timeout(timeout);
+            self.connections.insert(leader, conn);
+        }
+        let request = ProduceRequest::default()
+            .with_transactional_id(None)
+            .with_acks(-1)
+            .with_timeout_ms(i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX))
+            .with_topic_data(vec![
+                TopicProduceData::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                    .with_partition_data(vec![
+                        PartitionProduceData::default()
+                            .with_index(partition)
+                            .with_records(Some(batch.clone())),
+                    ]),
+            ]);
+        let version = self.version(ApiKey::Produce);
+        let conn = self.connections.get_mut(&leader).expect("connected above");
+        let answer: Result<ProduceResponse, _> =
+            conn.call(ApiKey::Produce, version, &request).await;
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(error) => {
+                self.connections.remove(&leader);
+                return Err(error.into());
+            }
+        };
+        let data = answer
+            .responses
+            .first()
+            .and_then(|t| t.partition_responses.first())
+            .ok_or_else(|| {
+                KafkaProduceError::Protocol(format!(
+                    "no partition in the Produce answer for {topic}/{partition}"
+                ))
+            })?;
+        Ok((data.error_code, data.base_offset))
+    }
+}
+
+/// Whether Kafka calls `code` retriable (a leader moving, a topic not ready yet, a timeout).
+fn retriable(code: i16) -> bool {
+    ResponseError::try_from_code(code).is_some_and(|error| error.is_retriable())
+}
+
+/// The highest version of each API both sides speak (ApiVersions v0, which every broker
+/// answers).
+async fn negotiate(conn: &mut KafkaConnection) -> Result<HashMap<ApiKey, i16>, KafkaProduceError> {
+    let answer: ApiVersionsResponse = conn
+        .call(ApiKey::ApiVersions, 0, &ApiVersionsRequest::default())
+        .await?;
+    if answer.error_code != 0 {
+        return Err(KafkaProduceError::Broker {
+            code: answer.error_code,
+            what: "ApiVersions".into(),
+        });
+    }
+    let mut versions = HashMap::new();
+    for (api, min, max) in VERSIONS {
+        let theirs = answer.api_keys.iter().find(|k| k.api_key == api as i16);
+        let chosen = theirs
+            .map(|k| k.max_version.min(max))
+            .filter(|&v| theirs.is_some_and(|k| v >= k.min_version) && v >= min)
+            .ok_or(KafkaProduceError::Unsupported { api, min, max })?;
+        versions.insert(api, chosen);
+    }
+    Ok(versions)
+}
