@@ -391,13 +391,6 @@ impl KafkaProducer {
             .cloned()
             .ok_or_else(|| KafkaProduceError::Protocol(format!("broker {leader} not named")))?;
         let timeout = self.config.request_timeout;
-        if !self.connections.contains_key(&leader) {
-            let conn = KafkaConnection::connect(addr.as_str())
-                .await?
-                .with_client_id("minibroker-producer")
-                .with_answer_timeout(timeout);
-            self.connections.insert(leader, conn);
-        }
         let request = ProduceRequest::default()
             .with_transactional_id(None)
             .with_acks(-1)
@@ -412,7 +405,15 @@ impl KafkaProducer {
                     ]),
             ]);
         let version = self.version(ApiKey::Produce);
-        let conn = self.connections.get_mut(&leader).expect("connected above");
+        let conn = match self.connections.entry(leader) {
+            std::collections::hash_map::Entry::Occupied(open) => open.into_mut(),
+            std::collections::hash_map::Entry::Vacant(slot) => slot.insert(
+                KafkaConnection::connect(addr.as_str())
+                    .await?
+                    .with_client_id("minibroker-producer")
+                    .with_answer_timeout(timeout),
+            ),
+        };
         let answer: Result<ProduceResponse, _> =
             conn.call(ApiKey::Produce, version, &request).await;
         let answer = match answer {
