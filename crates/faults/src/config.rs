@@ -105,6 +105,9 @@ pub struct FaultConfig {
     pub seed: u64,
     /// Largest frame forwarded.
     pub max_frame_bytes: usize,
+    /// Kafka awareness: broker addresses rewritten, faults aimed by API (`None`: frames are
+    /// relayed as minibroker's native protocol frames).
+    pub kafka: Option<crate::KafkaAware>,
 }
 
 impl fmt::Display for Fault {
@@ -134,7 +137,19 @@ impl fmt::Display for FaultConfig {
             self.delay.as_millis(),
             self.hold.as_millis(),
             self.seed
-        )
+        )?;
+        if let Some(kafka) = &self.kafka {
+            write!(f, " kafka=true")?;
+            if !kafka.apis.is_empty() {
+                let apis: Vec<String> = kafka
+                    .apis
+                    .iter()
+                    .map(|&k| crate::kafka::api_name(k))
+                    .collect();
+                write!(f, " apis={}", apis.join(","))?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -151,6 +166,7 @@ impl Default for FaultConfig {
             hold: Duration::from_millis(500),
             seed: 0,
             max_frame_bytes: minibroker_protocol::DEFAULT_MAX_FRAME_BYTES,
+            kafka: None,
         }
     }
 }

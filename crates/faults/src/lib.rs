@@ -1,4 +1,4 @@
-//! A fault-injecting TCP proxy for minibroker's native protocol.
+//! A fault-injecting TCP proxy for minibroker's native protocol and for Kafka's ([`kafka`]).
 //!
 //! The proxy sits between clients and a broker and forwards whole frames, so it can lose exactly
 //! one request or one acknowledgement — the faults an idempotent producer must survive:
@@ -17,10 +17,12 @@
 
 mod config;
 mod embedded;
+pub mod kafka;
 mod proxy;
 mod rng;
 
 pub use config::{Fault, FaultConfig, FaultError};
 pub use embedded::EmbeddedProxy;
+pub use kafka::KafkaAware;
 pub use proxy::{FaultCounts, Proxy};
 pub use rng::SplitMix64;

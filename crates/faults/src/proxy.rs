@@ -8,6 +8,10 @@
 //! after the client has given up: that is what turns a held request into a *stale* retry arriving
 //! after newer batches.
 //!
+//! For Kafka traffic ([`crate::kafka`]) the proxy also reads each frame's API, rewrites the broker
+//! addresses in answers to listeners of its own (one per upstream broker, opened on first
+//! mention, all sharing the counters and the faults) and aims faults at the APIs asked for.
+//!
 //! Every task of a relay (the writer and each held request) is tied to the relay: when the relay
 //! ends or the proxy stops, they end too. Tests synchronise on what the proxy did, not on sleeps:
 //! [`Proxy::wait_until`] returns once the counts satisfy a condition, and a reset happens only
@@ -15,8 +19,10 @@
 
 use bytes::{Bytes, BytesMut};
 use futures::{SinkExt, StreamExt};
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -28,6 +34,7 @@ use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::kafka::{self, Answer, InFlight};
 use crate::{Fault, FaultConfig, SplitMix64};
 
 /// What the proxy did, counted across all connections.
@@ -79,8 +86,11 @@ struct Counters {
     /// Bumped by [`Proxy::release_held`]; each held request waits for a change of it.
     release: watch::Sender<u64>,
     connections: AtomicU64,
-    requests_seen: AtomicU64,
+    /// Requests faults may hit (every request, unless faults are aimed at some Kafka APIs).
+    requests_aimed: AtomicU64,
     responses_seen: AtomicU64,
+    /// Responses faults may hit.
+    responses_aimed: AtomicU64,
     requests_forwarded: AtomicU64,
     responses_forwarded: AtomicU64,
     requests_dropped: AtomicU64,
@@ -96,8 +106,9 @@ impl Default for Counters {
             changed: Notify::new(),
             release: watch::Sender::new(0),
             connections: AtomicU64::default(),
-            requests_seen: AtomicU64::default(),
+            requests_aimed: AtomicU64::default(),
             responses_seen: AtomicU64::default(),
+            responses_aimed: AtomicU64::default(),
             requests_forwarded: AtomicU64::default(),
             responses_forwarded: AtomicU64::default(),
             requests_dropped: AtomicU64::default(),
@@ -129,11 +140,86 @@ struct Forward {
     written: Option<oneshot::Sender<()>>,
 }
 
-/// A running proxy's shared state: its settings and counters.
+/// A running proxy's shared state: its settings, counters and (for Kafka) its listeners.
 #[derive(Debug, Clone)]
 pub struct Proxy {
     config: Arc<FaultConfig>,
     counters: Arc<Counters>,
+    routes: Arc<Routes>,
+}
+
+/// A listener opened for an upstream broker, to be served by the running proxy.
+type NewListener = (TcpListener, String);
+
+/// Which listener stands for which upstream broker (Kafka only).
+#[derive(Debug)]
+struct Routes {
+    /// Upstream `host:port` → the (host, port) clients are told instead.
+    by_upstream: std::sync::Mutex<HashMap<String, (String, i32)>>,
+    /// Where new listeners bind and the host they are advertised as; set when the proxy runs.
+    bind: std::sync::Mutex<Option<(IpAddr, String)>>,
+    opened: mpsc::UnboundedSender<NewListener>,
+    to_serve: std::sync::Mutex<Option<mpsc::UnboundedReceiver<NewListener>>>,
+}
+
+impl Default for Routes {
+    fn default() -> Self {
+        let (opened, to_serve) = mpsc::unbounded_channel();
+        Self {
+            by_upstream: std::sync::Mutex::default(),
+            bind: std::sync::Mutex::default(),
+            opened,
+            to_serve: std::sync::Mutex::new(Some(to_serve)),
+        }
+    }
+}
+
+fn locked<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Routes {
+    /// The proxy listens on `local` for `upstream`: more listeners bind beside it.
+    fn start(&self, local: SocketAddr, upstream: &str, advertise: Option<&str>) {
+        let host = advertise.map_or_else(
+            || {
+                if local.ip().is_unspecified() {
+                    "127.0.0.1".to_owned()
+                } else {
+                    local.ip().to_string()
+                }
+            },
+            str::to_owned,
+        );
+        *locked(&self.bind) = Some((local.ip(), host.clone()));
+        locked(&self.by_upstream).insert(upstream.to_owned(), (host, i32::from(local.port())));
+    }
+
+    /// The address clients are told for `upstream`, opening a listener for it if none exists.
+    async fn route(&self, upstream: &str) -> std::io::Result<(String, i32)> {
+        if let Some(route) = locked(&self.by_upstream).get(upstream) {
+            return Ok(route.clone());
+        }
+        let bind = locked(&self.bind).clone();
+        let Some((ip, host)) = bind else {
+            return Err(std::io::Error::other("the proxy is not running"));
+        };
+        let listener = TcpListener::bind((ip, 0)).await?;
+        let port = i32::from(listener.local_addr()?.port());
+        let mut routes = locked(&self.by_upstream);
+        if let Some(route) = routes.get(upstream) {
+            return Ok(route.clone()); // another connection opened one meanwhile
+        }
+        routes.insert(upstream.to_owned(), (host.clone(), port));
+        drop(routes);
+        tracing::info!(upstream, listen = %format!("{host}:{port}"), "proxy listener opened for a broker");
+        self.opened
+            .send((listener, upstream.to_owned()))
+            .map_err(|_| std::io::Error::other("the proxy has stopped"))?;
+        Ok((host, port))
+    }
 }
 
 impl Proxy {
@@ -143,6 +229,7 @@ impl Proxy {
         Self {
             config: Arc::new(config),
             counters: Arc::default(),
+            routes: Arc::default(),
         }
     }
 
@@ -187,22 +274,54 @@ impl Proxy {
             .send_modify(|generation| *generation += 1);
     }
 
-    /// Accepts clients on `listener` and relays each to a new connection to `upstream`, until
-    /// `shutdown` resolves; then closes every connection and returns the counts.
+    /// Accepts clients on `listener` and relays each to a new connection to `upstream` (and,
+    /// for Kafka, serves the listeners opened for the other brokers), until `shutdown`
+    /// resolves; then closes every connection and returns the counts.
     pub async fn run(
         &self,
         listener: TcpListener,
         upstream: String,
         shutdown: impl Future<Output = ()>,
     ) -> FaultCounts {
-        let mut connections = JoinSet::new();
+        if let (Some(kafka), Ok(local)) = (&self.config.kafka, listener.local_addr()) {
+            self.routes
+                .start(local, &upstream, kafka.advertise_host.as_deref());
+        }
+        let stop = CancellationToken::new();
+        let mut listeners = JoinSet::new();
+        listeners.spawn(self.clone().accept(listener, upstream, stop.clone()));
+        let mut to_serve = locked(&self.routes.to_serve).take();
         tokio::pin!(shutdown);
+        loop {
+            let opened = async {
+                match &mut to_serve {
+                    Some(to_serve) => to_serve.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = &mut shutdown => break,
+                Some((listener, upstream)) = opened => {
+                    listeners.spawn(self.clone().accept(listener, upstream, stop.clone()));
+                }
+            }
+        }
+        stop.cancel();
+        while let Some(done) = listeners.join_next().await {
+            log_panic(done);
+        }
+        self.counts()
+    }
+
+    /// One listener's accept loop: each client relayed to `upstream` until `stop`.
+    async fn accept(self, listener: TcpListener, upstream: String, stop: CancellationToken) {
+        let mut connections = JoinSet::new();
         loop {
             while let Some(done) = connections.try_join_next() {
                 log_panic(done);
             }
             let accepted = tokio::select! {
-                () = &mut shutdown => break,
+                () = stop.cancelled() => break,
                 accepted = listener.accept() => accepted,
             };
             let client = match accepted {
@@ -217,12 +336,12 @@ impl Proxy {
             let relay = Relay {
                 proxy: self.clone(),
                 number,
+                in_flight: InFlight::default(),
             };
             let upstream = upstream.clone();
             connections.spawn(async move { relay.run(client, &upstream).await });
         }
         connections.shutdown().await;
-        self.counts()
     }
 }
 
@@ -231,6 +350,24 @@ struct Relay {
     proxy: Proxy,
     /// Connection number, from 1; mixed into the seed so each connection has its own faults.
     number: u64,
+    /// Kafka requests awaiting answers, so an answer's API is known.
+    in_flight: InFlight,
+}
+
+/// What a frame is, for logs and for aiming: its correlation id and, for Kafka, its API.
+#[derive(Debug, Clone, Copy)]
+struct Label {
+    correlation_id: i64,
+    api: Option<i16>,
+}
+
+impl fmt::Display for Label {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(api) = self.api {
+            write!(f, "{} ", kafka::api_name(api))?;
+        }
+        write!(f, "correlation_id={}", self.correlation_id)
+    }
 }
 
 type Frames = FramedRead<OwnedReadHalf, LengthDelimitedCodec>;
@@ -313,17 +450,27 @@ impl Relay {
         let mut rng =
             SplitMix64::new(config.seed ^ self.number.wrapping_mul(0xA24B_AED4_963E_E407));
         while let Some(Ok(frame)) = frames.next().await {
-            let n = counters.bump(&counters.requests_seen);
-            let id = correlation_id(&frame);
+            let id = self.request_label(&frame);
+            if !self.aimed(id) {
+                let forward = Forward {
+                    frame: frame.freeze(),
+                    written: None,
+                };
+                if to_broker.send(forward).await.is_err() {
+                    return false;
+                }
+                continue;
+            }
+            let n = counters.bump(&counters.requests_aimed);
             if fires(&config.drop_request, n, &mut rng) {
                 counters.bump(&counters.requests_dropped);
-                tracing::info!(request = n, correlation_id = id, "fault: request dropped");
+                tracing::info!(request = n, frame = %id, "fault: request dropped");
                 continue;
             }
             if fires(&config.hold_request, n, &mut rng) {
                 tracing::info!(
                     request = n,
-                    correlation_id = id,
+                    frame = %id,
                     hold_ms = config.hold.as_millis() as u64,
                     "fault: request held"
                 );
@@ -339,7 +486,7 @@ impl Relay {
             }
             if fires(&config.delay_request, n, &mut rng) {
                 counters.bump(&counters.delayed);
-                tracing::info!(request = n, correlation_id = id, "fault: request delayed");
+                tracing::info!(request = n, frame = %id, "fault: request delayed");
                 tokio::time::sleep(config.delay).await;
             }
             let reset = fires(&config.reset, n, &mut rng);
@@ -362,7 +509,7 @@ impl Relay {
                 counters.bump(&counters.resets);
                 tracing::info!(
                     request = n,
-                    correlation_id = id,
+                    frame = %id,
                     "fault: connection reset after forwarding"
                 );
                 return true;
@@ -384,20 +531,24 @@ impl Relay {
                 () = reset.notified() => return reset_client(&to_client),
             };
             let Some(Ok(frame)) = frame else { return };
-            let n = counters.bump(&counters.responses_seen);
-            let id = correlation_id(&frame);
+            counters.bump(&counters.responses_seen);
+            let (frame, id) = self.kafka_answer(frame).await;
+            if !self.aimed(id) {
+                if to_client.send(frame.freeze()).await.is_err() {
+                    return;
+                }
+                counters.bump(&counters.responses_forwarded);
+                continue;
+            }
+            let n = counters.bump(&counters.responses_aimed);
             if fires(&config.drop_response, n, &mut rng) {
                 counters.bump(&counters.responses_dropped);
-                tracing::info!(
-                    response = n,
-                    correlation_id = id,
-                    "fault: response dropped (lost ack)"
-                );
+                tracing::info!(response = n, frame = %id, "fault: response dropped (lost ack)");
                 continue;
             }
             if fires(&config.delay_response, n, &mut rng) {
                 counters.bump(&counters.delayed);
-                tracing::info!(response = n, correlation_id = id, "fault: response delayed");
+                tracing::info!(response = n, frame = %id, "fault: response delayed");
                 // A reset during the delay wins: the delayed ack is lost with the connection.
                 tokio::select! {
                     () = tokio::time::sleep(config.delay) => {}
@@ -412,6 +563,83 @@ impl Relay {
     }
 }
 
+impl Relay {
+    /// What a request is: its correlation id and, for Kafka, its API (remembered, so its
+    /// answer is known).
+    fn request_label(&self, frame: &BytesMut) -> Label {
+        if self.proxy.config.kafka.is_none() {
+            return Label {
+                correlation_id: i64::from(correlation_id(frame)),
+                api: None,
+            };
+        }
+        match kafka::request_header(frame) {
+            Some((api, version, correlation)) => {
+                self.in_flight.asked(correlation, api, version);
+                Label {
+                    correlation_id: i64::from(correlation),
+                    api: Some(api),
+                }
+            }
+            None => Label {
+                correlation_id: 0,
+                api: None,
+            },
+        }
+    }
+
+    /// Whether faults may hit a frame of this kind.
+    fn aimed(&self, label: Label) -> bool {
+        self.proxy
+            .config
+            .kafka
+            .as_ref()
+            .is_none_or(|kafka| kafka.aims_at(label.api))
+    }
+
+    /// An answer as the client must get it: for Kafka, with every broker address it names
+    /// rewritten to a listener of this proxy.
+    async fn kafka_answer(&self, frame: BytesMut) -> (BytesMut, Label) {
+        if self.proxy.config.kafka.is_none() {
+            let correlation_id = i64::from(correlation_id(&frame));
+            return (
+                frame,
+                Label {
+                    correlation_id,
+                    api: None,
+                },
+            );
+        }
+        let correlation = kafka::response_correlation(&frame).unwrap_or(0);
+        let asked = self.in_flight.answered(correlation);
+        let label = Label {
+            correlation_id: i64::from(correlation),
+            api: asked.map(|(api, _)| api),
+        };
+        let Some(mut answer) =
+            asked.and_then(|(api, version)| Answer::decode(&frame, api, version))
+        else {
+            return (frame, label);
+        };
+        let mut routes = HashMap::new();
+        for upstream in answer.addresses() {
+            match self.proxy.routes.route(&upstream).await {
+                Ok(route) => {
+                    routes.insert(upstream, route);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, upstream, "cannot open a proxy listener for a broker");
+                }
+            }
+        }
+        answer.readdress(&routes);
+        match answer.encode() {
+            Some(rewritten) => (rewritten, label),
+            None => (frame, label),
+        }
+    }
+}
+
 /// Makes the coming close of the client connection a TCP reset (no orderly shutdown), as a
 /// broken network path would.
 fn reset_client(to_client: &Sink) {
@@ -422,7 +650,7 @@ fn fires(fault: &Fault, frame: u64, rng: &mut SplitMix64) -> bool {
     fault.is_active() && fault.fires(frame, rng)
 }
 
-/// The correlation id of a frame body, for logs (0 if the header is not there).
+/// The correlation id of a native frame body, for logs (0 if the header is not there).
 fn correlation_id(frame: &BytesMut) -> u32 {
     minibroker_protocol::codec::split_header(frame).map_or(0, |(id, _)| id)
 }
@@ -436,15 +664,15 @@ struct Held<'a> {
 
 impl Held<'_> {
     /// Holds `frame` back until `hold` passes or [`Proxy::release_held`] is called, then queues
-    /// it for the broker; dropped if the relay ends first. `label` is (request number,
-    /// correlation id), for logs.
+    /// it for the broker; dropped if the relay ends first. `label` is (request number, what
+    /// the frame is), for logs.
     fn spawn(
         self,
         frame: Bytes,
         to_broker: mpsc::Sender<Forward>,
         hold: Duration,
         mut release: watch::Receiver<u64>,
-        (request, correlation_id): (u64, u32),
+        (request, label): (u64, Label),
     ) {
         let ended = self.ended.clone();
         self.tasks.spawn(async move {
@@ -453,7 +681,7 @@ impl Held<'_> {
                 () = tokio::time::sleep(hold) => {}
                 _ = release.changed() => {}
             }
-            tracing::info!(request, correlation_id, "fault: held request released");
+            tracing::info!(request, frame = %label, "fault: held request released");
             let forward = Forward {
                 frame,
                 written: None,

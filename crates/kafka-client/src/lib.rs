@@ -136,6 +136,11 @@ impl KafkaConnection {
         }
     }
 
+    /// Changes how long the next answers may take.
+    pub fn set_answer_timeout(&mut self, answer_timeout: Duration) {
+        self.answer_timeout = answer_timeout;
+    }
+
     fn io(&self, source: std::io::Error) -> KafkaClientError {
         KafkaClientError::Io {
             addr: self.addr.clone(),

@@ -8,6 +8,11 @@
 //! it once; retriable error codes (a leader moving, a topic still being created) refresh the
 //! metadata first. It keeps one request in flight, which is what makes every acknowledgement
 //! attributable to one batch; a producer written for speed would pipeline.
+//!
+//! A lost answer costs a timeout, so the timeout adapts, as TCP's retransmission timer does: four
+//! times the smoothed round trip (at least [`MIN_TIMEOUT`]), doubled after each timeout in a row,
+//! never more than the configured request timeout. Against a nearby broker a lost answer then
+//! costs a fraction of a second, not the whole request timeout.
 
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
@@ -37,13 +42,17 @@ const VERSIONS: [(ApiKey, i16, i16); 3] = [
     (ApiKey::Produce, 3, 9),
 ];
 
+/// The shortest a request waits for its answer.
+pub const MIN_TIMEOUT: Duration = Duration::from_millis(100);
+
 /// Pause before a retry, so a broker that answers at once with a retriable error is not spun on.
 const RETRY_BACKOFF: Duration = Duration::from_millis(20);
 
 /// How a [`KafkaProducer`] behaves.
 #[derive(Debug, Clone, Copy)]
 pub struct KafkaProducerConfig {
-    /// A request unanswered this long is given up and sent again on a new connection.
+    /// The longest a request waits for its answer before it is given up and sent again on a new
+    /// connection (the adaptive timeout never exceeds it).
     pub request_timeout: Duration,
     /// A batch not acknowledged within this long, retries included, fails.
     pub delivery_timeout: Duration,
@@ -147,6 +156,46 @@ pub struct KafkaProducer {
     /// (topic, partition) → the next batch's base sequence.
     sequences: HashMap<(String, i32), i32>,
     stats: KafkaProducerStats,
+    timer: RetransmitTimer,
+}
+
+/// The adaptive timeout: a smoothed round trip and the timeouts in a row since the last answer.
+#[derive(Debug, Clone, Copy)]
+struct RetransmitTimer {
+    ceiling: Duration,
+    smoothed: Option<Duration>,
+    timeouts_in_a_row: u32,
+}
+
+impl RetransmitTimer {
+    fn new(ceiling: Duration) -> Self {
+        Self {
+            ceiling,
+            smoothed: None,
+            timeouts_in_a_row: 0,
+        }
+    }
+
+    /// How long the next request may wait.
+    fn timeout(&self) -> Duration {
+        let base = self
+            .smoothed
+            .map_or(self.ceiling, |rtt| (rtt * 4).max(MIN_TIMEOUT));
+        base.saturating_mul(1 << self.timeouts_in_a_row.min(16))
+            .min(self.ceiling)
+    }
+
+    fn answered(&mut self, round_trip: Duration) {
+        self.smoothed = Some(match self.smoothed {
+            Some(rtt) => (rtt * 7 + round_trip) / 8,
+            None => round_trip,
+        });
+        self.timeouts_in_a_row = 0;
+    }
+
+    fn timed_out(&mut self) {
+        self.timeouts_in_a_row += 1;
+    }
 }
 
 impl KafkaProducer {
@@ -175,6 +224,7 @@ impl KafkaProducer {
             connections: HashMap::new(),
             sequences: HashMap::new(),
             stats: KafkaProducerStats::default(),
+            timer: RetransmitTimer::new(config.request_timeout),
         };
         let request = InitProducerIdRequest::default()
             .with_transactional_id(None)
@@ -183,6 +233,7 @@ impl KafkaProducer {
             .with_producer_epoch(-1);
         let deadline = Instant::now() + config.delivery_timeout;
         loop {
+            let sent = Instant::now();
             let answer: InitProducerIdResponse = conn
                 .call(
                     ApiKey::InitProducerId,
@@ -190,6 +241,8 @@ impl KafkaProducer {
                     &request,
                 )
                 .await?;
+            // The first round trip seeds the adaptive timeout.
+            producer.timer.answered(sent.elapsed());
             match answer.error_code {
                 0 => {
                     producer.producer_id = answer.producer_id.0;
@@ -390,11 +443,13 @@ impl KafkaProducer {
             .get(&leader)
             .cloned()
             .ok_or_else(|| KafkaProduceError::Protocol(format!("broker {leader} not named")))?;
-        let timeout = self.config.request_timeout;
+        let timeout = self.timer.timeout();
         let request = ProduceRequest::default()
             .with_transactional_id(None)
             .with_acks(-1)
-            .with_timeout_ms(i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX))
+            .with_timeout_ms(
+                i32::try_from(self.config.request_timeout.as_millis()).unwrap_or(i32::MAX),
+            )
             .with_topic_data(vec![
                 TopicProduceData::default()
                     .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
@@ -414,11 +469,19 @@ impl KafkaProducer {
                     .with_answer_timeout(timeout),
             ),
         };
+        conn.set_answer_timeout(timeout);
+        let sent = Instant::now();
         let answer: Result<ProduceResponse, _> =
             conn.call(ApiKey::Produce, version, &request).await;
         let answer = match answer {
-            Ok(answer) => answer,
+            Ok(answer) => {
+                self.timer.answered(sent.elapsed());
+                answer
+            }
             Err(error) => {
+                if matches!(error, KafkaClientError::Timeout { .. }) {
+                    self.timer.timed_out();
+                }
                 self.connections.remove(&leader);
                 return Err(error.into());
             }
@@ -463,4 +526,41 @@ async fn negotiate(conn: &mut KafkaConnection) -> Result<HashMap<ApiKey, i16>, K
         versions.insert(api, chosen);
     }
     Ok(versions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_timeout_follows_the_round_trip_and_backs_off() {
+        let mut timer = RetransmitTimer::new(Duration::from_secs(2));
+        assert_eq!(
+            timer.timeout(),
+            Duration::from_secs(2),
+            "no round trip known yet"
+        );
+        timer.answered(Duration::from_millis(1));
+        assert_eq!(timer.timeout(), MIN_TIMEOUT, "never below the floor");
+        for _ in 0..50 {
+            timer.answered(Duration::from_millis(100));
+        }
+        let settled = timer.timeout();
+        assert!(settled > Duration::from_millis(350) && settled <= Duration::from_millis(400));
+        timer.timed_out();
+        assert_eq!(timer.timeout(), settled * 2);
+        for _ in 0..10 {
+            timer.timed_out();
+        }
+        assert_eq!(
+            timer.timeout(),
+            Duration::from_secs(2),
+            "never above the ceiling"
+        );
+        timer.answered(Duration::from_millis(100));
+        assert!(
+            timer.timeout() < Duration::from_secs(1),
+            "an answer ends the back-off"
+        );
+    }
 }
