@@ -186,12 +186,7 @@ fn print_report(outcome: &Outcome) -> Result<()> {
         report,
     } = outcome;
     let acked_count: usize = produced.acked.iter().map(|a| a.records).sum();
-    println!("  network faults injected");
-    println!("    requests lost        {:>8}", faults.requests_dropped);
-    println!("    acks lost            {:>8}", faults.responses_dropped);
-    println!("    frames delayed       {:>8}", faults.delayed);
-    println!("    connection resets    {:>8}", faults.resets);
-    println!("    stale retries held   {:>8}", faults.held);
+    crate::faults::print_injected(faults);
     println!();
     println!("  producers ({:.1} s)", produced.elapsed.as_secs_f64());
     println!("    records sent         {total_records:>8}");

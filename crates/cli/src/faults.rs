@@ -92,3 +92,13 @@ impl FaultArgs {
         })
     }
 }
+
+/// The "network faults injected" lines of a report (`demo`, `check`).
+pub fn print_injected(faults: &minibroker_faults::FaultCounts) {
+    println!("  network faults injected");
+    println!("    requests lost        {:>8}", faults.requests_dropped);
+    println!("    acks lost            {:>8}", faults.responses_dropped);
+    println!("    frames delayed       {:>8}", faults.delayed);
+    println!("    connection resets    {:>8}", faults.resets);
+    println!("    stale retries held   {:>8}", faults.held);
+}

@@ -12,6 +12,7 @@ mod acl;
 mod admin;
 mod bench;
 mod certificates;
+mod check;
 mod check_data;
 mod connect;
 mod consume;
@@ -82,6 +83,9 @@ enum Command {
     Proxy(proxy::Args),
     /// Read a topic back and check that exactly-once held.
     Verify(verify::Args),
+    /// Check that a Kafka-compatible broker keeps exactly-once under a faulty network: a fresh
+    /// topic, a Kafka-aware fault proxy, idempotent producers and the verifier, in one command.
+    Check(check::Args),
     /// List consumer groups, or describe one: members, assignments, committed offsets, lag.
     Groups(groups::Args),
     /// Add, list or delete users of the users file (SCRAM credentials, no passwords).
@@ -167,6 +171,7 @@ fn run(cli: Cli) -> Result<()> {
             Command::Topic(args) => topic::run(args).await,
             Command::Proxy(args) => proxy::run(args).await,
             Command::Verify(args) => verify::run(args).await,
+            Command::Check(args) => check::run(args).await,
             Command::Groups(args) => groups::run(args).await,
             Command::Transactions(args) => transactions::run(args).await,
             Command::User(args) => user::run(args),

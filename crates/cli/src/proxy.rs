@@ -45,6 +45,15 @@ pub struct KafkaProxyArgs {
 }
 
 impl KafkaProxyArgs {
+    /// Kafka-aware, faults aimed at `api` (names; empty for every API).
+    pub fn new(api: Vec<String>) -> Self {
+        Self {
+            kafka: true,
+            api,
+            advertise_host: None,
+        }
+    }
+
     /// `faults`, speaking Kafka if asked to.
     pub fn config(&self, faults: FaultConfig) -> Result<FaultConfig> {
         if !self.kafka {

@@ -23,6 +23,7 @@ mod producer;
 mod request;
 pub use producer::{
     KafkaAck, KafkaProduceError, KafkaProducer, KafkaProducerConfig, KafkaProducerStats,
+    agree_versions,
 };
 pub use request::{EncodeError, encode_request};
 

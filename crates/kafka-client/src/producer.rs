@@ -212,7 +212,7 @@ impl KafkaProducer {
             .await?
             .with_client_id("minibroker-producer")
             .with_answer_timeout(config.request_timeout);
-        let versions = negotiate(&mut conn).await?;
+        let versions = agree_versions(&mut conn, &VERSIONS).await?;
         let mut producer = Self {
             bootstrap: bootstrap.to_owned(),
             config,
@@ -504,9 +504,15 @@ fn retriable(code: i16) -> bool {
     ResponseError::try_from_code(code).is_some_and(|error| error.is_retriable())
 }
 
-/// The highest version of each API both sides speak (ApiVersions v0, which every broker
-/// answers).
-async fn negotiate(conn: &mut KafkaConnection) -> Result<HashMap<ApiKey, i16>, KafkaProduceError> {
+/// The highest version of each API of `wanted` (API, our lowest, our highest) both sides speak,
+/// asked with ApiVersions v0, which every broker answers.
+///
+/// # Errors
+/// [`KafkaProduceError::Unsupported`] for an API the broker speaks at no version of ours.
+pub async fn agree_versions(
+    conn: &mut KafkaConnection,
+    wanted: &[(ApiKey, i16, i16)],
+) -> Result<HashMap<ApiKey, i16>, KafkaProduceError> {
     let answer: ApiVersionsResponse = conn
         .call(ApiKey::ApiVersions, 0, &ApiVersionsRequest::default())
         .await?;
@@ -517,7 +523,7 @@ async fn negotiate(conn: &mut KafkaConnection) -> Result<HashMap<ApiKey, i16>, K
         });
     }
     let mut versions = HashMap::new();
-    for (api, min, max) in VERSIONS {
+    for &(api, min, max) in wanted {
         let theirs = answer.api_keys.iter().find(|k| k.api_key == api as i16);
         let chosen = theirs
             .map(|k| k.max_version.min(max))
