@@ -1,0 +1,172 @@
+//! A test double of a broker that breaks exactly-once on purpose: a relay in front of a real
+//! minibroker's Kafka listener (which advertises the relay, so clients stay on it) that, for
+//! some Produce requests, either acknowledges without storing or stores a second copy with the
+//! producer id stripped (so the real broker cannot recognise it). `check` must fail on both.
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{
+    ApiKey, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader,
+};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// How the double misbehaves on every `every`th Produce request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Misbehaviour {
+    /// Relay everything faithfully (the double's own control).
+    None,
+    /// Answer success without passing the request on: an acknowledged batch lost.
+    AckWithoutStoring,
+    /// Pass it on, then store it again with no producer id: a duplicate the broker cannot see.
+    StoreTwice,
+}
+
+/// Starts the double on `listener`, relaying to `upstream`; returns how many Produce requests
+/// it broke.
+pub fn start(
+    listener: TcpListener,
+    upstream: String,
+    misbehaviour: Misbehaviour,
+    every: u64,
+) -> Arc<AtomicU64> {
+    let produces = Arc::new(AtomicU64::new(0));
+    let broken = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&broken);
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let upstream = upstream.clone();
+            let (produces, broken) = (Arc::clone(&produces), Arc::clone(&broken));
+            tokio::spawn(async move {
+                let Ok(broker) = TcpStream::connect(&upstream).await else {
+                    return;
+                };
+                let relay = Relay {
+                    misbehaviour,
+                    every,
+                    produces,
+                    broken,
+                };
+                let _ = relay.run(client, broker).await;
+            });
+        }
+    });
+    counted
+}
+
+struct Relay {
+    misbehaviour: Misbehaviour,
+    every: u64,
+    produces: Arc<AtomicU64>,
+    broken: Arc<AtomicU64>,
+}
+
+async fn read_frame(stream: &mut TcpStream) -> std::io::Result<Bytes> {
+    let length = stream.read_u32().await?;
+    let mut frame = vec![0; length as usize];
+    stream.read_exact(&mut frame).await?;
+    Ok(Bytes::from(frame))
+}
+
+async fn write_frame(stream: &mut TcpStream, frame: &[u8]) -> std::io::Result<()> {
+    stream.write_u32(frame.len() as u32).await?;
+    stream.write_all(frame).await
+}
+
+impl Relay {
+    /// One request at a time (what the check's producers and verifier send): request in,
+    /// answer out.
+    async fn run(self, mut client: TcpStream, mut broker: TcpStream) -> std::io::Result<()> {
+        loop {
+            let request = read_frame(&mut client).await?;
+            let (api, version, correlation) =
+                minibroker_faults::kafka::request_header(&request).expect("a request header");
+            let broken = api == ApiKey::Produce as i16
+                && self.misbehaviour != Misbehaviour::None
+                && (self.produces.fetch_add(1, Ordering::Relaxed) + 1) % self.every == 0;
+            if broken && self.misbehaviour == Misbehaviour::AckWithoutStoring {
+                self.broken.fetch_add(1, Ordering::Relaxed);
+                write_frame(&mut client, &forged_ack(&request, version, correlation)).await?;
+                continue;
+            }
+            write_frame(&mut broker, &request).await?;
+            let answer = read_frame(&mut broker).await?;
+            write_frame(&mut client, &answer).await?;
+            if broken {
+                // The same records again, as a producer without idempotence would send them.
+                self.broken.fetch_add(1, Ordering::Relaxed);
+                write_frame(&mut broker, &stripped_copy(&request, version)).await?;
+                read_frame(&mut broker).await?;
+            }
+        }
+    }
+}
+
+/// The correlation id of a copy; its answer is read and dropped.
+const COPY_CORRELATION: i32 = i32::MAX;
+
+/// The request's header and body.
+fn decode_produce(request: &Bytes, version: i16) -> (RequestHeader, ProduceRequest) {
+    let mut bytes = request.clone();
+    let header = RequestHeader::decode(&mut bytes, ApiKey::Produce.request_header_version(version))
+        .expect("a Produce header");
+    let body = ProduceRequest::decode(&mut bytes, version).expect("a Produce request");
+    (header, body)
+}
+
+/// A success answer naming offset 0 for every partition of the request.
+fn forged_ack(request: &Bytes, version: i16, correlation: i32) -> BytesMut {
+    let (_, produce) = decode_produce(request, version);
+    let answer = ProduceResponse::default().with_responses(
+        produce
+            .topic_data
+            .iter()
+            .map(|topic| {
+                TopicProduceResponse::default()
+                    .with_name(topic.name.clone())
+                    .with_partition_responses(
+                        topic
+                            .partition_data
+                            .iter()
+                            .map(|p| PartitionProduceResponse::default().with_index(p.index))
+                            .collect(),
+                    )
+            })
+            .collect(),
+    );
+    let mut out = BytesMut::new();
+    ResponseHeader::default()
+        .with_correlation_id(correlation)
+        .encode(&mut out, ApiKey::Produce.response_header_version(version))
+        .expect("header encodes");
+    answer.encode(&mut out, version).expect("answer encodes");
+    out
+}
+
+/// The request again under another correlation id, each batch's producer id, epoch and sequence
+/// set to -1 (no idempotence) and its CRC made right.
+fn stripped_copy(request: &Bytes, version: i16) -> BytesMut {
+    let (header, mut produce) = decode_produce(request, version);
+    for topic in &mut produce.topic_data {
+        for partition in &mut topic.partition_data {
+            let Some(records) = &partition.records else {
+                continue;
+            };
+            let mut batch = records.to_vec();
+            batch[43..51].copy_from_slice(&(-1i64).to_be_bytes()); // producer id
+            batch[51..53].copy_from_slice(&(-1i16).to_be_bytes()); // epoch
+            minibroker_records::set_base_sequence(&mut batch, -1); // and the CRC
+            partition.records = Some(Bytes::from(batch));
+        }
+    }
+    let mut out = BytesMut::new();
+    header
+        .with_correlation_id(COPY_CORRELATION)
+        .encode(&mut out, ApiKey::Produce.request_header_version(version))
+        .expect("header encodes");
+    produce.encode(&mut out, version).expect("request encodes");
+    out
+}
