@@ -86,7 +86,7 @@ impl Relay {
                 minibroker_faults::kafka::request_header(&request).expect("a request header");
             let broken = api == ApiKey::Produce as i16
                 && self.misbehaviour != Misbehaviour::None
-                && (self.produces.fetch_add(1, Ordering::Relaxed) + 1) % self.every == 0;
+                && (self.produces.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(self.every);
             if broken && self.misbehaviour == Misbehaviour::AckWithoutStoring {
                 self.broken.fetch_add(1, Ordering::Relaxed);
                 write_frame(&mut client, &forged_ack(&request, version, correlation)).await?;
