@@ -128,3 +128,71 @@ fn check_fails_a_broker_that_stores_a_record_twice() {
     assert!(said.contains("verdict: FAILED"), "{said}");
     assert!(said.contains("stored twice"), "{said}");
 }
+
+#[test]
+fn the_kafka_proxy_keeps_a_real_kafka_client_on_it() {
+    // The broker advertises a name other than the one the proxy is given, so the proxy must
+    // open a listener of its own for it and hand that out instead.
+    let port = support::free_addr()
+        .rsplit_once(':')
+        .map(|(_, port)| port.to_owned())
+        .expect("a port");
+    let server = ServeProcess::spawn(
+        serve_command("127.0.0.1:0", &format!("127.0.0.1:{port}"))
+            .args(["--kafka-advertise", &format!("localhost:{port}")]),
+    );
+    let (mut proxy, proxy_addr, output) = support::start_proxy(
+        "127.0.0.1:0",
+        &server.kafka_addr,
+        &["--kafka", "--api", "produce", "--drop-response-at", "1"],
+    );
+    let listed = support::kcat(&["-b", &proxy_addr, "-L", "-m", "5"], "");
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    let broker_line = listed
+        .lines()
+        .find(|l| l.trim_start().starts_with("broker "))
+        .unwrap_or_else(|| panic!("no broker listed: {listed}"));
+    assert!(
+        !broker_line.contains(&port),
+        "the upstream address leaked: {broker_line}"
+    );
+    assert!(!broker_line.contains(&proxy_addr), "{broker_line}");
+    assert!(broker_line.contains("127.0.0.1:"), "{broker_line}");
+    // An idempotent librdkafka producer through it: the first Produce answer is lost, the
+    // client resends, the broker keeps one copy.
+    let produced = support::kcat(
+        &[
+            "-b",
+            &proxy_addr,
+            "-P",
+            "-t",
+            "through-proxy",
+            "-X",
+            "enable.idempotence=true",
+            "-X",
+            "socket.timeout.ms=1000",
+            "-X",
+            "request.timeout.ms=500",
+            "-X",
+            "message.timeout.ms=20000",
+        ],
+        "one\ntwo\nthree\n",
+    );
+    assert!(
+        produced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&produced.stderr)
+    );
+    let consumed = server.run(&["consume", "--topic", "through-proxy", "--partition", "0"]);
+    assert_eq!(consumed.lines().count(), 3, "{consumed}");
+    // Stop the proxy and read its summary: the lost answer and the resend went through it.
+    let _ = Command::new("kill")
+        .args(["-INT", &proxy.id().to_string()])
+        .status();
+    proxy.wait().expect("the proxy stops");
+    let summary: String = std::io::BufRead::lines(output)
+        .map_while(Result::ok)
+        .find(|l| l.starts_with("proxy faults:"))
+        .expect("the proxy's summary");
+    assert!(summary.contains("responses_dropped=1"), "{summary}");
+}
