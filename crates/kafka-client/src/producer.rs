@@ -300,13 +300,15 @@ impl KafkaProducer {
         Ok(partitions)
     }
 
-    /// Asks for `topic`'s leaders, on any connection that answers (the bootstrap one first).
+    /// Asks the bootstrap broker for `topic`'s leaders (on a new connection, so one a lost answer
+    /// left unusable is never reused; the broker creates the topic if it creates topics on
+    /// demand).
     async fn refresh(&mut self, topic: &str) -> Result<(), KafkaProduceError> {
         let request = MetadataRequest::default()
             .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
                 TopicName(StrBytes::from_string(topic.to_owned())),
             ))]))
-            .with_allow_auto_topic_creation(false);
+            .with_allow_auto_topic_creation(true);
         let version = self.version(ApiKey::Metadata);
         let mut conn = KafkaConnection::connect(self.bootstrap.as_str())
             .await?
