@@ -334,6 +334,28 @@ fn the_metrics_listener_serves_https_and_asks_for_its_bearer_token() {
         summary["samples"].as_array().is_some_and(|s| !s.is_empty()),
         "{summary}"
     );
+    // `minibroker health` speaks TLS to an https:// URL, trusting --tls-ca, and says what is
+    // missing without it.
+    let health = |extra: &[&str]| {
+        Command::new(BIN)
+            .args(["health", &ready])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let checked = health(&["--tls-ca", &ca]);
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    let refused = health(&[]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("give --tls-ca"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
     // Plain HTTP to the HTTPS port gets no answer.
     let plain = kafka_script("metrics.py", &[&format!("http://{addr}/health")])
         .output()
