@@ -123,7 +123,7 @@ enum Subcommand {
         /// Only this principal's.
         #[arg(long)]
         principal: Option<String>,
-        /// Print JSON instead of text.
+        /// JSON lines instead of text: one line, {"acls": [...]}.
         #[arg(long)]
         json: bool,
         #[command(flatten)]

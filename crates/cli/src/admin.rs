@@ -16,7 +16,7 @@ pub struct InitArgs {
     /// Bump the epoch of this issued producer id instead of getting a new one.
     #[arg(long, allow_negative_numbers = true)]
     producer_id: Option<i64>,
-    /// Print JSON.
+    /// JSON lines instead of text: one line, {"producer_id", "epoch"}.
     #[arg(long)]
     json: bool,
 }
@@ -26,7 +26,7 @@ pub struct InitArgs {
 pub struct DescribeArgs {
     #[command(flatten)]
     target: PartitionArgs,
-    /// One JSON object per producer per line.
+    /// JSON lines instead of text: one object per producer.
     #[arg(long)]
     json: bool,
 }
@@ -66,7 +66,7 @@ pub async fn describe_producers(args: DescribeArgs) -> Result<()> {
 pub struct ProducersArgs {
     #[command(flatten)]
     target: TopicArgs,
-    /// One JSON object per producer per partition per line.
+    /// JSON lines instead of text: one object per producer per partition.
     #[arg(long)]
     json: bool,
 }

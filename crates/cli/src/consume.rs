@@ -1,44 +1,56 @@
-//! `minibroker consume`: every record of a partition from an offset to the current end.
+//! `minibroker consume`: every record of a partition — or of every partition, one after the
+//! other — from an offset to the current end.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use minibroker_client::{Client, ConsumedRecord, DecodedBatch, PartitionReader};
 use serde_json::{Map, Value, json};
 use std::io::Write;
 
-use crate::target::PartitionArgs;
+use crate::target::TopicArgs;
 
 /// Flags of `consume`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    target: PartitionArgs,
-    /// First offset to print.
+    target: TopicArgs,
+    /// The partition to read (default: every partition, one after the other, each line saying
+    /// its partition).
+    #[arg(long)]
+    partition: Option<u32>,
+    /// First offset to print (in each partition read).
     #[arg(long = "from", default_value_t = 0)]
     from: i64,
-    /// One JSON object per record per line.
+    /// JSON lines: one JSON object per record, one per line.
     #[arg(long)]
     json: bool,
 }
 
 pub async fn run(args: Args) -> Result<()> {
-    let client = Client::connect(
-        &args.target.topic.broker,
-        crate::connect::client_config(&args.target.topic.broker)?,
-    )
-    .await?;
-    let mut reader = PartitionReader::new(
-        &client,
-        &args.target.topic.topic,
-        args.target.partition,
-        args.from,
-    );
+    let (broker, topic) = (&args.target.broker, &args.target.topic);
+    let client = Client::connect(broker, crate::connect::client_config(broker)?).await?;
+    let partitions: Vec<u32> = match args.partition {
+        Some(partition) => vec![partition],
+        None => {
+            let described = client.describe_topic(topic).await?;
+            (0..u32::try_from(described.partitions.len()).context("too many partitions")?).collect()
+        }
+    };
     let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
-    while let Some(batch) = reader.next_batch().await? {
-        for record in &batch.records {
-            if args.json {
-                writeln!(stdout, "{}", json_line(&batch, record))?;
-            } else {
-                writeln!(stdout, "{}", text_line(&batch, record))?;
+    for &partition in &partitions {
+        let mut reader = PartitionReader::new(&client, topic, partition, args.from);
+        while let Some(batch) = reader.next_batch().await? {
+            for record in &batch.records {
+                if args.json {
+                    writeln!(stdout, "{}", json_line(partition, &batch, record))?;
+                } else if args.partition.is_none() {
+                    writeln!(
+                        stdout,
+                        "partition={partition} {}",
+                        text_line(&batch, record)
+                    )?;
+                } else {
+                    writeln!(stdout, "{}", text_line(&batch, record))?;
+                }
             }
         }
     }
@@ -55,14 +67,16 @@ fn optional_text(bytes: Option<&bytes::Bytes>) -> Value {
     bytes.map_or(Value::Null, |b| Value::String(text(b)))
 }
 
-/// `{"offset", "producer_id", "epoch", "sequence", "value", "key", "headers", "timestamp"}`.
-fn json_line(batch: &DecodedBatch, record: &ConsumedRecord) -> Value {
+/// `{"partition", "offset", "producer_id", "epoch", "sequence", "value", "key", "headers",
+/// "timestamp"}`.
+fn json_line(partition: u32, batch: &DecodedBatch, record: &ConsumedRecord) -> Value {
     let headers: Map<String, Value> = record
         .headers
         .iter()
         .map(|(name, value)| (name.clone(), optional_text(value.as_ref())))
         .collect();
     json!({
+        "partition": partition,
         "offset": record.offset,
         "producer_id": batch.info.producer_id,
         "epoch": batch.info.epoch,

@@ -8,41 +8,71 @@ use std::time::Duration;
 /// numbers (from 1, per direction, across all connections) where the fault always fires.
 #[derive(Debug, Clone, clap::Args)]
 pub struct FaultArgs {
-    /// Lose requests before they reach the broker: the fraction of frames, from 0 to 1.
+    /// Lose requests before they reach the broker: the fraction of frames, from 0 to 1 (default: 0 in proxy; demo and check give theirs above).
     #[arg(long, value_name = "RATE")]
     drop_request: Option<f64>,
     /// Requests to lose, e.g. 3,7.
-    #[arg(long, value_name = "LIST", default_value = "")]
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "",
+        hide_default_value = true
+    )]
     drop_request_at: String,
-    /// Lose responses after the broker processed the request (lost acks): the fraction of frames, from 0 to 1.
+    /// Lose responses after the broker processed the request (lost acks): the fraction of frames, from 0 to 1 (default: 0 in proxy; demo and check give theirs above).
     #[arg(long, value_name = "RATE")]
     drop_response: Option<f64>,
     /// Responses to lose.
-    #[arg(long, value_name = "LIST", default_value = "")]
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "",
+        hide_default_value = true
+    )]
     drop_response_at: String,
-    /// Delay requests by --delay-ms: the fraction of frames, from 0 to 1.
+    /// Delay requests by --delay-ms: the fraction of frames, from 0 to 1 (default: 0 in proxy; demo and check give theirs above).
     #[arg(long, value_name = "RATE")]
     delay_request: Option<f64>,
     /// Requests to delay.
-    #[arg(long, value_name = "LIST", default_value = "")]
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "",
+        hide_default_value = true
+    )]
     delay_request_at: String,
-    /// Delay responses by --delay-ms: the fraction of frames, from 0 to 1.
+    /// Delay responses by --delay-ms: the fraction of frames, from 0 to 1 (default: 0 in proxy; demo and check give theirs above).
     #[arg(long, value_name = "RATE")]
     delay_response: Option<f64>,
     /// Responses to delay.
-    #[arg(long, value_name = "LIST", default_value = "")]
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "",
+        hide_default_value = true
+    )]
     delay_response_at: String,
-    /// Reset both connections right after forwarding a request: the fraction of frames, from 0 to 1.
+    /// Reset both connections right after forwarding a request: the fraction of frames, from 0 to 1 (default: 0 in proxy; demo and check give theirs above).
     #[arg(long, value_name = "RATE")]
     reset: Option<f64>,
     /// Requests after which to reset.
-    #[arg(long, value_name = "LIST", default_value = "")]
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "",
+        hide_default_value = true
+    )]
     reset_at: String,
-    /// Hold requests back for --hold-ms, then release them (stale retries): the fraction of frames, from 0 to 1.
+    /// Hold requests back for --hold-ms, then release them (stale retries): the fraction of frames, from 0 to 1 (default: 0 in proxy; demo and check give theirs above).
     #[arg(long, value_name = "RATE")]
     hold: Option<f64>,
     /// Requests to hold.
-    #[arg(long, value_name = "LIST", default_value = "")]
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "",
+        hide_default_value = true
+    )]
     hold_at: String,
     /// How long a delayed frame waits.
     #[arg(long, default_value_t = 50)]

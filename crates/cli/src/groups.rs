@@ -23,7 +23,7 @@ pub struct Args {
     /// Show this group: state, members, their assignments, committed offsets and lag.
     #[arg(long, value_name = "GROUP")]
     describe: Option<String>,
-    /// Print JSON instead of text.
+    /// JSON lines instead of text: one line, {"groups": [...]} or the group described.
     #[arg(long)]
     json: bool,
 }

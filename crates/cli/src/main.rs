@@ -73,9 +73,14 @@ enum Command {
     Consume(consume::Args),
     /// Get a new producer id, or bump the epoch of an issued one.
     InitProducer(admin::InitArgs),
-    /// Show the broker's producer state for one partition.
+    /// Show the broker's producer state for one partition: per producer, last_sequence (the
+    /// last sequence stored), last_offset (the offset of the first record of its last batch)
+    /// and cached_batches (its recent batches kept to answer retries as DUPLICATE, up to 5).
     DescribeProducers(admin::DescribeArgs),
-    /// Show the broker's producer state for every partition of a topic.
+    /// Show the broker's producer state for every partition of a topic: per producer,
+    /// last_sequence (the last sequence stored), last_offset (the offset of the first record of
+    /// its last batch) and cached_batches (its recent batches kept to answer retries as
+    /// DUPLICATE, up to 5).
     Producers(admin::ProducersArgs),
     /// Create, list, describe or delete topics.
     Topic(topic::Args),
@@ -85,6 +90,8 @@ enum Command {
     Verify(verify::Args),
     /// Check that a Kafka-compatible broker keeps exactly-once under a faulty network: a fresh
     /// topic, a Kafka-aware fault proxy, idempotent producers and the verifier, in one command.
+    /// Fault rates default to 2% lost requests and acks, 1% delays, 0.5% resets and 1% held,
+    /// aimed at Produce.
     Check(check::Args),
     /// List consumer groups, or describe one: members, assignments, committed offsets, lag.
     Groups(groups::Args),
@@ -105,6 +112,8 @@ enum Command {
     /// Print a shell completion script.
     Completions(Completions),
     /// Watch exactly-once survive a faulty network: broker, flaky proxy, producers, verifier.
+    /// Fault rates default to 2% lost requests and acks, 1% delays, 0.5% resets and 1% held
+    /// (none held with --transactions).
     Demo(demo::Args),
     /// Measure produce throughput and latency (against a do-nothing baseline in the same run), or
     /// memory.
@@ -130,11 +139,22 @@ fn main() -> ExitCode {
     }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        // A reader that stopped reading (`| head`) is not an error of ours.
+        Err(error) if closed_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {}", chain(&error));
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `error` is stdout's reader having gone away.
+fn closed_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// The error and its causes, each said once: a cause whose text its error already holds (as

@@ -29,7 +29,7 @@ pub struct Args {
     /// A header `NAME=VALUE` on every record sent; repeat for several.
     #[arg(long = "header", value_parser = parse_header)]
     headers: Vec<(String, String)>,
-    /// Print one JSON line instead of text.
+    /// JSON lines instead of text: one line, the outcome.
     #[arg(long)]
     json: bool,
 }

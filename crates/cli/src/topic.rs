@@ -16,7 +16,7 @@ pub enum Command {
         /// How many partitions.
         #[arg(long, default_value_t = 1)]
         partitions: u32,
-        /// Print JSON.
+        /// JSON lines instead of text: one line, {"created": TOPIC}.
         #[arg(long)]
         json: bool,
     },
@@ -25,7 +25,7 @@ pub enum Command {
         /// Broker address (host:port).
         #[arg(long)]
         broker: String,
-        /// Print JSON.
+        /// JSON lines instead of text: one line, {"topics": [{"topic", "partitions"}, ...]}.
         #[arg(long)]
         json: bool,
     },
@@ -33,7 +33,7 @@ pub enum Command {
     Describe {
         #[command(flatten)]
         target: TopicArgs,
-        /// Print JSON.
+        /// JSON lines instead of text: one line, {"topic", "partitions": [...]}.
         #[arg(long)]
         json: bool,
     },
@@ -41,7 +41,7 @@ pub enum Command {
     Delete {
         #[command(flatten)]
         target: TopicArgs,
-        /// Print JSON.
+        /// JSON lines instead of text: one line, {"deleted": TOPIC}.
         #[arg(long)]
         json: bool,
     },

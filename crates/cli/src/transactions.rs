@@ -22,7 +22,7 @@ pub struct Args {
     /// The broker's Kafka listener (host:port).
     #[arg(long, global = true, default_value = "127.0.0.1:9092")]
     kafka: String,
-    /// Print JSON instead of text.
+    /// JSON lines instead of text: one object per line (for a list, one line holding the list).
     #[arg(long, global = true)]
     json: bool,
     #[command(subcommand)]

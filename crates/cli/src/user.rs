@@ -44,7 +44,7 @@ enum Subcommand {
         /// The users file.
         #[arg(long)]
         users_file: PathBuf,
-        /// Print JSON instead of text.
+        /// JSON lines instead of text: one line, {"users": [{"user", "mechanism", "iterations"}, ...]}.
         #[arg(long)]
         json: bool,
     },
