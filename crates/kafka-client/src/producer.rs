@@ -45,6 +45,9 @@ const VERSIONS: [(ApiKey, i16, i16); 3] = [
 /// The shortest a request waits for its answer.
 pub const MIN_TIMEOUT: Duration = Duration::from_millis(100);
 
+/// How long a refused first connection is retried before nothing listening there is an error.
+const REFUSED_GRACE: Duration = Duration::from_secs(5);
+
 /// Pause before a retry, so a broker that answers at once with a retriable error is not spun on.
 const RETRY_BACKOFF: Duration = Duration::from_millis(20);
 
@@ -208,7 +211,7 @@ impl KafkaProducer {
         bootstrap: &str,
         config: KafkaProducerConfig,
     ) -> Result<Self, KafkaProduceError> {
-        let mut conn = KafkaConnection::connect(bootstrap)
+        let mut conn = connect_within_grace(bootstrap)
             .await?
             .with_client_id("minibroker-producer")
             .with_answer_timeout(config.request_timeout);
@@ -498,6 +501,23 @@ impl KafkaProducer {
                 ))
             })?;
         Ok((data.error_code, data.base_offset))
+    }
+}
+
+/// Connects to `addr`, retrying a refused connection for [`REFUSED_GRACE`] (a broker or proxy
+/// started a moment before), then failing with the refusal: nothing listens there.
+async fn connect_within_grace(addr: &str) -> Result<KafkaConnection, KafkaClientError> {
+    let started = Instant::now();
+    loop {
+        match KafkaConnection::connect(addr).await {
+            Err(KafkaClientError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::ConnectionRefused
+                    && started.elapsed() < REFUSED_GRACE =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            connected => return connected,
+        }
     }
 }
 
