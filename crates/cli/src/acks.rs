@@ -13,6 +13,11 @@ impl PayloadCursor {
         Self(first)
     }
 
+    /// The payload id the next acknowledged batch starts at.
+    pub fn next_id(&self) -> Option<PayloadId> {
+        self.0
+    }
+
     /// The acknowledged batch of `records` records; `identity` is (partition, producer id,
     /// epoch, sequence, offset).
     pub fn acked(

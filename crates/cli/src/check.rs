@@ -8,6 +8,11 @@
 //! every acknowledgement: no record stored twice, none acknowledged and missing, no sequence
 //! gaps. It prints what the network did and what the broker kept, and exits non-zero unless
 //! exactly-once held.
+//!
+//! With `--transactional` each producer is a transactional one: its batches go in transactions
+//! of [`BATCHES_PER_TRANSACTION`], every fourth of which it aborts and then writes again in the
+//! next, and the topic is also read as a `read_committed` consumer reads it, which must see
+//! exactly the committed batches: every record once, none of an aborted transaction.
 
 use anyhow::{Context, Result, bail};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
@@ -59,10 +64,20 @@ pub struct Args {
         default_value = "produce"
     )]
     api: Vec<String>,
+    /// Transactional producers: transactions of 10 batches, every fourth aborted and written
+    /// again, and the read_committed view checked too.
+    #[arg(long)]
+    transactional: bool,
     /// Fault rates default to 2% lost requests and acks, 1% delays, 0.5% resets, 1% held.
     #[command(flatten)]
     faults: FaultArgs,
 }
+
+/// Batches per transaction, with `--transactional`.
+const BATCHES_PER_TRANSACTION: usize = 10;
+
+/// Every this many transactions, one is aborted (and its records written again).
+const ABORT_EVERY: usize = 4;
 
 /// How long a freshly created topic may take to show leaders for all its partitions.
 const TOPIC_READY_WITHIN: Duration = Duration::from_secs(30);
@@ -77,6 +92,18 @@ struct Produced {
     stats: KafkaProducerStats,
     failures: Vec<String>,
     elapsed: Duration,
+    committed: usize,
+    aborted: usize,
+}
+
+/// What one producer did.
+#[derive(Default)]
+struct JobRun {
+    acked: Vec<AckedBatch>,
+    stats: KafkaProducerStats,
+    failure: Option<String>,
+    committed: usize,
+    aborted: usize,
 }
 
 pub async fn run(args: Args) -> Result<()> {
@@ -100,9 +127,13 @@ pub async fn run(args: Args) -> Result<()> {
     let produced = run_producers(&args, &proxy.address(), &topic).await;
     let counts = proxy.stop().await?;
     // Read back from the broker itself, not through the faulty network.
-    let report = minibroker_verify::verify_kafka(&args.kafka, &topic, Some(&produced.acked))
-        .await
-        .with_context(|| format!("reading {topic} back from {}", args.kafka))?;
+    let acked = Some(produced.acked.as_slice());
+    let report = if args.transactional {
+        minibroker_verify::verify_kafka_read_committed(&args.kafka, &topic, acked).await
+    } else {
+        minibroker_verify::verify_kafka(&args.kafka, &topic, acked).await
+    }
+    .with_context(|| format!("reading {topic} back from {}", args.kafka))?;
     print_report(&args, &produced, &counts, &report)
 }
 
@@ -185,6 +216,9 @@ async fn run_producers(args: &Args, proxy: &str, topic: &str) -> Produced {
     let mut producers = tokio::task::JoinSet::new();
     for index in 0..args.producers {
         let job = Job {
+            transactional_id: args
+                .transactional
+                .then(|| format!("{topic}-producer-{index}")),
             address: proxy.to_owned(),
             topic: topic.to_owned(),
             records: args.records,
@@ -200,20 +234,18 @@ async fn run_producers(args: &Args, proxy: &str, topic: &str) -> Produced {
     }
     let mut produced = Produced::default();
     while let Some(joined) = producers.join_next().await {
-        let (mut acked, stats, failure) = match joined {
-            Ok(run) => run,
-            Err(error) => (
-                Vec::new(),
-                KafkaProducerStats::default(),
-                Some(error.to_string()),
-            ),
-        };
-        produced.acked.append(&mut acked);
-        produced.stats.batches += stats.batches;
-        produced.stats.records += stats.records;
-        produced.stats.retries += stats.retries;
-        produced.stats.duplicates += stats.duplicates;
-        produced.failures.extend(failure);
+        let mut run = joined.unwrap_or_else(|error| JobRun {
+            failure: Some(error.to_string()),
+            ..JobRun::default()
+        });
+        produced.acked.append(&mut run.acked);
+        produced.stats.batches += run.stats.batches;
+        produced.stats.records += run.stats.records;
+        produced.stats.retries += run.stats.retries;
+        produced.stats.duplicates += run.stats.duplicates;
+        produced.failures.extend(run.failure);
+        produced.committed += run.committed;
+        produced.aborted += run.aborted;
     }
     produced.elapsed = started.elapsed();
     produced
@@ -221,6 +253,8 @@ async fn run_producers(args: &Args, proxy: &str, topic: &str) -> Produced {
 
 /// One producer's share of the work.
 struct Job {
+    /// For a transactional producer, its id.
+    transactional_id: Option<String>,
     address: String,
     topic: String,
     records: usize,
@@ -232,48 +266,124 @@ struct Job {
 }
 
 impl Job {
-    /// Sends the records, batch after batch, round-robin over the partitions; returns what was
-    /// acknowledged, the producer's counters and, if it stopped early, why.
-    async fn run(self) -> (Vec<AckedBatch>, KafkaProducerStats, Option<String>) {
-        let mut producer = match KafkaProducer::connect(&self.address, self.config).await {
+    /// Sends the records, batch after batch, round-robin over the partitions (in transactions,
+    /// for a transactional producer); returns what was acknowledged — of committed
+    /// transactions only — and, if it stopped early, why.
+    async fn run(self) -> JobRun {
+        let mut run = JobRun::default();
+        let connected = match &self.transactional_id {
+            Some(id) => KafkaProducer::connect_transactional(&self.address, self.config, id).await,
+            None => KafkaProducer::connect(&self.address, self.config).await,
+        };
+        let mut producer = match connected {
             Ok(producer) => producer,
             Err(error) => {
-                let why = format!("cannot start a producer: {error}");
-                return (Vec::new(), KafkaProducerStats::default(), Some(why));
+                run.failure = Some(format!("cannot start a producer: {error}"));
+                return run;
             }
         };
         let first = PayloadId::first(producer.producer_id().unsigned_abs(), 0);
-        let mut payloads = PayloadCursor::new(Some(first));
-        let mut acked = Vec::new();
-        let mut sent = 0;
-        let mut batch_number = self.first_partition;
-        while sent < self.records {
-            let size = self.batch_size.min(self.records - sent);
-            let batch: Vec<NewRecord> = (sent..sent + size)
-                .map(|i| NewRecord::value(first.after(i as u64).to_string()))
-                .collect();
-            let partition = (batch_number % self.partitions as usize) as i32;
-            match producer.send(&self.topic, partition, &batch).await {
-                Ok(ack) => {
-                    let identity = (
-                        partition.unsigned_abs(),
-                        producer.producer_id(),
-                        producer.epoch(),
-                        ack.sequence,
-                        ack.base_offset,
-                    );
-                    acked.push(payloads.acked(identity, ack.records));
+        let mut progress = Progress {
+            sent: 0,
+            batch_number: self.first_partition,
+            payloads: PayloadCursor::new(Some(first)),
+        };
+        while progress.sent < self.records {
+            let before = progress;
+            let transactional = self.transactional_id.is_some();
+            let abort =
+                transactional && (run.committed + run.aborted) % ABORT_EVERY == ABORT_EVERY - 1;
+            // An idempotent producer's acknowledgements count at once; a transaction's only once
+            // it has committed.
+            let mut transaction = Vec::new();
+            let acked = if transactional {
+                &mut transaction
+            } else {
+                &mut run.acked
+            };
+            match self.round(&mut producer, &mut progress, abort, acked).await {
+                Ok(()) if abort => {
+                    // Nothing of it is shown to a read_committed consumer: write it again.
+                    run.aborted += 1;
+                    progress = Progress {
+                        batch_number: progress.batch_number,
+                        ..before
+                    };
+                }
+                Ok(()) => {
+                    run.committed += usize::from(transactional);
+                    run.acked.append(&mut transaction);
                 }
                 Err(error) => {
-                    let why = format!("producer {}: {error}", producer.producer_id());
-                    return (acked, producer.stats(), Some(why));
+                    run.failure = Some(format!("producer {}: {error}", producer.producer_id()));
+                    break;
                 }
             }
-            sent += size;
-            batch_number += 1;
         }
-        (acked, producer.stats(), None)
+        run.stats = producer.stats();
+        run
     }
+
+    /// The next batches: for a transactional producer one transaction of them, ended by a
+    /// commit or, if `abort`, an abort; otherwise all that are left. Each acknowledgement is
+    /// added to `acked` as it comes.
+    async fn round(
+        &self,
+        producer: &mut KafkaProducer,
+        progress: &mut Progress,
+        abort: bool,
+        acked: &mut Vec<AckedBatch>,
+    ) -> Result<(), minibroker_kafka_client::KafkaProduceError> {
+        let transactional = self.transactional_id.is_some();
+        let batches = if transactional {
+            producer.begin()?;
+            BATCHES_PER_TRANSACTION
+        } else {
+            usize::MAX
+        };
+        for _ in 0..batches {
+            if progress.sent >= self.records {
+                break;
+            }
+            let size = self.batch_size.min(self.records - progress.sent);
+            let first = progress
+                .payloads
+                .next_id()
+                .expect("the check's records carry payload ids");
+            let batch: Vec<NewRecord> = (0..size)
+                .map(|i| NewRecord::value(first.after(i as u64).to_string()))
+                .collect();
+            let partition = (progress.batch_number % self.partitions as usize) as i32;
+            let ack = producer.send(&self.topic, partition, &batch).await?;
+            let identity = (
+                partition.unsigned_abs(),
+                producer.producer_id(),
+                producer.epoch(),
+                ack.sequence,
+                ack.base_offset,
+            );
+            acked.push(progress.payloads.acked(identity, ack.records));
+            progress.sent += size;
+            progress.batch_number += 1;
+        }
+        match (transactional, abort) {
+            (true, true) => producer.abort().await?,
+            (true, false) => producer.commit().await?,
+            (false, _) => {}
+        }
+        Ok(())
+    }
+}
+
+/// Where a producer is in its records.
+#[derive(Debug, Clone, Copy)]
+struct Progress {
+    /// Records acknowledged (of committed transactions, for a transactional producer).
+    sent: usize,
+    /// Batches sent: batch `n` goes to partition `n % partitions`.
+    batch_number: usize,
+    /// The next batch's payload ids.
+    payloads: PayloadCursor,
 }
 
 /// Prints the report; fails unless exactly-once held and every record was acknowledged.
@@ -294,6 +404,12 @@ fn print_report(
         "    batch resends        {:>8}   the same bytes, after a lost answer or a retriable error",
         produced.stats.retries
     );
+    if args.transactional {
+        println!(
+            "    transactions         {:>8}   committed; {} aborted and written again",
+            produced.committed, produced.aborted
+        );
+    }
     if produced.stats.duplicates > 0 {
         println!(
             "    answered DUPLICATE   {:>8}   resends the broker recognised as stored",
@@ -302,12 +418,25 @@ fn print_report(
     }
     println!();
     println!("  broker (read back directly)");
-    println!("    records stored       {:>8}", report.records);
+    if report.transactions.is_some() {
+        println!(
+            "    records stored       {:>8}   aborted transactions' too",
+            report.records
+        );
+    } else {
+        println!("    records stored       {:>8}", report.records);
+    }
     println!("    batches stored       {:>8}", report.batches);
     println!(
         "    records checked      {:>8}   by payload id: each stored once, every acknowledged one present",
         report.payloads
     );
+    if let Some(transactions) = &report.transactions {
+        println!(
+            "    read_committed       {:>8}   batches shown; {} committed, {} aborted, {} open",
+            transactions.visible, transactions.committed, transactions.aborted, transactions.open
+        );
+    }
     println!();
     for failure in &produced.failures {
         println!("  producer stopped: {failure}");

@@ -23,6 +23,11 @@ pub struct Args {
     /// idempotent Kafka producer, which learns the partition's leader from Metadata.
     #[arg(long, conflicts_with = "producer_id")]
     kafka: Option<String>,
+    /// With --kafka, produce in transactions as this transactional id (fencing any older
+    /// producer of it): each round of 64 batches is one transaction, committed before the
+    /// next, and the acks file holds committed batches only.
+    #[arg(long, value_name = "ID", requires = "kafka")]
+    transactional_id: Option<String>,
     /// Topic name.
     #[arg(long)]
     topic: String,
@@ -80,9 +85,11 @@ impl Destination {
                 request_timeout: timeout,
                 delivery_timeout: KAFKA_DELIVERY_TIMEOUT,
             };
-            return Ok(Self::Kafka(Box::new(
-                KafkaProducer::connect(kafka, config).await?,
-            )));
+            let producer = match &args.transactional_id {
+                Some(id) => KafkaProducer::connect_transactional(kafka, config, id).await?,
+                None => KafkaProducer::connect(kafka, config).await?,
+            };
+            return Ok(Self::Kafka(Box::new(producer)));
         }
         let Some(broker) = &args.broker else {
             bail!("give --broker or --kafka");
@@ -115,6 +122,7 @@ impl Destination {
         partition: u32,
         round: Vec<Vec<NewRecord>>,
         payloads: &mut PayloadCursor,
+        transactional: bool,
     ) -> Result<Vec<AckedBatch>> {
         match self {
             Self::Native(producer) => {
@@ -123,6 +131,9 @@ impl Destination {
             }
             Self::Kafka(producer) => {
                 let index = i32::try_from(partition).context("partition out of range")?;
+                if transactional {
+                    producer.begin()?;
+                }
                 let mut acked = Vec::with_capacity(round.len());
                 for batch in round {
                     let ack = producer.send(topic, index, &batch).await?;
@@ -134,6 +145,9 @@ impl Destination {
                         ack.base_offset,
                     );
                     acked.push(payloads.acked(identity, ack.records));
+                }
+                if transactional {
+                    producer.commit().await?;
                 }
                 Ok(acked)
             }
@@ -207,6 +221,7 @@ pub async fn run(args: Args) -> Result<()> {
                     args.partition,
                     std::mem::take(&mut round),
                     &mut payloads,
+                    args.transactional_id.is_some(),
                 )
                 .await?;
             if let Some(file) = &mut acks_file {

@@ -1,6 +1,7 @@
 //! [`KafkaConnection`]: one connection to a Kafka listener, speaking request and answer with the
 //! `kafka-protocol` crate's messages. The verifier reads topics with it, `minibroker groups`
-//! asks for groups and offsets, [`KafkaProducer`] produces idempotently over it, and the tests
+//! asks for groups and offsets, [`KafkaProducer`] produces idempotently (or in transactions)
+//! over it, and the tests
 //! drive the Kafka front end with it, so the framing, the correlation ids and the header
 //! versions are written once.
 //!

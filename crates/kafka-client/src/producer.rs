@@ -13,6 +13,8 @@
 //! times the smoothed round trip (at least [`MIN_TIMEOUT`]), doubled after each timeout in a row,
 //! never more than the configured request timeout. Against a nearby broker a lost answer then
 //! costs a fraction of a second, not the whole request timeout.
+//!
+//! [`KafkaProducer::connect_transactional`] makes it a transactional producer (`transaction`).
 
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
@@ -29,6 +31,8 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use crate::{KafkaClientError, KafkaConnection, error_name};
+
+mod transaction;
 
 /// Kafka's DUPLICATE_SEQUENCE_NUMBER: the batch was stored before (a broker that does not
 /// return the first copy's offset answers this).
@@ -100,6 +104,18 @@ pub enum KafkaProduceError {
     /// The records did not encode as a batch.
     #[error(transparent)]
     Records(#[from] minibroker_records::RecordsError),
+    /// The transaction coordinator did not answer in time.
+    #[error(
+        "the transaction coordinator did not answer {api:?} within {timeout:?}; last error: {last}"
+    )]
+    CoordinatorTimeout {
+        /// What was asked.
+        api: ApiKey,
+        /// The delivery timeout.
+        timeout: Duration,
+        /// What the last attempt ran into.
+        last: String,
+    },
     /// Retries ran out.
     #[error("{topic}/{partition}: no acknowledgement within {timeout:?}; last error: {last}")]
     DeliveryTimeout {
@@ -160,6 +176,8 @@ pub struct KafkaProducer {
     sequences: HashMap<(String, i32), i32>,
     stats: KafkaProducerStats,
     timer: RetransmitTimer,
+    /// The transactional id's state, for a transactional producer.
+    transaction: Option<transaction::Transaction>,
 }
 
 /// The adaptive timeout: a smoothed round trip and the timeouts in a row since the last answer.
@@ -211,24 +229,11 @@ impl KafkaProducer {
         bootstrap: &str,
         config: KafkaProducerConfig,
     ) -> Result<Self, KafkaProduceError> {
-        let mut conn = connect_within_grace(bootstrap)
+        let mut producer = Self::open(bootstrap, config, &[]).await?;
+        let mut conn = KafkaConnection::connect(bootstrap)
             .await?
             .with_client_id("minibroker-producer")
             .with_answer_timeout(config.request_timeout);
-        let versions = agree_versions(&mut conn, &VERSIONS).await?;
-        let mut producer = Self {
-            bootstrap: bootstrap.to_owned(),
-            config,
-            producer_id: -1,
-            epoch: -1,
-            versions,
-            brokers: HashMap::new(),
-            leaders: HashMap::new(),
-            connections: HashMap::new(),
-            sequences: HashMap::new(),
-            stats: KafkaProducerStats::default(),
-            timer: RetransmitTimer::new(config.request_timeout),
-        };
         let request = InitProducerIdRequest::default()
             .with_transactional_id(None)
             .with_transaction_timeout_ms(60_000)
@@ -263,6 +268,34 @@ impl KafkaProducer {
                 }
             }
         }
+    }
+
+    /// A producer of no id yet, the versions agreed with `bootstrap` (ours and `more`).
+    async fn open(
+        bootstrap: &str,
+        config: KafkaProducerConfig,
+        more: &[(ApiKey, i16, i16)],
+    ) -> Result<Self, KafkaProduceError> {
+        let mut conn = connect_within_grace(bootstrap)
+            .await?
+            .with_client_id("minibroker-producer")
+            .with_answer_timeout(config.request_timeout);
+        let wanted: Vec<(ApiKey, i16, i16)> = VERSIONS.iter().chain(more).copied().collect();
+        let versions = agree_versions(&mut conn, &wanted).await?;
+        Ok(Self {
+            bootstrap: bootstrap.to_owned(),
+            config,
+            producer_id: -1,
+            epoch: -1,
+            versions,
+            brokers: HashMap::new(),
+            leaders: HashMap::new(),
+            connections: HashMap::new(),
+            sequences: HashMap::new(),
+            stats: KafkaProducerStats::default(),
+            timer: RetransmitTimer::new(config.request_timeout),
+            transaction: None,
+        })
     }
 
     /// The producer id the cluster gave.
@@ -358,13 +391,24 @@ impl KafkaProducer {
         records: &[NewRecord],
     ) -> Result<KafkaAck, KafkaProduceError> {
         let key = (topic.to_owned(), partition);
+        if !self.leaders.contains_key(&key) {
+            // Also creates the topic, where the broker creates topics on demand, before a
+            // transaction names it.
+            self.refresh(topic).await?;
+        }
+        self.add_to_transaction(topic, partition).await?;
         let sequence = self.sequences.get(&key).copied().unwrap_or(0);
         let writer = Writer {
             producer_id: self.producer_id,
             epoch: self.epoch,
             base_sequence: sequence,
         };
-        let batch = minibroker_records::encode(writer, records, minibroker_records::now_millis())?;
+        let now = minibroker_records::now_millis();
+        let batch = if self.transaction.is_some() {
+            minibroker_records::encode_transactional(writer, records, now)?
+        } else {
+            minibroker_records::encode(writer, records, now)?
+        };
         let count = u32::try_from(records.len()).unwrap_or(u32::MAX);
         let deadline = Instant::now() + self.config.delivery_timeout;
         let mut attempts = 0;
@@ -450,7 +494,11 @@ impl KafkaProducer {
             .ok_or_else(|| KafkaProduceError::Protocol(format!("broker {leader} not named")))?;
         let timeout = self.timer.timeout();
         let request = ProduceRequest::default()
-            .with_transactional_id(None)
+            .with_transactional_id(
+                self.transaction
+                    .as_ref()
+                    .map(transaction::Transaction::transactional_id),
+            )
             .with_acks(-1)
             .with_timeout_ms(
                 i32::try_from(self.config.request_timeout.as_millis()).unwrap_or(i32::MAX),

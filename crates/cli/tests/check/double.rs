@@ -6,7 +6,7 @@
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
-    ApiKey, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader,
+    ApiKey, EndTxnRequest, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use std::sync::Arc;
@@ -23,6 +23,9 @@ pub enum Misbehaviour {
     AckWithoutStoring,
     /// Pass it on, then store it again with no producer id: a duplicate the broker cannot see.
     StoreTwice,
+    /// Turn every EndTxn that aborts into one that commits (no Produce is touched): what the
+    /// producer aborted and wrote again becomes visible twice.
+    CommitAborted,
 }
 
 /// Starts the double on `listener`, relaying to `upstream`; returns how many Produce requests
@@ -92,6 +95,14 @@ impl Relay {
                 write_frame(&mut client, &forged_ack(&request, version, correlation)).await?;
                 continue;
             }
+            let request = if api == ApiKey::EndTxn as i16
+                && self.misbehaviour == Misbehaviour::CommitAborted
+            {
+                self.broken.fetch_add(1, Ordering::Relaxed);
+                committing(&request, version)
+            } else {
+                request
+            };
             write_frame(&mut broker, &request).await?;
             let answer = read_frame(&mut broker).await?;
             write_frame(&mut client, &answer).await?;
@@ -103,6 +114,22 @@ impl Relay {
             }
         }
     }
+}
+
+/// An EndTxn request that commits, whatever it asked.
+fn committing(request: &Bytes, version: i16) -> Bytes {
+    let mut bytes = request.clone();
+    let header_version = ApiKey::EndTxn.request_header_version(version);
+    let header = RequestHeader::decode(&mut bytes, header_version).expect("an EndTxn header");
+    let end = EndTxnRequest::decode(&mut bytes, version).expect("an EndTxn request");
+    let mut out = BytesMut::new();
+    header
+        .encode(&mut out, header_version)
+        .expect("header encodes");
+    end.with_committed(true)
+        .encode(&mut out, version)
+        .expect("request encodes");
+    out.freeze()
 }
 
 /// The correlation id of a copy; its answer is read and dropped.

@@ -28,6 +28,11 @@ const NO_FAULTS: [&str; 12] = [
 ];
 
 fn check(bootstrap: &str, extra: &[&str]) -> Output {
+    check_with(bootstrap, &[], extra)
+}
+
+/// `check` with `mode` flags (such as --transactional) and `extra` ones.
+fn check_with(bootstrap: &str, mode: &[&str], extra: &[&str]) -> Output {
     Command::new(BIN)
         .args([
             "check",
@@ -40,6 +45,7 @@ fn check(bootstrap: &str, extra: &[&str]) -> Output {
             "--partitions",
             "2",
         ])
+        .args(mode)
         .args(extra)
         .output()
         .expect("run check")
@@ -82,8 +88,12 @@ fn check_passes_a_broker_that_keeps_exactly_once_under_faults() {
 }
 
 /// `check` against the double in front of a real broker, misbehaving as told on every 9th
-/// Produce; returns what check said and how many Produce requests the double broke.
+/// Produce; returns what check said and how many requests the double broke.
 fn check_through_double(misbehaviour: Misbehaviour) -> (Output, u64) {
+    check_through_double_with(misbehaviour, &[])
+}
+
+fn check_through_double_with(misbehaviour: Misbehaviour, mode: &[&str]) -> (Output, u64) {
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
@@ -95,7 +105,7 @@ fn check_through_double(misbehaviour: Misbehaviour) -> (Output, u64) {
     );
     let broken = runtime
         .block_on(async { double::start(listener, server.kafka_addr.clone(), misbehaviour, 9) });
-    let output = check(&double_addr, &NO_FAULTS);
+    let output = check_with(&double_addr, mode, &NO_FAULTS);
     (output, broken.load(std::sync::atomic::Ordering::Relaxed))
 }
 
@@ -122,6 +132,43 @@ fn check_fails_a_broker_that_acknowledges_without_storing() {
 #[test]
 fn check_fails_a_broker_that_stores_a_record_twice() {
     let (output, broken) = check_through_double(Misbehaviour::StoreTwice);
+    let said = text(&output);
+    assert!(broken > 0, "the double broke nothing: {said}");
+    assert!(!output.status.success(), "{said}");
+    assert!(said.contains("verdict: FAILED"), "{said}");
+    assert!(said.contains("stored twice"), "{said}");
+}
+
+#[test]
+fn check_passes_transactional_producers_whose_aborts_stay_hidden() {
+    let server = ServeProcess::spawn(&mut serve_command("127.0.0.1:0", "127.0.0.1:0"));
+    let output = check_with(
+        &server.kafka_addr,
+        &["--transactional"],
+        &["--drop-response", "0.1", "--drop-request", "0.05"],
+    );
+    let said = text(&output);
+    assert!(output.status.success(), "{said}");
+    assert!(
+        said.contains("verdict: EXACTLY-ONCE HELD - all 400 acknowledged records"),
+        "{said}"
+    );
+    // 2 producers x 200 records in batches of 5: 40 batches each, 10 per transaction, every
+    // fourth transaction aborted and written again.
+    assert!(
+        said.contains("transactions                8   committed; 2 aborted"),
+        "{said}"
+    );
+    assert!(
+        said.contains("batches shown; 80 committed, 20 aborted, 0 open"),
+        "{said}"
+    );
+}
+
+#[test]
+fn check_fails_a_broker_that_commits_what_was_aborted() {
+    let (output, broken) =
+        check_through_double_with(Misbehaviour::CommitAborted, &["--transactional"]);
     let said = text(&output);
     assert!(broken > 0, "the double broke nothing: {said}");
     assert!(!output.status.success(), "{said}");

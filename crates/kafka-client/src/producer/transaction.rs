@@ -1,0 +1,289 @@
+//! Transactions for [`KafkaProducer`]: a transactional id's producer from its coordinator, each
+//! partition added to the open transaction before its first batch, and the transaction ended
+//! with a commit or an abort (KIP-98), so a `read_committed` consumer sees each committed batch
+//! once and no aborted one.
+//!
+//! Every request to the coordinator (FindCoordinator first, through the bootstrap broker) is
+//! sent again after a lost answer or a retriable error, as the data batches are: adding a
+//! partition twice and ending a transaction twice the same way are both answered as done.
+
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, EndTxnResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse,
+    ProducerId, TopicName, TransactionalId,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use std::collections::HashSet;
+use std::time::Instant;
+
+use super::{KafkaProduceError, KafkaProducer, KafkaProducerConfig, RETRY_BACKOFF, retriable};
+use crate::{KafkaClientError, KafkaConnection};
+
+/// The versions a transactional producer speaks besides the idempotent one's.
+const TRANSACTION_VERSIONS: [(ApiKey, i16, i16); 3] = [
+    (ApiKey::FindCoordinator, 1, 3),
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 3),
+];
+
+/// FindCoordinator's key type for a transactional id.
+const TRANSACTION_KEY: i8 = 1;
+
+/// How long a transaction may stay open before the coordinator aborts it.
+const TRANSACTION_TIMEOUT_MS: i32 = 60_000;
+
+/// A transactional producer's side of its transactions.
+#[derive(Debug)]
+pub(super) struct Transaction {
+    pub(super) id: String,
+    coordinator: Option<KafkaConnection>,
+    open: bool,
+    /// Partitions added to the open transaction.
+    added: HashSet<(String, i32)>,
+}
+
+impl Transaction {
+    pub(super) fn transactional_id(&self) -> TransactionalId {
+        TransactionalId(StrBytes::from_string(self.id.clone()))
+    }
+}
+
+impl KafkaProducer {
+    /// Connects to `bootstrap` as the producer of `transactional_id`: finds its transaction
+    /// coordinator and gets the id's producer id and a new epoch (fencing any older instance).
+    ///
+    /// # Errors
+    /// As [`KafkaProducer::connect`], and the coordinator's refusals.
+    pub async fn connect_transactional(
+        bootstrap: &str,
+        config: KafkaProducerConfig,
+        transactional_id: &str,
+    ) -> Result<Self, KafkaProduceError> {
+        let mut producer = Self::open(bootstrap, config, &TRANSACTION_VERSIONS).await?;
+        producer.transaction = Some(Transaction {
+            id: transactional_id.to_owned(),
+            coordinator: None,
+            open: false,
+            added: HashSet::new(),
+        });
+        let request = InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(StrBytes::from_string(
+                transactional_id.to_owned(),
+            ))))
+            .with_transaction_timeout_ms(TRANSACTION_TIMEOUT_MS)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+        let answer: InitProducerIdResponse = producer
+            .coordinator_call(
+                ApiKey::InitProducerId,
+                &request,
+                |a: &InitProducerIdResponse| a.error_code,
+            )
+            .await?;
+        producer.producer_id = answer.producer_id.0;
+        producer.epoch = answer.producer_epoch;
+        Ok(producer)
+    }
+
+    /// Starts a transaction: the batches sent until [`Self::commit`] or [`Self::abort`] belong
+    /// to it.
+    ///
+    /// # Errors
+    /// If the producer is not transactional, or a transaction is open already.
+    pub fn begin(&mut self) -> Result<(), KafkaProduceError> {
+        let transaction = self.transaction_mut()?;
+        if transaction.open {
+            return Err(KafkaProduceError::Protocol(
+                "a transaction is open already".into(),
+            ));
+        }
+        transaction.open = true;
+        transaction.added.clear();
+        Ok(())
+    }
+
+    /// Commits the open transaction: its batches become visible to `read_committed` consumers.
+    ///
+    /// # Errors
+    /// The coordinator's refusal, or no answer within the delivery timeout.
+    pub async fn commit(&mut self) -> Result<(), KafkaProduceError> {
+        self.end(true).await
+    }
+
+    /// Aborts the open transaction: none of its batches is ever shown to `read_committed`
+    /// consumers.
+    ///
+    /// # Errors
+    /// As [`Self::commit`].
+    pub async fn abort(&mut self) -> Result<(), KafkaProduceError> {
+        self.end(false).await
+    }
+
+    fn transaction_mut(&mut self) -> Result<&mut Transaction, KafkaProduceError> {
+        self.transaction
+            .as_mut()
+            .ok_or_else(|| KafkaProduceError::Protocol("the producer is not transactional".into()))
+    }
+
+    async fn end(&mut self, commit: bool) -> Result<(), KafkaProduceError> {
+        let transaction = self.transaction_mut()?;
+        if !transaction.open {
+            return Err(KafkaProduceError::Protocol("no transaction is open".into()));
+        }
+        let id = transaction.transactional_id();
+        if !transaction.added.is_empty() {
+            let request = EndTxnRequest::default()
+                .with_transactional_id(id)
+                .with_producer_id(ProducerId(self.producer_id))
+                .with_producer_epoch(self.epoch)
+                .with_committed(commit);
+            self.coordinator_call(ApiKey::EndTxn, &request, |a: &EndTxnResponse| a.error_code)
+                .await?;
+        }
+        let transaction = self.transaction_mut()?;
+        transaction.open = false;
+        transaction.added.clear();
+        Ok(())
+    }
+
+    /// Adds `topic`/`partition` to the open transaction, once per transaction, before its
+    /// first batch; nothing for an idempotent producer.
+    pub(super) async fn add_to_transaction(
+        &mut self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(), KafkaProduceError> {
+        let Some(transaction) = self.transaction.as_mut() else {
+            return Ok(());
+        };
+        if !transaction.open {
+            return Err(KafkaProduceError::Protocol(
+                "a transactional producer sends inside a transaction: begin one first".into(),
+            ));
+        }
+        let key = (topic.to_owned(), partition);
+        if transaction.added.contains(&key) {
+            return Ok(());
+        }
+        let request = AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(transaction.transactional_id())
+            .with_v3_and_below_producer_id(ProducerId(self.producer_id))
+            .with_v3_and_below_producer_epoch(self.epoch)
+            .with_v3_and_below_topics(vec![
+                AddPartitionsToTxnTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                    .with_partitions(vec![partition]),
+            ]);
+        self.coordinator_call(
+            ApiKey::AddPartitionsToTxn,
+            &request,
+            |a: &AddPartitionsToTxnResponse| {
+                a.results_by_topic_v3_and_below
+                    .iter()
+                    .flat_map(|t| &t.results_by_partition)
+                    .map(|p| p.partition_error_code)
+                    .find(|&code| code != 0)
+                    .unwrap_or(a.error_code)
+            },
+        )
+        .await?;
+        self.transaction_mut()?.added.insert(key);
+        Ok(())
+    }
+
+    /// Sends `request` to the transaction coordinator (found first if need be) until it is
+    /// answered with `code(answer)` 0; a lost answer or a retriable code is retried, a moved
+    /// coordinator found again, until the delivery timeout.
+    async fn coordinator_call<R: Encodable, T: Decodable>(
+        &mut self,
+        api: ApiKey,
+        request: &R,
+        code: impl Fn(&T) -> i16,
+    ) -> Result<T, KafkaProduceError> {
+        let deadline = Instant::now() + self.config.delivery_timeout;
+        let version = self.version(api);
+        loop {
+            let outcome = match self.coordinator().await {
+                Ok(conn) => conn
+                    .call::<R, T>(api, version, request)
+                    .await
+                    .map_err(Into::into),
+                Err(error) => Err(error),
+            };
+            let last = match outcome {
+                Ok(answer) if code(&answer) == 0 => return Ok(answer),
+                Ok(answer) if retriable(code(&answer)) => {
+                    // NOT_COORDINATOR and its kin: ask again where the coordinator is.
+                    self.transaction_mut()?.coordinator = None;
+                    crate::error_name(code(&answer))
+                }
+                Ok(answer) => {
+                    return Err(KafkaProduceError::Broker {
+                        code: code(&answer),
+                        what: format!(
+                            "{api:?} for transactional id {:?}",
+                            self.transaction_mut()?.id
+                        ),
+                    });
+                }
+                Err(KafkaProduceError::Broker { code, what }) if !retriable(code) => {
+                    return Err(KafkaProduceError::Broker { code, what });
+                }
+                Err(error) => {
+                    self.transaction_mut()?.coordinator = None;
+                    error.to_string()
+                }
+            };
+            if Instant::now() >= deadline {
+                return Err(KafkaProduceError::CoordinatorTimeout {
+                    api,
+                    timeout: self.config.delivery_timeout,
+                    last,
+                });
+            }
+            self.stats.retries += 1;
+            tokio::time::sleep(RETRY_BACKOFF).await;
+        }
+    }
+
+    /// The connection to the transaction coordinator, found through the bootstrap broker.
+    async fn coordinator(&mut self) -> Result<&mut KafkaConnection, KafkaProduceError> {
+        let timeout = self.config.request_timeout;
+        let version = self.version(ApiKey::FindCoordinator);
+        let bootstrap = self.bootstrap.clone();
+        let transaction = self.transaction_mut()?;
+        if transaction.coordinator.is_none() {
+            let request = FindCoordinatorRequest::default()
+                .with_key(StrBytes::from_string(transaction.id.clone()))
+                .with_key_type(TRANSACTION_KEY);
+            let mut conn = KafkaConnection::connect(bootstrap.as_str())
+                .await?
+                .with_client_id("minibroker-producer")
+                .with_answer_timeout(timeout);
+            let found: FindCoordinatorResponse = conn
+                .call(ApiKey::FindCoordinator, version, &request)
+                .await?;
+            if found.error_code != 0 {
+                return Err(KafkaProduceError::Broker {
+                    code: found.error_code,
+                    what: format!("the coordinator of transactional id {:?}", transaction.id),
+                });
+            }
+            let addr = format!("{}:{}", found.host, found.port);
+            let coordinator = KafkaConnection::connect(addr.as_str())
+                .await
+                .map_err(|error| match error {
+                    KafkaClientError::Io { source, .. } => KafkaClientError::Io { addr, source },
+                    other => other,
+                })?
+                .with_client_id("minibroker-producer")
+                .with_answer_timeout(timeout);
+            transaction.coordinator = Some(coordinator);
+        }
+        Ok(transaction
+            .coordinator
+            .as_mut()
+            .expect("connected just above"))
+    }
+}
