@@ -39,6 +39,22 @@ impl PayloadCursor {
     }
 }
 
+/// What the Kafka producer was told about `ack`.
+pub fn kafka_acked(
+    producer: &minibroker_kafka_client::KafkaProducer,
+    ack: &minibroker_kafka_client::KafkaAck,
+    payloads: &mut PayloadCursor,
+) -> AckedBatch {
+    let identity = (
+        ack.partition.unsigned_abs(),
+        producer.producer_id(),
+        producer.epoch(),
+        ack.sequence,
+        ack.base_offset,
+    );
+    payloads.acked(identity, ack.records)
+}
+
 /// What the native producer was told about `acks`, sent to `partition` in order.
 pub fn acked_batches(
     producer: &minibroker_client::Producer,

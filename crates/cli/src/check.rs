@@ -139,12 +139,7 @@ pub async fn run(args: Args) -> Result<()> {
 
 /// The proxy's settings: the fault flags (with `check`'s default rates), Kafka-aware, aimed.
 fn proxy_config(args: &Args) -> Result<FaultConfig> {
-    let faults = args.faults.config(DefaultRates {
-        drop: 0.02,
-        delay: 0.01,
-        reset: 0.005,
-        hold: 0.01,
-    })?;
+    let faults = args.faults.config(DefaultRates::DEMO)?;
     let apis: Vec<String> = if args.api.iter().any(|a| a.eq_ignore_ascii_case("all")) {
         Vec::new()
     } else {
@@ -355,14 +350,11 @@ impl Job {
                 .collect();
             let partition = (progress.batch_number % self.partitions as usize) as i32;
             let ack = producer.send(&self.topic, partition, &batch).await?;
-            let identity = (
-                partition.unsigned_abs(),
-                producer.producer_id(),
-                producer.epoch(),
-                ack.sequence,
-                ack.base_offset,
-            );
-            acked.push(progress.payloads.acked(identity, ack.records));
+            acked.push(crate::acks::kafka_acked(
+                producer,
+                &ack,
+                &mut progress.payloads,
+            ));
             progress.sent += size;
             progress.batch_number += 1;
         }

@@ -90,12 +90,7 @@ pub async fn run(args: Args) -> Result<()> {
     if args.producers == 0 || args.partitions == 0 || args.records == 0 || args.batch_size == 0 {
         bail!("--producers, --partitions, --records and --batch-size must be at least 1");
     }
-    let faults = args.faults.config(DefaultRates {
-        drop: 0.02,
-        delay: 0.01,
-        reset: 0.005,
-        hold: 0.01,
-    })?;
+    let faults = args.faults.config(DefaultRates::DEMO)?;
     let seed = faults.seed;
 
     // The broker, in this process, on a free loopback port, and the flaky network in front.

@@ -95,6 +95,14 @@ pub struct DefaultRates {
 }
 
 impl DefaultRates {
+    /// `demo`'s and `check`'s: 2% lost requests and acks, 1% delays, 0.5% resets, 1% held.
+    pub const DEMO: Self = Self {
+        drop: 0.02,
+        delay: 0.01,
+        reset: 0.005,
+        hold: 0.01,
+    };
+
     /// No faults unless asked for.
     pub const NONE: Self = Self {
         drop: 0.0,

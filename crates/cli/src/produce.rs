@@ -10,7 +10,7 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::acks::{PayloadCursor, acked_batches};
+use crate::acks::{PayloadCursor, acked_batches, kafka_acked};
 
 /// Flags of `produce`.
 #[derive(Debug, clap::Args)]
@@ -137,14 +137,7 @@ impl Destination {
                 let mut acked = Vec::with_capacity(round.len());
                 for batch in round {
                     let ack = producer.send(topic, index, &batch).await?;
-                    let identity = (
-                        partition,
-                        producer.producer_id(),
-                        producer.epoch(),
-                        ack.sequence,
-                        ack.base_offset,
-                    );
-                    acked.push(payloads.acked(identity, ack.records));
+                    acked.push(kafka_acked(producer, &ack, payloads));
                 }
                 if transactional {
                     producer.commit().await?;
@@ -155,25 +148,21 @@ impl Destination {
     }
 
     fn summary(&self) -> Summary {
-        match self {
+        let (records, batches, retries, duplicates) = match self {
             Self::Native(p) => {
                 let s = p.stats();
-                Summary {
-                    records: s.records,
-                    batches: s.batches,
-                    retries: s.retries,
-                    duplicates: s.duplicates,
-                }
+                (s.records, s.batches, s.retries, s.duplicates)
             }
             Self::Kafka(p) => {
                 let s = p.stats();
-                Summary {
-                    records: s.records,
-                    batches: s.batches,
-                    retries: s.retries,
-                    duplicates: s.duplicates,
-                }
+                (s.records, s.batches, s.retries, s.duplicates)
             }
+        };
+        Summary {
+            records,
+            batches,
+            retries,
+            duplicates,
         }
     }
 }

@@ -109,6 +109,17 @@ fn check_through_double_with(misbehaviour: Misbehaviour, mode: &[&str]) -> (Outp
     (output, broken.load(std::sync::atomic::Ordering::Relaxed))
 }
 
+/// `check` failed on what the double broke, saying each of `said`.
+fn assert_caught(output: &Output, broken: u64, said: &[&str]) {
+    let text = text(output);
+    assert!(broken > 0, "the double broke nothing: {text}");
+    assert!(!output.status.success(), "{text}");
+    assert!(text.contains("verdict: FAILED"), "{text}");
+    for words in said {
+        assert!(text.contains(words), "no {words:?} in: {text}");
+    }
+}
+
 #[test]
 fn the_double_is_faithful_when_told_to_be() {
     let (output, broken) = check_through_double(Misbehaviour::None);
@@ -119,24 +130,17 @@ fn the_double_is_faithful_when_told_to_be() {
 #[test]
 fn check_fails_a_broker_that_acknowledges_without_storing() {
     let (output, broken) = check_through_double(Misbehaviour::AckWithoutStoring);
-    let said = text(&output);
-    assert!(broken > 0, "the double broke nothing: {said}");
-    assert!(!output.status.success(), "{said}");
-    assert!(said.contains("verdict: FAILED"), "{said}");
-    assert!(
-        said.contains("of an acknowledged batch") && said.contains("is not stored"),
-        "{said}"
+    assert_caught(
+        &output,
+        broken,
+        &["of an acknowledged batch", "is not stored"],
     );
 }
 
 #[test]
 fn check_fails_a_broker_that_stores_a_record_twice() {
     let (output, broken) = check_through_double(Misbehaviour::StoreTwice);
-    let said = text(&output);
-    assert!(broken > 0, "the double broke nothing: {said}");
-    assert!(!output.status.success(), "{said}");
-    assert!(said.contains("verdict: FAILED"), "{said}");
-    assert!(said.contains("stored twice"), "{said}");
+    assert_caught(&output, broken, &["stored twice"]);
 }
 
 #[test]
@@ -169,11 +173,7 @@ fn check_passes_transactional_producers_whose_aborts_stay_hidden() {
 fn check_fails_a_broker_that_commits_what_was_aborted() {
     let (output, broken) =
         check_through_double_with(Misbehaviour::CommitAborted, &["--transactional"]);
-    let said = text(&output);
-    assert!(broken > 0, "the double broke nothing: {said}");
-    assert!(!output.status.success(), "{said}");
-    assert!(said.contains("verdict: FAILED"), "{said}");
-    assert!(said.contains("stored twice"), "{said}");
+    assert_caught(&output, broken, &["stored twice"]);
 }
 
 #[test]
