@@ -287,4 +287,74 @@ mod tests {
             assert_eq!(back.addresses(), vec!["127.0.0.1:4000".to_owned()]);
         }
     }
+
+    fn frame_of<M: Encodable>(api: ApiKey, version: i16, answer: &M) -> BytesMut {
+        let mut frame = BytesMut::new();
+        ResponseHeader::default()
+            .with_correlation_id(9)
+            .encode(&mut frame, api.response_header_version(version))
+            .unwrap();
+        answer.encode(&mut frame, version).unwrap();
+        frame
+    }
+
+    #[test]
+    fn coordinators_are_readdressed_in_every_version() {
+        use kafka_protocol::messages::find_coordinator_response::Coordinator;
+        let routes = [("kafka-2:9093".to_owned(), ("127.0.0.1".to_owned(), 4001))].into();
+        let old = FindCoordinatorResponse::default()
+            .with_node_id(BrokerId(2))
+            .with_host(StrBytes::from_static_str("kafka-2"))
+            .with_port(9093);
+        let new = FindCoordinatorResponse::default().with_coordinators(vec![
+            Coordinator::default()
+                .with_node_id(BrokerId(2))
+                .with_host(StrBytes::from_static_str("kafka-2"))
+                .with_port(9093),
+        ]);
+        for (version, answer) in [(1, &old), (3, &old), (4, &new), (5, &new)] {
+            let frame = frame_of(ApiKey::FindCoordinator, version, answer);
+            let mut decoded = Answer::decode(&frame, 10, version).expect("decodes");
+            assert_eq!(
+                decoded.addresses(),
+                vec!["kafka-2:9093".to_owned()],
+                "v{version}"
+            );
+            decoded.readdress(&routes);
+            let again = decoded.encode().expect("encodes");
+            let mut back = Answer::decode(&again, 10, version).expect("decodes again");
+            assert_eq!(
+                back.addresses(),
+                vec!["127.0.0.1:4001".to_owned()],
+                "v{version}"
+            );
+        }
+    }
+
+    #[test]
+    fn api_versions_stop_below_answers_that_name_leaders() {
+        use kafka_protocol::messages::api_versions_response::ApiVersion;
+        let versions = ApiVersionsResponse::default().with_api_keys(vec![
+            ApiVersion::default()
+                .with_api_key(0)
+                .with_min_version(3)
+                .with_max_version(12),
+            ApiVersion::default()
+                .with_api_key(1)
+                .with_min_version(4)
+                .with_max_version(17),
+            ApiVersion::default()
+                .with_api_key(3)
+                .with_min_version(0)
+                .with_max_version(12),
+        ]);
+        let frame = frame_of(ApiKey::ApiVersions, 3, &versions);
+        let mut decoded = Answer::decode(&frame, 18, 3).expect("decodes");
+        decoded.readdress(&HashMap::new());
+        let Addressed::ApiVersions(capped) = decoded.body else {
+            panic!("an ApiVersions answer")
+        };
+        let max: Vec<i16> = capped.api_keys.iter().map(|k| k.max_version).collect();
+        assert_eq!(max, vec![9, 15, 12]);
+    }
 }

@@ -49,7 +49,7 @@ pub enum KafkaClientError {
     #[error(transparent)]
     Encode(#[from] EncodeError),
     /// The answer did not decode.
-    #[error("an answer from {addr} did not decode: {source}")]
+    #[error("an answer from {addr} did not decode (is it a Kafka listener?): {source}")]
     Decode {
         /// The broker.
         addr: String,
