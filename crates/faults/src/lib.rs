@@ -20,6 +20,7 @@ mod embedded;
 pub mod kafka;
 mod proxy;
 mod rng;
+mod routes;
 
 pub use config::{Fault, FaultConfig, FaultError};
 pub use embedded::EmbeddedProxy;

@@ -9,10 +9,7 @@
 //! metadata first. It keeps one request in flight, which is what makes every acknowledgement
 //! attributable to one batch; a producer written for speed would pipeline.
 //!
-//! A lost answer costs a timeout, so the timeout adapts, as TCP's retransmission timer does: four
-//! times the smoothed round trip (at least [`MIN_TIMEOUT`]), doubled after each timeout in a row,
-//! never more than the configured request timeout. Against a nearby broker a lost answer then
-//! costs a fraction of a second, not the whole request timeout.
+//! A lost answer costs a timeout, so the timeout adapts to the round trip (`timer`).
 //!
 //! [`KafkaProducer::connect_transactional`] makes it a transactional producer (`transaction`).
 
@@ -32,7 +29,10 @@ use thiserror::Error;
 
 use crate::{KafkaClientError, KafkaConnection, error_name};
 
+mod timer;
 mod transaction;
+
+use timer::RetransmitTimer;
 
 /// Kafka's DUPLICATE_SEQUENCE_NUMBER: the batch was stored before (a broker that does not
 /// return the first copy's offset answers this).
@@ -45,9 +45,6 @@ const VERSIONS: [(ApiKey, i16, i16); 3] = [
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::Produce, 3, 9),
 ];
-
-/// The shortest a request waits for its answer.
-pub const MIN_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// How long a refused first connection is retried before nothing listening there is an error.
 const REFUSED_GRACE: Duration = Duration::from_secs(5);
@@ -178,45 +175,6 @@ pub struct KafkaProducer {
     timer: RetransmitTimer,
     /// The transactional id's state, for a transactional producer.
     transaction: Option<transaction::Transaction>,
-}
-
-/// The adaptive timeout: a smoothed round trip and the timeouts in a row since the last answer.
-#[derive(Debug, Clone, Copy)]
-struct RetransmitTimer {
-    ceiling: Duration,
-    smoothed: Option<Duration>,
-    timeouts_in_a_row: u32,
-}
-
-impl RetransmitTimer {
-    fn new(ceiling: Duration) -> Self {
-        Self {
-            ceiling,
-            smoothed: None,
-            timeouts_in_a_row: 0,
-        }
-    }
-
-    /// How long the next request may wait.
-    fn timeout(&self) -> Duration {
-        let base = self
-            .smoothed
-            .map_or(self.ceiling, |rtt| (rtt * 4).max(MIN_TIMEOUT));
-        base.saturating_mul(1 << self.timeouts_in_a_row.min(16))
-            .min(self.ceiling)
-    }
-
-    fn answered(&mut self, round_trip: Duration) {
-        self.smoothed = Some(match self.smoothed {
-            Some(rtt) => (rtt * 7 + round_trip) / 8,
-            None => round_trip,
-        });
-        self.timeouts_in_a_row = 0;
-    }
-
-    fn timed_out(&mut self) {
-        self.timeouts_in_a_row += 1;
-    }
 }
 
 impl KafkaProducer {
@@ -602,41 +560,4 @@ pub async fn agree_versions(
         versions.insert(api, chosen);
     }
     Ok(versions)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_timeout_follows_the_round_trip_and_backs_off() {
-        let mut timer = RetransmitTimer::new(Duration::from_secs(2));
-        assert_eq!(
-            timer.timeout(),
-            Duration::from_secs(2),
-            "no round trip known yet"
-        );
-        timer.answered(Duration::from_millis(1));
-        assert_eq!(timer.timeout(), MIN_TIMEOUT, "never below the floor");
-        for _ in 0..50 {
-            timer.answered(Duration::from_millis(100));
-        }
-        let settled = timer.timeout();
-        assert!(settled > Duration::from_millis(350) && settled <= Duration::from_millis(400));
-        timer.timed_out();
-        assert_eq!(timer.timeout(), settled * 2);
-        for _ in 0..10 {
-            timer.timed_out();
-        }
-        assert_eq!(
-            timer.timeout(),
-            Duration::from_secs(2),
-            "never above the ceiling"
-        );
-        timer.answered(Duration::from_millis(100));
-        assert!(
-            timer.timeout() < Duration::from_secs(1),
-            "an answer ends the back-off"
-        );
-    }
 }
