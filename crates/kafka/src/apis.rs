@@ -37,6 +37,7 @@ pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterUserScramCredentials, 0, 0),
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeCluster, 0, 1),
 ];
 
 /// Whether `version` of `api` is implemented.
@@ -53,6 +54,7 @@ pub(crate) fn name(api: ApiKey) -> &'static str {
         ApiKey::Fetch => "Fetch",
         ApiKey::ListOffsets => "ListOffsets",
         ApiKey::Metadata => "Metadata",
+        ApiKey::DescribeCluster => "DescribeCluster",
         ApiKey::ApiVersions => "ApiVersions",
         ApiKey::CreateTopics => "CreateTopics",
         ApiKey::DeleteTopics => "DeleteTopics",

@@ -187,6 +187,9 @@ impl KafkaFrontEnd {
             RequestKind::Metadata(request) => {
                 self.metadata(request, version).map(ResponseKind::Metadata)
             }
+            RequestKind::DescribeCluster(request) => Ok(ResponseKind::DescribeCluster(
+                self.describe_cluster(&request, version),
+            )),
             RequestKind::Fetch(request) => {
                 Ok(ResponseKind::Fetch(self.fetch(request, version).await))
             }

@@ -1,6 +1,7 @@
 //! End-to-end tests over real TCP, in one test binary (one link, shared helpers).
 
 mod acl;
+mod admin;
 mod answers;
 mod client;
 mod faults;

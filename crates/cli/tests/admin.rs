@@ -1,0 +1,22 @@
+//! Kafka's admin APIs with the admin clients people use (confluent-kafka's `AdminClient`,
+//! kafka-python's `KafkaAdminClient`) against a real `minibroker serve`
+//! (`tests/kafka/admin.py`).
+
+mod support;
+
+use support::{ServeProcess, kafka_script, serve_command, summary_of};
+
+/// Runs `admin.py` with `args`; returns its summary, failing unless every expectation held.
+fn admin(args: &[&str]) -> serde_json::Value {
+    let output = kafka_script("admin.py", args)
+        .output()
+        .expect("run the admin script");
+    summary_of(&output, &format!("admin.py {args:?}"))
+}
+
+#[test]
+fn both_admin_clients_describe_the_cluster() {
+    let server = ServeProcess::spawn(&mut serve_command("127.0.0.1:0", "127.0.0.1:0"));
+    let summary = admin(&["describe-cluster", &server.kafka_addr, "minibroker"]);
+    assert_eq!(summary["kafka_python"]["controller"], 1, "{summary}");
+}
