@@ -3,10 +3,12 @@ kafka-python's KafkaAdminClient. Each command prints one JSON summary line ("ok"
 every expectation held) and exits non-zero when one did not.
 
 Usage: admin.py describe-cluster BOOTSTRAP CLUSTER_ID
+       admin.py delete-offsets BOOTSTRAP TOPIC
 """
 
 import json
 import sys
+import time
 
 
 def describe_cluster(bootstrap, cluster_id):
@@ -43,10 +45,64 @@ def describe_cluster(bootstrap, cluster_id):
     sys.exit(0 if ok else 1)
 
 
+def delete_offsets(bootstrap, topic):
+    """A group's committed offsets deleted (OffsetDelete): refused for a topic its member is
+    subscribed to, done once the group is empty, and then nothing is committed for either
+    partition."""
+    import kafka.errors
+    from confluent_kafka import ConsumerGroupTopicPartitions, Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from kafka.admin import KafkaAdminClient
+    from kafka.structs import TopicPartition as LegacyTopicPartition
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+        future.result(15)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(10):
+        producer.produce(topic, value=str(i), partition=i % 2)
+    producer.flush(15)
+    group = f"{topic}-group"
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    read, deadline = 0, time.time() + 30
+    while read < 10 and time.time() < deadline:
+        message = consumer.poll(1.0)
+        if message is not None and not message.error():
+            read += 1
+    consumer.commit(asynchronous=False)
+
+    # confluent-kafka's Python AdminClient has no delete_consumer_group_offsets (librdkafka
+    # does): kafka-python deletes, confluent-kafka reads what is left.
+    legacy = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
+
+    def delete(partitions):
+        asked = [LegacyTopicPartition(topic, p) for p in partitions]
+        return sorted(error.__name__ for error in legacy.delete_group_offsets(group, asked).values()
+                      if error is not kafka.errors.NoError)
+
+    while_subscribed = delete([0])
+    consumer.close()
+    once_empty = delete([0, 1])
+    legacy.close()
+    both = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0), TopicPartition(topic, 1)])
+    listed = admin.list_consumer_group_offsets([both])[group].result(15)
+    left = {tp.partition: tp.offset for tp in listed.topic_partitions}
+    ok = (read == 10 and while_subscribed == ["GroupSubscribedToTopicError"]
+          and once_empty == [] and left == {0: -1001, 1: -1001})
+    print(json.dumps({"client": "admin", "ok": ok, "read": read,
+                      "while_subscribed": while_subscribed, "once_empty": once_empty,
+                      "left": {str(k): v for k, v in left.items()}}))
+    sys.exit(0 if ok else 1)
+
+
 def main():
     command = sys.argv[1]
     if command == "describe-cluster":
         describe_cluster(sys.argv[2], sys.argv[3])
+    elif command == "delete-offsets":
+        delete_offsets(sys.argv[2], sys.argv[3])
     else:
         sys.exit(f"unknown command {command!r}")
 

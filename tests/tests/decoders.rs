@@ -311,6 +311,17 @@ async fn kafka_requests_through_the_front_end() {
                 .with_name(text("gone"))
                 .with_mechanism(2),
         ]);
+    let offset_delete = OffsetDeleteRequest::default()
+        .with_group_id(GroupId(text("g")))
+        .with_topics(vec![
+            offset_delete_request::OffsetDeleteRequestTopic::default()
+                .with_name(name("fz"))
+                .with_partitions(vec![
+                    offset_delete_request::OffsetDeleteRequestPartition::default(),
+                ]),
+        ]);
+    let describe_cluster =
+        DescribeClusterRequest::default().with_include_cluster_authorized_operations(true);
     fn encoded<R: kafka_protocol::protocol::Encodable>(
         api: ApiKey,
         version: i16,
@@ -340,6 +351,8 @@ async fn kafka_requests_through_the_front_end() {
         encoded(ApiKey::DeleteAcls, 2, &delete_acls),
         encoded(ApiKey::DescribeUserScramCredentials, 0, &describe_users),
         encoded(ApiKey::AlterUserScramCredentials, 0, &alter_users),
+        encoded(ApiKey::OffsetDelete, 0, &offset_delete),
+        encoded(ApiKey::DescribeCluster, 1, &describe_cluster),
     ];
     // Once as a plain listener, once with authorisation on (everything allowed, as no ACL
     // names anything), so the security admin APIs act too.

@@ -20,3 +20,10 @@ fn both_admin_clients_describe_the_cluster() {
     let summary = admin(&["describe-cluster", &server.kafka_addr, "minibroker"]);
     assert_eq!(summary["kafka_python"]["controller"], 1, "{summary}");
 }
+
+#[test]
+fn a_groups_offsets_are_deleted_unless_a_member_consumes_the_topic() {
+    let server = ServeProcess::spawn(&mut serve_command("127.0.0.1:0", "127.0.0.1:0"));
+    let summary = admin(&["delete-offsets", &server.kafka_addr, "forgotten"]);
+    assert_eq!(summary["left"]["0"], -1001, "{summary}");
+}

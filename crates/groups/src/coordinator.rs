@@ -608,6 +608,31 @@ impl GroupCoordinator {
         self.remove_file(removed).await
     }
 
+    /// OffsetDelete: forgets `group_id`'s committed offsets of `partitions` (durably, with a
+    /// data directory), but not those of topics its members consume (see `Group`); each
+    /// partition's outcome in order. `subscribed` reads the topics from a member's metadata.
+    ///
+    /// # Errors
+    /// [`GroupError::GroupIdNotFound`], [`GroupError::NonEmptyGroup`] for a non-consumer group
+    /// with members, or [`GroupError::Storage`].
+    pub async fn delete_offsets(
+        &self,
+        group_id: &str,
+        partitions: &[(String, i32)],
+        subscribed: &(dyn Fn(&[u8]) -> Vec<String> + Sync),
+    ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+        let slot = self.find(group_id).ok_or(GroupError::GroupIdNotFound)?;
+        let outcomes = self
+            .change_offsets(&slot, group_id, 0, |group| {
+                group.delete_offsets(partitions, subscribed)
+            })
+            .await;
+        drop(slot);
+        // A group left with no members and no offsets goes, as after a commit.
+        self.remove_if(group_id, Group::is_empty);
+        outcomes
+    }
+
     /// Removes a removed group's file, if it had one, then frees its name.
     async fn remove_file(&self, file: Option<String>) -> Result<(), GroupError> {
         let (Some(store), Some(file)) = (&self.store, file) else {

@@ -541,6 +541,43 @@ impl Group {
         Ok(())
     }
 
+    /// OffsetDelete: forgets the committed offsets of `partitions`, each one's outcome in
+    /// order. As Kafka: a group with members that is not a consumer group refuses as a whole
+    /// ([`GroupError::NonEmptyGroup`]); a consumer group keeps the offsets of the topics its
+    /// members are subscribed to ([`GroupError::GroupSubscribedToTopic`]), which `subscribed`
+    /// reads from a member's metadata for the group's protocol.
+    pub(super) fn delete_offsets(
+        &mut self,
+        partitions: &[(String, i32)],
+        subscribed: &dyn Fn(&[u8]) -> Vec<String>,
+    ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+        let consumed: std::collections::BTreeSet<String> = match &self.protocol {
+            _ if self.members.is_empty() => std::collections::BTreeSet::new(),
+            _ if self.protocol_type.as_deref() != Some("consumer") => {
+                return Err(GroupError::NonEmptyGroup);
+            }
+            Some(protocol) => self
+                .members
+                .values()
+                .flat_map(|member| subscribed(&member.metadata(protocol)))
+                .collect(),
+            // No protocol chosen yet (a first rebalance): nothing is consumed yet.
+            None => std::collections::BTreeSet::new(),
+        };
+        Ok(partitions
+            .iter()
+            .map(|(topic, partition)| {
+                if consumed.contains(topic) {
+                    return Err(GroupError::GroupSubscribedToTopic);
+                }
+                if let Some(old) = self.offsets.remove(&(topic.clone(), *partition)) {
+                    self.offsets_bytes -= offset_len_bytes(topic.len(), old.metadata.as_deref());
+                }
+                Ok(())
+            })
+            .collect())
+    }
+
     /// Makes `committed` the committed offset of `key`.
     fn put(&mut self, key: (String, i32), committed: Committed) {
         let added = offset_bytes(&key.0, committed.metadata.as_deref());

@@ -82,6 +82,9 @@ pub enum GroupError {
     /// No such group.
     #[error("no such group")]
     GroupIdNotFound,
+    /// OffsetDelete of a partition whose topic the group's members consume.
+    #[error("the group's members consume the topic")]
+    GroupSubscribedToTopic,
     /// Committed offsets could not be written to disk.
     #[error("storage error: {0}")]
     Storage(#[source] StoreFailure),

@@ -38,6 +38,7 @@ pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 /// Whether `version` of `api` is implemented.
@@ -55,6 +56,7 @@ pub(crate) fn name(api: ApiKey) -> &'static str {
         ApiKey::ListOffsets => "ListOffsets",
         ApiKey::Metadata => "Metadata",
         ApiKey::DescribeCluster => "DescribeCluster",
+        ApiKey::OffsetDelete => "OffsetDelete",
         ApiKey::ApiVersions => "ApiVersions",
         ApiKey::CreateTopics => "CreateTopics",
         ApiKey::DeleteTopics => "DeleteTopics",

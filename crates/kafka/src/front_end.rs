@@ -294,6 +294,9 @@ impl KafkaFrontEnd {
             RequestKind::DeleteGroups(request) => Ok(ResponseKind::DeleteGroups(
                 self.delete_groups(request).await,
             )),
+            RequestKind::OffsetDelete(request) => Ok(ResponseKind::OffsetDelete(
+                self.offset_delete(request).await,
+            )),
             _ => {
                 tracing::info!(?api, "unexpected Kafka request; closing the connection");
                 return Next::Close;

@@ -143,6 +143,22 @@ pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<(), Refuse
         ApiKey::DescribeGroups => describe_groups(w, version),
         ApiKey::DeleteGroups => w.array(1, Walk::string),
         ApiKey::AddPartitionsToTxn => add_partitions_to_txn(w),
+        ApiKey::DescribeCluster => {
+            w.skip(1)?; // include the cluster's authorized operations
+            if version >= 1 {
+                w.skip(1)?; // endpoint type
+            }
+            w.tags()
+        }
+        ApiKey::OffsetDelete => {
+            w.string()?; // group id
+            w.array(2, |w| {
+                w.string()?; // topic
+                w.array(4, |w| w.skip(4))?; // partitions
+                w.tags()
+            })?;
+            w.tags()
+        }
         ApiKey::TxnOffsetCommit => txn_offset_commit(w, version),
         ApiKey::DescribeTransactions => {
             w.array(1, Walk::string)?; // transactional ids
@@ -606,6 +622,22 @@ mod tests {
             ApiKey::DeleteGroups,
             0..=1,
             &DeleteGroupsRequest::default().with_groups_names(vec![group()]),
+        );
+        let delete_offsets = OffsetDeleteRequest::default()
+            .with_group_id(group())
+            .with_topics(vec![
+                offset_delete_request::OffsetDeleteRequestTopic::default()
+                    .with_name(name("a"))
+                    .with_partitions(vec![
+                        offset_delete_request::OffsetDeleteRequestPartition::default()
+                            .with_partition_index(3),
+                    ]),
+            ]);
+        passes(ApiKey::OffsetDelete, 0..=0, &delete_offsets);
+        passes(
+            ApiKey::DescribeCluster,
+            0..=1,
+            &DescribeClusterRequest::default().with_include_cluster_authorized_operations(true),
         );
         let fetch = FetchRequest::default().with_topics(vec![
             fetch_request::FetchTopic::default()

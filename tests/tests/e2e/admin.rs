@@ -58,3 +58,110 @@ async fn describe_cluster_refuses_to_describe_controllers_on_a_broker_listener()
     assert!(answer.brokers.is_empty());
     Ok(())
 }
+
+#[tokio::test]
+async fn offset_delete_forgets_a_groups_offsets_partition_by_partition() -> Result<()> {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::offset_delete_request::{
+        OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
+    };
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::{
+        GroupId, OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest,
+        OffsetDeleteResponse, OffsetFetchRequest, OffsetFetchResponse, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let config = Config {
+        broker: minibroker_broker::BrokerConfig {
+            default_partitions: 2,
+            ..minibroker_broker::BrokerConfig::default()
+        },
+        ..Config::default()
+    };
+    let (broker, _kafka, mut conn) = kafka(config).await?;
+    broker.broker.topic("t", true)?;
+    let group = || GroupId(StrBytes::from_static_str("g"));
+    let topic = || TopicName(StrBytes::from_static_str("t"));
+    // Offsets committed from outside any generation, as an administrator's tool does.
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(group())
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(topic())
+                .with_partitions(
+                    (0..2)
+                        .map(|p| {
+                            OffsetCommitRequestPartition::default()
+                                .with_partition_index(p)
+                                .with_committed_offset(7)
+                        })
+                        .collect(),
+                ),
+        ]);
+    let committed: OffsetCommitResponse = conn.call(ApiKey::OffsetCommit, 7, &commit).await?;
+    assert!(
+        committed.topics[0]
+            .partitions
+            .iter()
+            .all(|p| p.error_code == 0)
+    );
+    let delete = |partitions: Vec<i32>, group_id: GroupId| {
+        OffsetDeleteRequest::default()
+            .with_group_id(group_id)
+            .with_topics(vec![
+                OffsetDeleteRequestTopic::default()
+                    .with_name(topic())
+                    .with_partitions(
+                        partitions
+                            .into_iter()
+                            .map(|p| {
+                                OffsetDeleteRequestPartition::default().with_partition_index(p)
+                            })
+                            .collect(),
+                    ),
+            ])
+    };
+    let deleted: OffsetDeleteResponse = conn
+        .call(ApiKey::OffsetDelete, 0, &delete(vec![0, 9], group()))
+        .await?;
+    assert_eq!(deleted.error_code, 0);
+    let codes: Vec<i16> = deleted.topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.error_code)
+        .collect();
+    assert_eq!(
+        codes,
+        vec![0, ResponseError::UnknownTopicOrPartition.code()]
+    );
+    let fetch = OffsetFetchRequest::default()
+        .with_group_id(group())
+        .with_topics(Some(vec![
+            OffsetFetchRequestTopic::default()
+                .with_name(topic())
+                .with_partition_indexes(vec![0, 1]),
+        ]));
+    let fetched: OffsetFetchResponse = conn.call(ApiKey::OffsetFetch, 7, &fetch).await?;
+    let offsets: Vec<i64> = fetched.topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.committed_offset)
+        .collect();
+    assert_eq!(
+        offsets,
+        vec![-1, 7],
+        "partition 0 forgotten, partition 1 kept"
+    );
+    let unknown: OffsetDeleteResponse = conn
+        .call(
+            ApiKey::OffsetDelete,
+            0,
+            &delete(vec![0], GroupId(StrBytes::from_static_str("nosuch"))),
+        )
+        .await?;
+    assert_eq!(unknown.error_code, ResponseError::GroupIdNotFound.code());
+    Ok(())
+}

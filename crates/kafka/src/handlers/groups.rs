@@ -50,6 +50,7 @@ pub(super) fn group_code(error: &GroupError) -> i16 {
         GroupError::InvalidGroupId => ResponseError::InvalidGroupId,
         GroupError::NonEmptyGroup => ResponseError::NonEmptyGroup,
         GroupError::GroupIdNotFound => ResponseError::GroupIdNotFound,
+        GroupError::GroupSubscribedToTopic => ResponseError::GroupSubscribedToTopic,
         // Retriable: the client commits again.
         GroupError::Storage(_) => ResponseError::CoordinatorNotAvailable,
         GroupError::GroupFull(_) => ResponseError::GroupMaxSizeReached,

@@ -5,6 +5,7 @@ mod cluster;
 mod fetch;
 mod groups;
 mod metadata;
+mod offset_delete;
 mod offsets;
 mod produce;
 mod producer_ids;
