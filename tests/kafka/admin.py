@@ -4,6 +4,8 @@ every expectation held) and exits non-zero when one did not.
 
 Usage: admin.py describe-cluster BOOTSTRAP CLUSTER_ID
        admin.py delete-offsets BOOTSTRAP TOPIC
+       admin.py create-partitions BOOTSTRAP TOPIC
+       admin.py read-partitions BOOTSTRAP TOPIC
 """
 
 import json
@@ -97,12 +99,68 @@ def delete_offsets(bootstrap, topic):
     sys.exit(0 if ok else 1)
 
 
+def create_partitions(bootstrap, topic):
+    """A topic of 2 partitions grown to 4 by confluent-kafka and to 5 by kafka-python, a record
+    produced to each new partition; shrinking it is refused (INVALID_PARTITIONS)."""
+    import kafka.errors
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+    from kafka.admin import KafkaAdminClient, NewPartitions as LegacyNewPartitions
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+        future.result(15)
+    for future in admin.create_partitions([NewPartitions(topic, 4)]).values():
+        future.result(15)
+    legacy = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
+    legacy.create_partitions({topic: LegacyNewPartitions(5)})
+    try:
+        legacy.create_partitions({topic: LegacyNewPartitions(3)})
+        shrink = "accepted"
+    except kafka.errors.InvalidPartitionsError:
+        shrink = "INVALID_PARTITIONS"
+    legacy.close()
+    partitions = len(admin.list_topics(topic, timeout=10).topics[topic].partitions)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for partition in range(2, 5):
+        producer.produce(topic, value=f"new {partition}", partition=partition)
+    unsent = producer.flush(15)
+    ok = partitions == 5 and shrink == "INVALID_PARTITIONS" and unsent == 0
+    print(json.dumps({"client": "admin", "ok": ok, "partitions": partitions, "shrink": shrink,
+                      "unsent": unsent}))
+    sys.exit(0 if ok else 1)
+
+
+def read_partitions(bootstrap, topic):
+    """The topic's partitions as a consumer finds them, and what each new one holds."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-reader",
+                         "enable.auto.commit": False})
+    partitions = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    values, deadline = {}, time.time() + 20
+    while len(values) < 3 and time.time() < deadline:
+        message = consumer.poll(1.0)
+        if message is not None and not message.error():
+            values[message.partition()] = message.value().decode()
+    consumer.close()
+    ok = partitions == 5 and values == {p: f"new {p}" for p in range(2, 5)}
+    print(json.dumps({"client": "admin", "ok": ok, "partitions": partitions,
+                      "values": {str(k): v for k, v in values.items()}}))
+    sys.exit(0 if ok else 1)
+
+
 def main():
     command = sys.argv[1]
     if command == "describe-cluster":
         describe_cluster(sys.argv[2], sys.argv[3])
     elif command == "delete-offsets":
         delete_offsets(sys.argv[2], sys.argv[3])
+    elif command == "create-partitions":
+        create_partitions(sys.argv[2], sys.argv[3])
+    elif command == "read-partitions":
+        read_partitions(sys.argv[2], sys.argv[3])
     else:
         sys.exit(f"unknown command {command!r}")
 

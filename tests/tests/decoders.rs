@@ -322,6 +322,12 @@ async fn kafka_requests_through_the_front_end() {
         ]);
     let describe_cluster =
         DescribeClusterRequest::default().with_include_cluster_authorized_operations(true);
+    let grow = CreatePartitionsRequest::default().with_topics(vec![
+        create_partitions_request::CreatePartitionsTopic::default()
+            .with_name(name("fz"))
+            .with_count(3)
+            .with_assignments(None),
+    ]);
     fn encoded<R: kafka_protocol::protocol::Encodable>(
         api: ApiKey,
         version: i16,
@@ -353,6 +359,8 @@ async fn kafka_requests_through_the_front_end() {
         encoded(ApiKey::AlterUserScramCredentials, 0, &alter_users),
         encoded(ApiKey::OffsetDelete, 0, &offset_delete),
         encoded(ApiKey::DescribeCluster, 1, &describe_cluster),
+        encoded(ApiKey::CreatePartitions, 3, &grow),
+        encoded(ApiKey::CreatePartitions, 1, &grow),
     ];
     // Once as a plain listener, once with authorisation on (everything allowed, as no ACL
     // names anything), so the security admin APIs act too.

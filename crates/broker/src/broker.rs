@@ -620,6 +620,23 @@ impl Broker {
         self.topics.create_new(topic, partitions).map(|_| ())
     }
 
+    /// Grows `topic` to `partitions` partitions (the new ones empty; partitions are never
+    /// removed); with `validate_only`, only checks that it could.
+    ///
+    /// # Errors
+    /// An unknown topic; [`BrokerError::PartitionsNotIncreased`]; a count past
+    /// `max_partitions_per_topic`, or a partition or storage limit; a storage error.
+    pub fn create_partitions(
+        &self,
+        topic: &str,
+        partitions: u32,
+        validate_only: bool,
+    ) -> Result<(), BrokerError> {
+        self.topics
+            .grow(topic, partitions, validate_only)
+            .map(|_| ())
+    }
+
     /// Every partition of `topic`: (index, log start, log end, stored bytes, producers).
     ///
     /// # Errors
@@ -846,7 +863,7 @@ impl Broker {
         self.topics
             .list()
             .iter()
-            .flat_map(|topic| topic.partitions().iter().map(Partition::sync_count))
+            .flat_map(|topic| topic.partitions().iter().map(|p| p.sync_count()))
             .sum()
     }
 

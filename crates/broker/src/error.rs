@@ -104,6 +104,16 @@ pub enum BrokerError {
         /// `max_partitions_per_topic`.
         max: u32,
     },
+    /// A topic asked to grow to no more partitions than it has (partitions are never removed).
+    #[error("topic {topic:?} has {current} partitions; it can only grow, not to {asked}")]
+    PartitionsNotIncreased {
+        /// The topic.
+        topic: String,
+        /// Its partitions now.
+        current: u32,
+        /// Asked for.
+        asked: u32,
+    },
     /// The broker holds its maximum of topics.
     #[error("the broker holds its maximum of {0} topics")]
     TooManyTopics(usize),
@@ -202,7 +212,9 @@ impl BrokerError {
             Self::Log(LogError::OffsetOutOfRange { .. }) => ErrorKind::OffsetOutOfRange,
             Self::UnknownProducerId(_) => ErrorKind::UnknownProducerId,
             Self::TopicAlreadyExists(_) => ErrorKind::TopicAlreadyExists,
-            Self::InvalidPartitions { .. } => ErrorKind::InvalidPartitions,
+            Self::InvalidPartitions { .. } | Self::PartitionsNotIncreased { .. } => {
+                ErrorKind::InvalidPartitions
+            }
             Self::EpochExhausted(_) => ErrorKind::EpochExhausted,
             Self::Storage { .. }
             | Self::ReadOnly(_)

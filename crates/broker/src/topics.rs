@@ -28,9 +28,11 @@ pub const MAX_TOPIC_NAME_LEN: usize = 249;
 pub struct Topic {
     /// The topic's name.
     pub name: String,
-    partitions: Box<[Partition]>,
-    /// Set when the topic is deleted, so connections that cached it look it up again.
-    deleted: AtomicBool,
+    /// Shared with the copy that replaces the topic when it grows.
+    partitions: Box<[Arc<Partition>]>,
+    /// Set when the topic is deleted, or replaced by a copy with more partitions, so
+    /// connections that cached it look it up again.
+    stale: AtomicBool,
 }
 
 impl Topic {
@@ -41,6 +43,7 @@ impl Topic {
     pub fn partition(&self, index: u32) -> Result<&Partition, BrokerError> {
         self.partitions
             .get(index as usize)
+            .map(AsRef::as_ref)
             .ok_or_else(|| BrokerError::PartitionOutOfRange {
                 topic: self.name.clone(),
                 partition: index,
@@ -57,13 +60,13 @@ impl Topic {
 
     /// All partitions, by index.
     #[must_use]
-    pub fn partitions(&self) -> &[Partition] {
+    pub fn partitions(&self) -> &[Arc<Partition>] {
         &self.partitions
     }
 
-    /// Whether the topic was deleted (connections that cached it look it up again).
-    pub(crate) fn is_deleted(&self) -> bool {
-        self.deleted.load(Ordering::Acquire)
+    /// Whether the topic was deleted or grew (connections that cached it look it up again).
+    pub(crate) fn is_stale(&self) -> bool {
+        self.stale.load(Ordering::Acquire)
     }
 }
 
@@ -241,20 +244,32 @@ impl TopicRegistry {
         partitions: u32,
         origin: Origin,
     ) -> Result<Vec<PartitionLog>, BrokerError> {
-        let Some(data) = &self.data else {
-            let retention = self.config.retention(name);
-            return Ok((0..partitions)
-                .map(|_| PartitionLog::in_memory(retention))
-                .collect());
-        };
-        if origin == Origin::New {
+        if origin == Origin::New
+            && let Some(data) = &self.data
+        {
             data.remove_topic(name)
                 .map_err(|source| BrokerError::Storage {
                     what: "clearing a new topic's directory",
                     source,
                 })?;
         }
-        (0..partitions)
+        self.open_partition_logs(name, 0..partitions)
+    }
+
+    /// The logs of partitions `indexes` of `name`: in memory, or opened from the data
+    /// directory.
+    fn open_partition_logs(
+        &self,
+        name: &str,
+        indexes: std::ops::Range<u32>,
+    ) -> Result<Vec<PartitionLog>, BrokerError> {
+        let Some(data) = &self.data else {
+            let retention = self.config.retention(name);
+            return Ok(indexes
+                .map(|_| PartitionLog::in_memory(retention))
+                .collect());
+        };
+        indexes
             .map(|index| {
                 let opened = data.open_partition(name, index)?;
                 if let Some((bytes, reason)) = opened.truncated {
@@ -348,13 +363,13 @@ impl TopicRegistry {
             .map(|log| {
                 let id = ids.next;
                 ids.next += 1;
-                Partition::new(id, log)
+                Arc::new(Partition::new(id, log))
             })
             .collect();
         let topic = Arc::new(Topic {
             name: name.to_owned(),
             partitions,
-            deleted: AtomicBool::new(false),
+            stale: AtomicBool::new(false),
         });
         topics.insert(name.to_owned(), Arc::clone(&topic));
         if origin == Origin::New
@@ -405,6 +420,105 @@ impl TopicRegistry {
         self.create(name, partitions)
     }
 
+    /// Grows `name` to `partitions` partitions (CreatePartitions): the new ones start empty, the
+    /// others are shared with the topic as it was, which connections that cached it then look
+    /// up again. With a data directory the topic list holds the new count before this returns.
+    /// With `validate_only`, everything is checked and nothing changes.
+    ///
+    /// # Errors
+    /// [`BrokerError::UnknownTopic`]; [`BrokerError::PartitionsNotIncreased`];
+    /// [`BrokerError::InvalidPartitions`] past `max_partitions_per_topic`; a partition,
+    /// descriptor or storage limit; a storage error saving the topic list.
+    pub fn grow(
+        &self,
+        name: &str,
+        partitions: u32,
+        validate_only: bool,
+    ) -> Result<Arc<Topic>, BrokerError> {
+        validate_topic_name(name)?;
+        let mut topics = self.topics.write().unwrap_or_else(PoisonError::into_inner);
+        let old = topics
+            .get(name)
+            .cloned()
+            .ok_or_else(|| BrokerError::UnknownTopic(name.to_owned()))?;
+        let current = old.partition_count();
+        if partitions <= current {
+            return Err(BrokerError::PartitionsNotIncreased {
+                topic: name.to_owned(),
+                current,
+                asked: partitions,
+            });
+        }
+        if partitions > self.max_partitions_per_topic {
+            return Err(BrokerError::InvalidPartitions {
+                partitions,
+                max: self.max_partitions_per_topic,
+            });
+        }
+        let added = partitions - current;
+        let mut ids = self
+            .partition_ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if ids.live.saturating_add(added) > self.max_partitions
+            || ids.next.checked_add(added).is_none()
+        {
+            return Err(BrokerError::TooManyPartitions {
+                held: ids.live,
+                max: self.max_partitions,
+                wanted: added,
+            });
+        }
+        if let Some(max) = self
+            .data
+            .as_ref()
+            .and_then(|data| data.descriptors().partitions)
+            && u64::from(ids.live) + u64::from(added) > max
+        {
+            return Err(BrokerError::TooManyDescriptors {
+                held: ids.live,
+                max,
+                wanted: added,
+            });
+        }
+        if validate_only {
+            if !self.budget.has_room(topic_bytes(added)) {
+                return Err(self.store_full());
+            }
+            return Ok(old);
+        }
+        if !self.budget.try_charge(topic_bytes(added)) {
+            return Err(self.store_full());
+        }
+        let logs = match self.open_partition_logs(name, current..partitions) {
+            Ok(logs) => logs,
+            Err(error) => {
+                self.budget.release(topic_bytes(added));
+                return Err(error);
+            }
+        };
+        let mut shared: Vec<Arc<Partition>> = old.partitions().to_vec();
+        for log in logs {
+            shared.push(Arc::new(Partition::new(ids.next, log)));
+            ids.next += 1;
+        }
+        let grown = Arc::new(Topic {
+            name: name.to_owned(),
+            partitions: shared.into_boxed_slice(),
+            stale: AtomicBool::new(false),
+        });
+        topics.insert(name.to_owned(), Arc::clone(&grown));
+        if let Err(error) = self.save(&topics) {
+            topics.insert(name.to_owned(), old);
+            self.budget.release(topic_bytes(added));
+            return Err(error);
+        }
+        ids.live += added;
+        old.stale.store(true, Ordering::Release);
+        tracing::info!(topic = name, from = current, to = partitions, "grew topic");
+        Ok(grown)
+    }
+
     /// Deletes `name`: its records are gone, what it was charged is released, and connections
     /// that cached it find it gone.
     ///
@@ -427,7 +541,7 @@ impl TopicRegistry {
             // The topic is gone from the list; its files are deleted at the next start.
             tracing::warn!(topic = name, %error, "could not delete the topic's files");
         }
-        topic.deleted.store(true, Ordering::Release);
+        topic.stale.store(true, Ordering::Release);
         let mut released = topic_bytes(topic.partition_count());
         for partition in topic.partitions() {
             let mut data = partition.log();

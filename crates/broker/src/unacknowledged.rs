@@ -153,7 +153,7 @@ impl Unacknowledged {
         look_up: impl FnOnce(&str) -> Result<Arc<Topic>, BrokerError>,
     ) -> Result<&'a Topic, BrokerError> {
         if let Some(index) = self.topics.iter().position(|t| t.name == name) {
-            if !self.topics[index].is_deleted() {
+            if !self.topics[index].is_stale() {
                 return Ok(&self.topics[index]);
             }
             self.topics.remove(index);

@@ -27,3 +27,20 @@ fn a_groups_offsets_are_deleted_unless_a_member_consumes_the_topic() {
     let summary = admin(&["delete-offsets", &server.kafka_addr, "forgotten"]);
     assert_eq!(summary["left"]["0"], -1001, "{summary}");
 }
+
+#[test]
+fn both_admin_clients_grow_a_topic_and_a_sigkill_keeps_its_partitions() {
+    let dir = tempfile::tempdir().expect("a data directory");
+    let data = dir.path().to_str().expect("a UTF-8 path").to_owned();
+    let serve = || {
+        ServeProcess::spawn(serve_command("127.0.0.1:0", "127.0.0.1:0").args(["--data-dir", &data]))
+    };
+    let server = serve();
+    let summary = admin(&["create-partitions", &server.kafka_addr, "grown"]);
+    assert_eq!(summary["partitions"], 5, "{summary}");
+    // SIGKILL: the new count was on disk before CreatePartitions was answered.
+    server.kill();
+    let restarted = serve();
+    let summary = admin(&["read-partitions", &restarted.kafka_addr, "grown"]);
+    assert_eq!(summary["values"]["4"], "new 4", "{summary}");
+}

@@ -39,6 +39,7 @@ pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslAuthenticate, 0, 2),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::CreatePartitions, 0, 3),
 ];
 
 /// Whether `version` of `api` is implemented.
@@ -57,6 +58,7 @@ pub(crate) fn name(api: ApiKey) -> &'static str {
         ApiKey::Metadata => "Metadata",
         ApiKey::DescribeCluster => "DescribeCluster",
         ApiKey::OffsetDelete => "OffsetDelete",
+        ApiKey::CreatePartitions => "CreatePartitions",
         ApiKey::ApiVersions => "ApiVersions",
         ApiKey::CreateTopics => "CreateTopics",
         ApiKey::DeleteTopics => "DeleteTopics",

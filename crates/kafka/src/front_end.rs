@@ -294,6 +294,9 @@ impl KafkaFrontEnd {
             RequestKind::DeleteGroups(request) => Ok(ResponseKind::DeleteGroups(
                 self.delete_groups(request).await,
             )),
+            RequestKind::CreatePartitions(request) => Ok(ResponseKind::CreatePartitions(
+                self.create_partitions(&request),
+            )),
             RequestKind::OffsetDelete(request) => Ok(ResponseKind::OffsetDelete(
                 self.offset_delete(request).await,
             )),

@@ -143,6 +143,20 @@ pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<(), Refuse
         ApiKey::DescribeGroups => describe_groups(w, version),
         ApiKey::DeleteGroups => w.array(1, Walk::string),
         ApiKey::AddPartitionsToTxn => add_partitions_to_txn(w),
+        ApiKey::CreatePartitions => {
+            w.array(3, |w| {
+                w.string()?; // topic
+                w.skip(4)?; // count
+                // Assignments (nullable): each a list of broker ids.
+                w.array(1, |w| {
+                    w.array(4, |w| w.skip(4))?;
+                    w.tags()
+                })?;
+                w.tags()
+            })?;
+            w.skip(4 + 1)?; // timeout, validate only
+            w.tags()
+        }
         ApiKey::DescribeCluster => {
             w.skip(1)?; // include the cluster's authorized operations
             if version >= 1 {
@@ -623,6 +637,19 @@ mod tests {
             0..=1,
             &DeleteGroupsRequest::default().with_groups_names(vec![group()]),
         );
+        let grow = CreatePartitionsRequest::default().with_topics(vec![
+            create_partitions_request::CreatePartitionsTopic::default()
+                .with_name(name("a"))
+                .with_count(4)
+                .with_assignments(Some(vec![
+                    create_partitions_request::CreatePartitionsAssignment::default()
+                        .with_broker_ids(vec![BrokerId(1)]),
+                ])),
+            create_partitions_request::CreatePartitionsTopic::default()
+                .with_name(name("b"))
+                .with_count(2),
+        ]);
+        passes(ApiKey::CreatePartitions, 0..=3, &grow);
         let delete_offsets = OffsetDeleteRequest::default()
             .with_group_id(group())
             .with_topics(vec![

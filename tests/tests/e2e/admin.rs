@@ -165,3 +165,96 @@ async fn offset_delete_forgets_a_groups_offsets_partition_by_partition() -> Resu
     assert_eq!(unknown.error_code, ResponseError::GroupIdNotFound.code());
     Ok(())
 }
+
+#[tokio::test]
+async fn create_partitions_grows_a_topic_under_a_connection_that_cached_it() -> Result<()> {
+    use kafka_protocol::messages::create_partitions_request::{
+        CreatePartitionsAssignment, CreatePartitionsTopic,
+    };
+    use kafka_protocol::messages::{
+        BrokerId, CreatePartitionsRequest, CreatePartitionsResponse, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    use minibroker_tests::batch;
+    let (broker, _kafka, mut conn) = kafka(Config::default()).await?;
+    broker.broker.topic("t", true)?;
+    // The connection produces to partition 0 first, so it holds the topic as it was.
+    assert_eq!(
+        crate::kafka::produce_to(&mut conn, "t", 0, batch(1, 0, 0, &[b"a"]))
+            .await?
+            .0,
+        0
+    );
+    let grow = |topic: &str, count: i32, validate_only: bool| {
+        CreatePartitionsRequest::default()
+            .with_validate_only(validate_only)
+            .with_topics(vec![
+                CreatePartitionsTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                    .with_count(count)
+                    .with_assignments(None),
+            ])
+    };
+    let code = |answer: &CreatePartitionsResponse| answer.results[0].error_code;
+    for version in [0, 3] {
+        let checked: CreatePartitionsResponse = conn
+            .call(ApiKey::CreatePartitions, version, &grow("t", 3, true))
+            .await?;
+        assert_eq!(code(&checked), 0);
+    }
+    assert_eq!(
+        broker.broker.topic("t", false)?.partitions,
+        1,
+        "validate_only changes nothing"
+    );
+    let grown: CreatePartitionsResponse = conn
+        .call(ApiKey::CreatePartitions, 3, &grow("t", 3, false))
+        .await?;
+    assert_eq!(code(&grown), 0);
+    assert_eq!(broker.broker.topic("t", false)?.partitions, 3);
+    // The same connection writes to a new partition, and to the old one where it left off.
+    assert_eq!(
+        crate::kafka::produce_to(&mut conn, "t", 2, batch(1, 0, 0, &[b"b"]))
+            .await?
+            .0,
+        0
+    );
+    assert_eq!(
+        crate::kafka::produce_to(&mut conn, "t", 0, batch(2, 0, 0, &[b"c"])).await?,
+        (0, 1)
+    );
+    // Refusals, each with Kafka's code.
+    let same: CreatePartitionsResponse = conn
+        .call(ApiKey::CreatePartitions, 3, &grow("t", 3, false))
+        .await?;
+    assert_eq!(code(&same), ResponseError::InvalidPartitions.code());
+    assert!(
+        same.results[0]
+            .error_message
+            .as_deref()
+            .is_some_and(|m| m.contains("only grow"))
+    );
+    let unknown: CreatePartitionsResponse = conn
+        .call(ApiKey::CreatePartitions, 3, &grow("nosuch", 2, false))
+        .await?;
+    assert_eq!(
+        code(&unknown),
+        ResponseError::UnknownTopicOrPartition.code()
+    );
+    let elsewhere = CreatePartitionsRequest::default().with_topics(vec![
+        CreatePartitionsTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("t")))
+            .with_count(4)
+            .with_assignments(Some(vec![
+                CreatePartitionsAssignment::default().with_broker_ids(vec![BrokerId(7)]),
+            ])),
+    ]);
+    let elsewhere: CreatePartitionsResponse =
+        conn.call(ApiKey::CreatePartitions, 3, &elsewhere).await?;
+    assert_eq!(
+        code(&elsewhere),
+        ResponseError::InvalidReplicaAssignment.code()
+    );
+    assert_eq!(broker.broker.topic("t", false)?.partitions, 3);
+    Ok(())
+}

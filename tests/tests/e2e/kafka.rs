@@ -33,8 +33,12 @@ fn name(topic: &str) -> TopicName {
 }
 
 fn produce_request(topic: &str, records: Bytes, acks: i16) -> ProduceRequest {
+    produce_request_to(topic, 0, records, acks)
+}
+
+fn produce_request_to(topic: &str, partition: i32, records: Bytes, acks: i16) -> ProduceRequest {
     let partition = PartitionProduceData::default()
-        .with_index(0)
+        .with_index(partition)
         .with_records(Some(records));
     ProduceRequest::default()
         .with_acks(acks)
@@ -46,9 +50,19 @@ fn produce_request(topic: &str, records: Bytes, acks: i16) -> ProduceRequest {
         ])
 }
 
-/// Produces one batch and returns (error code, base offset) of its partition.
+/// Produces one batch to partition 0 and returns (error code, base offset).
 async fn produce(conn: &mut KafkaConnection, topic: &str, records: Vec<u8>) -> Result<(i16, i64)> {
-    let request = produce_request(topic, records.into(), -1);
+    produce_to(conn, topic, 0, records).await
+}
+
+/// Produces one batch to `partition` and returns (error code, base offset).
+pub(crate) async fn produce_to(
+    conn: &mut KafkaConnection,
+    topic: &str,
+    partition: i32,
+    records: Vec<u8>,
+) -> Result<(i16, i64)> {
+    let request = produce_request_to(topic, partition, records.into(), -1);
     let response: ProduceResponse = conn.call(ApiKey::Produce, PRODUCE, &request).await?;
     let partition = &response.responses[0].partition_responses[0];
     Ok((partition.error_code, partition.base_offset))

@@ -1,9 +1,11 @@
-//! CreateTopics and DeleteTopics.
+//! CreateTopics, CreatePartitions and DeleteTopics.
 
+use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{
-    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DeleteTopicsRequest, DeleteTopicsResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -13,12 +15,14 @@ use kafka_protocol::ResponseError;
 use minibroker_broker::BrokerError;
 use minibroker_security::{Operation, ResourceType};
 
-/// Why a topic was not created or deleted.
+/// Why a topic was not created, grown or deleted.
 enum Refused {
     /// The principal may not.
     Denied,
     /// The broker core refused.
     Broker(BrokerError),
+    /// The request itself is wrong (Kafka's code, and why).
+    Request(ResponseError, String),
 }
 
 use Refused::Denied;
@@ -28,6 +32,7 @@ impl Refused {
         match self {
             Denied => ResponseError::TopicAuthorizationFailed.code(),
             Refused::Broker(error) => code_of(error).code(),
+            Refused::Request(error, _) => error.code(),
         }
     }
 }
@@ -37,6 +42,7 @@ impl std::fmt::Display for Refused {
         match self {
             Denied => f.write_str("Topic authorization failed."),
             Refused::Broker(error) => error.fmt(f),
+            Refused::Request(_, why) => f.write_str(why),
         }
     }
 }
@@ -81,6 +87,77 @@ impl KafkaFrontEnd {
             })
             .collect();
         CreateTopicsResponse::default().with_topics(topics)
+    }
+
+    /// CreatePartitions: each topic grown to its count, if the principal may Alter it. A topic
+    /// named twice is refused both times (INVALID_REQUEST), as Kafka; replica assignments may
+    /// name only this broker, one list per new partition.
+    pub(crate) fn create_partitions(
+        &self,
+        request: &CreatePartitionsRequest,
+    ) -> CreatePartitionsResponse {
+        let named = |name: &TopicName| request.topics.iter().filter(|t| &t.name == name).count();
+        let results = request
+            .topics
+            .iter()
+            .map(|topic| {
+                let result = if named(&topic.name) > 1 {
+                    Err(Refused::Request(
+                        ResponseError::InvalidRequest,
+                        "the topic is named more than once".into(),
+                    ))
+                } else if !self.may(Operation::Alter, ResourceType::Topic, &topic.name) {
+                    Err(Denied)
+                } else {
+                    self.check_assignments(topic).and_then(|()| {
+                        self.broker
+                            .create_partitions(
+                                &topic.name,
+                                u32::try_from(topic.count).unwrap_or(0),
+                                request.validate_only,
+                            )
+                            .map_err(Refused::Broker)
+                    })
+                };
+                let answer = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
+                match result {
+                    Ok(()) => answer,
+                    Err(refused) => answer
+                        .with_error_code(refused.code())
+                        .with_error_message(Some(StrBytes::from_string(refused.to_string()))),
+                }
+            })
+            .collect();
+        CreatePartitionsResponse::default().with_results(results)
+    }
+
+    /// Replica assignments, if given: one per new partition, naming only this broker.
+    fn check_assignments(
+        &self,
+        topic: &kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic,
+    ) -> Result<(), Refused> {
+        let Some(assignments) = &topic.assignments else {
+            return Ok(());
+        };
+        let current = self
+            .broker
+            .topic(&topic.name, false)
+            .map_err(Refused::Broker)?
+            .partitions;
+        let new = i64::from(topic.count) - i64::from(current);
+        let only_this_broker = assignments
+            .iter()
+            .all(|a| !a.broker_ids.is_empty() && a.broker_ids.iter().all(|b| *b == self.node()));
+        if i64::try_from(assignments.len()).ok() != Some(new) || !only_this_broker {
+            return Err(Refused::Request(
+                ResponseError::InvalidReplicaAssignment,
+                format!(
+                    "give one replica list per new partition ({new}), naming only broker {}",
+                    self.node().0
+                ),
+            ));
+        }
+        Ok(())
     }
 
     pub(crate) fn delete_topics(
