@@ -69,6 +69,56 @@ async fn topics_survive_restarts_and_a_deleted_topic_stays_deleted() {
 }
 
 #[tokio::test]
+async fn a_grown_topic_keeps_its_records_and_its_new_partitions_through_a_crash() {
+    let storage = SimStorage::new();
+    let broker = open(&storage, &config());
+    broker.create_topic("grown", 2).unwrap();
+    let mut topics = Unacknowledged::default();
+    // The connection's cache holds the topic as it was before it grows.
+    broker
+        .produce_stored(&mut topics, "grown", 1, &batch(1, 0, 0))
+        .await
+        .unwrap();
+    broker.create_partitions("grown", 2, false).unwrap_err();
+    broker.create_partitions("grown", 5, true).unwrap();
+    assert_eq!(
+        broker.topic("grown", false).unwrap().partitions,
+        2,
+        "only checked"
+    );
+    broker.create_partitions("grown", 5, false).unwrap();
+    let verdict = broker
+        .produce_stored(&mut topics, "grown", 4, &batch(2, 0, 0))
+        .await
+        .unwrap();
+    assert_eq!(verdict.base_offset, Some(0));
+    // The old partitions are the same logs: producer 1 goes on from its sequence.
+    let verdict = broker
+        .produce_stored(&mut topics, "grown", 1, &batch(1, 1, 0))
+        .await
+        .unwrap();
+    assert_eq!(
+        (verdict.outcome, verdict.base_offset),
+        (Outcome::Accepted, Some(1))
+    );
+    drop(broker);
+    // Nothing synced beyond what the broker synced itself: the count and the records are kept.
+    let restarted = open(&storage.crash(2), &config());
+    assert_eq!(restarted.topic("grown", false).unwrap().partitions, 5);
+    assert_eq!(restarted.offsets("grown", 1).unwrap(), (0, 2));
+    assert_eq!(restarted.offsets("grown", 4).unwrap(), (0, 1));
+    let retry = restarted
+        .produce_stored(&mut Unacknowledged::default(), "grown", 4, &batch(2, 0, 0))
+        .await
+        .unwrap();
+    assert_eq!(
+        retry.outcome,
+        Outcome::Duplicate,
+        "producer state of a new partition kept"
+    );
+}
+
+#[tokio::test]
 async fn producer_ids_are_never_issued_twice_across_crashes() {
     let storage = SimStorage::new();
     let mut issued = Vec::new();
