@@ -6,6 +6,7 @@ Usage: admin.py describe-cluster BOOTSTRAP CLUSTER_ID
        admin.py delete-offsets BOOTSTRAP TOPIC
        admin.py create-partitions BOOTSTRAP TOPIC
        admin.py read-partitions BOOTSTRAP TOPIC
+       admin.py describe-log-dirs BOOTSTRAP TOPIC
 """
 
 import json
@@ -151,6 +152,38 @@ def read_partitions(bootstrap, topic):
     sys.exit(0 if ok else 1)
 
 
+def describe_log_dirs(bootstrap, topic):
+    """Each partition's size in the broker's log directory, as kafka-python describes it
+    (confluent-kafka's Python AdminClient has no call for it): partition 1 holds the records
+    written, partition 0 none."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from kafka.admin import KafkaAdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+        future.result(15)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(3):
+        producer.produce(topic, value="x" * 100, partition=1)
+    producer.flush(15)
+    legacy = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
+    described = legacy.describe_log_dirs()
+    legacy.close()
+    sizes, dirs = {}, []
+    for broker in described:
+        for log_dir in broker["log_dirs"]:
+            dirs.append(log_dir["log_dir"])
+            for described_topic in log_dir["topics"]:
+                if described_topic["name"] == topic:
+                    for partition in described_topic["partitions"]:
+                        sizes[partition["partition_index"]] = partition["partition_size"]
+    ok = len(dirs) == 1 and sizes.get(0) == 0 and sizes.get(1, 0) > 300
+    print(json.dumps({"client": "admin", "ok": ok, "log_dirs": dirs,
+                      "sizes": {str(k): v for k, v in sizes.items()}}))
+    sys.exit(0 if ok else 1)
+
+
 def main():
     command = sys.argv[1]
     if command == "describe-cluster":
@@ -161,6 +194,8 @@ def main():
         create_partitions(sys.argv[2], sys.argv[3])
     elif command == "read-partitions":
         read_partitions(sys.argv[2], sys.argv[3])
+    elif command == "describe-log-dirs":
+        describe_log_dirs(sys.argv[2], sys.argv[3])
     else:
         sys.exit(f"unknown command {command!r}")
 

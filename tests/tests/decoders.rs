@@ -361,6 +361,11 @@ async fn kafka_requests_through_the_front_end() {
         encoded(ApiKey::DescribeCluster, 1, &describe_cluster),
         encoded(ApiKey::CreatePartitions, 3, &grow),
         encoded(ApiKey::CreatePartitions, 1, &grow),
+        encoded(
+            ApiKey::DescribeLogDirs,
+            4,
+            &DescribeLogDirsRequest::default().with_topics(None),
+        ),
     ];
     // Once as a plain listener, once with authorisation on (everything allowed, as no ACL
     // names anything), so the security admin APIs act too.

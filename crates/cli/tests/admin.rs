@@ -44,3 +44,14 @@ fn both_admin_clients_grow_a_topic_and_a_sigkill_keeps_its_partitions() {
     let summary = admin(&["read-partitions", &restarted.kafka_addr, "grown"]);
     assert_eq!(summary["values"]["4"], "new 4", "{summary}");
 }
+
+#[test]
+fn the_log_directory_and_each_partitions_size_are_described() {
+    let dir = tempfile::tempdir().expect("a data directory");
+    let data = dir.path().to_str().expect("a UTF-8 path").to_owned();
+    let server = ServeProcess::spawn(
+        serve_command("127.0.0.1:0", "127.0.0.1:0").args(["--data-dir", &data]),
+    );
+    let summary = admin(&["describe-log-dirs", &server.kafka_addr, "sized"]);
+    assert_eq!(summary["log_dirs"][0], data.as_str(), "{summary}");
+}

@@ -40,6 +40,7 @@ pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DescribeLogDirs, 1, 4),
 ];
 
 /// Whether `version` of `api` is implemented.
@@ -59,6 +60,7 @@ pub(crate) fn name(api: ApiKey) -> &'static str {
         ApiKey::DescribeCluster => "DescribeCluster",
         ApiKey::OffsetDelete => "OffsetDelete",
         ApiKey::CreatePartitions => "CreatePartitions",
+        ApiKey::DescribeLogDirs => "DescribeLogDirs",
         ApiKey::ApiVersions => "ApiVersions",
         ApiKey::CreateTopics => "CreateTopics",
         ApiKey::DeleteTopics => "DeleteTopics",

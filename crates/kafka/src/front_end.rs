@@ -294,6 +294,9 @@ impl KafkaFrontEnd {
             RequestKind::DeleteGroups(request) => Ok(ResponseKind::DeleteGroups(
                 self.delete_groups(request).await,
             )),
+            RequestKind::DescribeLogDirs(request) => Ok(ResponseKind::DescribeLogDirs(
+                self.describe_log_dirs(&request, version),
+            )),
             RequestKind::CreatePartitions(request) => Ok(ResponseKind::CreatePartitions(
                 self.create_partitions(&request),
             )),

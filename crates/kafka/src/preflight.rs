@@ -143,6 +143,15 @@ pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<(), Refuse
         ApiKey::DescribeGroups => describe_groups(w, version),
         ApiKey::DeleteGroups => w.array(1, Walk::string),
         ApiKey::AddPartitionsToTxn => add_partitions_to_txn(w),
+        ApiKey::DescribeLogDirs => {
+            // Topics (nullable): each a name and its partitions.
+            w.array(2, |w| {
+                w.string()?;
+                w.array(4, |w| w.skip(4))?;
+                w.tags()
+            })?;
+            w.tags()
+        }
         ApiKey::CreatePartitions => {
             w.array(3, |w| {
                 w.string()?; // topic
@@ -650,6 +659,12 @@ mod tests {
                 .with_count(2),
         ]);
         passes(ApiKey::CreatePartitions, 0..=3, &grow);
+        let log_dirs = DescribeLogDirsRequest::default().with_topics(Some(vec![
+            describe_log_dirs_request::DescribableLogDirTopic::default()
+                .with_topic(name("a"))
+                .with_partitions(vec![0, 2]),
+        ]));
+        passes(ApiKey::DescribeLogDirs, 1..=4, &log_dirs);
         let delete_offsets = OffsetDeleteRequest::default()
             .with_group_id(group())
             .with_topics(vec![

@@ -4,6 +4,7 @@
 mod cluster;
 mod fetch;
 mod groups;
+mod log_dirs;
 mod metadata;
 mod offset_delete;
 mod offsets;
