@@ -322,6 +322,14 @@ async fn kafka_requests_through_the_front_end() {
         ]);
     let describe_cluster =
         DescribeClusterRequest::default().with_include_cluster_authorized_operations(true);
+    let epochs = OffsetForLeaderEpochRequest::default().with_topics(vec![
+        offset_for_leader_epoch_request::OffsetForLeaderTopic::default()
+            .with_topic(name("fz"))
+            .with_partitions(vec![
+                offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
+                    .with_current_leader_epoch(0),
+            ]),
+    ]);
     let grow = CreatePartitionsRequest::default().with_topics(vec![
         create_partitions_request::CreatePartitionsTopic::default()
             .with_name(name("fz"))
@@ -366,6 +374,8 @@ async fn kafka_requests_through_the_front_end() {
             4,
             &DescribeLogDirsRequest::default().with_topics(None),
         ),
+        encoded(ApiKey::OffsetForLeaderEpoch, 4, &epochs),
+        encoded(ApiKey::OffsetForLeaderEpoch, 2, &epochs),
     ];
     // Once as a plain listener, once with authorisation on (everything allowed, as no ACL
     // names anything), so the security admin APIs act too.

@@ -41,6 +41,7 @@ pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
 ];
 
 /// Whether `version` of `api` is implemented.
@@ -61,6 +62,7 @@ pub(crate) fn name(api: ApiKey) -> &'static str {
         ApiKey::OffsetDelete => "OffsetDelete",
         ApiKey::CreatePartitions => "CreatePartitions",
         ApiKey::DescribeLogDirs => "DescribeLogDirs",
+        ApiKey::OffsetForLeaderEpoch => "OffsetForLeaderEpoch",
         ApiKey::ApiVersions => "ApiVersions",
         ApiKey::CreateTopics => "CreateTopics",
         ApiKey::DeleteTopics => "DeleteTopics",

@@ -294,6 +294,9 @@ impl KafkaFrontEnd {
             RequestKind::DeleteGroups(request) => Ok(ResponseKind::DeleteGroups(
                 self.delete_groups(request).await,
             )),
+            RequestKind::OffsetForLeaderEpoch(request) => Ok(ResponseKind::OffsetForLeaderEpoch(
+                self.offset_for_leader_epoch(&request),
+            )),
             RequestKind::DescribeLogDirs(request) => Ok(ResponseKind::DescribeLogDirs(
                 self.describe_log_dirs(&request, version),
             )),

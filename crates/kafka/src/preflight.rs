@@ -143,6 +143,20 @@ pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<(), Refuse
         ApiKey::DescribeGroups => describe_groups(w, version),
         ApiKey::DeleteGroups => w.array(1, Walk::string),
         ApiKey::AddPartitionsToTxn => add_partitions_to_txn(w),
+        ApiKey::OffsetForLeaderEpoch => {
+            if version >= 3 {
+                w.skip(4)?; // replica id
+            }
+            w.array(2, |w| {
+                w.string()?; // topic
+                w.array(12, |w| {
+                    w.skip(4 + 4 + 4)?; // partition, current leader epoch, leader epoch
+                    w.tags()
+                })?;
+                w.tags()
+            })?;
+            w.tags()
+        }
         ApiKey::DescribeLogDirs => {
             // Topics (nullable): each a name and its partitions.
             w.array(2, |w| {
@@ -665,6 +679,16 @@ mod tests {
                 .with_partitions(vec![0, 2]),
         ]));
         passes(ApiKey::DescribeLogDirs, 1..=4, &log_dirs);
+        let epochs = OffsetForLeaderEpochRequest::default().with_topics(vec![
+            offset_for_leader_epoch_request::OffsetForLeaderTopic::default()
+                .with_topic(name("a"))
+                .with_partitions(vec![
+                    offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
+                        .with_partition(1)
+                        .with_current_leader_epoch(0),
+                ]),
+        ]);
+        passes(ApiKey::OffsetForLeaderEpoch, 2..=4, &epochs);
         let delete_offsets = OffsetDeleteRequest::default()
             .with_group_id(group())
             .with_topics(vec![

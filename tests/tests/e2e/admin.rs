@@ -258,3 +258,57 @@ async fn create_partitions_grows_a_topic_under_a_connection_that_cached_it() -> 
     assert_eq!(broker.broker.topic("t", false)?.partitions, 3);
     Ok(())
 }
+
+#[tokio::test]
+async fn offset_for_leader_epoch_ends_the_one_epoch_at_the_log_end() -> Result<()> {
+    use kafka_protocol::messages::offset_for_leader_epoch_request::{
+        OffsetForLeaderPartition, OffsetForLeaderTopic,
+    };
+    use kafka_protocol::messages::{
+        OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    use minibroker_tests::batch;
+    let (_broker, _kafka, mut conn) = kafka(Config::default()).await?;
+    crate::kafka::produce_to(&mut conn, "t", 0, batch(1, 0, 0, &[b"a", b"b"])).await?;
+    // (partition, current leader epoch, leader epoch) → (error, epoch, end offset).
+    let cases = [
+        ((0, -1, 0), (0, 0, 2)),
+        ((0, 0, 0), (0, 0, 2)),
+        ((0, 0, 3), (0, -1, -1)),
+        (
+            (0, 1, 0),
+            (ResponseError::UnknownLeaderEpoch.code(), -1, -1),
+        ),
+        (
+            (5, -1, 0),
+            (ResponseError::UnknownTopicOrPartition.code(), -1, -1),
+        ),
+    ];
+    for version in [2, 3, 4] {
+        for ((partition, current, asked), expected) in cases {
+            let request = OffsetForLeaderEpochRequest::default()
+                .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+                .with_topics(vec![
+                    OffsetForLeaderTopic::default()
+                        .with_topic(TopicName(StrBytes::from_static_str("t")))
+                        .with_partitions(vec![
+                            OffsetForLeaderPartition::default()
+                                .with_partition(partition)
+                                .with_current_leader_epoch(current)
+                                .with_leader_epoch(asked),
+                        ]),
+                ]);
+            let answer: OffsetForLeaderEpochResponse = conn
+                .call(ApiKey::OffsetForLeaderEpoch, version, &request)
+                .await?;
+            let got = &answer.topics[0].partitions[0];
+            assert_eq!(
+                (got.error_code, got.leader_epoch, got.end_offset),
+                expected,
+                "v{version} partition {partition} current {current} asked {asked}"
+            );
+        }
+    }
+    Ok(())
+}

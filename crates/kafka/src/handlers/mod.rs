@@ -4,6 +4,7 @@
 mod cluster;
 mod fetch;
 mod groups;
+mod leader_epoch;
 mod log_dirs;
 mod metadata;
 mod offset_delete;
