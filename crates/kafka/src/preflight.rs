@@ -159,11 +159,7 @@ pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<(), Refuse
         }
         ApiKey::DescribeLogDirs => {
             // Topics (nullable): each a name and its partitions.
-            w.array(2, |w| {
-                w.string()?;
-                w.array(4, |w| w.skip(4))?;
-                w.tags()
-            })?;
+            w.array(2, topic_partitions)?;
             w.tags()
         }
         ApiKey::CreatePartitions => {
@@ -189,11 +185,7 @@ pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<(), Refuse
         }
         ApiKey::OffsetDelete => {
             w.string()?; // group id
-            w.array(2, |w| {
-                w.string()?; // topic
-                w.array(4, |w| w.skip(4))?; // partitions
-                w.tags()
-            })?;
+            w.array(2, topic_partitions)?;
             w.tags()
         }
         ApiKey::TxnOffsetCommit => txn_offset_commit(w, version),
@@ -210,11 +202,7 @@ pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<(), Refuse
             w.tags()
         }
         ApiKey::DescribeProducers => {
-            w.array(2, |w| {
-                w.string()?; // topic
-                w.array(4, |w| w.skip(4))?; // partitions
-                w.tags()
-            })?;
+            w.array(2, topic_partitions)?;
             w.tags()
         }
         // A creation and a deletion filter have the same layout.
@@ -248,6 +236,13 @@ pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<(), Refuse
         // EndTxn and DescribeAcls have no arrays: nothing to check.
         _ => Ok(()),
     }
+}
+
+/// A topic name and a list of partition indexes (in several requests).
+fn topic_partitions(w: &mut Walk<'_>) -> Step {
+    w.string()?;
+    w.array(4, |w| w.skip(4))?;
+    w.tags()
 }
 
 /// An ACL creation, or a deletion filter: resource type, name, pattern type, principal, host,
@@ -302,11 +297,7 @@ fn fetch(w: &mut Walk<'_>, version: i16) -> Step {
         w.tags()
     })?;
     if version >= 7 {
-        w.array(2, |w| {
-            w.string()?; // forgotten topic
-            w.array(4, |w| w.skip(4))?;
-            w.tags()
-        })?;
+        w.array(2, topic_partitions)?;
     }
     if version >= 11 {
         w.string()?; // rack id
@@ -465,11 +456,7 @@ fn offset_commit(w: &mut Walk<'_>, version: i16) -> Step {
 
 fn offset_fetch(w: &mut Walk<'_>, version: i16) -> Step {
     w.string()?; // group id
-    w.array(2, |w| {
-        w.string()?; // topic
-        w.array(4, |w| w.skip(4))?; // partitions
-        w.tags()
-    })?;
+    w.array(2, topic_partitions)?;
     if version >= 7 {
         w.skip(1)?; // require stable
     }
@@ -480,11 +467,7 @@ fn offset_fetch(w: &mut Walk<'_>, version: i16) -> Step {
 fn add_partitions_to_txn(w: &mut Walk<'_>) -> Step {
     w.string()?; // transactional id
     w.skip(8 + 2)?; // producer id, epoch
-    w.array(2, |w| {
-        w.string()?; // topic
-        w.array(4, |w| w.skip(4))?; // partitions
-        w.tags()
-    })?;
+    w.array(2, topic_partitions)?;
     w.tags()
 }
 

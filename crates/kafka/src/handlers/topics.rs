@@ -37,6 +37,13 @@ impl Refused {
     }
 }
 
+impl Refused {
+    /// What the answer's error message says.
+    fn message(&self) -> StrBytes {
+        StrBytes::from_string(self.to_string())
+    }
+}
+
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -82,7 +89,7 @@ impl KafkaFrontEnd {
                     Ok(()) => answer,
                     Err(refused) => answer
                         .with_error_code(refused.code())
-                        .with_error_message(Some(StrBytes::from_string(refused.to_string()))),
+                        .with_error_message(Some(refused.message())),
                 }
             })
             .collect();
@@ -124,7 +131,7 @@ impl KafkaFrontEnd {
                     Ok(()) => answer,
                     Err(refused) => answer
                         .with_error_code(refused.code())
-                        .with_error_message(Some(StrBytes::from_string(refused.to_string()))),
+                        .with_error_message(Some(refused.message())),
                 }
             })
             .collect();
@@ -186,7 +193,7 @@ impl KafkaFrontEnd {
                     Ok(()) => answer,
                     Err(refused) if version >= 5 => answer
                         .with_error_code(refused.code())
-                        .with_error_message(Some(StrBytes::from_string(refused.to_string()))),
+                        .with_error_message(Some(refused.message())),
                     Err(refused) => answer.with_error_code(refused.code()),
                 }
             })
