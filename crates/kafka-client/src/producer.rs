@@ -200,13 +200,26 @@ impl KafkaProducer {
         let deadline = Instant::now() + config.delivery_timeout;
         loop {
             let sent = Instant::now();
-            let answer: InitProducerIdResponse = conn
-                .call(
+            let asked = conn
+                .call::<_, InitProducerIdResponse>(
                     ApiKey::InitProducerId,
                     producer.version(ApiKey::InitProducerId),
                     &request,
                 )
-                .await?;
+                .await;
+            let answer = match asked {
+                Ok(answer) => answer,
+                // A lost answer: ask again on a new connection, until the delivery timeout.
+                Err(error) if lost(&error) && Instant::now() < deadline => {
+                    tokio::time::sleep(RETRY_BACKOFF).await;
+                    conn = KafkaConnection::connect(bootstrap)
+                        .await?
+                        .with_client_id("minibroker-producer")
+                        .with_answer_timeout(config.request_timeout);
+                    continue;
+                }
+                Err(error) => return Err(error.into()),
+            };
             // The first round trip seeds the adaptive timeout.
             producer.timer.answered(sent.elapsed());
             match answer.error_code {
@@ -234,12 +247,24 @@ impl KafkaProducer {
         config: KafkaProducerConfig,
         more: &[(ApiKey, i16, i16)],
     ) -> Result<Self, KafkaProduceError> {
-        let mut conn = connect_within_grace(bootstrap)
-            .await?
-            .with_client_id("minibroker-producer")
-            .with_answer_timeout(config.request_timeout);
         let wanted: Vec<(ApiKey, i16, i16)> = VERSIONS.iter().chain(more).copied().collect();
-        let versions = agree_versions(&mut conn, &wanted).await?;
+        let deadline = Instant::now() + config.delivery_timeout;
+        let versions = loop {
+            let mut conn = connect_within_grace(bootstrap)
+                .await?
+                .with_client_id("minibroker-producer")
+                .with_answer_timeout(config.request_timeout);
+            match agree_versions(&mut conn, &wanted).await {
+                Ok(versions) => break versions,
+                // A lost answer: ask again on a new connection, until the delivery timeout.
+                Err(KafkaProduceError::Client(error))
+                    if lost(&error) && Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(RETRY_BACKOFF).await;
+                }
+                Err(error) => return Err(error),
+            }
+        };
         Ok(Self {
             bootstrap: bootstrap.to_owned(),
             config,
@@ -349,11 +374,6 @@ impl KafkaProducer {
         records: &[NewRecord],
     ) -> Result<KafkaAck, KafkaProduceError> {
         let key = (topic.to_owned(), partition);
-        if !self.leaders.contains_key(&key) {
-            // Also creates the topic, where the broker creates topics on demand, before a
-            // transaction names it.
-            self.refresh(topic).await?;
-        }
         self.add_to_transaction(topic, partition).await?;
         let sequence = self.sequences.get(&key).copied().unwrap_or(0);
         let writer = Writer {
@@ -525,6 +545,17 @@ async fn connect_within_grace(addr: &str) -> Result<KafkaConnection, KafkaClient
             connected => return connected,
         }
     }
+}
+
+/// Whether `error` is an answer lost on the way (no answer in time, a closed or broken
+/// connection), which asking again may cure — unlike an answer that does not decode.
+fn lost(error: &KafkaClientError) -> bool {
+    matches!(
+        error,
+        KafkaClientError::Timeout { .. }
+            | KafkaClientError::Closed { .. }
+            | KafkaClientError::Io { .. }
+    )
 }
 
 /// Whether Kafka calls `code` retriable (a leader moving, a topic not ready yet, a timeout).

@@ -166,6 +166,8 @@ impl KafkaProducer {
         if transaction.added.contains(&key) {
             return Ok(());
         }
+        self.learn_leaders(topic, &key).await?;
+        let transaction = self.transaction_mut()?;
         let request = AddPartitionsToTxnRequest::default()
             .with_v3_and_below_transactional_id(transaction.transactional_id())
             .with_v3_and_below_producer_id(ProducerId(self.producer_id))
@@ -189,6 +191,29 @@ impl KafkaProducer {
         )
         .await?;
         self.transaction_mut()?.added.insert(key);
+        Ok(())
+    }
+
+    /// Asks for `topic`'s leaders unless `key`'s is known — which also creates the topic, where
+    /// the broker creates topics on demand, before a transaction names it — retrying a lost
+    /// answer until the delivery timeout.
+    async fn learn_leaders(
+        &mut self,
+        topic: &str,
+        key: &(String, i32),
+    ) -> Result<(), KafkaProduceError> {
+        let deadline = Instant::now() + self.config.delivery_timeout;
+        while !self.leaders.contains_key(key) {
+            match self.refresh(topic).await {
+                // Known now, or never: the Produce says which.
+                Ok(()) => break,
+                Err(KafkaProduceError::Broker { code, what }) if !retriable(code) => {
+                    return Err(KafkaProduceError::Broker { code, what });
+                }
+                Err(error) if Instant::now() >= deadline => return Err(error),
+                Err(_) => tokio::time::sleep(RETRY_BACKOFF).await,
+            }
+        }
         Ok(())
     }
 
