@@ -170,6 +170,24 @@ fn check_passes_transactional_producers_whose_aborts_stay_hidden() {
 }
 
 #[test]
+fn check_rides_out_lost_answers_to_every_api() {
+    // The first answers lost are ApiVersions, InitProducerId, FindCoordinator and Metadata
+    // ones: the producers ask again instead of giving up.
+    let server = ServeProcess::spawn(&mut serve_command("127.0.0.1:0", "127.0.0.1:0"));
+    let output = check_with(
+        &server.kafka_addr,
+        &["--transactional", "--api", "all"],
+        &["--drop-response-at", "1,2,3,5,8,13,21", "--timeout-ms", "500"],
+    );
+    let said = text(&output);
+    assert!(output.status.success(), "{said}");
+    assert!(
+        said.contains("verdict: EXACTLY-ONCE HELD - all 400 acknowledged records"),
+        "{said}"
+    );
+}
+
+#[test]
 fn check_fails_a_broker_that_commits_what_was_aborted() {
     let (output, broken) =
         check_through_double_with(Misbehaviour::CommitAborted, &["--transactional"]);
