@@ -177,7 +177,12 @@ fn check_rides_out_lost_answers_to_every_api() {
     let output = check_with(
         &server.kafka_addr,
         &["--transactional", "--api", "all"],
-        &["--drop-response-at", "1,2,3,5,8,13,21", "--timeout-ms", "500"],
+        &[
+            "--drop-response-at",
+            "1,2,3,5,8,13,21",
+            "--timeout-ms",
+            "500",
+        ],
     );
     let said = text(&output);
     assert!(output.status.success(), "{said}");
