@@ -7,6 +7,7 @@ Usage: admin.py describe-cluster BOOTSTRAP CLUSTER_ID
        admin.py create-partitions BOOTSTRAP TOPIC
        admin.py read-partitions BOOTSTRAP TOPIC
        admin.py describe-log-dirs BOOTSTRAP TOPIC
+       admin.py describe-configs BOOTSTRAP OWN_TOPIC OTHER_TOPIC
 """
 
 import json
@@ -184,6 +185,39 @@ def describe_log_dirs(bootstrap, topic):
     sys.exit(0 if ok else 1)
 
 
+def describe_configs(bootstrap, own, other):
+    """Topic and broker settings, with where each value comes from, as both admin clients
+    show them: OWN has its own retention.ms, OTHER takes the broker's; nothing set leaves the
+    default."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
+    from kafka.admin import ConfigResource as LegacyResource, ConfigResourceType, KafkaAdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(other, 1, 1)]).values():
+        future.result(15)
+    asked = [ConfigResource(ConfigResource.Type.TOPIC, own),
+             ConfigResource(ConfigResource.Type.TOPIC, other),
+             ConfigResource(ConfigResource.Type.BROKER, "1")]
+    confluent = {}
+    for resource, future in admin.describe_configs(asked).items():
+        entries = future.result(15)
+        confluent[resource.name] = {name: [entry.value, ConfigSource(entry.source).name]
+                                    for name, entry in entries.items()}
+    legacy = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
+    described = legacy.describe_configs(
+        [LegacyResource(ConfigResourceType.TOPIC, own)], config_filter="all")
+    legacy.close()
+    kafka_python = json.loads(json.dumps(described, default=str))
+    ok = (confluent[own]["retention.ms"] == ["50000", "DYNAMIC_TOPIC_CONFIG"]
+          and confluent[other]["retention.ms"] == ["3600000", "STATIC_BROKER_CONFIG"]
+          and confluent[other]["retention.bytes"] == ["-1", "DEFAULT_CONFIG"]
+          and confluent["1"]["log.retention.ms"] == ["3600000", "STATIC_BROKER_CONFIG"]
+          and "50000" in json.dumps(kafka_python))
+    print(json.dumps({"client": "admin", "ok": ok, "confluent": confluent,
+                      "kafka_python": kafka_python}))
+    sys.exit(0 if ok else 1)
+
+
 def main():
     command = sys.argv[1]
     if command == "describe-cluster":
@@ -196,6 +230,8 @@ def main():
         read_partitions(sys.argv[2], sys.argv[3])
     elif command == "describe-log-dirs":
         describe_log_dirs(sys.argv[2], sys.argv[3])
+    elif command == "describe-configs":
+        describe_configs(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
         sys.exit(f"unknown command {command!r}")
 

@@ -322,6 +322,17 @@ async fn kafka_requests_through_the_front_end() {
         ]);
     let describe_cluster =
         DescribeClusterRequest::default().with_include_cluster_authorized_operations(true);
+    let configs = DescribeConfigsRequest::default()
+        .with_include_synonyms(true)
+        .with_resources(vec![
+            describe_configs_request::DescribeConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(text("fz"))
+                .with_configuration_keys(None),
+            describe_configs_request::DescribeConfigsResource::default()
+                .with_resource_type(4)
+                .with_resource_name(text("1")),
+        ]);
     let epochs = OffsetForLeaderEpochRequest::default().with_topics(vec![
         offset_for_leader_epoch_request::OffsetForLeaderTopic::default()
             .with_topic(name("fz"))
@@ -375,6 +386,8 @@ async fn kafka_requests_through_the_front_end() {
             &DescribeLogDirsRequest::default().with_topics(None),
         ),
         encoded(ApiKey::OffsetForLeaderEpoch, 4, &epochs),
+        encoded(ApiKey::DescribeConfigs, 4, &configs),
+        encoded(ApiKey::DescribeConfigs, 1, &configs),
         encoded(ApiKey::OffsetForLeaderEpoch, 2, &epochs),
     ];
     // Once as a plain listener, once with authorisation on (everything allowed, as no ACL

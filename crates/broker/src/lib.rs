@@ -51,6 +51,7 @@ mod producers;
 mod signal;
 mod snapshot;
 pub mod stats;
+mod topic_configs;
 mod topics;
 mod unacknowledged;
 
@@ -67,5 +68,6 @@ pub use error::{BrokerError, DataDirProblem, ErrorKind, ServerError};
 pub use minibroker_state::{Outcome, ProducerPage, ProducerView, Verdict};
 pub use producers::FIRST_ISSUED_ID;
 pub use signal::{AppendSignal, AppendWait};
+pub use topic_configs::{ConfigEntry, ConfigSource, ConfigType};
 pub use topics::MAX_TOPIC_NAME_LEN;
 pub use unacknowledged::Unacknowledged;

@@ -55,3 +55,24 @@ fn the_log_directory_and_each_partitions_size_are_described() {
     let summary = admin(&["describe-log-dirs", &server.kafka_addr, "sized"]);
     assert_eq!(summary["log_dirs"][0], data.as_str(), "{summary}");
 }
+
+#[test]
+fn both_admin_clients_describe_topic_and_broker_configs_with_their_sources() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let config = dir.path().join("broker.toml");
+    std::fs::write(
+        &config,
+        "retention_ms = 3600000\n\n[[topics]]\nname = \"own\"\npartitions = 1\nretention_ms = 50000\n",
+    )
+    .expect("write the configuration");
+    let server = ServeProcess::spawn(
+        serve_command("127.0.0.1:0", "127.0.0.1:0")
+            .arg("--config")
+            .arg(&config),
+    );
+    let summary = admin(&["describe-configs", &server.kafka_addr, "own", "other"]);
+    assert_eq!(
+        summary["confluent"]["own"]["retention.ms"][1], "DYNAMIC_TOPIC_CONFIG",
+        "{summary}"
+    );
+}

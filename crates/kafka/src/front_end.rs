@@ -294,6 +294,9 @@ impl KafkaFrontEnd {
             RequestKind::DeleteGroups(request) => Ok(ResponseKind::DeleteGroups(
                 self.delete_groups(request).await,
             )),
+            RequestKind::DescribeConfigs(request) => Ok(ResponseKind::DescribeConfigs(
+                self.describe_configs(&request, version),
+            )),
             RequestKind::OffsetForLeaderEpoch(request) => Ok(ResponseKind::OffsetForLeaderEpoch(
                 self.offset_for_leader_epoch(&request),
             )),

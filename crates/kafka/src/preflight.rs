@@ -143,6 +143,19 @@ pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<(), Refuse
         ApiKey::DescribeGroups => describe_groups(w, version),
         ApiKey::DeleteGroups => w.array(1, Walk::string),
         ApiKey::AddPartitionsToTxn => add_partitions_to_txn(w),
+        ApiKey::DescribeConfigs => {
+            w.array(3, |w| {
+                w.skip(1)?; // resource type
+                w.string()?; // resource name
+                w.array(1, Walk::string)?; // keys (nullable)
+                w.tags()
+            })?;
+            w.skip(1)?; // include synonyms
+            if version >= 3 {
+                w.skip(1)?; // include documentation
+            }
+            w.tags()
+        }
         ApiKey::OffsetForLeaderEpoch => {
             if version >= 3 {
                 w.skip(4)?; // replica id
@@ -672,6 +685,14 @@ mod tests {
                 ]),
         ]);
         passes(ApiKey::OffsetForLeaderEpoch, 2..=4, &epochs);
+        let configs = DescribeConfigsRequest::default().with_resources(vec![
+            describe_configs_request::DescribeConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(StrBytes::from_static_str("a"))
+                .with_configuration_keys(Some(vec![StrBytes::from_static_str("retention.ms")])),
+            describe_configs_request::DescribeConfigsResource::default().with_resource_type(4),
+        ]);
+        passes(ApiKey::DescribeConfigs, 1..=4, &configs);
         let delete_offsets = OffsetDeleteRequest::default()
             .with_group_id(group())
             .with_topics(vec![

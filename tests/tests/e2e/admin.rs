@@ -312,3 +312,61 @@ async fn offset_for_leader_epoch_ends_the_one_epoch_at_the_log_end() -> Result<(
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn describe_configs_answers_each_resource_or_says_why_not() -> Result<()> {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
+    use kafka_protocol::protocol::StrBytes;
+    let (broker, _kafka, mut conn) = kafka(Config::default()).await?;
+    broker.broker.topic("t", true)?;
+    let resource = |kind: i8, name: &str, keys: Option<Vec<&str>>| {
+        DescribeConfigsResource::default()
+            .with_resource_type(kind)
+            .with_resource_name(StrBytes::from_string(name.to_owned()))
+            .with_configuration_keys(keys.map(|keys| {
+                keys.into_iter()
+                    .map(|k| StrBytes::from_string(k.to_owned()))
+                    .collect()
+            }))
+    };
+    let request = DescribeConfigsRequest::default().with_resources(vec![
+        resource(2, "t", Some(vec!["retention.ms", "cleanup.policy"])),
+        resource(2, "nosuch", None),
+        resource(4, "1", None),
+        resource(4, "7", None),
+        resource(3, "g", None),
+    ]);
+    for version in [1, 4] {
+        let answer: DescribeConfigsResponse = conn
+            .call(ApiKey::DescribeConfigs, version, &request)
+            .await?;
+        let codes: Vec<i16> = answer.results.iter().map(|r| r.error_code).collect();
+        assert_eq!(
+            codes,
+            vec![
+                0,
+                ResponseError::UnknownTopicOrPartition.code(),
+                0,
+                ResponseError::InvalidRequest.code(),
+                ResponseError::InvalidRequest.code(),
+            ],
+            "v{version}"
+        );
+        let asked: Vec<(&str, Option<&str>, i8)> = answer.results[0]
+            .configs
+            .iter()
+            .map(|c| (c.name.as_str(), c.value.as_deref(), c.config_source))
+            .collect();
+        // Only the keys asked for; nothing set, so both defaults (source 5).
+        assert_eq!(
+            asked,
+            vec![
+                ("retention.ms", Some("-1"), 5),
+                ("cleanup.policy", Some("delete"), 5)
+            ]
+        );
+        assert!(answer.results[2].configs.iter().all(|c| c.read_only));
+    }
+    Ok(())
+}

@@ -2,6 +2,7 @@
 //! results into the response. No rule lives here; every decision is the core's.
 
 mod cluster;
+mod configs;
 mod fetch;
 mod groups;
 mod leader_epoch;
