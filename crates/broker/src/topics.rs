@@ -322,31 +322,9 @@ impl TopicRegistry {
             .partition_ids
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if ids.live.saturating_add(partitions) > self.max_partitions
-            || ids.next.checked_add(partitions).is_none()
-        {
-            return Err(BrokerError::TooManyPartitions {
-                held: ids.live,
-                max: self.max_partitions,
-                wanted: partitions,
-            });
-        }
         // Each durable partition holds its active segment open; what was stored is recovered
         // whatever the limit (a warning at start says so).
-        let descriptors = self
-            .data
-            .as_ref()
-            .and_then(|data| data.descriptors().partitions);
-        if let Some(max) = descriptors
-            && origin == Origin::New
-            && u64::from(ids.live) + u64::from(partitions) > max
-        {
-            return Err(BrokerError::TooManyDescriptors {
-                held: ids.live,
-                max,
-                wanted: partitions,
-            });
-        }
+        self.room_for_partitions(&ids, partitions, origin == Origin::New)?;
         if !self.budget.try_charge(topic_bytes(partitions)) {
             return Err(self.store_full());
         }
@@ -390,6 +368,41 @@ impl TopicRegistry {
             }
         );
         Ok(topic)
+    }
+
+    /// Whether `wanted` more partitions fit beside the `ids` held: `max_partitions`, the id
+    /// space and, when `new_descriptors` (partitions opened now, not recovered), the open-file
+    /// plan's share for partitions.
+    fn room_for_partitions(
+        &self,
+        ids: &PartitionIds,
+        wanted: u32,
+        new_descriptors: bool,
+    ) -> Result<(), BrokerError> {
+        if ids.live.saturating_add(wanted) > self.max_partitions
+            || ids.next.checked_add(wanted).is_none()
+        {
+            return Err(BrokerError::TooManyPartitions {
+                held: ids.live,
+                max: self.max_partitions,
+                wanted,
+            });
+        }
+        let descriptors = self
+            .data
+            .as_ref()
+            .and_then(|data| data.descriptors().partitions);
+        if let Some(max) = descriptors
+            && new_descriptors
+            && u64::from(ids.live) + u64::from(wanted) > max
+        {
+            return Err(BrokerError::TooManyDescriptors {
+                held: ids.live,
+                max,
+                wanted,
+            });
+        }
+        Ok(())
     }
 
     /// How many partitions exist across all topics.
@@ -460,27 +473,7 @@ impl TopicRegistry {
             .partition_ids
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if ids.live.saturating_add(added) > self.max_partitions
-            || ids.next.checked_add(added).is_none()
-        {
-            return Err(BrokerError::TooManyPartitions {
-                held: ids.live,
-                max: self.max_partitions,
-                wanted: added,
-            });
-        }
-        if let Some(max) = self
-            .data
-            .as_ref()
-            .and_then(|data| data.descriptors().partitions)
-            && u64::from(ids.live) + u64::from(added) > max
-        {
-            return Err(BrokerError::TooManyDescriptors {
-                held: ids.live,
-                max,
-                wanted: added,
-            });
-        }
+        self.room_for_partitions(&ids, added, true)?;
         if validate_only {
             if !self.budget.has_room(topic_bytes(added)) {
                 return Err(self.store_full());
