@@ -8,6 +8,8 @@ Usage: admin.py describe-cluster BOOTSTRAP CLUSTER_ID
        admin.py read-partitions BOOTSTRAP TOPIC
        admin.py describe-log-dirs BOOTSTRAP TOPIC
        admin.py describe-configs BOOTSTRAP OWN_TOPIC OTHER_TOPIC
+       admin.py alter-configs BOOTSTRAP TOPIC
+       admin.py read-configs BOOTSTRAP TOPIC
 """
 
 import json
@@ -218,6 +220,106 @@ def describe_configs(bootstrap, own, other):
     sys.exit(0 if ok else 1)
 
 
+def topic_settings(admin, topic):
+    """TOPIC's settings as confluent-kafka describes them: {name: [value, source]}."""
+    from confluent_kafka.admin import ConfigResource, ConfigSource
+
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entries = admin.describe_configs([resource])[resource].result(15)
+    return {name: [entry.value, ConfigSource(entry.source).name] for name, entry in entries.items()}
+
+
+#: What alter-configs leaves TOPIC with, and read-configs finds after a restart.
+ALTERED = {"segment.bytes": ["65536", "DYNAMIC_TOPIC_CONFIG"],
+           "max.message.bytes": ["100000", "DYNAMIC_TOPIC_CONFIG"],
+           "retention.bytes": ["-1", "DEFAULT_CONFIG"],
+           "retention.ms": ["-1", "DEFAULT_CONFIG"]}
+
+
+def settled(settings):
+    return all(settings.get(name) == want for name, want in ALTERED.items())
+
+
+def alter_configs(bootstrap, topic):
+    """A topic created with a setting, its settings replaced (AlterConfigs) and changed a step at
+    a time (IncrementalAlterConfigs) by both admin clients, a bad value refused with
+    INVALID_CONFIG, and the new max.message.bytes enforced on the next produce."""
+    from confluent_kafka import KafkaException, Producer
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
+                                       ConfigResource, NewTopic)
+    from kafka.admin import AlterConfigOp, ConfigResource as LegacyResource, ConfigResourceType
+    from kafka.admin import KafkaAdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    steps = {}
+    created = NewTopic(topic, 1, 1, config={"retention.ms": "60000"})
+    for future in admin.create_topics([created]).values():
+        future.result(15)
+    steps["created"] = topic_settings(admin, topic)["retention.ms"]
+
+    # AlterConfigs replaces the topic's settings: retention.ms goes back to the broker's.
+    replaced = ConfigResource(ConfigResource.Type.TOPIC, topic,
+                              set_config={"retention.bytes": "1048576"})
+    for future in admin.alter_configs([replaced]).values():
+        future.result(15)
+    settings = topic_settings(admin, topic)
+    steps["replaced"] = [settings["retention.ms"], settings["retention.bytes"]]
+
+    changes = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("segment.bytes", "65536", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("retention.bytes", None, incremental_operation=AlterConfigOpType.DELETE),
+    ])
+    for future in admin.incremental_alter_configs([changes]).values():
+        future.result(15)
+
+    bad = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET),
+    ])
+    try:
+        for future in admin.incremental_alter_configs([bad]).values():
+            future.result(15)
+        steps["bad"] = "accepted"
+    except KafkaException as error:
+        steps["bad"] = error.args[0].name()
+
+    legacy = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
+    answer = legacy.alter_configs(
+        [LegacyResource(ConfigResourceType.TOPIC, topic,
+                        configs={"max.message.bytes": (AlterConfigOp.SET, "100000")})],
+        incremental=True)
+    steps["kafka_python"] = str(answer)
+    legacy.close()
+
+    # Applied at once: a batch over the new limit is refused by the broker.
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "linger.ms": 0})
+    outcomes = []
+    for size in (1000, 200_000):
+        producer.produce(topic, value=b"x" * size,
+                         on_delivery=lambda err, _msg: outcomes.append(err.name() if err else "ok"))
+        producer.flush(15)
+    steps["produced"] = outcomes
+
+    settings = topic_settings(admin, topic)
+    ok = (steps["created"] == ["60000", "DYNAMIC_TOPIC_CONFIG"]
+          and steps["replaced"] == [["-1", "DEFAULT_CONFIG"], ["1048576", "DYNAMIC_TOPIC_CONFIG"]]
+          and steps["bad"] == "INVALID_CONFIG"
+          and outcomes == ["ok", "MSG_SIZE_TOO_LARGE"]
+          and settled(settings))
+    print(json.dumps({"client": "admin", "ok": ok, "steps": steps, "settings": settings}))
+    sys.exit(0 if ok else 1)
+
+
+def read_configs(bootstrap, topic):
+    """TOPIC's settings as alter-configs left them (after a restart)."""
+    from confluent_kafka.admin import AdminClient
+
+    settings = topic_settings(AdminClient({"bootstrap.servers": bootstrap}), topic)
+    ok = settled(settings)
+    print(json.dumps({"client": "admin", "ok": ok, "settings": settings}))
+    sys.exit(0 if ok else 1)
+
+
 def main():
     command = sys.argv[1]
     if command == "describe-cluster":
@@ -232,6 +334,10 @@ def main():
         describe_log_dirs(sys.argv[2], sys.argv[3])
     elif command == "describe-configs":
         describe_configs(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif command == "alter-configs":
+        alter_configs(sys.argv[2], sys.argv[3])
+    elif command == "read-configs":
+        read_configs(sys.argv[2], sys.argv[3])
     else:
         sys.exit(f"unknown command {command!r}")
 

@@ -333,6 +333,27 @@ async fn kafka_requests_through_the_front_end() {
                 .with_resource_type(4)
                 .with_resource_name(text("1")),
         ]);
+    let alter = AlterConfigsRequest::default().with_resources(vec![
+        alter_configs_request::AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(text("fz"))
+            .with_configs(vec![
+                alter_configs_request::AlterableConfig::default()
+                    .with_name(text("retention.ms"))
+                    .with_value(Some(text("60000"))),
+            ]),
+    ]);
+    let incremental = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        incremental_alter_configs_request::AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(text("fz"))
+            .with_configs(vec![
+                incremental_alter_configs_request::AlterableConfig::default()
+                    .with_name(text("cleanup.policy"))
+                    .with_config_operation(2)
+                    .with_value(Some(text("delete"))),
+            ]),
+    ]);
     let epochs = OffsetForLeaderEpochRequest::default().with_topics(vec![
         offset_for_leader_epoch_request::OffsetForLeaderTopic::default()
             .with_topic(name("fz"))
@@ -388,6 +409,10 @@ async fn kafka_requests_through_the_front_end() {
         encoded(ApiKey::OffsetForLeaderEpoch, 4, &epochs),
         encoded(ApiKey::DescribeConfigs, 4, &configs),
         encoded(ApiKey::DescribeConfigs, 1, &configs),
+        encoded(ApiKey::AlterConfigs, 0, &alter),
+        encoded(ApiKey::AlterConfigs, 2, &alter),
+        encoded(ApiKey::IncrementalAlterConfigs, 0, &incremental),
+        encoded(ApiKey::IncrementalAlterConfigs, 1, &incremental),
         encoded(ApiKey::OffsetForLeaderEpoch, 2, &epochs),
     ];
     // Once as a plain listener, once with authorisation on (everything allowed, as no ACL

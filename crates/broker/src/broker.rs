@@ -13,6 +13,7 @@
 //! state at start, snapshots it, and runs retention and expiry.
 
 mod durability;
+mod settings;
 mod transactions;
 
 pub use transactions::Isolation;
@@ -262,6 +263,14 @@ impl Broker {
         } else {
             unacknowledged.get_or_create(&self.topics, topic, check)?
         };
+        let max = found.settings().max_message_bytes;
+        if batch.len() > max {
+            // The topic's `max.message.bytes`, below the broker's own limit checked above.
+            return Err(BrokerError::BatchTooLarge {
+                bytes: batch.len(),
+                max,
+            });
+        }
         let target = found.partition(partition)?;
         target.refuse_if_read_only()?;
         let (verdict, appended) = self.validate_and_append(target, header, batch, &info)?;
@@ -617,7 +626,7 @@ impl Broker {
     /// # Errors
     /// The topic exists, a bad name or partition count, or a limit.
     pub fn create_topic(&self, topic: &str, partitions: u32) -> Result<(), BrokerError> {
-        self.topics.create_new(topic, partitions).map(|_| ())
+        self.create_topic_with(topic, partitions, &[])
     }
 
     /// Grows `topic` to `partitions` partitions (the new ones empty; partitions are never

@@ -260,19 +260,6 @@ impl BrokerConfig {
         Duration::from_millis(self.producer_id_expiration_ms)
     }
 
-    /// How much of `topic` retention keeps: its own settings, else the broker's.
-    #[must_use]
-    pub fn retention(&self, topic: &str) -> minibroker_log::Retention {
-        let declared = self.topics.iter().find(|t| t.name == topic);
-        let ms = declared.and_then(|t| t.retention_ms).or(self.retention_ms);
-        minibroker_log::Retention {
-            bytes: declared
-                .and_then(|t| t.retention_bytes)
-                .or(self.retention_bytes),
-            ms: ms.map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
-        }
-    }
-
     /// When segments roll, and how often they are synced in the background.
     #[must_use]
     pub fn segments(&self) -> minibroker_log::SegmentConfig {
@@ -340,12 +327,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            config.retention("a"),
+            config
+                .topic_settings("a", &crate::Overrides::default())
+                .retention,
             minibroker_log::Retention {
                 bytes: Some(5),
                 ms: Some(1000)
             }
         );
-        assert_eq!(config.retention("b").bytes, None);
+        let other = config.topic_settings("b", &crate::Overrides::default());
+        assert_eq!(other.retention.bytes, None);
     }
 }

@@ -3,6 +3,7 @@
 //! ```text
 //! DIR/lock                         held (flock) while a broker uses DIR
 //! DIR/topics                       one line per topic: "<name> <partitions>"
+//! DIR/topic-configs                the topics' own settings: "<topic> <name>=<value>" per line
 //! DIR/producer-ids                 the first producer id not yet reserved (i64)
 //! DIR/groups/<hash>.offsets        a consumer group's committed offsets (`crate::groups`; older
 //!                                  brokers kept every group in DIR/group-offsets)
@@ -39,6 +40,7 @@ pub const PRODUCER_ID_BLOCK: i64 = 1000;
 /// of an older broker (see [`DataDir::read_sealed`]).
 const TOPICS_MAGIC: &[u8; 4] = b"\0MBT";
 const PRODUCER_IDS_MAGIC: &[u8; 4] = b"\0MBI";
+const TOPIC_CONFIGS_MAGIC: &[u8; 4] = b"\0MBC";
 const VERSION: u8 = 1;
 
 /// A broker's data directory.
@@ -163,6 +165,52 @@ impl DataDir {
             .collect();
         let sealed = seal(TOPICS_MAGIC, VERSION, text.as_bytes());
         write_atomically(&*self.storage, &self.root.join("topics"), &sealed)
+    }
+
+    /// The topics' own settings saved by [`Self::save_topic_settings`], as (topic, name,
+    /// value); each is checked again by the caller. The file is new with this format (version
+    /// 1): an older broker's directory has none, and no topic has settings of its own then.
+    ///
+    /// # Errors
+    /// [`ServerError::DataDir`] for a file that cannot be read or is not sealed.
+    pub fn topic_settings(&self) -> Result<Vec<(String, String, String)>, ServerError> {
+        let path = self.root.join("topic-configs");
+        let bytes = match read_whole(&*self.storage, &path) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(error) => return Err(ServerError::data_dir_io(&path, "reading it", error)),
+        };
+        let body = unseal(TOPIC_CONFIGS_MAGIC, VERSION, &bytes)
+            .map_err(|error| ServerError::data_dir(&path, error))?;
+        let text = std::str::from_utf8(body).map_err(|_| self.damaged(&path, "not UTF-8"))?;
+        text.lines()
+            .filter(|line| !line.is_empty())
+            .map(|line| {
+                line.split_once(' ')
+                    .and_then(|(topic, setting)| {
+                        let (name, value) = setting.split_once('=')?;
+                        Some((topic.to_owned(), name.to_owned(), value.to_owned()))
+                    })
+                    .ok_or_else(|| self.damaged(&path, &format!("bad line {line:?}")))
+            })
+            .collect()
+    }
+
+    /// Replaces the topics' own settings with `settings`: (topic, name, value), where names are
+    /// Kafka's and values were checked (neither holds a space, `=` or a newline).
+    ///
+    /// # Errors
+    /// As the file system reports.
+    pub fn save_topic_settings<'a>(
+        &self,
+        settings: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
+    ) -> io::Result<()> {
+        let text: String = settings
+            .into_iter()
+            .map(|(topic, name, value)| format!("{topic} {name}={value}\n"))
+            .collect();
+        let sealed = seal(TOPIC_CONFIGS_MAGIC, VERSION, text.as_bytes());
+        write_atomically(&*self.storage, &self.root.join("topic-configs"), &sealed)
     }
 
     /// The body of the sealed file at `path` (see the module doc), or an older broker's

@@ -37,7 +37,9 @@ pub enum BrokerError {
     #[error(transparent)]
     Batch(#[from] RecordsError),
     /// A batch larger than a fetch answer could hand back (see [`crate::batch_room`]).
-    #[error("a record batch of {bytes} bytes is larger than the {max} bytes this broker accepts")]
+    #[error(
+        "a record batch of {bytes} bytes is larger than the {max} bytes accepted here (the broker's frame limit, or the topic's max.message.bytes)"
+    )]
     BatchTooLarge {
         /// The batch's size.
         bytes: usize,
@@ -92,6 +94,14 @@ pub enum BrokerError {
         limit: u64,
         /// What was refused, for people.
         refused: &'static str,
+    },
+    /// A topic setting that is unknown, or a value it cannot take.
+    #[error("invalid topic setting {name}: {reason}")]
+    InvalidConfig {
+        /// The setting's name (quoted and cut short if it is not one).
+        name: String,
+        /// Why it was refused.
+        reason: String,
     },
     /// CreateTopics for a topic that exists.
     #[error("topic {0:?} already exists")]
@@ -198,7 +208,9 @@ impl BrokerError {
     #[must_use]
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Self::InvalidTopicName { .. } | Self::InvalidField(_) => ErrorKind::InvalidInput,
+            Self::InvalidTopicName { .. } | Self::InvalidField(_) | Self::InvalidConfig { .. } => {
+                ErrorKind::InvalidInput
+            }
             Self::UnknownTopic(_) => ErrorKind::UnknownTopic,
             Self::PartitionOutOfRange { .. } => ErrorKind::PartitionOutOfRange,
             Self::Batch(RecordsError::Corrupt(_) | RecordsError::Decode(_)) => {

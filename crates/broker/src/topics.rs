@@ -17,7 +17,9 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use crate::budget::{StorageBudget, topic_bytes};
 use crate::data_dir::DataDir;
+use crate::overrides_store::OverridesStore;
 use crate::partition::Partition;
+use crate::topic_settings::{Overrides, TopicSettings};
 use crate::{BrokerConfig, BrokerError, ServerError};
 
 /// Longest topic name, as in Kafka.
@@ -33,9 +35,41 @@ pub struct Topic {
     /// Set when the topic is deleted, or replaced by a copy with more partitions, so
     /// connections that cached it look it up again.
     stale: AtomicBool,
+    /// What it lives by (its overrides over the broker's settings); changed by
+    /// [`TopicRegistry::alter_settings`].
+    settings: RwLock<TopicSettings>,
 }
 
 impl Topic {
+    fn new(name: &str, partitions: Box<[Arc<Partition>]>, settings: TopicSettings) -> Self {
+        Self {
+            name: name.to_owned(),
+            partitions,
+            stale: AtomicBool::new(false),
+            settings: RwLock::new(settings),
+        }
+    }
+
+    /// What the topic lives by now.
+    #[must_use]
+    pub fn settings(&self) -> TopicSettings {
+        *self.settings.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Makes `settings` the topic's, and every partition's log's.
+    fn apply(&self, settings: TopicSettings) {
+        *self
+            .settings
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = settings;
+        for partition in self.partitions.iter() {
+            partition
+                .log()
+                .log
+                .set_limits(settings.retention, settings.segments);
+        }
+    }
+
     /// Partition `index`, or a clear error naming the valid range.
     ///
     /// # Errors
@@ -74,6 +108,8 @@ impl Topic {
 #[derive(Debug)]
 pub struct TopicRegistry {
     topics: RwLock<HashMap<String, Arc<Topic>>>,
+    /// The topics' own settings.
+    overrides: OverridesStore,
     /// Partition ids and how many partitions exist.
     partition_ids: Mutex<PartitionIds>,
     budget: Arc<StorageBudget>,
@@ -134,8 +170,10 @@ impl TopicRegistry {
             }
             None => Vec::new(),
         };
+        let overrides = OverridesStore::open(data.clone(), config, &stored)?;
         let registry = Self {
             topics: RwLock::new(HashMap::new()),
+            overrides,
             partition_ids: Mutex::new(PartitionIds::default()),
             budget,
             data,
@@ -161,7 +199,7 @@ impl TopicRegistry {
         }
         for (name, partitions) in &stored {
             registry
-                .insert(name, *partitions, Origin::Stored)
+                .insert(name, *partitions, Origin::Stored, None)
                 .map_err(|source| match source {
                     BrokerError::Log(error) => ServerError::data_dir(PathBuf::from(name), error),
                     source => ServerError::DeclaredTopic {
@@ -172,7 +210,7 @@ impl TopicRegistry {
         }
         for topic in &config.topics {
             registry
-                .create(&topic.name, topic.partitions)
+                .create(&topic.name, topic.partitions, None)
                 .map_err(|source| ServerError::DeclaredTopic {
                     name: topic.name.clone(),
                     source,
@@ -221,7 +259,7 @@ impl TopicRegistry {
         if !self.budget.has_room(topic_bytes(partitions) + check.bytes) {
             return Err(self.store_full());
         }
-        self.create(name, partitions)
+        self.create(name, partitions, None)
     }
 
     fn store_full(&self) -> BrokerError {
@@ -231,9 +269,15 @@ impl TopicRegistry {
         }
     }
 
-    /// Creates `name` with `partitions` partitions, or returns it if it already exists.
-    fn create(&self, name: &str, partitions: u32) -> Result<Arc<Topic>, BrokerError> {
-        self.insert(name, partitions, Origin::New)
+    /// Creates `name` with `partitions` partitions and `overrides` (none: the broker's
+    /// settings), or returns it if it already exists.
+    fn create(
+        &self,
+        name: &str,
+        partitions: u32,
+        overrides: Option<Overrides>,
+    ) -> Result<Arc<Topic>, BrokerError> {
+        self.insert(name, partitions, Origin::New, overrides)
     }
 
     /// The partitions' logs: in memory, or opened (and recovered) from the data directory. A
@@ -243,6 +287,7 @@ impl TopicRegistry {
         name: &str,
         partitions: u32,
         origin: Origin,
+        settings: &TopicSettings,
     ) -> Result<Vec<PartitionLog>, BrokerError> {
         if origin == Origin::New
             && let Some(data) = &self.data
@@ -253,7 +298,7 @@ impl TopicRegistry {
                     source,
                 })?;
         }
-        self.open_partition_logs(name, 0..partitions)
+        self.open_partition_logs(name, 0..partitions, settings)
     }
 
     /// The logs of partitions `indexes` of `name`: in memory, or opened from the data
@@ -262,11 +307,11 @@ impl TopicRegistry {
         &self,
         name: &str,
         indexes: std::ops::Range<u32>,
+        settings: &TopicSettings,
     ) -> Result<Vec<PartitionLog>, BrokerError> {
         let Some(data) = &self.data else {
-            let retention = self.config.retention(name);
             return Ok(indexes
-                .map(|_| PartitionLog::in_memory(retention))
+                .map(|_| PartitionLog::in_memory(settings.retention))
                 .collect());
         };
         indexes
@@ -281,7 +326,9 @@ impl TopicRegistry {
                         "cut a torn or damaged tail from the log"
                     );
                 }
-                Ok(PartitionLog::Durable(opened.log))
+                let mut log = PartitionLog::Durable(opened.log);
+                log.set_limits(settings.retention, settings.segments);
+                Ok(log)
             })
             .collect()
     }
@@ -309,6 +356,7 @@ impl TopicRegistry {
         name: &str,
         partitions: u32,
         origin: Origin,
+        overrides: Option<Overrides>,
     ) -> Result<Arc<Topic>, BrokerError> {
         validate_topic_name(name)?;
         let mut topics = self.topics.write().unwrap_or_else(PoisonError::into_inner);
@@ -328,7 +376,13 @@ impl TopicRegistry {
         if !self.budget.try_charge(topic_bytes(partitions)) {
             return Err(self.store_full());
         }
-        let logs = match self.open_logs(name, partitions, origin) {
+        let settings = self.config.topic_settings(
+            name,
+            &overrides
+                .clone()
+                .unwrap_or_else(|| self.overrides.get(name)),
+        );
+        let logs = match self.open_logs(name, partitions, origin, &settings) {
             Ok(logs) => logs,
             Err(error) => {
                 self.budget.release(topic_bytes(partitions));
@@ -344,15 +398,18 @@ impl TopicRegistry {
                 Arc::new(Partition::new(id, log))
             })
             .collect();
-        let topic = Arc::new(Topic {
-            name: name.to_owned(),
-            partitions,
-            stale: AtomicBool::new(false),
-        });
+        let topic = Arc::new(Topic::new(name, partitions, settings));
         topics.insert(name.to_owned(), Arc::clone(&topic));
+        // A new topic's settings are saved before the topic list names it (see
+        // `OverridesStore`).
+        let saved = match overrides {
+            Some(overrides) if origin == Origin::New => self.overrides.set(name, overrides),
+            _ => Ok(()),
+        };
         if origin == Origin::New
-            && let Err(error) = self.save(&topics)
+            && let Err(error) = saved.and_then(|()| self.save(&topics))
         {
+            self.overrides.remove(name);
             topics.remove(name);
             ids.live -= topic.partition_count();
             self.budget.release(topic_bytes(topic.partition_count()));
@@ -414,12 +471,19 @@ impl TopicRegistry {
             .live
     }
 
-    /// Creates `name` with `partitions` partitions (an admin request, not auto-creation).
+    /// Creates `name` with `partitions` partitions and `overrides` (an admin request, not
+    /// auto-creation).
     ///
     /// # Errors
     /// [`BrokerError::TopicAlreadyExists`]; [`BrokerError::InvalidPartitions`] outside 1 to
-    /// `max_partitions_per_topic`; a bad name or a limit, as for auto-creation.
-    pub fn create_new(&self, name: &str, partitions: u32) -> Result<Arc<Topic>, BrokerError> {
+    /// `max_partitions_per_topic`; a bad name or a limit, as for auto-creation; a storage
+    /// error saving its settings.
+    pub fn create_new(
+        &self,
+        name: &str,
+        partitions: u32,
+        overrides: Overrides,
+    ) -> Result<Arc<Topic>, BrokerError> {
         validate_topic_name(name)?;
         if partitions == 0 || partitions > self.max_partitions_per_topic {
             return Err(BrokerError::InvalidPartitions {
@@ -430,7 +494,7 @@ impl TopicRegistry {
         if self.read().contains_key(name) {
             return Err(BrokerError::TopicAlreadyExists(name.to_owned()));
         }
-        self.create(name, partitions)
+        self.create(name, partitions, Some(overrides))
     }
 
     /// Grows `name` to `partitions` partitions (CreatePartitions): the new ones start empty, the
@@ -483,7 +547,8 @@ impl TopicRegistry {
         if !self.budget.try_charge(topic_bytes(added)) {
             return Err(self.store_full());
         }
-        let logs = match self.open_partition_logs(name, current..partitions) {
+        let settings = old.settings();
+        let logs = match self.open_partition_logs(name, current..partitions, &settings) {
             Ok(logs) => logs,
             Err(error) => {
                 self.budget.release(topic_bytes(added));
@@ -495,11 +560,7 @@ impl TopicRegistry {
             shared.push(Arc::new(Partition::new(ids.next, log)));
             ids.next += 1;
         }
-        let grown = Arc::new(Topic {
-            name: name.to_owned(),
-            partitions: shared.into_boxed_slice(),
-            stale: AtomicBool::new(false),
-        });
+        let grown = Arc::new(Topic::new(name, shared.into_boxed_slice(), settings));
         topics.insert(name.to_owned(), Arc::clone(&grown));
         if let Err(error) = self.save(&topics) {
             topics.insert(name.to_owned(), old);
@@ -528,6 +589,7 @@ impl TopicRegistry {
             return Err(error);
         }
         drop(topics);
+        self.overrides.remove(name);
         if let Some(data) = &self.data
             && let Err(error) = data.remove_topic(name)
         {
@@ -549,6 +611,45 @@ impl TopicRegistry {
             .live -= topic.partition_count();
         tracing::info!(topic = name, "deleted topic");
         Ok(topic)
+    }
+
+    /// `name`'s own settings.
+    ///
+    /// # Errors
+    /// A bad or unknown topic name.
+    pub fn overrides(&self, name: &str) -> Result<Overrides, BrokerError> {
+        self.get(name)?;
+        Ok(self.overrides.get(name))
+    }
+
+    /// Changes `name`'s own settings to what `change` makes of them, saved (for a durable
+    /// broker) and then applied to every partition at once; with `validate_only`, only checks.
+    /// Creating, growing and deleting topics wait meanwhile, so the change reaches every
+    /// partition the topic has.
+    ///
+    /// # Errors
+    /// A bad or unknown topic name; what `change` refuses ([`BrokerError::InvalidConfig`]);
+    /// a storage error saving the settings (nothing changes then).
+    pub fn alter_settings(
+        &self,
+        name: &str,
+        change: impl FnOnce(&Overrides) -> Result<Overrides, BrokerError>,
+        validate_only: bool,
+    ) -> Result<(), BrokerError> {
+        validate_topic_name(name)?;
+        let topics = self.topics.write().unwrap_or_else(PoisonError::into_inner);
+        let topic = topics
+            .get(name)
+            .ok_or_else(|| BrokerError::UnknownTopic(name.to_owned()))?;
+        let next = change(&self.overrides.get(name))?;
+        if validate_only {
+            return Ok(());
+        }
+        self.overrides.set(name, next.clone())?;
+        let settings = self.config.topic_settings(name, &next);
+        topic.apply(settings);
+        tracing::info!(topic = name, ?settings, "changed the topic's settings");
+        Ok(())
     }
 
     /// Every topic, by name.

@@ -76,3 +76,23 @@ fn both_admin_clients_describe_topic_and_broker_configs_with_their_sources() {
         "{summary}"
     );
 }
+
+#[test]
+fn both_admin_clients_alter_topic_configs_and_a_sigkill_keeps_them() {
+    let dir = tempfile::tempdir().expect("a data directory");
+    let data = dir.path().to_str().expect("a UTF-8 path").to_owned();
+    let serve = || {
+        ServeProcess::spawn(serve_command("127.0.0.1:0", "127.0.0.1:0").args(["--data-dir", &data]))
+    };
+    let server = serve();
+    let summary = admin(&["alter-configs", &server.kafka_addr, "altered"]);
+    assert_eq!(summary["steps"]["bad"], "INVALID_CONFIG", "{summary}");
+    // SIGKILL: each change was on disk before it was answered.
+    server.kill();
+    let restarted = serve();
+    let summary = admin(&["read-configs", &restarted.kafka_addr, "altered"]);
+    assert_eq!(
+        summary["settings"]["segment.bytes"][0], "65536",
+        "{summary}"
+    );
+}

@@ -12,6 +12,9 @@ pub(crate) fn code_of(error: &BrokerError) -> ResponseError {
         ErrorKind::InvalidInput if matches!(error, BrokerError::InvalidTopicName { .. }) => {
             ResponseError::InvalidTopicException
         }
+        ErrorKind::InvalidInput if matches!(error, BrokerError::InvalidConfig { .. }) => {
+            ResponseError::InvalidConfig
+        }
         ErrorKind::InvalidInput | ErrorKind::InvalidBatch => ResponseError::InvalidRecord,
         ErrorKind::InvalidTxnState => ResponseError::InvalidTxnState,
         ErrorKind::ProducerFenced => ResponseError::InvalidProducerEpoch,

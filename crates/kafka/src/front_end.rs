@@ -297,6 +297,12 @@ impl KafkaFrontEnd {
             RequestKind::DescribeConfigs(request) => Ok(ResponseKind::DescribeConfigs(
                 self.describe_configs(&request, version),
             )),
+            RequestKind::AlterConfigs(request) => {
+                Ok(ResponseKind::AlterConfigs(self.alter_configs(&request)))
+            }
+            RequestKind::IncrementalAlterConfigs(request) => Ok(
+                ResponseKind::IncrementalAlterConfigs(self.incremental_alter_configs(&request)),
+            ),
             RequestKind::OffsetForLeaderEpoch(request) => Ok(ResponseKind::OffsetForLeaderEpoch(
                 self.offset_for_leader_epoch(&request),
             )),

@@ -143,6 +143,24 @@ pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<(), Refuse
         ApiKey::DescribeGroups => describe_groups(w, version),
         ApiKey::DeleteGroups => w.array(1, Walk::string),
         ApiKey::AddPartitionsToTxn => add_partitions_to_txn(w),
+        ApiKey::AlterConfigs | ApiKey::IncrementalAlterConfigs => {
+            let incremental = api == ApiKey::IncrementalAlterConfigs;
+            w.array(3, |w| {
+                w.skip(1)?; // resource type
+                w.string()?; // resource name
+                w.array(2, |w| {
+                    w.string()?; // name
+                    if incremental {
+                        w.skip(1)?; // operation
+                    }
+                    w.string()?; // value (nullable)
+                    w.tags()
+                })?;
+                w.tags()
+            })?;
+            w.skip(1)?; // validate only
+            w.tags()
+        }
         ApiKey::DescribeConfigs => {
             w.array(3, |w| {
                 w.skip(1)?; // resource type
@@ -693,6 +711,30 @@ mod tests {
             describe_configs_request::DescribeConfigsResource::default().with_resource_type(4),
         ]);
         passes(ApiKey::DescribeConfigs, 1..=4, &configs);
+        let alter = AlterConfigsRequest::default().with_resources(vec![
+            alter_configs_request::AlterConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(StrBytes::from_static_str("a"))
+                .with_configs(vec![
+                    alter_configs_request::AlterableConfig::default()
+                        .with_name(StrBytes::from_static_str("retention.ms"))
+                        .with_value(Some(StrBytes::from_static_str("5"))),
+                    alter_configs_request::AlterableConfig::default()
+                        .with_name(StrBytes::from_static_str("segment.ms")),
+                ]),
+        ]);
+        passes(ApiKey::AlterConfigs, 0..=2, &alter);
+        let incremental = IncrementalAlterConfigsRequest::default().with_resources(vec![
+            incremental_alter_configs_request::AlterConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(StrBytes::from_static_str("a"))
+                .with_configs(vec![
+                    incremental_alter_configs_request::AlterableConfig::default()
+                        .with_name(StrBytes::from_static_str("retention.ms"))
+                        .with_config_operation(1),
+                ]),
+        ]);
+        passes(ApiKey::IncrementalAlterConfigs, 0..=1, &incremental);
         let delete_offsets = OffsetDeleteRequest::default()
             .with_group_id(group())
             .with_topics(vec![

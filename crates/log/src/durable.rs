@@ -272,6 +272,11 @@ impl DurableLog {
         }
     }
 
+    /// Rolls segments by `config` from the next append on (a topic's settings changed).
+    pub fn set_segment_config(&mut self, config: SegmentConfig) {
+        self.config = config;
+    }
+
     fn segments(&self) -> impl Iterator<Item = &Segment> {
         self.sealed.iter().chain(std::iter::once(&self.active))
     }

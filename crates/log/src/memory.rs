@@ -156,6 +156,11 @@ impl MemoryLog {
         }
     }
 
+    /// Keeps what `retention` says from now on (the next append or retention pass applies it).
+    pub fn set_retention(&mut self, retention: Retention) {
+        self.retention = retention;
+    }
+
     /// Appends one v2 record batch of `record_count` records, stamping it with its base offset,
     /// and returns that offset and what size-based retention dropped to make room.
     /// The caller has checked the batch (`minibroker_records::inspect`).

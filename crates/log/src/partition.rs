@@ -148,6 +148,15 @@ impl PartitionLog {
         }
     }
 
+    /// Keeps what `retention` says and, for files, rolls segments by `segments`, from now on
+    /// (a durable log is given its retention at each [`Self::apply_retention`]).
+    pub fn set_limits(&mut self, retention: Retention, segments: crate::SegmentConfig) {
+        match self {
+            Self::Memory(log) => log.set_retention(retention),
+            Self::Durable(log) => log.set_segment_config(segments),
+        }
+    }
+
     /// The file-backed log, if this is one.
     #[must_use]
     pub fn as_durable(&self) -> Option<&DurableLog> {

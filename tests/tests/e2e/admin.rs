@@ -370,3 +370,128 @@ async fn describe_configs_answers_each_resource_or_says_why_not() -> Result<()> 
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn alter_configs_replace_or_change_a_topics_settings_all_or_none() -> Result<()> {
+    use kafka_protocol::messages::{
+        AlterConfigsRequest, AlterConfigsResponse, IncrementalAlterConfigsRequest,
+        IncrementalAlterConfigsResponse, alter_configs_request, incremental_alter_configs_request,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let text = |s: &str| StrBytes::from_string(s.to_owned());
+    let (broker, _kafka, mut conn) = kafka(Config::default()).await?;
+    broker.broker.topic("t", true)?;
+    let setting = |name: &str| {
+        let entries = broker.broker.topic_configs("t").expect("described");
+        entries
+            .into_iter()
+            .find(|e| e.name == name)
+            .map(|e| (e.value, e.source))
+            .expect("listed")
+    };
+    let replace = |kind: i8, name: &str, configs: &[(&str, Option<&str>)]| {
+        alter_configs_request::AlterConfigsResource::default()
+            .with_resource_type(kind)
+            .with_resource_name(text(name))
+            .with_configs(
+                configs
+                    .iter()
+                    .map(|(n, v)| {
+                        alter_configs_request::AlterableConfig::default()
+                            .with_name(text(n))
+                            .with_value(v.map(text))
+                    })
+                    .collect(),
+            )
+    };
+    for version in [0, 2] {
+        let request = AlterConfigsRequest::default().with_resources(vec![
+            replace(2, "t", &[("retention.ms", Some("5000"))]),
+            replace(2, "nosuch", &[("retention.ms", Some("5000"))]),
+            replace(2, "t", &[("retention.ms", Some("-7"))]),
+            replace(2, "t", &[("no.such.setting", Some("1"))]),
+            replace(2, "t", &[("segment.ms", None)]),
+            replace(4, "1", &[("log.retention.ms", Some("1"))]),
+        ]);
+        let answer: AlterConfigsResponse =
+            conn.call(ApiKey::AlterConfigs, version, &request).await?;
+        let codes: Vec<i16> = answer.responses.iter().map(|r| r.error_code).collect();
+        let invalid = ResponseError::InvalidConfig.code();
+        assert_eq!(
+            codes,
+            vec![
+                0,
+                ResponseError::UnknownTopicOrPartition.code(),
+                invalid,
+                invalid,
+                invalid,
+                ResponseError::InvalidRequest.code(),
+            ],
+            "v{version}: {answer:?}"
+        );
+        // The refused resources after the first changed nothing.
+        assert_eq!(
+            setting("retention.ms"),
+            ("5000".into(), minibroker_broker::ConfigSource::Topic)
+        );
+    }
+    let step = |name: &str, operation: i8, value: Option<&str>| {
+        incremental_alter_configs_request::AlterableConfig::default()
+            .with_name(text(name))
+            .with_config_operation(operation)
+            .with_value(value.map(text))
+    };
+    let resource = |configs| {
+        incremental_alter_configs_request::AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(text("t"))
+            .with_configs(configs)
+    };
+    for version in [0, 1] {
+        let request = IncrementalAlterConfigsRequest::default().with_resources(vec![
+            resource(vec![
+                step("segment.bytes", 0, Some("8192")),
+                step("retention.ms", 1, None),
+                step("cleanup.policy", 2, Some("delete")),
+            ]),
+            // All or none: the good first step is not applied either.
+            resource(vec![
+                step("segment.ms", 0, Some("1000")),
+                step("segment.bytes", 2, Some("1")),
+            ]),
+            resource(vec![step("segment.ms", 9, Some("1"))]),
+        ]);
+        let answer: IncrementalAlterConfigsResponse = conn
+            .call(ApiKey::IncrementalAlterConfigs, version, &request)
+            .await?;
+        let codes: Vec<i16> = answer.responses.iter().map(|r| r.error_code).collect();
+        assert_eq!(
+            codes,
+            vec![
+                0,
+                ResponseError::InvalidConfig.code(),
+                ResponseError::InvalidRequest.code(),
+            ],
+            "v{version}: {answer:?}"
+        );
+        assert_eq!(setting("segment.bytes").0, "8192");
+        assert_eq!(
+            setting("retention.ms"),
+            ("-1".into(), minibroker_broker::ConfigSource::Default)
+        );
+        assert_eq!(
+            setting("segment.ms").1,
+            minibroker_broker::ConfigSource::Default
+        );
+    }
+    // validate_only checks and changes nothing.
+    let request = IncrementalAlterConfigsRequest::default()
+        .with_validate_only(true)
+        .with_resources(vec![resource(vec![step("segment.bytes", 0, Some("4096"))])]);
+    let answer: IncrementalAlterConfigsResponse = conn
+        .call(ApiKey::IncrementalAlterConfigs, 1, &request)
+        .await?;
+    assert_eq!(answer.responses[0].error_code, 0);
+    assert_eq!(setting("segment.bytes").0, "8192");
+    Ok(())
+}

@@ -199,7 +199,7 @@ impl Broker {
         }
 
         for topic in self.topics.list() {
-            let retention = self.config.retention(&topic.name);
+            let retention = topic.settings().retention;
             if retention == minibroker_log::Retention::default() {
                 continue;
             }

@@ -1,7 +1,8 @@
 //! DescribeConfigs: a topic's settings or the broker's, under Kafka's names, each with where its
 //! value comes from (`minibroker_broker::ConfigEntry`). As Kafka: DescribeConfigs on the topic,
-//! or on the cluster for the broker; the keys asked for, or all. The settings are read-only
-//! here (the configuration file sets them), and say so.
+//! or on the cluster for the broker; the keys asked for, or all. A topic's settings change by
+//! AlterConfigs (`alter_configs`); the broker's are read-only (its configuration file sets
+//! them), and say so.
 
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
@@ -18,8 +19,8 @@ use crate::errors::code_of;
 use crate::front_end::KafkaFrontEnd;
 
 /// Kafka's resource types.
-const TOPIC: i8 = 2;
-const BROKER: i8 = 4;
+pub(crate) const TOPIC: i8 = 2;
+pub(crate) const BROKER: i8 = 4;
 
 impl KafkaFrontEnd {
     pub(crate) fn describe_configs(
@@ -39,7 +40,12 @@ impl KafkaFrontEnd {
                         entries
                             .iter()
                             .filter(|entry| asked_for(resource, entry))
-                            .map(|entry| described(entry, request, version))
+                            .map(|entry| {
+                                // A topic's settings change by AlterConfigs; the broker's by
+                                // its configuration file only.
+                                let read_only = resource.resource_type != TOPIC;
+                                described(entry, request, version, read_only)
+                            })
                             .collect(),
                     ),
                     Err((error, why)) => answer
@@ -66,9 +72,8 @@ impl KafkaFrontEnd {
                     ));
                 }
                 self.broker
-                    .topic(name, false)
-                    .map_err(|error| (code_of(&error), error.to_string()))?;
-                Ok(self.broker.config().topic_configs(name))
+                    .topic_configs(name)
+                    .map_err(|error| (code_of(&error), error.to_string()))
             }
             BROKER => {
                 if !self.may(
@@ -130,12 +135,13 @@ fn described(
     entry: &ConfigEntry,
     request: &DescribeConfigsRequest,
     version: i16,
+    read_only: bool,
 ) -> DescribeConfigsResourceResult {
     let value = StrBytes::from_string(entry.value.clone());
     let mut answer = DescribeConfigsResourceResult::default()
         .with_name(StrBytes::from_static_str(entry.name))
         .with_value(Some(value.clone()))
-        .with_read_only(true)
+        .with_read_only(read_only)
         .with_config_source(source_code(entry.source));
     if request.include_synonyms {
         answer = answer.with_synonyms(vec![

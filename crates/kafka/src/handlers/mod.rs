@@ -1,6 +1,7 @@
 //! One file per Kafka API family: each translates the request into broker-core calls and the
 //! results into the response. No rule lives here; every decision is the core's.
 
+mod alter_configs;
 mod cluster;
 mod configs;
 mod fetch;

@@ -15,8 +15,8 @@ use kafka_protocol::ResponseError;
 use minibroker_broker::BrokerError;
 use minibroker_security::{Operation, ResourceType};
 
-/// Why a topic was not created, grown or deleted.
-enum Refused {
+/// Why a topic was not created, grown, deleted or changed.
+pub(crate) enum Refused {
     /// The principal may not.
     Denied,
     /// The broker core refused.
@@ -28,7 +28,7 @@ enum Refused {
 use Refused::Denied;
 
 impl Refused {
-    fn code(&self) -> i16 {
+    pub(crate) fn code(&self) -> i16 {
         match self {
             Denied => ResponseError::TopicAuthorizationFailed.code(),
             Refused::Broker(error) => code_of(error).code(),
@@ -39,7 +39,7 @@ impl Refused {
 
 impl Refused {
     /// What the answer's error message says.
-    fn message(&self) -> StrBytes {
+    pub(crate) fn message(&self) -> StrBytes {
         StrBytes::from_string(self.to_string())
     }
 }
@@ -52,6 +52,27 @@ impl std::fmt::Display for Refused {
             Refused::Request(_, why) => f.write_str(why),
         }
     }
+}
+
+/// The settings of a request as (name, value), or INVALID_CONFIG for one without a value (null
+/// says "remove" only in AlterConfigs, as in Kafka).
+pub(crate) fn given_values<'a>(
+    settings: &[(&'a str, Option<&'a str>)],
+) -> Result<Vec<(&'a str, &'a str)>, Refused> {
+    settings
+        .iter()
+        .map(|&(name, value)| {
+            value.map(|value| (name, value)).ok_or_else(|| {
+                Refused::Request(
+                    ResponseError::InvalidConfig,
+                    format!(
+                        "the setting {} has no value",
+                        minibroker_broker::quote_prefix(name)
+                    ),
+                )
+            })
+        })
+        .collect()
 }
 
 impl KafkaFrontEnd {
@@ -68,14 +89,23 @@ impl KafkaFrontEnd {
                     -1 => self.config.default_partitions,
                     n => u32::try_from(n).unwrap_or(0),
                 };
+                let settings = topic
+                    .configs
+                    .iter()
+                    .map(|config| (config.name.as_str(), config.value.as_deref()))
+                    .collect::<Vec<_>>();
                 let result = if !self.may_create_topic(&topic.name) {
                     Err(Denied)
-                } else if request.validate_only {
-                    Ok(())
                 } else {
-                    self.broker
-                        .create_topic(&topic.name, partitions)
+                    given_values(&settings).and_then(|settings| {
+                        if request.validate_only {
+                            self.broker.check_topic_settings(&settings)
+                        } else {
+                            self.broker
+                                .create_topic_with(&topic.name, partitions, &settings)
+                        }
                         .map_err(Refused::Broker)
+                    })
                 };
                 let answer = CreatableTopicResult::default().with_name(topic.name);
                 let answer = if version >= 5 {

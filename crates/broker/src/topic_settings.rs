@@ -1,0 +1,458 @@
+//! A topic's own settings, changeable while the broker runs (Kafka's dynamic topic configs).
+//!
+//! A topic may override the broker's settings under Kafka's names (`retention.ms`, ...). Its
+//! overrides come from `[[topics]]` in the configuration file (retention only) and from
+//! CreateTopics, AlterConfigs and IncrementalAlterConfigs (or `minibroker topic create|alter
+//! --config`); the latter win, are saved in the data directory (`topic-configs`, see
+//! [`crate::data_dir`]) and take effect at once: the next append's segment roll and size check
+//! and the next retention pass use them. Only settings the broker enforces are accepted; an
+//! unknown name or a value out of range is refused with the reason, as Kafka refuses it
+//! (INVALID_CONFIG), and nothing changes then.
+
+use std::collections::BTreeMap;
+
+use crate::config::{MAX_TIMEOUT_MS, batch_room};
+use crate::topic_configs::ConfigType;
+use crate::{BrokerConfig, BrokerError};
+
+/// One setting a topic may override.
+#[derive(Debug)]
+pub(crate) struct Setting {
+    /// Kafka's topic-level name.
+    pub(crate) name: &'static str,
+    /// Kafka's broker-level name of the same setting.
+    pub(crate) broker_name: &'static str,
+    pub(crate) kind: ConfigType,
+    pub(crate) doc: &'static str,
+}
+
+/// Every setting a topic may override, in the order they are described.
+pub(crate) const SETTINGS: [Setting; 7] = [
+    Setting {
+        name: "retention.ms",
+        broker_name: "log.retention.ms",
+        kind: ConfigType::Long,
+        doc: "Old segments whose newest record is older than this many milliseconds are deleted; -1 keeps them.",
+    },
+    Setting {
+        name: "retention.bytes",
+        broker_name: "log.retention.bytes",
+        kind: ConfigType::Long,
+        doc: "Old segments are deleted while a partition would still hold this many bytes without them; -1 for no limit.",
+    },
+    Setting {
+        name: "segment.bytes",
+        broker_name: "log.segment.bytes",
+        kind: ConfigType::Int,
+        doc: "A segment file rolls before it grows past this many bytes (4096 to 1073741824).",
+    },
+    Setting {
+        name: "segment.ms",
+        broker_name: "log.roll.ms",
+        kind: ConfigType::Long,
+        doc: "A segment file rolls once its first batch is this many milliseconds old.",
+    },
+    Setting {
+        name: "max.message.bytes",
+        broker_name: "message.max.bytes",
+        kind: ConfigType::Int,
+        doc: "The largest record batch the topic accepts, in bytes (at most what the broker's frame limit leaves room for).",
+    },
+    Setting {
+        name: "cleanup.policy",
+        broker_name: "log.cleanup.policy",
+        kind: ConfigType::List,
+        doc: "What happens to old segments: they are deleted (compaction is not offered).",
+    },
+    Setting {
+        name: "message.timestamp.type",
+        broker_name: "log.message.timestamp.type",
+        kind: ConfigType::String,
+        doc: "Records keep the timestamps their producers gave them (CreateTime; LogAppendTime is not offered).",
+    },
+];
+
+/// The setting named `name`, or why there is none.
+pub(crate) fn setting(name: &str) -> Result<&'static Setting, BrokerError> {
+    SETTINGS
+        .iter()
+        .find(|s| s.name == name)
+        .ok_or_else(|| BrokerError::InvalidConfig {
+            name: crate::topics::quote_prefix(name),
+            reason: format!(
+                "not a topic setting this broker knows; it knows {}",
+                SETTINGS.map(|s| s.name).join(", ")
+            ),
+        })
+}
+
+/// A topic's overrides: setting name to value, each checked and written as Kafka writes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides(BTreeMap<&'static str, String>);
+
+/// One change of IncrementalAlterConfigs (Kafka's `AlterConfigOp`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettingChange<'a> {
+    /// Set `name` to a value.
+    Set(&'a str, &'a str),
+    /// Remove the topic's own value: the broker's (or the default) applies again.
+    Delete(&'a str),
+    /// Add items to a list setting.
+    Append(&'a str, &'a str),
+    /// Remove items from a list setting.
+    Subtract(&'a str, &'a str),
+}
+
+impl Overrides {
+    /// Overrides from (name, value) pairs, each checked against `config` (a name given twice,
+    /// unknown, or with a bad value is refused).
+    ///
+    /// # Errors
+    /// [`BrokerError::InvalidConfig`].
+    pub fn parse<'a>(
+        pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+        config: &BrokerConfig,
+    ) -> Result<Self, BrokerError> {
+        let mut overrides = Self::default();
+        for (name, value) in pairs {
+            let setting = setting(name)?;
+            if overrides.0.contains_key(setting.name) {
+                return Err(BrokerError::InvalidConfig {
+                    name: setting.name.into(),
+                    reason: "given more than once".into(),
+                });
+            }
+            let value = checked(setting, value, config)?;
+            overrides.0.insert(setting.name, value);
+        }
+        Ok(overrides)
+    }
+
+    /// These overrides with `changes` applied in order, checked as [`Self::parse`] checks.
+    ///
+    /// # Errors
+    /// [`BrokerError::InvalidConfig`]: an unknown name, a bad value, or APPEND / SUBTRACT on a
+    /// setting that is not a list.
+    pub fn changed(
+        &self,
+        changes: &[SettingChange<'_>],
+        config: &BrokerConfig,
+    ) -> Result<Self, BrokerError> {
+        let mut next = self.clone();
+        for change in changes {
+            match *change {
+                SettingChange::Set(name, value) => {
+                    let setting = setting(name)?;
+                    next.0
+                        .insert(setting.name, checked(setting, value, config)?);
+                }
+                SettingChange::Delete(name) => {
+                    next.0.remove(setting(name)?.name);
+                }
+                SettingChange::Append(name, items) | SettingChange::Subtract(name, items) => {
+                    let setting = setting(name)?;
+                    if setting.kind != ConfigType::List {
+                        return Err(BrokerError::InvalidConfig {
+                            name: setting.name.into(),
+                            reason: "not a list: only SET and DELETE change it".into(),
+                        });
+                    }
+                    let current = next
+                        .0
+                        .get(setting.name)
+                        .map_or_else(|| default_value(setting, config), std::clone::Clone::clone);
+                    let mut list: Vec<&str> = split_list(&current).collect();
+                    if matches!(change, SettingChange::Append(..)) {
+                        for item in split_list(items) {
+                            if !list.contains(&item) {
+                                list.push(item);
+                            }
+                        }
+                    } else {
+                        list.retain(|item| !split_list(items).any(|gone| gone == *item));
+                    }
+                    let value = checked(setting, &list.join(","), config)?;
+                    next.0.insert(setting.name, value);
+                }
+            }
+        }
+        Ok(next)
+    }
+
+    /// The topic's own value of `name`, if it has one.
+    #[must_use]
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+
+    /// Every override, by name.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        self.0.iter().map(|(name, value)| (*name, value.as_str()))
+    }
+
+    /// Whether there are none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The items of a comma-separated list, trimmed, empty ones left out.
+fn split_list(list: &str) -> impl Iterator<Item = &str> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+}
+
+/// `value` for `setting`, checked and written as Kafka writes it, or why not.
+fn checked(setting: &Setting, value: &str, config: &BrokerConfig) -> Result<String, BrokerError> {
+    let refuse = |reason: String| BrokerError::InvalidConfig {
+        name: setting.name.into(),
+        reason,
+    };
+    let number = |min: i64, max: i64| -> Result<String, BrokerError> {
+        match value.trim().parse::<i64>() {
+            Ok(n) if (min..=max).contains(&n) => Ok(n.to_string()),
+            _ => Err(refuse(format!(
+                "{} is not a whole number from {min} to {max}",
+                crate::topics::quote_prefix(value)
+            ))),
+        }
+    };
+    let max_ms = i64::try_from(MAX_TIMEOUT_MS).unwrap_or(i64::MAX);
+    match setting.name {
+        "retention.ms" => number(-1, i64::MAX),
+        "retention.bytes" => number(-1, i64::MAX),
+        "segment.bytes" => number(4096, 1 << 30),
+        "segment.ms" => number(1, max_ms),
+        "max.message.bytes" => number(
+            0,
+            i64::try_from(batch_room(config.max_frame_bytes)).unwrap_or(i64::MAX),
+        ),
+        "cleanup.policy" => {
+            let items: Vec<&str> = split_list(value).collect();
+            if items == ["delete"] {
+                Ok("delete".into())
+            } else if items.contains(&"compact") {
+                Err(refuse("log compaction is not offered; use delete".into()))
+            } else {
+                Err(refuse(format!(
+                    "{} is not a cleanup policy; use delete",
+                    crate::topics::quote_prefix(value)
+                )))
+            }
+        }
+        "message.timestamp.type" => match value.trim() {
+            "CreateTime" => Ok("CreateTime".into()),
+            "LogAppendTime" => Err(refuse(
+                "LogAppendTime is not offered; use CreateTime".into(),
+            )),
+            other => Err(refuse(format!(
+                "{} is not a timestamp type; use CreateTime",
+                crate::topics::quote_prefix(other)
+            ))),
+        },
+        _ => Err(refuse("not a topic setting".into())),
+    }
+}
+
+/// What `setting` is for a topic without its own value: the broker's, else the default.
+pub(crate) fn default_value(setting: &Setting, config: &BrokerConfig) -> String {
+    let limit = |value: Option<u64>| value.map_or_else(|| "-1".to_owned(), |v| v.to_string());
+    match setting.name {
+        "retention.ms" => limit(config.retention_ms),
+        "retention.bytes" => limit(config.retention_bytes),
+        "segment.bytes" => config.segment_bytes.to_string(),
+        "segment.ms" => config.segment_ms.to_string(),
+        "max.message.bytes" => batch_room(config.max_frame_bytes).to_string(),
+        "cleanup.policy" => "delete".into(),
+        _ => "CreateTime".into(),
+    }
+}
+
+/// What a topic lives by: its overrides over the broker's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicSettings {
+    /// How much history is kept.
+    pub retention: minibroker_log::Retention,
+    /// When segments roll (and how often they are synced in the background).
+    pub segments: minibroker_log::SegmentConfig,
+    /// The largest batch accepted.
+    pub max_message_bytes: usize,
+}
+
+impl BrokerConfig {
+    /// `topic`'s value of `setting` and whether it is the topic's own: an override, else its
+    /// `[[topics]]` entry (retention only), else the broker's.
+    pub(crate) fn setting_value(
+        &self,
+        topic: &str,
+        overrides: &Overrides,
+        setting: &Setting,
+    ) -> (String, bool) {
+        if let Some(value) = overrides.get(setting.name) {
+            return (value.to_owned(), true);
+        }
+        let declared = self.topics.iter().find(|t| t.name == topic);
+        let own = match setting.name {
+            "retention.ms" => declared.and_then(|t| t.retention_ms),
+            "retention.bytes" => declared.and_then(|t| t.retention_bytes),
+            _ => None,
+        };
+        match own {
+            Some(value) => (value.to_string(), true),
+            None => (default_value(setting, self), false),
+        }
+    }
+
+    /// What `topic` lives by, with `overrides` over its `[[topics]]` entry and the broker's
+    /// settings.
+    #[must_use]
+    pub fn topic_settings(&self, topic: &str, overrides: &Overrides) -> TopicSettings {
+        let number = |name: &str| {
+            let setting = SETTINGS.iter().find(|s| s.name == name);
+            setting
+                .map(|s| self.setting_value(topic, overrides, s).0)
+                .and_then(|value| value.parse::<i64>().ok())
+                .unwrap_or(-1)
+        };
+        // Every value was checked on its way in, so each parses and is in range.
+        let limit = |n: i64| u64::try_from(n).ok();
+        let base = self.segments();
+        TopicSettings {
+            retention: minibroker_log::Retention {
+                bytes: limit(number("retention.bytes")),
+                ms: (number("retention.ms") >= 0).then(|| number("retention.ms")),
+            },
+            segments: minibroker_log::SegmentConfig {
+                segment_bytes: limit(number("segment.bytes")).unwrap_or(base.segment_bytes),
+                segment_ms: Some(number("segment.ms"))
+                    .filter(|ms| *ms > 0)
+                    .unwrap_or(base.segment_ms),
+                write_back_bytes: base.write_back_bytes,
+            },
+            max_message_bytes: usize::try_from(number("max.message.bytes"))
+                .unwrap_or_else(|_| batch_room(self.max_frame_bytes)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> BrokerConfig {
+        BrokerConfig {
+            retention_ms: Some(1000),
+            ..BrokerConfig::default()
+        }
+    }
+
+    fn refused(result: Result<Overrides, BrokerError>) -> String {
+        match result {
+            Err(BrokerError::InvalidConfig { name, reason }) => format!("{name}: {reason}"),
+            other => panic!("expected INVALID_CONFIG, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn values_are_checked_and_written_as_kafka_writes_them() {
+        let config = config();
+        let overrides = Overrides::parse(
+            [("retention.ms", " 50 "), ("segment.bytes", "8192")],
+            &config,
+        )
+        .expect("valid");
+        assert_eq!(overrides.get("retention.ms"), Some("50"));
+        let settings = config.topic_settings("t", &overrides);
+        assert_eq!(settings.retention.ms, Some(50));
+        assert_eq!(settings.segments.segment_bytes, 8192);
+        assert!(refused(Overrides::parse([("retention.ms", "soon")], &config)).contains("soon"));
+        assert!(refused(Overrides::parse([("segment.bytes", "10")], &config)).contains("4096"));
+        assert!(refused(Overrides::parse([("no.such", "1")], &config)).contains("knows"));
+        assert!(
+            refused(Overrides::parse(
+                [("retention.ms", "1"), ("retention.ms", "2")],
+                &config
+            ))
+            .contains("more than once")
+        );
+        assert!(
+            refused(Overrides::parse([("cleanup.policy", "compact")], &config))
+                .contains("compaction")
+        );
+        let too_big = (batch_room(config.max_frame_bytes) + 1).to_string();
+        assert!(
+            refused(Overrides::parse(
+                [("max.message.bytes", too_big.as_str())],
+                &config
+            ))
+            .contains("max.message.bytes")
+        );
+    }
+
+    #[test]
+    fn minus_one_means_no_limit_and_deleting_falls_back_to_the_broker() {
+        let config = config();
+        let own = Overrides::parse([("retention.ms", "-1")], &config).expect("valid");
+        assert_eq!(config.topic_settings("t", &own).retention.ms, None);
+        let back = own
+            .changed(&[SettingChange::Delete("retention.ms")], &config)
+            .expect("valid");
+        assert!(back.is_empty());
+        assert_eq!(config.topic_settings("t", &back).retention.ms, Some(1000));
+    }
+
+    #[test]
+    fn lists_take_append_and_subtract_and_others_refuse_them() {
+        let config = config();
+        let none = Overrides::default();
+        let appended = none
+            .changed(
+                &[SettingChange::Append("cleanup.policy", "delete")],
+                &config,
+            )
+            .expect("delete is already there");
+        assert_eq!(appended.get("cleanup.policy"), Some("delete"));
+        assert!(
+            refused(none.changed(
+                &[SettingChange::Subtract("cleanup.policy", "delete")],
+                &config
+            ))
+            .contains("cleanup policy")
+        );
+        assert!(
+            refused(none.changed(&[SettingChange::Append("retention.ms", "5")], &config))
+                .contains("not a list")
+        );
+        // A refused change leaves nothing half done: the first change is not kept either.
+        let before = Overrides::parse([("retention.ms", "7")], &config).expect("valid");
+        assert!(
+            before
+                .changed(
+                    &[
+                        SettingChange::Set("retention.ms", "8"),
+                        SettingChange::Set("segment.ms", "0"),
+                    ],
+                    &config
+                )
+                .is_err()
+        );
+        assert_eq!(before.get("retention.ms"), Some("7"));
+    }
+
+    #[test]
+    fn a_declared_topic_keeps_its_retention_under_an_override_of_something_else() {
+        let mut config = config();
+        config.topics.push(crate::TopicConfig {
+            name: "declared".into(),
+            partitions: 1,
+            retention_bytes: Some(99),
+            retention_ms: None,
+        });
+        let overrides = Overrides::parse([("retention.ms", "5")], &config).expect("valid");
+        let settings = config.topic_settings("declared", &overrides);
+        assert_eq!(settings.retention.bytes, Some(99));
+        assert_eq!(settings.retention.ms, Some(5));
+    }
+}
