@@ -175,10 +175,11 @@ impl DataDir {
     /// [`ServerError::DataDir`] for a file that cannot be read or is not sealed.
     pub fn topic_settings(&self) -> Result<Vec<(String, String, String)>, ServerError> {
         let path = self.root.join("topic-configs");
-        let bytes = match read_whole(&*self.storage, &path) {
-            Ok(bytes) => bytes,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(error) => return Err(ServerError::data_dir_io(&path, "reading it", error)),
+        let Some(bytes) = self
+            .read_file("topic-configs")
+            .map_err(|error| ServerError::data_dir_io(&path, "reading it", error))?
+        else {
+            return Ok(Vec::new());
         };
         let body = unseal(TOPIC_CONFIGS_MAGIC, VERSION, &bytes)
             .map_err(|error| ServerError::data_dir(&path, error))?;

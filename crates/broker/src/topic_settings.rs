@@ -319,10 +319,11 @@ impl BrokerConfig {
         // Every value was checked on its way in, so each parses and is in range.
         let limit = |n: i64| u64::try_from(n).ok();
         let base = self.segments();
+        let retention_ms = number("retention.ms");
         TopicSettings {
             retention: minibroker_log::Retention {
                 bytes: limit(number("retention.bytes")),
-                ms: (number("retention.ms") >= 0).then(|| number("retention.ms")),
+                ms: (retention_ms >= 0).then_some(retention_ms),
             },
             segments: minibroker_log::SegmentConfig {
                 segment_bytes: limit(number("segment.bytes")).unwrap_or(base.segment_bytes),

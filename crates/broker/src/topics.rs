@@ -376,12 +376,10 @@ impl TopicRegistry {
         if !self.budget.try_charge(topic_bytes(partitions)) {
             return Err(self.store_full());
         }
-        let settings = self.config.topic_settings(
-            name,
-            &overrides
-                .clone()
-                .unwrap_or_else(|| self.overrides.get(name)),
-        );
+        let settings = match &overrides {
+            Some(overrides) => self.config.topic_settings(name, overrides),
+            None => self.config.topic_settings(name, &self.overrides.get(name)),
+        };
         let logs = match self.open_logs(name, partitions, origin, &settings) {
             Ok(logs) => logs,
             Err(error) => {

@@ -14,6 +14,15 @@ fn admin(args: &[&str]) -> serde_json::Value {
     summary_of(&output, &format!("admin.py {args:?}"))
 }
 
+/// `minibroker serve` on ephemeral ports, storing in `data`.
+fn serve_in(data: &std::path::Path) -> ServeProcess {
+    ServeProcess::spawn(
+        serve_command("127.0.0.1:0", "127.0.0.1:0")
+            .arg("--data-dir")
+            .arg(data),
+    )
+}
+
 #[test]
 fn both_admin_clients_describe_the_cluster() {
     let server = ServeProcess::spawn(&mut serve_command("127.0.0.1:0", "127.0.0.1:0"));
@@ -31,10 +40,7 @@ fn a_groups_offsets_are_deleted_unless_a_member_consumes_the_topic() {
 #[test]
 fn both_admin_clients_grow_a_topic_and_a_sigkill_keeps_its_partitions() {
     let dir = tempfile::tempdir().expect("a data directory");
-    let data = dir.path().to_str().expect("a UTF-8 path").to_owned();
-    let serve = || {
-        ServeProcess::spawn(serve_command("127.0.0.1:0", "127.0.0.1:0").args(["--data-dir", &data]))
-    };
+    let serve = || serve_in(dir.path());
     let server = serve();
     let summary = admin(&["create-partitions", &server.kafka_addr, "grown"]);
     assert_eq!(summary["partitions"], 5, "{summary}");
@@ -80,10 +86,7 @@ fn both_admin_clients_describe_topic_and_broker_configs_with_their_sources() {
 #[test]
 fn both_admin_clients_alter_topic_configs_and_a_sigkill_keeps_them() {
     let dir = tempfile::tempdir().expect("a data directory");
-    let data = dir.path().to_str().expect("a UTF-8 path").to_owned();
-    let serve = || {
-        ServeProcess::spawn(serve_command("127.0.0.1:0", "127.0.0.1:0").args(["--data-dir", &data]))
-    };
+    let serve = || serve_in(dir.path());
     let server = serve();
     let summary = admin(&["alter-configs", &server.kafka_addr, "altered"]);
     assert_eq!(summary["steps"]["bad"], "INVALID_CONFIG", "{summary}");

@@ -15,7 +15,7 @@ use minibroker_security::acl::CLUSTER_NAME;
 use minibroker_security::{Operation, ResourceType};
 
 use super::configs::{BROKER, TOPIC};
-use super::topics::{Refused, given_values};
+use super::topics::{Refused, given_values, no_value};
 use crate::front_end::KafkaFrontEnd;
 
 /// Kafka's `AlterConfigOp.OpType` codes.
@@ -136,17 +136,7 @@ fn change<'a>(
     name: &'a str,
     value: Option<&'a str>,
 ) -> Result<SettingChange<'a>, Refused> {
-    let needs_value = |value: Option<&'a str>| {
-        value.ok_or_else(|| {
-            Refused::Request(
-                ResponseError::InvalidConfig,
-                format!(
-                    "the setting {} has no value",
-                    minibroker_broker::quote_prefix(name)
-                ),
-            )
-        })
-    };
+    let needs_value = |value: Option<&'a str>| value.ok_or_else(|| no_value(name));
     Ok(match operation {
         SET => SettingChange::Set(name, needs_value(value)?),
         DELETE => SettingChange::Delete(name),

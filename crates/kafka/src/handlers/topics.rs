@@ -62,17 +62,22 @@ pub(crate) fn given_values<'a>(
     settings
         .iter()
         .map(|&(name, value)| {
-            value.map(|value| (name, value)).ok_or_else(|| {
-                Refused::Request(
-                    ResponseError::InvalidConfig,
-                    format!(
-                        "the setting {} has no value",
-                        minibroker_broker::quote_prefix(name)
-                    ),
-                )
-            })
+            value
+                .map(|value| (name, value))
+                .ok_or_else(|| no_value(name))
         })
         .collect()
+}
+
+/// INVALID_CONFIG for the setting `name` given without a value.
+pub(crate) fn no_value(name: &str) -> Refused {
+    Refused::Request(
+        ResponseError::InvalidConfig,
+        format!(
+            "the setting {} has no value",
+            minibroker_broker::quote_prefix(name)
+        ),
+    )
 }
 
 impl KafkaFrontEnd {
