@@ -10,6 +10,8 @@ Usage: admin.py describe-cluster BOOTSTRAP CLUSTER_ID
        admin.py describe-configs BOOTSTRAP OWN_TOPIC OTHER_TOPIC
        admin.py alter-configs BOOTSTRAP TOPIC
        admin.py read-configs BOOTSTRAP TOPIC
+       admin.py delete-records BOOTSTRAP TOPIC
+       admin.py read-after-delete BOOTSTRAP TOPIC
 """
 
 import json
@@ -320,6 +322,95 @@ def read_configs(bootstrap, topic):
     sys.exit(0 if ok else 1)
 
 
+#: Where delete-records moves each partition's start: confluent-kafka partition 0, kafka-python 1.
+DELETED_BEFORE = {0: 4, 1: 7}
+
+
+def first_records(bootstrap, topic):
+    """Each partition's low watermark and, read from the beginning, its first record's offset
+    and value and how many records it holds: {partition: [low, offset, value, count]}."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-reader",
+                         "enable.auto.commit": False})
+    found = {}
+    for partition in DELETED_BEFORE:
+        low, _high = consumer.get_watermark_offsets(TopicPartition(topic, partition), 10)
+        found[partition] = [low, None, None, 0]
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in DELETED_BEFORE])
+    deadline = time.time() + 20
+    while sum(f[3] for f in found.values()) < 20 - sum(DELETED_BEFORE.values()) \
+            and time.time() < deadline:
+        message = consumer.poll(1.0)
+        if message is None or message.error():
+            continue
+        entry = found[message.partition()]
+        if entry[1] is None:
+            entry[1], entry[2] = message.offset(), message.value().decode()
+        entry[3] += 1
+    consumer.close()
+    return found
+
+
+def records_as_deleted(found):
+    return all(found[p] == [start, start, f"p{p} {start}", 10 - start]
+               for p, start in DELETED_BEFORE.items())
+
+
+def delete_records(bootstrap, topic):
+    """Ten records in each of two partitions, the first ones deleted (DeleteRecords) by
+    confluent-kafka from partition 0 and by kafka-python from partition 1; an offset past the
+    end refused (OFFSET_OUT_OF_RANGE); read back from the beginning, each partition starts at
+    its new low watermark."""
+    from confluent_kafka import KafkaException, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from kafka import TopicPartition as LegacyPartition
+    from kafka.admin import KafkaAdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+        future.result(15)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "linger.ms": 0})
+    for i in range(10):
+        for partition in DELETED_BEFORE:
+            producer.produce(topic, value=f"p{partition} {i}", partition=partition)
+        producer.flush(15)
+
+    answers = {}
+    asked = [TopicPartition(topic, 0, DELETED_BEFORE[0])]
+    for future in admin.delete_records(asked).values():
+        deleted = future.result(15)
+        answers["confluent"] = getattr(deleted, "low_watermark", None)
+    try:
+        for future in admin.delete_records([TopicPartition(topic, 0, 99)]).values():
+            future.result(15)
+        answers["past_the_end"] = "accepted"
+    except KafkaException as error:
+        answers["past_the_end"] = error.args[0].name()
+    legacy = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15000)
+    deleted = legacy.delete_records({LegacyPartition(topic, 1): DELETED_BEFORE[1]})
+    answers["kafka_python"] = {str(tp.partition): result for tp, result in deleted.items()}
+    legacy.close()
+
+    found = first_records(bootstrap, topic)
+    ok = (answers["confluent"] == DELETED_BEFORE[0]
+          and answers["past_the_end"] == "OFFSET_OUT_OF_RANGE"
+          and records_as_deleted(found))
+    print(json.dumps({"client": "admin", "ok": ok, "answers": answers,
+                      "found": {str(k): v for k, v in found.items()}}, default=str))
+    sys.exit(0 if ok else 1)
+
+
+def read_after_delete(bootstrap, topic):
+    """TOPIC's partitions as delete-records left them (after a restart)."""
+    found = first_records(bootstrap, topic)
+    ok = records_as_deleted(found)
+    print(json.dumps({"client": "admin", "ok": ok,
+                      "found": {str(k): v for k, v in found.items()}}))
+    sys.exit(0 if ok else 1)
+
+
 def main():
     command = sys.argv[1]
     if command == "describe-cluster":
@@ -338,6 +429,10 @@ def main():
         alter_configs(sys.argv[2], sys.argv[3])
     elif command == "read-configs":
         read_configs(sys.argv[2], sys.argv[3])
+    elif command == "delete-records":
+        delete_records(sys.argv[2], sys.argv[3])
+    elif command == "read-after-delete":
+        read_after_delete(sys.argv[2], sys.argv[3])
     else:
         sys.exit(f"unknown command {command!r}")
 

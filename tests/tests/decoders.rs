@@ -368,6 +368,13 @@ async fn kafka_requests_through_the_front_end() {
             .with_count(3)
             .with_assignments(None),
     ]);
+    let delete_records = DeleteRecordsRequest::default().with_topics(vec![
+        delete_records_request::DeleteRecordsTopic::default()
+            .with_name(name("fz"))
+            .with_partitions(vec![
+                delete_records_request::DeleteRecordsPartition::default().with_offset(1),
+            ]),
+    ]);
     fn encoded<R: kafka_protocol::protocol::Encodable>(
         api: ApiKey,
         version: i16,
@@ -401,6 +408,8 @@ async fn kafka_requests_through_the_front_end() {
         encoded(ApiKey::DescribeCluster, 1, &describe_cluster),
         encoded(ApiKey::CreatePartitions, 3, &grow),
         encoded(ApiKey::CreatePartitions, 1, &grow),
+        encoded(ApiKey::DeleteRecords, 2, &delete_records),
+        encoded(ApiKey::DeleteRecords, 0, &delete_records),
         encoded(
             ApiKey::DescribeLogDirs,
             4,

@@ -12,10 +12,12 @@
 //! by the connection before its answers leave; `crate::group_commit`). `durability` recovers
 //! state at start, snapshots it, and runs retention and expiry.
 
+mod delete_records;
 mod durability;
 mod settings;
 mod transactions;
 
+pub use delete_records::HIGH_WATERMARK;
 pub use transactions::Isolation;
 
 use bytes::Bytes;

@@ -1,9 +1,9 @@
 //! `minibroker check-data`: an offline check of a whole data directory, for an operator who
 //! suspects a disk. Every file the broker would read at start or serve later is read whole and
-//! checked: the topic list, the producer-id reservation and the groups' offsets files (their
-//! checksummed envelope), and every partition's segments (each batch's CRC-32C), indexes and
-//! producer-state snapshots. Nothing is written; the directory's lock is taken, so a running
-//! broker is never read mid-write. Files that other crates keep in the directory (the group
+//! checked: the topic list, the topics' settings, the producer-id reservation and the groups'
+//! offsets files (their checksummed envelope), and every partition's segments (each batch's
+//! CRC-32C), indexes, producer-state snapshots and start offset. Nothing is written; the
+//! directory's lock is taken, so a running broker is never read mid-write. Files that other crates keep in the directory (the group
 //! coordinator's offsets, the transaction log) are checked by the checks the caller passes in.
 
 use minibroker_log::check::Checked;
@@ -69,6 +69,9 @@ pub fn check_data_dir(
         root,
         data.reserved_producer_ids(),
     );
+    if root.join("topic-configs").exists() {
+        small_file(&mut report, "topic-configs", root, data.topic_settings());
+    }
     for (path, reason) in check_others(&data) {
         report.files += 1;
         if let Some(reason) = reason {

@@ -7,7 +7,8 @@
 //! DIR/producer-ids                 the first producer id not yet reserved (i64)
 //! DIR/groups/<hash>.offsets        a consumer group's committed offsets (`crate::groups`; older
 //!                                  brokers kept every group in DIR/group-offsets)
-//! DIR/logs/<topic>/<partition>/    a partition's segment files and snapshots (minibroker_log)
+//! DIR/logs/<topic>/<partition>/    a partition's segment files, snapshots and start offset
+//!                                  (minibroker_log)
 //! DIR/set-aside/<name>-<ms>/       a directory under logs/ that names no topic, moved aside
 //! ```
 //!

@@ -58,8 +58,8 @@ mod topics;
 mod unacknowledged;
 
 pub use broker::{
-    Broker, Fetched, Isolation, MAX_DESCRIBE_PAGE, PartitionMetrics, PartitionSummary,
-    ProducerIdentity, TopicSummary,
+    Broker, Fetched, HIGH_WATERMARK, Isolation, MAX_DESCRIBE_PAGE, PartitionMetrics,
+    PartitionSummary, ProducerIdentity, TopicSummary,
 };
 pub use budget::{BATCH_OVERHEAD_BYTES, StorageBudget, accounted_bytes};
 pub use config::{

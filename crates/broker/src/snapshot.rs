@@ -18,8 +18,14 @@ impl TakenSnapshot {
     /// Writes it to its file (blocking). A failure is logged: recovery then replays from an
     /// older snapshot.
     pub(crate) fn write(self) {
-        if let Err(error) = self.store.write(self.offset, &self.bytes) {
-            tracing::warn!(offset = self.offset, %error, "could not write a producer-state snapshot");
+        let offset = self.offset;
+        if let Err(error) = self.try_write() {
+            tracing::warn!(offset, %error, "could not write a producer-state snapshot");
         }
+    }
+
+    /// Writes it to its file (blocking), for a caller that must not go on without it.
+    pub(crate) fn try_write(self) -> std::io::Result<()> {
+        self.store.write(self.offset, &self.bytes)
     }
 }

@@ -99,3 +99,17 @@ fn both_admin_clients_alter_topic_configs_and_a_sigkill_keeps_them() {
         "{summary}"
     );
 }
+
+#[test]
+fn both_admin_clients_delete_records_and_a_sigkill_keeps_the_new_start() {
+    let dir = tempfile::tempdir().expect("a data directory");
+    let serve = || serve_in(dir.path());
+    let server = serve();
+    let summary = admin(&["delete-records", &server.kafka_addr, "trimmed"]);
+    assert_eq!(summary["found"]["1"][0], 7, "{summary}");
+    // SIGKILL: each new start was on disk before DeleteRecords was answered.
+    server.kill();
+    let restarted = serve();
+    let summary = admin(&["read-after-delete", &restarted.kafka_addr, "trimmed"]);
+    assert_eq!(summary["found"]["0"][1], 4, "{summary}");
+}

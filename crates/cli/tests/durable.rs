@@ -424,6 +424,13 @@ fn check_data_finds_a_flipped_byte_in_every_kind_of_file() {
     .output()
     .unwrap();
     summary_of(&transaction, "transactions.py produce-open");
+    // A topic with settings of its own, and partitions whose start DeleteRecords moved.
+    for (command, topic) in [("alter-configs", "altered"), ("delete-records", "trimmed")] {
+        let admin = kafka_script("admin.py", &[command, &server.process.kafka_addr, topic])
+            .output()
+            .unwrap();
+        summary_of(&admin, &format!("admin.py {command}"));
+    }
     let data = server.terminate();
     let clean = check_data(&data);
     let report = String::from_utf8_lossy(&clean.stdout);
@@ -441,6 +448,8 @@ fn check_data_finds_a_flipped_byte_in_every_kind_of_file() {
     let kinds = [
         named("topic list", &|p| p.ends_with("/topics")),
         named("producer-id", &|p| p.ends_with("/producer-ids")),
+        named("topic settings", &|p| p.ends_with("/topic-configs")),
+        named("start offset", &|p| p.ends_with("/log-start-offset")),
         named("group offsets", &|p| p.ends_with(".offsets")),
         named("segment", &|p| {
             p.ends_with(".log") && !p.ends_with("/transactions.log")

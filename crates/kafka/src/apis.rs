@@ -45,6 +45,7 @@ pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DeleteRecords, 0, 2),
 ];
 
 /// Whether `version` of `api` is implemented.
@@ -63,6 +64,7 @@ pub(crate) fn name(api: ApiKey) -> &'static str {
         ApiKey::Metadata => "Metadata",
         ApiKey::DescribeCluster => "DescribeCluster",
         ApiKey::OffsetDelete => "OffsetDelete",
+        ApiKey::DeleteRecords => "DeleteRecords",
         ApiKey::CreatePartitions => "CreatePartitions",
         ApiKey::DescribeLogDirs => "DescribeLogDirs",
         ApiKey::OffsetForLeaderEpoch => "OffsetForLeaderEpoch",

@@ -315,6 +315,9 @@ impl KafkaFrontEnd {
             RequestKind::OffsetDelete(request) => Ok(ResponseKind::OffsetDelete(
                 self.offset_delete(request).await,
             )),
+            RequestKind::DeleteRecords(request) => Ok(ResponseKind::DeleteRecords(
+                self.delete_records(request).await,
+            )),
             _ => {
                 tracing::info!(?api, "unexpected Kafka request; closing the connection");
                 return Next::Close;

@@ -219,6 +219,18 @@ pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<(), Refuse
             w.array(2, topic_partitions)?;
             w.tags()
         }
+        ApiKey::DeleteRecords => {
+            w.array(2, |w| {
+                w.string()?; // topic
+                w.array(12, |w| {
+                    w.skip(4 + 8)?; // partition, offset
+                    w.tags()
+                })?;
+                w.tags()
+            })?;
+            w.skip(4)?; // timeout
+            w.tags()
+        }
         ApiKey::TxnOffsetCommit => txn_offset_commit(w, version),
         ApiKey::DescribeTransactions => {
             w.array(1, Walk::string)?; // transactional ids
@@ -746,6 +758,17 @@ mod tests {
                     ]),
             ]);
         passes(ApiKey::OffsetDelete, 0..=0, &delete_offsets);
+        let delete_records = DeleteRecordsRequest::default().with_topics(vec![
+            delete_records_request::DeleteRecordsTopic::default()
+                .with_name(name("a"))
+                .with_partitions(vec![
+                    delete_records_request::DeleteRecordsPartition::default(
+                    )
+                    .with_offset(7);
+                    2
+                ]),
+        ]);
+        passes(ApiKey::DeleteRecords, 0..=2, &delete_records);
         passes(
             ApiKey::DescribeCluster,
             0..=1,

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use crate::names::{INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, file_name, parse_name};
 use crate::segment::{Damage, Segment};
+use crate::start_offset::{self, START_OFFSET_FILE};
 use crate::storage::{Storage, TEMPORARY_SUFFIX, read_whole};
 
 /// What the check found in one file.
@@ -86,6 +87,14 @@ pub fn check_partition_dir(storage: &Arc<dyn Storage>, dir: &Path) -> io::Result
             bases.push(base);
         } else if parse_name(&name, SNAPSHOT_SUFFIX).is_some() {
             checked.snapshots.push(path);
+        } else if name == START_OFFSET_FILE {
+            checked.files += 1;
+            if let Err(reason) = start_offset::decode(&read_whole(&**storage, &path)?) {
+                checked.add_damage(
+                    path,
+                    format!("{reason}: the broker refuses to open the partition"),
+                );
+            }
         } else if parse_name(&name, INDEX_SUFFIX).is_none() {
             checked.add_note(path, "not a file of the log (left alone)");
         }

@@ -2,8 +2,9 @@
 //!
 //! The directory holds segment files named by their base offset (`00000000000000000000.log`),
 //! each the stored batches back to back exactly as the memory log keeps them; an index file
-//! beside each sealed segment; and producer-state snapshots (`<offset>.snapshot`, opaque bytes
-//! to this crate, see [`SnapshotStore`]).
+//! beside each sealed segment; producer-state snapshots (`<offset>.snapshot`, opaque bytes
+//! to this crate, see [`SnapshotStore`]); and, once records were deleted, the start offset
+//! (`log-start-offset`, see `start_offset`).
 //!
 //! Appends go to the last (active) segment, and first to memory: the log gathers appended
 //! batches and writes them to the file with one `write(2)` when asked
@@ -35,6 +36,7 @@ use crate::names::{INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, file_name, parse_n
 use crate::open_files::OpenFiles;
 use crate::recovery::Recovery;
 use crate::segment::{INDEX_INTERVAL, Segment, SegmentMark};
+use crate::start_offset::{self, START_OFFSET_FILE};
 use crate::storage::{Storage, StorageFile, read_whole, replace_unsynced, write_atomically};
 use crate::{LogError, ReadLimits, Released};
 
@@ -171,6 +173,9 @@ pub struct DurableLog {
     write_back_running: Arc<std::sync::atomic::AtomicBool>,
     /// Where sealed segments' files are opened when read; without it they stay open.
     open_files: Option<Arc<OpenFiles>>,
+    /// The offset DeleteRecords moved the start to (saved in [`START_OFFSET_FILE`]): records
+    /// below it are not served even where their segment is still kept.
+    deleted_before: i64,
 }
 
 /// Bytes of appended batches gathered in memory at most before they are written, whoever asks.
@@ -238,10 +243,15 @@ impl DurableLog {
             .collect::<Result<VecDeque<_>, _>>()?;
         let (active, truncated) = recovery.active_segment(last)?;
         recovery.check_chain(sealed.iter().chain(std::iter::once(&active)))?;
-        Ok(Opened {
-            log: Self::assemble(storage, dir, config, (sealed, active), open_files),
-            truncated,
-        })
+        let mut log = Self::assemble(storage, dir, config, (sealed, active), open_files);
+        if let Some(saved) = start_offset::read(&*log.storage, dir)? {
+            // A tail cut by recovery was never acknowledged, so no DeleteRecords passed it;
+            // the clamp only keeps the start within the log whatever the file says.
+            log.deleted_before = saved.min(log.next_offset());
+            // Finishes a deletion a crash interrupted after the file was saved.
+            log.drop_deleted_segments()?;
+        }
+        Ok(Opened { log, truncated })
     }
 
     fn assemble(
@@ -269,6 +279,7 @@ impl DurableLog {
             unsynced: 0,
             write_back_running: Arc::default(),
             open_files,
+            deleted_before: 0,
         }
     }
 
@@ -553,12 +564,14 @@ impl DurableLog {
         self.active.next_offset
     }
 
-    /// The first offset held: the base of the oldest segment retention left.
+    /// The first offset served: the base of the oldest segment retention left, or where
+    /// [`Self::delete_records`] moved it, whichever is later.
     #[must_use]
     pub fn start_offset(&self) -> i64 {
         self.sealed
             .front()
             .map_or(self.active.base_offset, |s| s.base_offset)
+            .max(self.deleted_before)
     }
 
     /// Bytes of batches stored.
@@ -699,7 +712,7 @@ impl DurableLog {
     }
 
     /// Deletes the oldest sealed segments that `retention` no longer keeps (never the active
-    /// one), advancing the start offset; returns how many.
+    /// one), advancing the start offset; returns what they held.
     ///
     /// # Errors
     /// [`LogError::Storage`] if a file cannot be deleted (what was deleted stays deleted).
@@ -708,10 +721,51 @@ impl DurableLog {
         retention: Retention,
         now_ms: i64,
     ) -> Result<Released, LogError> {
+        self.drop_oldest_while(|log, oldest| {
+            retention.drops(
+                log.stored_bytes,
+                (oldest.size, oldest.max_timestamp),
+                now_ms,
+            )
+        })
+    }
+
+    /// Moves the start offset up to `before` (Kafka's DeleteRecords; an offset at or below the
+    /// start changes nothing, one past the end is taken as the end): the new start is saved
+    /// first, then the sealed segments wholly below it are deleted. Returns what they held.
+    ///
+    /// # Errors
+    /// [`LogError::Storage`] when the start cannot be saved (nothing changed then) or a segment
+    /// cannot be deleted (the start has moved; the next open deletes the rest).
+    pub fn delete_records(&mut self, before: i64) -> Result<Released, LogError> {
+        let before = before.min(self.next_offset());
+        if before <= self.start_offset() {
+            return Ok(Released::default());
+        }
+        start_offset::write(&*self.storage, &self.dir, before).map_err(|error| {
+            LogError::storage(
+                format!("saving the start offset in {START_OFFSET_FILE}"),
+                &self.dir,
+                error,
+            )
+        })?;
+        self.deleted_before = before;
+        self.drop_deleted_segments()
+    }
+
+    /// Deletes the sealed segments wholly below the start DeleteRecords set.
+    fn drop_deleted_segments(&mut self) -> Result<Released, LogError> {
+        self.drop_oldest_while(|log, oldest| oldest.next_offset <= log.deleted_before)
+    }
+
+    /// Deletes the oldest sealed segment while `drops` says so (never the active one).
+    fn drop_oldest_while(
+        &mut self,
+        drops: impl Fn(&Self, &Segment) -> bool,
+    ) -> Result<Released, LogError> {
         let mut removed = Released::default();
         while let Some(oldest) = self.sealed.front() {
-            let oldest_piece = (oldest.size, oldest.max_timestamp);
-            if !retention.drops(self.stored_bytes, oldest_piece, now_ms) {
+            if !drops(self, oldest) {
                 break;
             }
             let base = oldest.base_offset;

@@ -47,6 +47,7 @@ mod recovery;
 pub use minibroker_envelope as sealed;
 mod segment;
 pub mod sim;
+mod start_offset;
 pub mod storage;
 
 pub use durable::{

@@ -135,6 +135,9 @@ pub struct MemoryLog {
     spare: Vec<BytesMut>,
     retention: Retention,
     next_offset: i64,
+    /// The offset [`Self::delete_records`] moved the start to: records below it are not served
+    /// even where their chunk is still kept.
+    deleted_before: i64,
     stored_bytes: usize,
     batch_count: usize,
 }
@@ -282,12 +285,31 @@ impl MemoryLog {
         self.next_offset
     }
 
-    /// The first offset held: the end offset when retention has dropped everything.
+    /// The first offset served: the end offset when retention has dropped everything, and
+    /// never below where [`Self::delete_records`] moved it.
     #[must_use]
     pub fn start_offset(&self) -> i64 {
         self.entries()
             .next()
             .map_or(self.next_offset, |(_, entry)| entry.base_offset)
+            .max(self.deleted_before)
+    }
+
+    /// Moves the start offset up to `before` (Kafka's DeleteRecords; an offset at or below the
+    /// start changes nothing, one past the end is taken as the end) and drops the full chunks
+    /// wholly below it; returns what they held.
+    pub fn delete_records(&mut self, before: i64) -> Released {
+        let before = before.min(self.next_offset);
+        if before <= self.start_offset() {
+            return Released::default();
+        }
+        self.deleted_before = before;
+        self.drop_chunks_while(|log, oldest| {
+            oldest
+                .entries
+                .last()
+                .is_some_and(|last| last.end_offset() <= log.deleted_before)
+        })
     }
 
     /// Bytes of batches stored.
@@ -715,5 +737,43 @@ mod tests {
         assert_eq!(released.batches, 1);
         assert_eq!(log.start_offset(), 3);
         assert_eq!(log.batch_count(), 1);
+    }
+
+    #[test]
+    fn delete_records_moves_the_start_and_drops_the_full_chunks_below_it() {
+        let mut log = MemoryLog::new();
+        // Three full chunks of one batch each (records 0, 1, 2) and one being filled (3).
+        for (sequence, timestamp) in (0..).zip([1_000, 2_000, 3_000, 4_000]) {
+            log.append(&sized_batch(sequence, 600_000, timestamp), 1)
+                .unwrap();
+        }
+        let mut sample = sample();
+        // Inside a batch of three: the batch is still served whole, the offsets below are not.
+        assert_eq!(sample.delete_records(1).bytes, 0);
+        assert_eq!(sample.start_offset(), 1);
+        assert!(matches!(
+            sample.read(0, ReadLimits::default()),
+            Err(LogError::OffsetOutOfRange { start: 1, .. })
+        ));
+        assert_eq!(
+            bases(&sample.read(1, ReadLimits::default()).unwrap()),
+            [0, 3, 4]
+        );
+
+        assert_eq!(log.chunks.len(), 4);
+        let released = log.delete_records(2);
+        assert_eq!(released.batches, 2, "the chunks of records 0 and 1");
+        assert_eq!(log.start_offset(), 2);
+        assert_eq!(
+            log.delete_records(1),
+            Released::default(),
+            "below the start"
+        );
+        // Past the end: the end, and never the chunk being filled.
+        let released = log.delete_records(99);
+        assert_eq!(released.batches, 1);
+        assert_eq!(log.start_offset(), 4);
+        assert!(log.read(4, ReadLimits::default()).unwrap().is_empty());
+        assert_eq!(log.append(&sized_batch(4, 100, 6_000), 1).unwrap().0, 4);
     }
 }

@@ -110,15 +110,24 @@ impl PartitionLog {
         }
     }
 
-    /// The offset and timestamp of the first record at or after `timestamp`, if any.
+    /// The offset and timestamp of the first record at or after `timestamp`, if any; never an
+    /// offset below the start (a batch DeleteRecords cut through may hold the record found,
+    /// and the start is answered in its place).
     ///
     /// # Errors
     /// For files, [`LogError::Storage`] if a read fails.
     pub fn offset_for_timestamp(&mut self, timestamp: i64) -> Result<Option<(i64, i64)>, LogError> {
-        match self {
-            Self::Memory(log) => Ok(log.offset_for_timestamp(timestamp)),
-            Self::Durable(log) => log.offset_for_timestamp(timestamp),
-        }
+        let found = match self {
+            Self::Memory(log) => log.offset_for_timestamp(timestamp),
+            Self::Durable(log) => log.offset_for_timestamp(timestamp)?,
+        };
+        Ok(self.not_below_start(found))
+    }
+
+    /// `found`, its offset raised to the start if below it.
+    fn not_below_start(&self, found: Option<(i64, i64)>) -> Option<(i64, i64)> {
+        let start = self.start_offset();
+        found.map(|(offset, at)| (offset.max(start), at))
     }
 
     /// The offset and timestamp of the record with the largest timestamp, if any.
@@ -126,10 +135,11 @@ impl PartitionLog {
     /// # Errors
     /// For files, [`LogError::Storage`] if a read fails.
     pub fn offset_of_max_timestamp(&mut self) -> Result<Option<(i64, i64)>, LogError> {
-        match self {
-            Self::Memory(log) => Ok(log.offset_of_max_timestamp()),
-            Self::Durable(log) => log.offset_of_max_timestamp(),
-        }
+        let found = match self {
+            Self::Memory(log) => log.offset_of_max_timestamp(),
+            Self::Durable(log) => log.offset_of_max_timestamp()?,
+        };
+        Ok(self.not_below_start(found))
     }
 
     /// Drops what retention no longer keeps, as of `now_ms` (an in-memory log's oldest chunks, a
@@ -145,6 +155,20 @@ impl PartitionLog {
         match self {
             Self::Memory(log) => Ok(log.apply_retention(now_ms)),
             Self::Durable(log) => log.apply_retention(retention, now_ms),
+        }
+    }
+
+    /// Moves the start offset up to `before` (Kafka's DeleteRecords): reads below it are out of
+    /// range from now on, and what lies wholly below it is dropped (an in-memory log's full
+    /// chunks, a durable log's sealed segments, after the new start is saved). An offset at or
+    /// below the start changes nothing; one past the end is taken as the end.
+    ///
+    /// # Errors
+    /// For files, [`LogError::Storage`] when the start cannot be saved or a segment deleted.
+    pub fn delete_records(&mut self, before: i64) -> Result<Released, LogError> {
+        match self {
+            Self::Memory(log) => Ok(log.delete_records(before)),
+            Self::Durable(log) => log.delete_records(before),
         }
     }
 

@@ -8,6 +8,8 @@
 //! - A segment missing between two others, or a damaged sealed one, is refused, not served.
 //! - Retention deletes whole oldest segments only, never the active one, and its new start
 //!   survives a reopen.
+//! - DeleteRecords moves the start into a segment, saved before the segments below go: a reopen
+//!   or a crash between the two keeps it, and a damaged start file is refused by name.
 //! - Appends wait in memory until written (by the caller, a read, a sync or the size limit); a
 //!   crash loses only unwritten ones, and a failed write forgets them.
 //! - A failed write or sync leaves the log read-only with nothing partial readable.
@@ -1386,4 +1388,103 @@ fn an_index_of_the_older_format_is_not_misread_and_its_segment_is_scanned() {
     }
     drop(reopened);
     assert_holds(&mut open_fs(dir.path()).log, &model.batches);
+}
+
+/// Copies every file of `from` into `to`.
+fn copy_dir(from: &Path, to: &Path) {
+    for name in names_in(from) {
+        std::fs::copy(from.join(&name), to.join(&name)).expect("the file copies");
+    }
+}
+
+/// Checks that `log` starts at `start`, refuses the offset before it, and serves the batch
+/// holding `start` and every later one.
+fn assert_starts_at(log: &mut DurableLog, model: &Model, start: i64) {
+    assert_eq!(log.start_offset(), start);
+    assert!(matches!(
+        log.read(start - 1, ReadLimits::default()),
+        Err(LogError::OffsetOutOfRange { start: s, .. }) if s == start
+    ));
+    let read = log.read(start, ReadLimits::default()).expect("reads");
+    assert_eq!(
+        minibroker_records::base_offset(&read[0]),
+        model.since(start)[0].base
+    );
+    let mut held = Vec::new();
+    log.for_each_batch(0, |batch| {
+        held.push(minibroker_records::base_offset(batch));
+        true
+    })
+    .expect("the log reads");
+    let want: Vec<i64> = model.since(start).iter().map(|b| b.base).collect();
+    assert_eq!(held, want, "the batches from the one holding the start");
+}
+
+#[test]
+fn delete_records_moves_the_start_into_a_segment_and_a_reopen_or_a_crash_keeps_it() {
+    let (dir, model) = closed_fs_log(11, 200, 3);
+    let bases = fs_bases(dir.path());
+    assert!(bases.len() >= 4, "{bases:?}");
+    let before_deletion = tempfile::tempdir().expect("a temporary directory");
+    copy_dir(dir.path(), before_deletion.path());
+
+    // One offset past the third segment's base, inside a multi-record batch or not.
+    let start = bases[2] + 1;
+    let mut log = open_fs(dir.path()).log;
+    let stored = log.stored_bytes();
+    let released = log.delete_records(start).expect("records are deleted");
+    assert_eq!(
+        fs_bases(dir.path()),
+        bases[2..],
+        "the segments wholly below go"
+    );
+    assert_eq!(released.bytes, stored - log.stored_bytes());
+    assert_starts_at(&mut log, &model, start);
+    // Lower offsets change nothing; one past the end is taken as the end.
+    assert_eq!(log.delete_records(start - 1).expect("a no-op").bytes, 0);
+    assert_eq!(log.start_offset(), start);
+    drop(log);
+    assert_starts_at(&mut open_fs(dir.path()).log, &model, start);
+
+    // A crash after the start was saved and before any segment was deleted: the open finishes.
+    std::fs::copy(
+        dir.path().join("log-start-offset"),
+        before_deletion.path().join("log-start-offset"),
+    )
+    .expect("the start copies");
+    let mut recovered = open_fs(before_deletion.path()).log;
+    assert_eq!(fs_bases(before_deletion.path()), bases[2..]);
+    assert_starts_at(&mut recovered, &model, start);
+
+    // Everything deleted: the log is empty at its end, and appends go on from there.
+    let end = model.next_offset();
+    recovered
+        .delete_records(end + 100)
+        .expect("records are deleted");
+    assert_eq!(recovered.start_offset(), end);
+    assert_eq!(fs_bases(before_deletion.path()), [*bases.last().unwrap()]);
+    assert!(
+        recovered
+            .read(end, ReadLimits::default())
+            .expect("reads at the end")
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_damaged_start_offset_file_is_refused_naming_it() {
+    let (dir, _model) = closed_fs_log(12, 50, 1);
+    open_fs(dir.path())
+        .log
+        .delete_records(3)
+        .expect("records are deleted");
+    let path = dir.path().join("log-start-offset");
+    let mut bytes = std::fs::read(&path).expect("the start was saved");
+    bytes[7] ^= 0x10;
+    std::fs::write(&path, bytes).expect("the file is damaged");
+    let refused = DurableLog::open(Arc::new(FsStorage), dir.path(), SMALL).map(|_| ());
+    match refused {
+        Err(LogError::Damaged(reason)) => assert!(reason.contains("log-start-offset"), "{reason}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
 }

@@ -251,6 +251,16 @@ async fn every_api_refuses_what_the_acls_do_not_allow_with_kafkas_code() -> Resu
     let deleted: DeleteTopicsResponse = bob.call(ApiKey::DeleteTopics, 5, &delete).await?;
     assert_eq!(deleted.responses[0].error_code, denied);
     assert!(broker.broker.topic("visible", false).is_ok());
+    let delete_records = DeleteRecordsRequest::default().with_topics(vec![
+        delete_records_request::DeleteRecordsTopic::default()
+            .with_name(topic("visible"))
+            .with_partitions(vec![
+                delete_records_request::DeleteRecordsPartition::default().with_offset(-1),
+            ]),
+    ]);
+    let answer: DeleteRecordsResponse = bob.call(ApiKey::DeleteRecords, 2, &delete_records).await?;
+    assert_eq!(answer.topics[0].partitions[0].error_code, denied);
+    assert_eq!(broker.broker.offsets("visible", 0)?, (0, 1));
 
     // Nothing bob sent was stored: hidden holds alice's one record.
     assert_eq!(broker.broker.offsets("hidden", 0)?, (0, 1));

@@ -495,3 +495,81 @@ async fn alter_configs_replace_or_change_a_topics_settings_all_or_none() -> Resu
     assert_eq!(setting("segment.bytes").0, "8192");
     Ok(())
 }
+
+#[tokio::test]
+async fn delete_records_moves_the_start_and_a_retry_of_a_deleted_batch_is_still_a_duplicate()
+-> Result<()> {
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    use minibroker_tests::batch;
+    let (broker, _kafka, mut conn) = kafka(Config::default()).await?;
+    let batches = [
+        batch(1, 0, 0, &[b"a", b"b"]),
+        batch(1, 0, 2, &[b"c"]),
+        batch(1, 0, 3, &[b"d", b"e"]),
+    ];
+    for (sent, base) in batches.iter().zip([0, 2, 3]) {
+        let answer = crate::kafka::produce_to(&mut conn, "t", 0, sent.clone()).await?;
+        assert_eq!(answer, (0, base));
+    }
+    // (partition, offset) → (error, low watermark), one request after another.
+    let cases = [
+        ((0, 1), (0, 1)),
+        // Below the start: nothing changes.
+        ((0, 0), (0, 1)),
+        ((0, 6), (ResponseError::OffsetOutOfRange.code(), -1)),
+        ((0, -2), (ResponseError::OffsetOutOfRange.code(), -1)),
+        ((4, 1), (ResponseError::UnknownTopicOrPartition.code(), -1)),
+        ((-1, 1), (ResponseError::UnknownTopicOrPartition.code(), -1)),
+        ((0, 3), (0, 3)),
+    ];
+    for (version, ((partition, offset), expected)) in [0, 1, 2].into_iter().cycle().zip(cases) {
+        let request = DeleteRecordsRequest::default()
+            .with_timeout_ms(1000)
+            .with_topics(vec![
+                DeleteRecordsTopic::default()
+                    .with_name(TopicName(StrBytes::from_static_str("t")))
+                    .with_partitions(vec![
+                        DeleteRecordsPartition::default()
+                            .with_partition_index(partition)
+                            .with_offset(offset),
+                    ]),
+            ]);
+        let answer: DeleteRecordsResponse =
+            conn.call(ApiKey::DeleteRecords, version, &request).await?;
+        let got = &answer.topics[0].partitions[0];
+        assert_eq!(got.partition_index, partition);
+        assert_eq!(
+            (got.error_code, got.low_watermark),
+            expected,
+            "v{version} partition {partition} offset {offset}"
+        );
+    }
+    assert_eq!(broker.broker.offsets("t", 0)?, (3, 5));
+    // The retry of a deleted batch is still recognised, and so is the last one.
+    assert_eq!(
+        crate::kafka::produce_to(&mut conn, "t", 0, batches[1].clone()).await?,
+        (0, 2)
+    );
+    // -1: everything up to the high watermark.
+    let everything = DeleteRecordsRequest::default().with_topics(vec![
+        DeleteRecordsTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("t")))
+            .with_partitions(vec![DeleteRecordsPartition::default().with_offset(-1)]),
+    ]);
+    let answer: DeleteRecordsResponse = conn.call(ApiKey::DeleteRecords, 2, &everything).await?;
+    assert_eq!(answer.topics[0].partitions[0].low_watermark, 5);
+    assert_eq!(
+        crate::kafka::produce_to(&mut conn, "t", 0, batches[2].clone()).await?,
+        (0, 3)
+    );
+    assert_eq!(
+        crate::kafka::produce_to(&mut conn, "t", 0, batch(1, 0, 5, &[b"f"])).await?,
+        (0, 5)
+    );
+    assert_eq!(broker.broker.offsets("t", 0)?, (5, 6));
+    Ok(())
+}

@@ -4,6 +4,7 @@
 mod alter_configs;
 mod cluster;
 mod configs;
+mod delete_records;
 mod fetch;
 mod groups;
 mod leader_epoch;
