@@ -3,8 +3,9 @@
 //! checked: the topic list, the topics' settings, the producer-id reservation and the groups'
 //! offsets files (their checksummed envelope), and every partition's segments (each batch's
 //! CRC-32C), indexes, producer-state snapshots and start offset. Nothing is written; the
-//! directory's lock is taken, so a running broker is never read mid-write. Files that other crates keep in the directory (the group
-//! coordinator's offsets, the transaction log) are checked by the checks the caller passes in.
+//! directory's lock is taken, so a running broker is never read mid-write. Files that other
+//! crates keep in the directory (the group coordinator's offsets, the transaction log) are
+//! checked by the checks the caller passes in.
 
 use minibroker_log::check::Checked;
 use std::path::Path;
