@@ -7,7 +7,8 @@ order per partition, with its key and headers. It prints one JSON summary line a
 non-zero on any failure.
 
     python clients.py confluent|kafka-python|aiokafka BOOTSTRAP TOPIC PARTITIONS COUNT
-    python clients.py confluent BOOTSTRAP TOPIC PARTITIONS COUNT gzip|snappy|lz4|zstd
+    python clients.py codecs BOOTSTRAP PREFIX PARTITIONS COUNT  (every library writes with
+        gzip, snappy, lz4 and zstd, a topic each, and every library reads each one back)
     python clients.py admin BOOTSTRAP TOPIC PARTITIONS
     python clients.py lossy BOOTSTRAP TOPIC COUNT      (produce only, through a faulty network)
     python clients.py steady BOOTSTRAP TOPIC PARTITIONS COUNT   (produce only, riding out restarts)
@@ -59,10 +60,10 @@ def report(client, sent, received, extra=None):
     sys.exit(0 if not problems else 1)
 
 
-def run_confluent(bootstrap, topic, partitions, count, compression="none"):
-    from confluent_kafka import Consumer, Producer, TopicPartition
+def produce_confluent(bootstrap, topic, sent, compression="none"):
+    """Writes `sent` with confluent-kafka; returns the delivery failures."""
+    from confluent_kafka import Producer
 
-    sent = expected_records(topic, partitions, count)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                          "acks": "all", "linger.ms": 5, "compression.type": compression})
     failures = []
@@ -80,9 +81,13 @@ def run_confluent(bootstrap, topic, partitions, count, compression="none"):
             except BufferError:
                 producer.poll(0.1)
         producer.poll(0)
-    if producer.flush(30) != 0 or failures:
-        print(json.dumps({"client": "confluent", "ok": False, "problems": failures[:5]}))
-        sys.exit(1)
+    if producer.flush(30) != 0:
+        failures.append("unsent records after 30 s")
+    return failures
+
+
+def read_confluent(bootstrap, topic, partitions, count):
+    from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest"})
@@ -96,21 +101,29 @@ def run_confluent(bootstrap, topic, partitions, count, compression="none"):
         received.append((message.partition(), message.offset(), message.key(), message.value(),
                          list(message.headers() or [])))
     consumer.close()
-    report("confluent", sent, received)
+    return received
 
 
-def run_kafka_python(bootstrap, topic, partitions, count):
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+def produce_kafka_python(bootstrap, topic, sent, compression=None):
+    from kafka import KafkaProducer
 
-    sent = expected_records(topic, partitions, count)
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
-                             linger_ms=5)
+                             linger_ms=5, compression_type=compression)
     futures = [producer.send(topic, value=v, key=k, partition=p, headers=h)
                for p, k, v, h in sent]
     producer.flush(30)
+    failures = []
     for future in futures:
-        future.get(timeout=30)
+        try:
+            future.get(timeout=30)
+        except Exception as error:  # noqa: BLE001 - reported, not raised
+            failures.append(repr(error))
     producer.close()
+    return failures
+
+
+def read_kafka_python(bootstrap, topic, partitions, count):
+    from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                              auto_offset_reset="earliest", consumer_timeout_ms=5000)
@@ -124,24 +137,31 @@ def run_kafka_python(bootstrap, topic, partitions, count):
             for r in records:
                 received.append((r.partition, r.offset, r.key, r.value, list(r.headers)))
     consumer.close()
-    report("kafka-python", sent, received)
+    return received
 
 
-def run_aiokafka(bootstrap, topic, partitions, count):
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-
-    sent = expected_records(topic, partitions, count)
+def produce_aiokafka(bootstrap, topic, sent, compression=None):
+    from aiokafka import AIOKafkaProducer
 
     async def main():
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True,
-                                    acks="all", linger_ms=5)
+                                    acks="all", linger_ms=5, compression_type=compression)
         await producer.start()
         try:
             batch = [await producer.send(topic, value=v, key=k, partition=p, headers=h)
                      for p, k, v, h in sent]
-            await asyncio.gather(*batch)
+            results = await asyncio.gather(*batch, return_exceptions=True)
         finally:
             await producer.stop()
+        return [repr(r) for r in results if isinstance(r, BaseException)]
+
+    return asyncio.run(main())
+
+
+def read_aiokafka(bootstrap, topic, partitions, count):
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def main():
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                                     auto_offset_reset="earliest")
         await consumer.start()
@@ -161,7 +181,47 @@ def run_aiokafka(bootstrap, topic, partitions, count):
             await consumer.stop()
         return received
 
-    report("aiokafka", sent, asyncio.run(main()))
+    return asyncio.run(main())
+
+
+#: Each client library's producer and consumer.
+CLIENTS = {
+    "confluent": (produce_confluent, read_confluent),
+    "kafka-python": (produce_kafka_python, read_kafka_python),
+    "aiokafka": (produce_aiokafka, read_aiokafka),
+}
+
+CODECS = ("gzip", "snappy", "lz4", "zstd")
+
+
+def run_client(client, bootstrap, topic, partitions, count):
+    """One library's producer writes the records; its consumer reads them back."""
+    produce, read = CLIENTS[client]
+    sent = expected_records(topic, partitions, count)
+    failures = produce(bootstrap, topic, sent)
+    if failures:
+        print(json.dumps({"client": client, "ok": False, "problems": failures[:5]}))
+        sys.exit(1)
+    report(client, sent, read(bootstrap, topic, partitions, count))
+
+
+def run_codecs(bootstrap, prefix, partitions, count):
+    """Every library's producer writes with every codec, each to a topic of its own, and every
+    library's consumer reads each topic back whole."""
+    problems, checked = [], 0
+    for writer, (produce, _) in CLIENTS.items():
+        for codec in CODECS:
+            topic = f"{prefix}-{writer}-{codec}"
+            sent = expected_records(topic, partitions, count)
+            failures = produce(bootstrap, topic, sent, codec)
+            problems += [f"{writer} {codec}: {failure}" for failure in failures[:3]]
+            for reader, (_, read) in CLIENTS.items():
+                found = check(sent, read(bootstrap, topic, partitions, count))
+                problems += [f"{writer} {codec} read by {reader}: {p}" for p in found]
+                checked += 1
+    print(json.dumps({"client": "codecs", "ok": not problems, "checked": checked,
+                      "problems": problems[:10]}))
+    sys.exit(0 if not problems else 1)
 
 
 def run_admin(bootstrap, topic, partitions):
@@ -261,10 +321,10 @@ def main():
     elif command in ("steady", "read-all"):
         runner = run_steady if command == "steady" else run_read_all
         runner(bootstrap, topic, int(sys.argv[4]), int(sys.argv[5]))
+    elif command == "codecs":
+        run_codecs(bootstrap, topic, int(sys.argv[4]), int(sys.argv[5]))
     else:
-        runner = {"confluent": run_confluent, "kafka-python": run_kafka_python,
-                  "aiokafka": run_aiokafka}[command]
-        runner(bootstrap, topic, int(sys.argv[4]), int(sys.argv[5]), *sys.argv[6:])
+        run_client(command, bootstrap, topic, int(sys.argv[4]), int(sys.argv[5]))
 
 
 if __name__ == "__main__":
