@@ -171,7 +171,12 @@ fn record_batches() {
 #[test]
 fn native_request_frames() {
     use minibroker_protocol::{
-        AuthenticateRequest, FetchRequest, InitProducerRequest, Request, codec, serde_bytes,
+        AlterTopicConfigsRequest, AuthenticateRequest, CreateTopicWithRequest, FetchRequest,
+        InitProducerRequest, Request, TopicConfigChange, TopicSetting, codec, serde_bytes,
+    };
+    let setting = TopicSetting {
+        name: "retention.ms",
+        value: "60000",
     };
     let mut rng = rng(2);
     let batch = batch(7, 0, 2);
@@ -188,6 +193,18 @@ fn native_request_frames() {
         }),
         Request::InitProducer(InitProducerRequest { producer_id: None }),
         Request::Metadata,
+        Request::CreateTopicWith(CreateTopicWithRequest {
+            topic: "t",
+            partitions: 2,
+            settings: vec![setting],
+        }),
+        Request::AlterTopicConfigs(AlterTopicConfigsRequest {
+            topic: "t",
+            changes: vec![
+                TopicConfigChange::Set(setting),
+                TopicConfigChange::Delete("segment.bytes"),
+            ],
+        }),
     ];
     let mut seeds: Vec<Vec<u8>> = requests
         .iter()

@@ -1,7 +1,10 @@
-//! `minibroker topic create|list|describe|delete`: topics by hand, over the native protocol.
+//! `minibroker topic create|list|describe|alter|delete`: topics by hand, over the native
+//! protocol; `--config KEY=VALUE` sets a topic's own settings by Kafka's names (the broker checks
+//! and saves them, as for the Kafka admin APIs).
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 use minibroker_client::Client;
+use minibroker_client::protocol::{TopicConfigChange, TopicConfigsResponse, TopicSetting};
 use serde_json::json;
 
 use crate::target::TopicArgs;
@@ -16,6 +19,9 @@ pub enum Command {
         /// How many partitions.
         #[arg(long, default_value_t = 1)]
         partitions: u32,
+        /// A setting of the topic's own, by Kafka's name (`retention.ms=60000`); repeatable.
+        #[arg(long = "config", value_name = "KEY=VALUE", value_parser = setting)]
+        configs: Vec<(String, String)>,
         /// JSON lines instead of text: one line, {"created": TOPIC}.
         #[arg(long)]
         json: bool,
@@ -29,11 +35,27 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// A topic's partitions: offsets, stored bytes, producers.
+    /// A topic's partitions (offsets, stored bytes, producers) and settings (each value and
+    /// where it comes from: the topic, the broker or the default).
     Describe {
         #[command(flatten)]
         target: TopicArgs,
-        /// JSON lines instead of text: one line, {"topic", "partitions": [...]}.
+        /// JSON lines instead of text: one line, {"topic", "partitions": [...], "configs": [...]}.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change a topic's own settings: each `--config` set, then each `--delete-config` dropped
+    /// (the broker's value applies again), all or none, saved and applied before the answer.
+    Alter {
+        #[command(flatten)]
+        target: TopicArgs,
+        /// A setting to give the topic (`retention.ms=60000`); repeatable.
+        #[arg(long = "config", value_name = "KEY=VALUE", value_parser = setting)]
+        configs: Vec<(String, String)>,
+        /// A setting of the topic's own to drop; repeatable.
+        #[arg(long = "delete-config", value_name = "KEY")]
+        deleted: Vec<String>,
+        /// JSON lines instead of text: one line, {"altered": TOPIC}.
         #[arg(long)]
         json: bool,
     },
@@ -67,13 +89,43 @@ pub async fn run(args: Args) -> Result<()> {
         Command::Create {
             target,
             partitions,
+            configs,
             json,
         } => {
+            let client = connect(&target.broker).await?;
+            if configs.is_empty() {
+                // The request every broker version knows.
+                client.create_topic(&target.topic, partitions).await?;
+            } else {
+                let settings: Vec<TopicSetting<'_>> = configs
+                    .iter()
+                    .map(|(name, value)| TopicSetting { name, value })
+                    .collect();
+                client
+                    .create_topic_with(&target.topic, partitions, &settings)
+                    .await?;
+            }
+            done(json, "created", &target.topic);
+        }
+        Command::Alter {
+            target,
+            configs,
+            deleted,
+            json,
+        } => {
+            if configs.is_empty() && deleted.is_empty() {
+                bail!("nothing to change: give --config KEY=VALUE or --delete-config KEY");
+            }
+            let changes: Vec<TopicConfigChange<'_>> = configs
+                .iter()
+                .map(|(name, value)| TopicConfigChange::Set(TopicSetting { name, value }))
+                .chain(deleted.iter().map(|name| TopicConfigChange::Delete(name)))
+                .collect();
             connect(&target.broker)
                 .await?
-                .create_topic(&target.topic, partitions)
+                .alter_topic_configs(&target.topic, &changes)
                 .await?;
-            done(json, "created", &target.topic);
+            done(json, "altered", &target.topic);
         }
         Command::Delete { target, json } => {
             connect(&target.broker)
@@ -98,10 +150,9 @@ pub async fn run(args: Args) -> Result<()> {
             }
         }
         Command::Describe { target, json } => {
-            let topic = connect(&target.broker)
-                .await?
-                .describe_topic(&target.topic)
-                .await?;
+            let client = connect(&target.broker).await?;
+            let topic = client.describe_topic(&target.topic).await?;
+            let configs = client.describe_topic_configs(&target.topic).await?;
             if json {
                 let partitions: Vec<_> = topic
                     .partitions
@@ -116,7 +167,15 @@ pub async fn run(args: Args) -> Result<()> {
                         })
                     })
                     .collect();
-                println!("{}", json!({"topic": topic.name, "partitions": partitions}));
+                let configs: Vec<_> = configs
+                    .configs
+                    .iter()
+                    .map(|c| json!({"name": c.name, "value": c.value, "source": c.source.to_string()}))
+                    .collect();
+                println!(
+                    "{}",
+                    json!({"topic": topic.name, "partitions": partitions, "configs": configs})
+                );
             } else {
                 println!(
                     "topic {}: {} partition(s)",
@@ -137,10 +196,33 @@ pub async fn run(args: Args) -> Result<()> {
                         p.producers
                     );
                 }
+                print_configs(&configs);
             }
         }
     }
     Ok(())
+}
+
+/// A `KEY=VALUE` flag.
+fn setting(flag: &str) -> Result<(String, String)> {
+    let (name, value) = flag
+        .split_once('=')
+        .with_context(|| format!("{flag:?} is not KEY=VALUE"))?;
+    if name.is_empty() {
+        bail!("{flag:?} has no KEY");
+    }
+    Ok((name.to_owned(), value.to_owned()))
+}
+
+/// The settings table of `topic describe`.
+fn print_configs(configs: &TopicConfigsResponse) {
+    println!("{:<24} {:>20}  SOURCE", "CONFIG", "VALUE");
+    for config in &configs.configs {
+        println!(
+            "{:<24} {:>20}  {}",
+            config.name, config.value, config.source
+        );
+    }
 }
 
 fn done(json: bool, what: &str, topic: &str) {

@@ -362,3 +362,89 @@ fn the_metrics_listener_serves_https_and_asks_for_its_bearer_token() {
         .unwrap();
     assert!(!plain.status.success());
 }
+
+#[test]
+fn topic_settings_are_set_altered_and_described_by_the_cli_and_survive_a_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = || {
+        ServeProcess::spawn(
+            serve_command("127.0.0.1:0", "127.0.0.1:0")
+                .arg("--data-dir")
+                .arg(dir.path()),
+        )
+    };
+    let server = serve();
+    server.run(&[
+        "topic",
+        "create",
+        "--topic",
+        "tuned",
+        "--config",
+        "retention.ms=60000",
+        "--config",
+        "segment.bytes=1048576",
+    ]);
+    server.run(&[
+        "topic",
+        "alter",
+        "--topic",
+        "tuned",
+        "--config",
+        "max.message.bytes=100000",
+        "--delete-config",
+        "retention.ms",
+    ]);
+    // One value refused refuses the whole change (8192 alone would do), naming the setting.
+    let refused = Command::new(BIN)
+        .args([
+            "topic",
+            "alter",
+            "--topic",
+            "tuned",
+            "--config",
+            "segment.bytes=8192",
+        ])
+        .args(["--config", "segment.bytes=soon", "--broker", &server.addr])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let reason = String::from_utf8_lossy(&refused.stderr);
+    assert!(reason.contains("segment.bytes"), "{reason}");
+    let settings = |server: &ServeProcess| {
+        let described =
+            json_lines(&server.run(&["topic", "describe", "--topic", "tuned", "--json"]));
+        described[0]["configs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let name = c["name"].as_str().unwrap().to_owned();
+                let value = format!(
+                    "{}={}",
+                    c["value"].as_str().unwrap(),
+                    c["source"].as_str().unwrap()
+                );
+                (name, value)
+            })
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let expected = [
+        ("retention.ms", "-1=default"),
+        ("segment.bytes", "1048576=topic"),
+        ("max.message.bytes", "100000=topic"),
+    ];
+    let check = |found: &std::collections::BTreeMap<String, String>| {
+        for (name, want) in expected {
+            assert_eq!(found[name], want, "{name} in {found:?}");
+        }
+    };
+    check(&settings(&server));
+    let text = server.run(&["topic", "describe", "--topic", "tuned"]);
+    assert!(
+        text.contains("max.message.bytes") && text.contains("SOURCE"),
+        "{text}"
+    );
+    // SIGKILL: every change was on disk before it was answered.
+    server.kill();
+    check(&settings(&serve()));
+}

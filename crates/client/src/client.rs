@@ -10,10 +10,11 @@
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use minibroker_protocol::{
-    CreateTopicRequest, DEFAULT_MAX_FRAME_BYTES, DescribeProducersRequest,
-    DescribeProducersResponse, DescribeTopicResponse, FetchRequest, FetchResponse, FrameCodec,
-    InitProducerRequest, InitProducerResponse, MetadataResponse, ProduceRequest, ProduceResponse,
-    ProducerState, Request, Response, TopicRequest, codec, serde_bytes,
+    AlterTopicConfigsRequest, CreateTopicRequest, CreateTopicWithRequest, DEFAULT_MAX_FRAME_BYTES,
+    DescribeProducersRequest, DescribeProducersResponse, DescribeTopicResponse, FetchRequest,
+    FetchResponse, FrameCodec, InitProducerRequest, InitProducerResponse, MetadataResponse,
+    ProduceRequest, ProduceResponse, ProducerState, Request, Response, TopicConfigChange,
+    TopicConfigsResponse, TopicRequest, TopicSetting, codec, serde_bytes,
 };
 use std::collections::HashMap;
 use std::future::Future;
@@ -344,6 +345,65 @@ impl Client {
         match self.request(&request).await? {
             Response::Done => Ok(()),
             other => Err(unexpected("create-topic", other)),
+        }
+    }
+
+    /// Creates `topic` with `partitions` partitions and settings of its own (Kafka's names and
+    /// values: `retention.ms`, `segment.bytes`, ...); every setting is checked first.
+    ///
+    /// # Errors
+    /// As [`Self::create_topic`]; a setting refused (`INVALID_INPUT`, naming it).
+    pub async fn create_topic_with(
+        &self,
+        topic: &str,
+        partitions: u32,
+        settings: &[TopicSetting<'_>],
+    ) -> Result<(), ClientError> {
+        let request = Request::CreateTopicWith(CreateTopicWithRequest {
+            topic,
+            partitions,
+            settings: settings.to_vec(),
+        });
+        match self.request(&request).await? {
+            Response::Done => Ok(()),
+            other => Err(unexpected("create-topic", other)),
+        }
+    }
+
+    /// `topic`'s settings, each with where its value comes from.
+    ///
+    /// # Errors
+    /// Connection failures and broker errors (an unknown topic).
+    pub async fn describe_topic_configs(
+        &self,
+        topic: &str,
+    ) -> Result<TopicConfigsResponse, ClientError> {
+        match self
+            .request(&Request::DescribeTopicConfigs(TopicRequest { topic }))
+            .await?
+        {
+            Response::TopicConfigs(response) => Ok(response),
+            other => Err(unexpected("describe-topic-configs", other)),
+        }
+    }
+
+    /// Applies `changes` to `topic`'s own settings, in order, all or none; the broker saves and
+    /// applies them before it answers.
+    ///
+    /// # Errors
+    /// Connection failures and broker errors (an unknown topic, a setting refused).
+    pub async fn alter_topic_configs(
+        &self,
+        topic: &str,
+        changes: &[TopicConfigChange<'_>],
+    ) -> Result<(), ClientError> {
+        let request = Request::AlterTopicConfigs(AlterTopicConfigsRequest {
+            topic,
+            changes: changes.to_vec(),
+        });
+        match self.request(&request).await? {
+            Response::Done => Ok(()),
+            other => Err(unexpected("alter-topic-configs", other)),
         }
     }
 

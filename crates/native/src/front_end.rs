@@ -14,7 +14,8 @@
 
 use bytes::{Bytes, BytesMut};
 use minibroker_broker::{
-    Broker, BrokerError, ErrorKind, Fetched, Isolation, ProducerPage, Unacknowledged,
+    Broker, BrokerError, ConfigSource, ErrorKind, Fetched, Isolation, ProducerPage, SettingChange,
+    Unacknowledged,
 };
 use minibroker_net::access::{Guard, ProducerUse};
 use minibroker_net::framing::FramingError;
@@ -22,10 +23,11 @@ use minibroker_net::login::{Choice, Session, Step};
 use minibroker_net::timings::ConnectionTimings;
 use minibroker_net::{FrontEnd, Next, Node, Peer};
 use minibroker_protocol::{
-    AuthenticateResponse, BadFrame, DescribeProducersResponse, DescribeTopicResponse, ErrorCode,
-    ErrorResponse, FetchResponse, FrameCodec, InitProducerResponse, MetadataResponse,
-    PartitionDescription, ProduceResponse, ProducerState, ProtocolError, Request, Response,
-    TopicMetadata, codec,
+    AuthenticateResponse, BadFrame, ConfigOrigin, CreateTopicRequest, CreateTopicWithRequest,
+    DescribeProducersResponse, DescribeTopicResponse, ErrorCode, ErrorResponse, FetchResponse,
+    FrameCodec, InitProducerResponse, MetadataResponse, PartitionDescription, ProduceResponse,
+    ProducerState, ProtocolError, Request, Response, TopicConfig, TopicConfigChange,
+    TopicConfigsResponse, TopicMetadata, codec,
 };
 use minibroker_security::{Operation, ResourceType};
 use std::sync::Arc;
@@ -268,8 +270,15 @@ impl NativeFrontEnd {
             Request::DescribeTopic(describe) => topic(Operation::Describe, describe.topic),
             Request::DeleteTopic(delete) => topic(Operation::Describe, delete.topic)
                 .or_else(|| topic(Operation::Delete, delete.topic)),
-            Request::CreateTopic(create) => (!self.guard.may_create_topic(create.topic))
-                .then(|| self.denied(Operation::Create, &format!("TOPIC {}", create.topic))),
+            Request::CreateTopic(CreateTopicRequest { topic, .. })
+            | Request::CreateTopicWith(CreateTopicWithRequest { topic, .. }) => {
+                (!self.guard.may_create_topic(topic))
+                    .then(|| self.denied(Operation::Create, &format!("TOPIC {topic}")))
+            }
+            Request::DescribeTopicConfigs(describe) => {
+                topic(Operation::DescribeConfigs, describe.topic)
+            }
+            Request::AlterTopicConfigs(alter) => topic(Operation::AlterConfigs, alter.topic),
             Request::InitProducer(_) => (!self.guard.may_write_idempotently())
                 .then(|| self.denied(Operation::IdempotentWrite, "CLUSTER kafka-cluster")),
             Request::Metadata | Request::Authenticate(_) => None,
@@ -395,6 +404,32 @@ impl NativeFrontEnd {
                 broker.create_topic(create.topic, create.partitions)?;
                 Response::Done
             }
+            Request::CreateTopicWith(create) => {
+                let settings: Vec<(&str, &str)> = create
+                    .settings
+                    .iter()
+                    .map(|setting| (setting.name, setting.value))
+                    .collect();
+                broker.create_topic_with(create.topic, create.partitions, &settings)?;
+                Response::Done
+            }
+            Request::DescribeTopicConfigs(describe) => {
+                Response::TopicConfigs(topic_configs(broker, describe.topic)?)
+            }
+            Request::AlterTopicConfigs(alter) => {
+                let changes: Vec<SettingChange<'_>> = alter
+                    .changes
+                    .iter()
+                    .map(|change| match *change {
+                        TopicConfigChange::Set(setting) => {
+                            SettingChange::Set(setting.name, setting.value)
+                        }
+                        TopicConfigChange::Delete(name) => SettingChange::Delete(name),
+                    })
+                    .collect();
+                broker.change_topic_settings(alter.topic, &changes, false)?;
+                Response::Done
+            }
             Request::DeleteTopic(delete) => {
                 broker.delete_topic(delete.topic)?;
                 Response::Done
@@ -445,6 +480,27 @@ fn fetch_response(fetched: Fetched) -> FetchResponse {
         log_start_offset: fetched.log_start_offset,
         batches: fetched.batches,
     }
+}
+
+/// `topic`'s settings, each with where its value comes from.
+fn topic_configs(broker: &Broker, topic: &str) -> Result<TopicConfigsResponse, BrokerError> {
+    let configs = broker
+        .topic_configs(topic)?
+        .into_iter()
+        .map(|entry| TopicConfig {
+            name: entry.name.to_owned(),
+            value: entry.value,
+            source: match entry.source {
+                ConfigSource::Topic => ConfigOrigin::Topic,
+                ConfigSource::Broker => ConfigOrigin::Broker,
+                ConfigSource::Default => ConfigOrigin::Default,
+            },
+        })
+        .collect();
+    Ok(TopicConfigsResponse {
+        topic: topic.to_owned(),
+        configs,
+    })
 }
 
 fn describe_response(page: ProducerPage) -> DescribeProducersResponse {

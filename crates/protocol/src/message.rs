@@ -43,6 +43,97 @@ pub enum Request<'a> {
     /// token (PLAIN's message; SCRAM's client-first, then client-final).
     #[serde(borrow)]
     Authenticate(AuthenticateRequest<'a>),
+    /// Create a topic with settings of its own (Kafka's topic-level names and values).
+    #[serde(borrow)]
+    CreateTopicWith(CreateTopicWithRequest<'a>),
+    /// A topic's settings, each with where its value comes from.
+    #[serde(borrow)]
+    DescribeTopicConfigs(TopicRequest<'a>),
+    /// Change a topic's own settings, in order, all or none.
+    #[serde(borrow)]
+    AlterTopicConfigs(AlterTopicConfigsRequest<'a>),
+}
+
+/// Create a topic with settings of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateTopicWithRequest<'a> {
+    /// Its name.
+    pub topic: &'a str,
+    /// How many partitions.
+    pub partitions: u32,
+    /// Its settings (`retention.ms` and the like), each checked before anything is made.
+    #[serde(borrow)]
+    pub settings: Vec<TopicSetting<'a>>,
+}
+
+/// One setting, by Kafka's topic-level name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicSetting<'a> {
+    /// Its name (`retention.ms`).
+    pub name: &'a str,
+    /// Its value, as Kafka writes it (`-1` for no limit).
+    pub value: &'a str,
+}
+
+/// Change a topic's own settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlterTopicConfigsRequest<'a> {
+    /// The topic.
+    pub topic: &'a str,
+    /// The changes, applied in order; one refused refuses them all.
+    #[serde(borrow)]
+    pub changes: Vec<TopicConfigChange<'a>>,
+}
+
+/// One change to a topic's own settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TopicConfigChange<'a> {
+    /// Give the topic its own value.
+    #[serde(borrow)]
+    Set(TopicSetting<'a>),
+    /// Drop the topic's own value: the broker's (or the default) applies again.
+    Delete(&'a str),
+}
+
+/// A topic's settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicConfigsResponse {
+    /// The topic.
+    pub topic: String,
+    /// Every setting, by name.
+    pub configs: Vec<TopicConfig>,
+}
+
+/// One setting of a topic, as it applies now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicConfig {
+    /// Kafka's name for it.
+    pub name: String,
+    /// Its value, as Kafka writes it.
+    pub value: String,
+    /// Where the value comes from.
+    pub source: ConfigOrigin,
+}
+
+/// Where a setting's value comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConfigOrigin {
+    /// The topic's own (set when it was created, or changed since).
+    Topic,
+    /// The broker's configuration, for every topic without its own.
+    Broker,
+    /// Nobody set it.
+    Default,
+}
+
+impl fmt::Display for ConfigOrigin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Topic => "topic",
+            Self::Broker => "broker",
+            Self::Default => "default",
+        })
+    }
 }
 
 /// One step of a login.
@@ -82,6 +173,9 @@ impl Request<'_> {
             Self::DeleteTopic(_) => "delete-topic",
             Self::DescribeTopic(_) => "describe-topic",
             Self::Authenticate(_) => "authenticate",
+            Self::CreateTopicWith(_) => "create-topic",
+            Self::DescribeTopicConfigs(_) => "describe-topic-configs",
+            Self::AlterTopicConfigs(_) => "alter-topic-configs",
         }
     }
 }
@@ -154,6 +248,8 @@ pub enum Response {
     DescribeTopic(DescribeTopicResponse),
     /// A login step's answer.
     Authenticate(AuthenticateResponse),
+    /// A topic's settings.
+    TopicConfigs(TopicConfigsResponse),
 }
 
 /// Create a topic.

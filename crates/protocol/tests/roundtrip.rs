@@ -3,7 +3,9 @@
 
 use bytes::{Bytes, BytesMut};
 use minibroker_protocol::{
-    FetchResponse, FrameCodec, Outcome, ProduceRequest, ProduceResponse, Request, Response, codec,
+    AlterTopicConfigsRequest, ConfigOrigin, CreateTopicWithRequest, FetchResponse, FrameCodec,
+    Outcome, ProduceRequest, ProduceResponse, Request, Response, TopicConfig, TopicConfigChange,
+    TopicConfigsResponse, TopicRequest, TopicSetting, codec,
 };
 use minibroker_records::{NewRecord, Writer};
 use proptest::prelude::*;
@@ -44,6 +46,55 @@ proptest! {
             let body = codec::encode_body(1, &response).unwrap();
             prop_assert_eq!(codec::decode_response(&body).unwrap(), (1, response));
         }
+    }
+
+    #[test]
+    fn topic_config_requests_and_answers_round_trip(
+        topic in "[a-z]{1,12}",
+        settings in prop::collection::vec(("[a-z.]{1,16}", "-?[0-9a-z]{0,8}"), 0..4),
+        partitions in any::<u32>(),
+    ) {
+        let pairs: Vec<TopicSetting> = settings
+            .iter()
+            .map(|(name, value)| TopicSetting { name, value })
+            .collect();
+        let changes: Vec<TopicConfigChange> = pairs
+            .iter()
+            .enumerate()
+            .map(|(i, setting)| if i % 2 == 0 {
+                TopicConfigChange::Set(*setting)
+            } else {
+                TopicConfigChange::Delete(setting.name)
+            })
+            .collect();
+        let requests = [
+            Request::CreateTopicWith(CreateTopicWithRequest {
+                topic: &topic,
+                partitions,
+                settings: pairs.clone(),
+            }),
+            Request::DescribeTopicConfigs(TopicRequest { topic: &topic }),
+            Request::AlterTopicConfigs(AlterTopicConfigsRequest { topic: &topic, changes }),
+        ];
+        for request in requests {
+            let body = codec::encode_body(7, &request).unwrap();
+            prop_assert_eq!(codec::decode_request(&body).unwrap(), (7, request));
+        }
+        let origins = [ConfigOrigin::Topic, ConfigOrigin::Broker, ConfigOrigin::Default];
+        let answer = Response::TopicConfigs(TopicConfigsResponse {
+            topic: topic.clone(),
+            configs: settings
+                .iter()
+                .zip(origins.iter().cycle())
+                .map(|((name, value), &source)| TopicConfig {
+                    name: name.clone(),
+                    value: value.clone(),
+                    source,
+                })
+                .collect(),
+        });
+        let body = codec::encode_body(8, &answer).unwrap();
+        prop_assert_eq!(codec::decode_response(&body).unwrap(), (8, answer));
     }
 
     #[test]

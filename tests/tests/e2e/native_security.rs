@@ -152,6 +152,23 @@ async fn the_native_listener_asks_for_tls_a_login_and_what_the_acls_allow() -> R
     );
     let read = bob.fetch("shared", 0, 0, 1 << 20).await?;
     assert_eq!(read.batches.len(), 1);
+    // Reading a topic is not reading or changing its settings.
+    let retention = minibroker_protocol::TopicSetting {
+        name: "retention.ms",
+        value: "1",
+    };
+    let change = [minibroker_protocol::TopicConfigChange::Set(retention)];
+    for refused in [
+        bob.describe_topic_configs("shared").await.map(|_| ()),
+        bob.alter_topic_configs("shared", &change).await,
+        bob.create_topic_with("bobs", 1, &[retention]).await,
+    ] {
+        assert_eq!(code(&refused.unwrap_err()), Some(ErrorCode::NotAuthorized));
+    }
+    assert_eq!(
+        alice.describe_topic_configs("shared").await?.configs[0].value,
+        "-1"
+    );
 
     // Mallory may write `shared`, but not as alice's producer, nor fence it.
     let mallory =
