@@ -44,8 +44,10 @@ use thiserror::Error;
 
 pub use kafka_protocol::records::NO_PRODUCER_ID;
 
+mod compact;
 mod marker;
 mod validate;
+pub use compact::{KeyedRecord, Retained, for_each_record, retain_records};
 pub use marker::{Marker, encode_marker, marker};
 pub use validate::{MAX_DECOMPRESSED_BYTES, validate};
 
@@ -66,6 +68,7 @@ mod layout {
     pub const CRC_START: usize = 21;
     pub const ATTRIBUTES: usize = 21;
     pub const LAST_OFFSET_DELTA: usize = 23;
+    pub const FIRST_TIMESTAMP: usize = 27;
     pub const MAX_TIMESTAMP: usize = 35;
     pub const PRODUCER_ID: usize = 43;
     pub const PRODUCER_EPOCH: usize = 51;
@@ -198,9 +201,12 @@ pub struct BatchInfo {
     pub epoch: i16,
     /// The sequence of the first record.
     pub base_sequence: i32,
-    /// How many records the batch holds (at least one): also how many sequences and offsets it
-    /// takes.
+    /// How many records the batch holds: at least one as a producer sends it, and then also how
+    /// many offsets and sequences it takes; fewer (even none) once compaction removed some.
     pub record_count: u32,
+    /// How many offsets and sequences it takes (its last offset delta + 1): the record count as
+    /// sent, and still the same after compaction removed records.
+    pub offset_count: u32,
     /// Part of a transaction.
     pub transactional: bool,
     /// A control batch (transaction markers).
@@ -289,6 +295,19 @@ fn encode_batch(
 /// [`RecordsError::UnsupportedMagic`] for an older format, [`RecordsError::Invalid`] for a
 /// well-formed batch that cannot be accepted.
 pub fn inspect(batch: &[u8]) -> Result<BatchInfo, RecordsError> {
+    inspect_as(batch, false)
+}
+
+/// [`inspect`] for a batch the log stores: compaction may have removed some of its records (even
+/// all of them), keeping its offsets and sequences, so it holds from none to its offset count.
+///
+/// # Errors
+/// As [`inspect`], but fewer records than offsets is not refused.
+pub fn inspect_kept(batch: &[u8]) -> Result<BatchInfo, RecordsError> {
+    inspect_as(batch, true)
+}
+
+fn inspect_as(batch: &[u8], compacted: bool) -> Result<BatchInfo, RecordsError> {
     if batch.len() < HEADER_LEN {
         return Err(RecordsError::Corrupt(format!(
             "{} bytes, shorter than the {HEADER_LEN}-byte header",
@@ -307,12 +326,25 @@ pub fn inspect(batch: &[u8]) -> Result<BatchInfo, RecordsError> {
         )));
     }
     let header = Header::read(batch)?;
-    let record_count = u32::try_from(header.record_count)
+    let last_offset_delta = i32_at(batch, layout::LAST_OFFSET_DELTA);
+    let offset_count = u32::try_from(i64::from(last_offset_delta) + 1)
         .ok()
         .filter(|count| *count > 0)
-        .ok_or_else(|| RecordsError::Invalid("a batch needs at least one record".into()))?;
-    let last_offset_delta = i32_at(batch, layout::LAST_OFFSET_DELTA);
-    if i64::from(last_offset_delta) != i64::from(record_count) - 1 {
+        .ok_or_else(|| {
+            RecordsError::Invalid(format!("a last offset delta of {last_offset_delta}"))
+        })?;
+    let record_count = u32::try_from(header.record_count).unwrap_or(0);
+    if compacted {
+        if record_count > offset_count {
+            return Err(RecordsError::Invalid(format!(
+                "{record_count} records but a last offset delta of {last_offset_delta}"
+            )));
+        }
+    } else if record_count == 0 {
+        return Err(RecordsError::Invalid(
+            "a batch needs at least one record".into(),
+        ));
+    } else if record_count != offset_count {
         return Err(RecordsError::Invalid(format!(
             "{record_count} records but a last offset delta of {last_offset_delta}"
         )));
@@ -334,6 +366,7 @@ pub fn inspect(batch: &[u8]) -> Result<BatchInfo, RecordsError> {
         epoch: header.producer_epoch,
         base_sequence: header.base_sequence,
         record_count,
+        offset_count,
         transactional: header.attributes & attributes::TRANSACTIONAL != 0,
         control: header.attributes & attributes::CONTROL != 0,
         compressed,
@@ -457,15 +490,16 @@ pub fn set_base_offset(batch: &mut [u8], base_offset: i64) {
         .copy_from_slice(&LEADER_EPOCH.to_be_bytes());
 }
 
-/// Checks a batch read back from storage, expected at `base_offset`: everything [`inspect`]
-/// checks, plus the two fields outside the CRC that the log stamped ([`set_base_offset`]). A
-/// change to any single byte of a stored batch fails one of these checks.
+/// Checks a batch read back from storage, expected at `base_offset`: everything
+/// [`inspect_kept`] checks, plus the two fields outside the CRC that the log stamped
+/// ([`set_base_offset`]). A change to any single byte of a stored batch fails one of these
+/// checks.
 ///
 /// # Errors
-/// As [`inspect`], and [`RecordsError::Corrupt`] for a base offset or leader epoch other than
-/// the log's.
+/// As [`inspect_kept`], and [`RecordsError::Corrupt`] for a base offset or leader epoch other
+/// than the log's.
 pub fn inspect_stored(batch: &[u8], base_offset: i64) -> Result<BatchInfo, RecordsError> {
-    let info = inspect(batch)?;
+    let info = inspect_kept(batch)?;
     let found = self::base_offset(batch);
     if found != base_offset {
         return Err(RecordsError::Corrupt(format!(
@@ -553,7 +587,7 @@ pub struct DecodedBatch {
 /// # Errors
 /// As [`inspect`], and [`RecordsError::Decode`] for records that do not decode.
 pub fn decode(batch: &Bytes) -> Result<DecodedBatch, RecordsError> {
-    let info = inspect(batch)?;
+    let info = inspect_kept(batch)?;
     let mut bytes = batch.clone();
     // The decoder reserves room for each record's headers from their count before reading them,
     // so the records are walked first (as a produce walks them), after decompression (the
@@ -562,7 +596,7 @@ pub fn decode(batch: &Bytes) -> Result<DecodedBatch, RecordsError> {
         &mut bytes,
         Some(|records: &mut Bytes, compression: Compression| {
             let records = decompress(records, compression)?;
-            validate::walk_records(&records, info.record_count)?;
+            validate::walk_records(&records, &info)?;
             Ok(records)
         }),
     )

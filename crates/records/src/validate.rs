@@ -34,17 +34,67 @@ pub fn validate(batch: &[u8]) -> Result<BatchInfo, RecordsError> {
     let records = &batch[HEADER_LEN..];
     let codec = crate::i16_at(batch, layout::ATTRIBUTES) & crate::attributes::COMPRESSION;
     match codec {
-        0 => walk_records(records, info.record_count)?,
-        codec => walk_compressed(codec, records, info.record_count)
-            .map_err(|why| RecordsError::Corrupt(why.0))?,
+        0 => walk_records(records, &info)?,
+        codec => {
+            walk_compressed(codec, records, &info).map_err(|why| RecordsError::Corrupt(why.0))?
+        }
     }
     Ok(info)
 }
 
-/// Walks `count` uncompressed records, as [`validate`] does (and [`crate::decode`], before its
-/// decoder reserves room for what the records claim).
-pub(crate) fn walk_records(records: &[u8], count: u32) -> Result<(), RecordsError> {
-    walk(&mut SliceSource::new(records), count).map_err(|why| RecordsError::Corrupt(why.0))
+/// Walks the uncompressed records of a batch `info` describes, as [`validate`] does (and
+/// [`crate::decode`], before its decoder reserves room for what the records claim).
+pub(crate) fn walk_records(records: &[u8], info: &BatchInfo) -> Result<(), RecordsError> {
+    walk(&mut SliceSource::new(records), info).map_err(|why| RecordsError::Corrupt(why.0))
+}
+
+/// Where one record lies in uncompressed records, and what compaction reads of it.
+#[derive(Debug, Clone)]
+pub(crate) struct RecordPlace {
+    /// Its bytes, length prefix included.
+    pub(crate) bytes: std::ops::Range<usize>,
+    pub(crate) offset_delta: i64,
+    pub(crate) timestamp_delta: i64,
+    /// Its key's bytes; `None` for a null key.
+    pub(crate) key: Option<std::ops::Range<usize>>,
+    /// Whether its value is null (a tombstone).
+    pub(crate) null_value: bool,
+}
+
+/// Every record in `records` (uncompressed, already walked when the batch was stored), in order.
+pub(crate) fn record_places(records: &[u8]) -> Result<Vec<RecordPlace>, RecordsError> {
+    let corrupt = |why: Refused| RecordsError::Corrupt(why.0);
+    let mut source = SliceSource::new(records);
+    let mut places = Vec::new();
+    while source.at < records.len() {
+        let start = source.at;
+        let length = varint(&mut source).map_err(corrupt)?;
+        let body = source.at;
+        let end = usize::try_from(length)
+            .ok()
+            .and_then(|length| body.checked_add(length))
+            .filter(|end| *end <= records.len())
+            .ok_or_else(|| RecordsError::Corrupt(format!("a record of length {length}")))?;
+        source.skip(1).map_err(corrupt)?; // attributes
+        let timestamp_delta = varlong(&mut source).map_err(corrupt)?;
+        let offset_delta = varint(&mut source).map_err(corrupt)?;
+        let key = field(&mut source).map_err(corrupt)?;
+        let null_value = field(&mut source).map_err(corrupt)?.is_none();
+        source.at = end;
+        places.push(RecordPlace {
+            bytes: start..end,
+            offset_delta,
+            timestamp_delta,
+            key,
+            null_value,
+        });
+    }
+    Ok(places)
+}
+
+/// A key or value in place: its bytes, or `None` when null.
+fn field(source: &mut SliceSource<'_>) -> Result<Option<std::ops::Range<usize>>, Refused> {
+    Ok(skip_field(source)?.map(|length| source.at - length..source.at))
 }
 
 /// Why the records were refused.
@@ -61,7 +111,7 @@ fn refused<T>(why: impl Into<String>) -> Result<T, Refused> {
     Err(Refused(why.into()))
 }
 
-fn walk_compressed(codec: i16, records: &[u8], count: u32) -> Result<(), Refused> {
+fn walk_compressed(codec: i16, records: &[u8], info: &BatchInfo) -> Result<(), Refused> {
     let stream: Box<dyn Read + '_> = match codec {
         1 => Box::new(flate2::read::GzDecoder::new(records)),
         2 => Box::new(snappy::Stream::new(records)?),
@@ -70,7 +120,7 @@ fn walk_compressed(codec: i16, records: &[u8], count: u32) -> Result<(), Refused
         // `inspect` refused every other codec.
         other => return refused(format!("unknown compression codec {other}")),
     };
-    walk(&mut StreamSource::new(stream), count)
+    walk(&mut StreamSource::new(stream), info)
 }
 
 /// Where a walk reads records from: a slice, or a stream being decompressed.
@@ -87,8 +137,12 @@ trait Source {
     fn at_end(&mut self) -> Result<bool, Refused>;
 }
 
-/// Walks `count` records from `source`, and checks nothing follows them.
-fn walk(source: &mut impl Source, count: u32) -> Result<(), Refused> {
+/// Walks the records `info` counts from `source`, and checks nothing follows them. Their offset
+/// deltas rise and stay below the offsets the batch spans: `0, 1, ...` exactly as a producer
+/// sends them, with gaps only where compaction removed records.
+fn walk(source: &mut impl Source, info: &BatchInfo) -> Result<(), Refused> {
+    let count = info.record_count;
+    let mut previous = -1;
     for expected in 0..count {
         let length = varint(source)?;
         let Ok(length) = u64::try_from(length) else {
@@ -100,9 +154,10 @@ fn walk(source: &mut impl Source, count: u32) -> Result<(), Refused> {
         source.skip(1)?; // attributes
         varlong(source)?; // timestamp delta
         let offset_delta = varint(source)?;
-        if offset_delta != i64::from(expected) {
+        if offset_delta <= previous || offset_delta >= i64::from(info.offset_count) {
             return refused(format!("record {expected} has offset delta {offset_delta}"));
         }
+        previous = offset_delta;
         skip_field(source)?; // key
         skip_field(source)?; // value
         let headers = varint(source)?;
@@ -142,12 +197,13 @@ fn walk(source: &mut impl Source, count: u32) -> Result<(), Refused> {
     Ok(())
 }
 
-/// Skips a key, value or header value: its length, then that many bytes (none for -1: null).
-fn skip_field(source: &mut impl Source) -> Result<(), Refused> {
+/// Skips a key, value or header value: its length, then that many bytes (none for -1: null);
+/// returns the length, `None` for null.
+fn skip_field(source: &mut impl Source) -> Result<Option<usize>, Refused> {
     match varint(source)? {
-        -1 => Ok(()),
+        -1 => Ok(None),
         length => match usize::try_from(length) {
-            Ok(length) => source.skip(length),
+            Ok(length) => source.skip(length).map(|()| Some(length)),
             Err(_) => refused(format!("a record field has length {length}")),
         },
     }

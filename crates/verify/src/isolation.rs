@@ -196,6 +196,7 @@ mod tests {
                 epoch: 0,
                 base_sequence: 0,
                 record_count: 1,
+                offset_count: 1,
                 transactional,
                 control: false,
                 compressed: false,

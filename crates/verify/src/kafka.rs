@@ -240,7 +240,7 @@ async fn read_partition(
         let before = offset;
         for batch in whole_batches(data.records.clone().unwrap_or_default()) {
             let decoded = minibroker_records::decode(&batch)?;
-            offset = decoded.base_offset + i64::from(decoded.info.record_count);
+            offset = minibroker_records::end_offset(&batch);
             let commit = minibroker_records::marker(&batch)?.map(|marker| marker.commit);
             read.batches.push(FetchedBatch {
                 base_offset: decoded.base_offset,

@@ -76,7 +76,8 @@ impl Broker {
         let mut replayed = 0u64;
         let mut bad = None;
         log.for_each_batch(from, |batch| {
-            let Ok(info) = minibroker_records::inspect(batch) else {
+            // A compacted batch may hold fewer records than the offsets and sequences it took.
+            let Ok(info) = minibroker_records::inspect_kept(batch) else {
                 bad = Some(minibroker_records::base_offset(batch));
                 return false;
             };
@@ -100,7 +101,7 @@ impl Broker {
                 }
                 return bad.is_none();
             }
-            let header = SequenceRange::spanning(info.base_sequence, info.record_count)
+            let header = SequenceRange::spanning(info.base_sequence, info.offset_count)
                 .ok()
                 .and_then(|sequences| {
                     BatchHeader::new(info.producer_id, partition.id, info.epoch, sequences).ok()
