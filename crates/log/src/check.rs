@@ -9,9 +9,11 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::names::{INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, file_name, parse_name};
+use crate::names::{
+    COMPACTED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, file_name, parse_name,
+};
+use crate::offset_files::OFFSET_FILES;
 use crate::segment::{Damage, Segment};
-use crate::start_offset::{self, START_OFFSET_FILE};
 use crate::storage::{Storage, TEMPORARY_SUFFIX, read_whole};
 
 /// What the check found in one file.
@@ -84,12 +86,14 @@ pub fn check_partition_dir(storage: &Arc<dyn Storage>, dir: &Path) -> io::Result
                 "a write that never finished (removed at the next start)",
             );
         } else if let Some(base) = parse_name(&name, LOG_SUFFIX) {
-            bases.push(base);
+            bases.push((base, false));
+        } else if let Some(base) = parse_name(&name, COMPACTED_SUFFIX) {
+            bases.push((base, true));
         } else if parse_name(&name, SNAPSHOT_SUFFIX).is_some() {
             checked.snapshots.push(path);
-        } else if name == START_OFFSET_FILE {
+        } else if let Some(file) = OFFSET_FILES.iter().find(|file| file.name == name) {
             checked.files += 1;
-            if let Err(reason) = start_offset::decode(&read_whole(&**storage, &path)?) {
+            if let Err(reason) = file.decode(&read_whole(&**storage, &path)?) {
                 checked.add_damage(
                     path,
                     format!("{reason}: the broker refuses to open the partition"),
@@ -101,12 +105,17 @@ pub fn check_partition_dir(storage: &Arc<dyn Storage>, dir: &Path) -> io::Result
     }
     bases.sort_unstable();
     let mut expected: Option<i64> = None;
-    let last = bases.last().copied();
-    for base in bases {
-        let path = dir.join(file_name(base, LOG_SUFFIX));
+    let last = bases.last().map(|(base, _)| *base);
+    for (base, compacted) in bases {
+        let suffix = if compacted {
+            COMPACTED_SUFFIX
+        } else {
+            LOG_SUFFIX
+        };
+        let path = dir.join(file_name(base, suffix));
         let file = storage.open(&path)?;
         checked.files += 1;
-        let (segment, damage) = Segment::scan(base, Arc::clone(&file), true)?;
+        let (segment, damage) = Segment::scan(base, Arc::clone(&file), true, compacted)?;
         checked.batches += segment.batches;
         let damaged = damage.is_some();
         if let Some(Damage { dropped, reason }) = damage {

@@ -33,12 +33,15 @@ use std::sync::Arc;
 use crate::batch::{check_appendable, first_record_at_or_after};
 use crate::health::Health;
 use crate::names::{INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, file_name, parse_name};
+use crate::offset_files::{CLEANED_THROUGH, START_OFFSET};
 use crate::open_files::OpenFiles;
 use crate::recovery::Recovery;
 use crate::segment::{INDEX_INTERVAL, Segment, SegmentMark};
-use crate::start_offset::{self, START_OFFSET_FILE};
 use crate::storage::{Storage, StorageFile, read_whole, replace_unsynced, write_atomically};
 use crate::{LogError, ReadLimits, Released};
+
+mod clean;
+pub use clean::{DurableClean, DurableCleaned};
 
 /// When segments roll.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,9 +176,11 @@ pub struct DurableLog {
     write_back_running: Arc<std::sync::atomic::AtomicBool>,
     /// Where sealed segments' files are opened when read; without it they stay open.
     open_files: Option<Arc<OpenFiles>>,
-    /// The offset DeleteRecords moved the start to (saved in [`START_OFFSET_FILE`]): records
+    /// The offset DeleteRecords moved the start to (saved in `log-start-offset`): records
     /// below it are not served even where their segment is still kept.
     deleted_before: i64,
+    /// Compaction mapped every offset below this (saved in `cleaner-offset`).
+    cleaned_through: i64,
 }
 
 /// Bytes of appended batches gathered in memory at most before they are written, whoever asks.
@@ -229,7 +234,7 @@ impl DurableLog {
             open_files: open_files.as_ref(),
         };
         let bases = recovery.segment_bases()?;
-        let Some((&last, older)) = bases.split_last() else {
+        let Some((&(last, last_compacted), older)) = bases.split_last() else {
             let first = recovery.first_segment()?;
             let log = Self::assemble(storage, dir, config, (VecDeque::new(), first), open_files);
             return Ok(Opened {
@@ -237,20 +242,27 @@ impl DurableLog {
                 truncated: None,
             });
         };
+        if last_compacted {
+            return Err(LogError::Damaged(format!(
+                "the newest segment of {} is a compacted one: the active segment after it is missing",
+                dir.display()
+            )));
+        }
         let sealed = older
             .iter()
-            .map(|&base| recovery.sealed_segment(base))
+            .map(|&(base, compacted)| recovery.sealed_segment(base, compacted))
             .collect::<Result<VecDeque<_>, _>>()?;
         let (active, truncated) = recovery.active_segment(last)?;
         recovery.check_chain(sealed.iter().chain(std::iter::once(&active)))?;
         let mut log = Self::assemble(storage, dir, config, (sealed, active), open_files);
-        if let Some(saved) = start_offset::read(&*log.storage, dir)? {
+        if let Some(saved) = START_OFFSET.read(&*log.storage, dir)? {
             // A tail cut by recovery was never acknowledged, so no DeleteRecords passed it;
             // the clamp only keeps the start within the log whatever the file says.
             log.deleted_before = saved.min(log.next_offset());
             // Finishes a deletion a crash interrupted after the file was saved.
             log.drop_deleted_segments()?;
         }
+        log.cleaned_through = CLEANED_THROUGH.read(&*log.storage, dir)?.unwrap_or(0);
         Ok(Opened { log, truncated })
     }
 
@@ -280,6 +292,7 @@ impl DurableLog {
             write_back_running: Arc::default(),
             open_files,
             deleted_before: 0,
+            cleaned_through: 0,
         }
     }
 
@@ -617,10 +630,10 @@ impl DurableLog {
             let at = self.sealed.partition_point(|s| s.next_offset <= from);
             &self.sealed[at]
         };
-        let base = segment.base_offset;
+        let name = segment.file_name();
         let read = segment.read(from, limits);
         read.map_err(|error| {
-            let what = format!("reading segment {}", file_name(base, LOG_SUFFIX));
+            let what = format!("reading segment {name}");
             if error.kind() == io::ErrorKind::InvalidData {
                 // Damaged bytes do not mend: nothing more is written after them, and the
                 // broker reports the partition's storage as failed.
@@ -742,13 +755,15 @@ impl DurableLog {
         if before <= self.start_offset() {
             return Ok(Released::default());
         }
-        start_offset::write(&*self.storage, &self.dir, before).map_err(|error| {
-            LogError::storage(
-                format!("saving the start offset in {START_OFFSET_FILE}"),
-                &self.dir,
-                error,
-            )
-        })?;
+        START_OFFSET
+            .write(&*self.storage, &self.dir, before)
+            .map_err(|error| {
+                LogError::storage(
+                    format!("saving the start offset in {}", START_OFFSET.name),
+                    &self.dir,
+                    error,
+                )
+            })?;
         self.deleted_before = before;
         self.drop_deleted_segments()
     }
@@ -770,7 +785,7 @@ impl DurableLog {
             }
             let base = oldest.base_offset;
             self.storage
-                .remove_file(&self.dir.join(file_name(base, LOG_SUFFIX)))
+                .remove_file(&self.dir.join(oldest.file_name()))
                 .map_err(|e| LogError::storage("deleting an old segment", &self.dir, e))?;
             let _ = self
                 .storage

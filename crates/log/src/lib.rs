@@ -34,11 +34,13 @@
 
 mod batch;
 pub mod check;
+mod cleaner;
 mod durable;
 mod error;
 mod health;
 mod memory;
 mod names;
+mod offset_files;
 mod open_files;
 mod partition;
 mod recovery;
@@ -47,16 +49,16 @@ mod recovery;
 pub use minibroker_envelope as sealed;
 mod segment;
 pub mod sim;
-mod start_offset;
 pub mod storage;
 
+pub use cleaner::{CleanRules, CleanStats, OffsetMap, Throttle};
 pub use durable::{
-    Appended, DurableLog, MAX_PENDING_BYTES, Opened, PREALLOCATE_BYTES, Retention, SegmentConfig,
-    SnapshotStore, SyncPoint, WriteBack,
+    Appended, DurableClean, DurableCleaned, DurableLog, MAX_PENDING_BYTES, Opened,
+    PREALLOCATE_BYTES, Retention, SegmentConfig, SnapshotStore, SyncPoint, WriteBack,
 };
 pub use error::{LogError, StorageFailure};
 pub use health::Health;
-pub use memory::{MemoryLog, ReadLimits, Released};
+pub use memory::{MemoryClean, MemoryCleaned, MemoryLog, ReadLimits, Released};
 pub use open_files::OpenFiles;
-pub use partition::PartitionLog;
+pub use partition::{CleanPlan, Cleaned, PartitionLog};
 pub use storage::{FsStorage, Storage, StorageFile};

@@ -17,6 +17,9 @@ use std::collections::VecDeque;
 use crate::batch::{check_appendable, first_record_at_or_after};
 use crate::{LogError, Retention};
 
+mod clean;
+pub use clean::{MemoryClean, MemoryCleaned};
+
 /// Size of the chunks batch bytes are copied into.
 const CHUNK_BYTES: usize = 1 << 20;
 
@@ -64,7 +67,8 @@ impl std::ops::AddAssign for Released {
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     base_offset: i64,
-    record_count: u32,
+    /// The offsets it takes: its record count as appended, kept when compaction removes records.
+    offsets: u32,
     /// Offset of its first byte in the chunk.
     start: u32,
     len: u32,
@@ -72,13 +76,16 @@ struct Entry {
 
 impl Entry {
     fn end_offset(&self) -> i64 {
-        self.base_offset + i64::from(self.record_count)
+        self.base_offset + i64::from(self.offsets)
     }
 }
 
 /// One chunk of batch bytes and the batches stored in it.
 #[derive(Debug, Default)]
 struct Chunk {
+    /// The log's next offset when it was started: where it begins, even once compaction removed
+    /// its first batches.
+    first_offset: i64,
     entries: Vec<Entry>,
     /// The chunk's bytes handed out so far, each with its offset in the chunk, in order and
     /// contiguous from its start. The rest of what was written is at the front of the log's
@@ -138,6 +145,8 @@ pub struct MemoryLog {
     /// The offset [`Self::delete_records`] moved the start to: records below it are not served
     /// even where their chunk is still kept.
     deleted_before: i64,
+    /// Compaction mapped every offset below this (see `crate::cleaner`).
+    cleaned_through: i64,
     stored_bytes: usize,
     batch_count: usize,
 }
@@ -189,7 +198,7 @@ impl MemoryLog {
             // standard chunk is 1 MiB.
             chunk.entries.push(Entry {
                 base_offset,
-                record_count,
+                offsets: record_count,
                 start: chunk.bytes as u32,
                 len: batch.len() as u32,
             });
@@ -233,6 +242,7 @@ impl MemoryLog {
             last.max_timestamp_before.max(last.max_timestamp)
         });
         self.chunks.push_back(Chunk {
+            first_offset: self.next_offset,
             max_timestamp: i64::MIN,
             max_timestamp_before,
             ..Chunk::default()
@@ -289,9 +299,9 @@ impl MemoryLog {
     /// never below where [`Self::delete_records`] moved it.
     #[must_use]
     pub fn start_offset(&self) -> i64 {
-        self.entries()
-            .next()
-            .map_or(self.next_offset, |(_, entry)| entry.base_offset)
+        self.chunks
+            .front()
+            .map_or(self.next_offset, |chunk| chunk.first_offset)
             .max(self.deleted_before)
     }
 
@@ -322,13 +332,6 @@ impl MemoryLog {
     #[must_use]
     pub fn batch_count(&self) -> usize {
         self.batch_count
-    }
-
-    /// Every stored batch's place, with its chunk, in offset order.
-    fn entries(&self) -> impl Iterator<Item = (&Chunk, &Entry)> {
-        self.chunks
-            .iter()
-            .flat_map(|chunk| chunk.entries.iter().map(move |entry| (chunk, entry)))
     }
 
     /// The bytes of a stored batch, frozen or not.

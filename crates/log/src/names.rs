@@ -3,6 +3,8 @@
 
 /// A segment's records.
 pub(crate) const LOG_SUFFIX: &str = ".log";
+/// A sealed segment compaction wrote (its batches rise with gaps).
+pub(crate) const COMPACTED_SUFFIX: &str = ".compacted";
 /// A sealed segment's offset index.
 pub(crate) const INDEX_SUFFIX: &str = ".index";
 /// A producer-state snapshot.

@@ -6,7 +6,10 @@
 
 use bytes::Bytes;
 
-use crate::{Appended, DurableLog, LogError, MemoryLog, ReadLimits, Released, Retention};
+use crate::{
+    Appended, CleanRules, CleanStats, DurableClean, DurableCleaned, DurableLog, LogError,
+    MemoryClean, MemoryCleaned, MemoryLog, ReadLimits, Released, Retention,
+};
 
 /// One partition's log.
 #[derive(Debug)]
@@ -172,6 +175,38 @@ impl PartitionLog {
         }
     }
 
+    /// A compaction pass over what may be cleaned (full chunks or sealed segments whose newest
+    /// record is at or before `cutoff_ms`), to run without the partition's lock; `None` when
+    /// none of it is dirty. See `crate::cleaner`.
+    pub fn clean_plan(&mut self, cutoff_ms: i64) -> Option<CleanPlan> {
+        match self {
+            Self::Memory(log) => log.clean_plan(cutoff_ms).map(CleanPlan::Memory),
+            Self::Durable(log) => log.clean_plan(cutoff_ms).map(CleanPlan::Durable),
+        }
+    }
+
+    /// Bytes compaction could clean as of `cutoff_ms`: (not yet mapped, all).
+    #[must_use]
+    pub fn cleanable_bytes(&self, cutoff_ms: i64) -> (u64, u64) {
+        match self {
+            Self::Memory(log) => log.cleanable_bytes(cutoff_ms),
+            Self::Durable(log) => log.cleanable_bytes(cutoff_ms),
+        }
+    }
+
+    /// Swaps in what a pass wrote; returns what it freed.
+    ///
+    /// # Errors
+    /// For files, as [`DurableLog::commit_clean`].
+    pub fn commit_clean(&mut self, cleaned: Cleaned) -> Result<Released, LogError> {
+        match (self, cleaned) {
+            (Self::Memory(log), Cleaned::Memory(cleaned)) => Ok(log.commit_clean(cleaned)),
+            (Self::Durable(log), Cleaned::Durable(cleaned)) => log.commit_clean(cleaned),
+            // A pass planned on the other kind of log: nothing of it applies.
+            _ => Ok(Released::default()),
+        }
+    }
+
     /// Keeps what `retention` says and, for files, rolls segments by `segments`, from now on
     /// (a durable log is given its retention at each [`Self::apply_retention`]).
     pub fn set_limits(&mut self, retention: Retention, segments: crate::SegmentConfig) {
@@ -206,6 +241,46 @@ impl PartitionLog {
         match self {
             Self::Memory(_) => crate::Health::default(),
             Self::Durable(log) => log.health().clone(),
+        }
+    }
+}
+
+/// A compaction pass planned over a partition's log ([`PartitionLog::clean_plan`]).
+#[derive(Debug)]
+pub enum CleanPlan {
+    /// Over an in-memory log's full chunks.
+    Memory(MemoryClean),
+    /// Over a durable log's sealed segments.
+    Durable(DurableClean),
+}
+
+/// What a pass wrote, to swap in ([`PartitionLog::commit_clean`]).
+#[derive(Debug)]
+pub enum Cleaned {
+    /// New chunks.
+    Memory(MemoryCleaned),
+    /// New segment files, synced.
+    Durable(DurableCleaned),
+}
+
+impl CleanPlan {
+    /// Runs the pass (no lock needed): an offset map of at most `map_budget` bytes of keys,
+    /// files read and written at most at `bytes_per_second`. `None` when nothing was dirty.
+    ///
+    /// # Errors
+    /// As [`DurableClean::run`] and [`MemoryClean::run`].
+    pub fn run(
+        self,
+        map_budget: usize,
+        rules: &CleanRules,
+        bytes_per_second: Option<u64>,
+        stats: &mut CleanStats,
+    ) -> Result<Option<Cleaned>, LogError> {
+        match self {
+            Self::Memory(plan) => Ok(plan.run(map_budget, rules, stats)?.map(Cleaned::Memory)),
+            Self::Durable(plan) => Ok(plan
+                .run(map_budget, rules, bytes_per_second, stats)?
+                .map(Cleaned::Durable)),
         }
     }
 }

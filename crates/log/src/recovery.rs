@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::LogError;
-use crate::names::{INDEX_SUFFIX, LOG_SUFFIX, file_name, parse_name};
+use crate::names::{COMPACTED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, file_name, parse_name};
 use crate::open_files::OpenFiles;
 use crate::segment::{Damage, Segment};
 use crate::storage::{Storage, StorageFile, TEMPORARY_SUFFIX, read_whole, replace_unsynced};
@@ -26,9 +26,12 @@ impl Recovery<'_> {
         LogError::storage(what, self.dir, error)
     }
 
-    /// The base offsets of the segment files, in order (the directory is created if missing,
-    /// and writes that never finished are removed: the file each was replacing still stands).
-    pub(crate) fn segment_bases(&self) -> Result<Vec<i64>, LogError> {
+    /// The segment files, in order, as (base offset, whether compaction wrote it). The
+    /// directory is created if missing, and writes that never finished are removed (the file
+    /// each was replacing still stands). A segment found both as `.log` and as `.compacted` was
+    /// being swapped when the broker stopped: the compacted one was complete (it is renamed into
+    /// place only once synced), so the `.log` goes.
+    pub(crate) fn segment_bases(&self) -> Result<Vec<(i64, bool)>, LogError> {
         self.storage
             .create_dir_all(self.dir)
             .map_err(|e| self.io_error("creating the directory", e))?;
@@ -36,16 +39,32 @@ impl Recovery<'_> {
             .storage
             .list(self.dir)
             .map_err(|e| self.io_error("listing the directory", e))?;
-        let mut bases = Vec::new();
+        let mut bases = std::collections::BTreeMap::new();
         for name in &names {
             if name.ends_with(TEMPORARY_SUFFIX) {
                 let _ = self.storage.remove_file(&self.dir.join(name));
+            } else if let Some(base) = parse_name(name, COMPACTED_SUFFIX) {
+                bases.insert(base, true);
             } else if let Some(base) = parse_name(name, LOG_SUFFIX) {
-                bases.push(base);
+                bases.entry(base).or_insert(false);
             }
         }
-        bases.sort_unstable();
-        Ok(bases)
+        let mut swapped = false;
+        for (&base, &compacted) in &bases {
+            let replaced = self.dir.join(file_name(base, LOG_SUFFIX));
+            if compacted && names.contains(&file_name(base, LOG_SUFFIX)) {
+                self.storage
+                    .remove_file(&replaced)
+                    .map_err(|e| self.io_error("finishing a compaction's swap", e))?;
+                swapped = true;
+            }
+        }
+        if swapped {
+            self.storage
+                .sync_dir(self.dir)
+                .map_err(|e| self.io_error("syncing the directory", e))?;
+        }
+        Ok(bases.into_iter().collect())
     }
 
     /// A new log's first, empty segment.
@@ -60,37 +79,44 @@ impl Recovery<'_> {
         Ok(Segment::empty(0, file))
     }
 
-    fn open_file(&self, base: i64) -> Result<Arc<dyn StorageFile>, LogError> {
-        let name = file_name(base, LOG_SUFFIX);
+    fn open_file(&self, name: &str) -> Result<Arc<dyn StorageFile>, LogError> {
         self.storage
-            .open(&self.dir.join(&name))
+            .open(&self.dir.join(name))
             .map_err(|e| self.io_error(&format!("opening {name}"), e))
     }
 
     /// A sealed segment: from its index if that describes the file, else scanned (a sealed
     /// segment that does not scan whole is damage: it is never truncated, that would leave a
     /// hole). With [`OpenFiles`], its file is opened once here for its length, then when read.
-    pub(crate) fn sealed_segment(&self, base: i64) -> Result<Segment, LogError> {
-        let name = file_name(base, LOG_SUFFIX);
+    pub(crate) fn sealed_segment(&self, base: i64, compacted: bool) -> Result<Segment, LogError> {
+        let name = file_name(
+            base,
+            if compacted {
+                COMPACTED_SUFFIX
+            } else {
+                LOG_SUFFIX
+            },
+        );
         let file = match self.open_files {
             Some(files) => {
                 let len = self
-                    .open_file(base)?
+                    .open_file(&name)?
                     .len()
                     .map_err(|e| self.io_error(&format!("reading {name}"), e))?;
                 files.sealed(self.dir.join(&name), len)
             }
-            None => self.open_file(base)?,
+            None => self.open_file(&name)?,
         };
         let index_path = self.dir.join(file_name(base, INDEX_SUFFIX));
         let index = read_whole(&**self.storage, &index_path);
-        if let Some(segment) = index
+        if let Some(mut segment) = index
             .ok()
             .and_then(|index| Segment::from_index(base, Arc::clone(&file), &index))
         {
+            segment.compacted = compacted;
             return Ok(segment);
         }
-        match Segment::scan(base, file, false)
+        match Segment::scan(base, file, false, compacted)
             .map_err(|e| self.io_error(&format!("reading {name}"), e))?
         {
             (segment, None) => {
@@ -112,7 +138,8 @@ impl Recovery<'_> {
         &self,
         base: i64,
     ) -> Result<(Segment, Option<(u64, String)>), LogError> {
-        let (active, damage) = Segment::scan(base, self.open_file(base)?, true)
+        let name = file_name(base, LOG_SUFFIX);
+        let (active, damage) = Segment::scan(base, self.open_file(&name)?, true, false)
             .map_err(|e| self.io_error(&format!("reading {}", file_name(base, LOG_SUFFIX)), e))?;
         let Some(Damage { dropped, reason }) = damage else {
             return Ok((active, None));
@@ -130,21 +157,19 @@ impl Recovery<'_> {
         &self,
         segments: impl Iterator<Item = &'s Segment>,
     ) -> Result<(), LogError> {
-        let mut expected: Option<(i64, i64)> = None;
+        let mut expected: Option<(String, i64)> = None;
         for segment in segments {
-            if let Some((previous_base, next)) = expected
-                && next != segment.base_offset
+            if let Some((previous_name, next)) = &expected
+                && *next != segment.base_offset
             {
                 return Err(LogError::Damaged(format!(
                     "segment {} ends at offset {next} but the next one is {}: the segment file {} is missing",
-                    self.dir
-                        .join(file_name(previous_base, LOG_SUFFIX))
-                        .display(),
-                    file_name(segment.base_offset, LOG_SUFFIX),
-                    self.dir.join(file_name(next, LOG_SUFFIX)).display(),
+                    self.dir.join(previous_name).display(),
+                    segment.file_name(),
+                    self.dir.join(file_name(*next, LOG_SUFFIX)).display(),
                 )));
             }
-            expected = Some((segment.base_offset, segment.next_offset));
+            expected = Some((segment.file_name(), segment.next_offset));
         }
         Ok(())
     }

@@ -51,6 +51,10 @@ pub(crate) struct Segment {
     pub(crate) max_timestamp: i64,
     /// When the segment got its first batch (broker clock, milliseconds), for rolling by age.
     pub(crate) first_append_ms: Option<i64>,
+    /// Written by compaction (`<base>.compacted`): its batches rise with gaps where batches were
+    /// dropped, instead of each beginning where the one before it ended; its last batch still
+    /// ends where the segment does.
+    pub(crate) compacted: bool,
     index: Vec<IndexEntry>,
     unindexed: u64,
 }
@@ -86,9 +90,26 @@ impl Segment {
             batches: 0,
             max_timestamp: i64::MIN,
             first_append_ms: None,
+            compacted: false,
             index: Vec::new(),
             unindexed: 0,
         }
+    }
+
+    /// The name of its file: `<base>.log`, or `<base>.compacted` once compaction wrote it.
+    pub(crate) fn file_name(&self) -> String {
+        let suffix = if self.compacted {
+            crate::names::COMPACTED_SUFFIX
+        } else {
+            crate::names::LOG_SUFFIX
+        };
+        crate::names::file_name(self.base_offset, suffix)
+    }
+
+    /// Whether a batch at `base` may come where `expected` is next: exactly there, or (in a
+    /// compacted segment) anywhere after.
+    fn follows(&self, base: i64, expected: i64) -> bool {
+        base == expected || (self.compacted && base > expected)
     }
 
     /// Records a batch just appended at the end of the segment (of the file, or of the bytes
@@ -198,13 +219,15 @@ impl Segment {
             let len = minibroker_records::batch_len(&header)
                 .filter(|len| position + *len as u64 <= self.size)
                 .ok_or_else(|| damaged(expected, position, "has a bad length"))?;
-            if minibroker_records::base_offset(&header) != expected {
+            let base = minibroker_records::base_offset(&header);
+            if !self.follows(base, expected) {
                 return Err(damaged(
                     expected,
                     position,
                     "does not follow the batch before it",
                 ));
             }
+            expected = base;
             let end = minibroker_records::end_offset(&header);
             if end <= from {
                 position += len as u64;
@@ -238,9 +261,11 @@ impl Segment {
         base_offset: i64,
         file: Arc<dyn StorageFile>,
         check: bool,
+        compacted: bool,
     ) -> io::Result<(Self, Option<Damage>)> {
         let file_len = file.len()?;
         let mut segment = Self::empty(base_offset, Arc::clone(&file));
+        segment.compacted = compacted;
         let mut reader = ChunkReader::new(&*file, file_len, 4 << 20);
         let mut reason = None;
         while segment.size < file_len && reason.is_none() {
@@ -271,8 +296,13 @@ impl Segment {
         if file_len - position < len as u64 {
             return Ok(Some(format!("a torn batch of {len} bytes")));
         }
-        let expected = self.next_offset;
         let batch = reader.bytes(position, len)?;
+        let base = minibroker_records::base_offset(&batch);
+        let expected = if self.follows(base, self.next_offset) {
+            base
+        } else {
+            self.next_offset
+        };
         let end = minibroker_records::end_offset(&batch);
         if check {
             if let Err(error) = minibroker_records::inspect_stored(&batch, expected) {
@@ -353,10 +383,42 @@ impl Segment {
             batches: field(24),
             max_timestamp: field(32) as i64,
             first_append_ms: None,
+            compacted: false,
             index: entries,
             unindexed: 0,
         })
     }
+}
+
+/// Calls `each` with every batch of the first `size` bytes of `file`, in order, until it
+/// returns `false` (compaction reads sealed segments with it, a few MiB at a time).
+///
+/// # Errors
+/// As the file reports; [`io::ErrorKind::InvalidData`] for a bad batch length.
+pub(crate) fn for_each_stored_batch<E: From<io::Error>>(
+    file: &dyn StorageFile,
+    size: u64,
+    each: &mut dyn FnMut(Bytes) -> Result<bool, E>,
+) -> Result<(), E> {
+    let mut reader = ChunkReader::new(file, size, 4 << 20);
+    let mut position = 0;
+    while position < size {
+        let header = reader.bytes(position, HEADER_LEN)?;
+        let len = minibroker_records::batch_len(&header)
+            .filter(|len| position + *len as u64 <= size)
+            .ok_or_else(|| {
+                damaged(
+                    minibroker_records::base_offset(&header),
+                    position,
+                    "has a bad length",
+                )
+            })?;
+        if !each(reader.bytes(position, len)?)? {
+            break;
+        }
+        position += len as u64;
+    }
+    Ok(())
 }
 
 /// The index file's kind and version: version 2 entries carry

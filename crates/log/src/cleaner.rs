@@ -1,0 +1,417 @@
+//! Log compaction's rule, shared by both logs: which records a cleaning pass keeps.
+//!
+//! A compacted partition keeps, in the part of the log that may be cleaned (sealed segments, or
+//! an in-memory log's full chunks, old enough by `min.compaction.lag.ms`), the newest record of
+//! each key. A pass builds an [`OffsetMap`] (key → offset of its newest record) over the part not
+//! yet mapped (the dirty part), then rewrites everything from the start of the log to the end of
+//! what it mapped, keeping a record unless the map holds a newer offset for its key, or it is a
+//! tombstone older than `delete.retention.ms` (by its own timestamp) that the map has seen.
+//!
+//! Offsets never change: a batch keeps its header and only loses records
+//! (`minibroker_records::retain_records`). What exactly-once needs stays whole: transactional
+//! batches and transaction markers are never touched (their records are kept as written), and
+//! the last batch of every producer is kept, at least as its header, so the sequences it took
+//! are still in the log when producer state is rebuilt from it. The last batch of each piece
+//! (segment or chunk) is kept too, so each still ends where it did and the next begins after it.
+//! A batch left with no records is otherwise dropped.
+//!
+//! The map has a fixed budget of key bytes ([`OffsetMap::new`]): a pass maps as much of the
+//! dirty part as fits, and the next pass goes on from there.
+
+use bytes::Bytes;
+use std::collections::{HashMap, HashSet};
+
+use crate::LogError;
+use minibroker_records::{KeyedRecord, Retained, for_each_record, inspect_kept, retain_records};
+
+/// Bytes an entry of the offset map costs besides its key (the offset, the map's own slot and
+/// the key's allocation), so a budget bounds memory whatever the keys' sizes.
+const ENTRY_OVERHEAD: usize = 48;
+
+/// The newest offset of each key in the part of the log mapped so far, within a byte budget.
+#[derive(Debug)]
+pub struct OffsetMap {
+    newest: HashMap<Box<[u8]>, i64>,
+    bytes: usize,
+    budget: usize,
+    /// One past the last offset mapped.
+    end: i64,
+}
+
+impl OffsetMap {
+    /// An empty map of at most `budget` bytes, mapping from `start`.
+    #[must_use]
+    pub fn new(budget: usize, start: i64) -> Self {
+        Self {
+            newest: HashMap::new(),
+            bytes: 0,
+            budget,
+            end: start,
+        }
+    }
+
+    /// One past the last offset mapped.
+    #[must_use]
+    pub fn end(&self) -> i64 {
+        self.end
+    }
+
+    /// How many keys it holds.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.newest.len()
+    }
+
+    /// Whether it holds no key.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.newest.is_empty()
+    }
+
+    /// Maps the records of `batch` (the next stored batch, at or after [`Self::end`]), or
+    /// returns `false`, mapping none, when its new keys would pass the budget. Transactional
+    /// batches and markers are passed over (their records are kept as written, and must not hide
+    /// older ones: an aborted transaction's would).
+    ///
+    /// # Errors
+    /// [`LogError::Damaged`] for a stored batch that does not read.
+    pub fn add(&mut self, batch: &[u8]) -> Result<bool, LogError> {
+        let info = inspect_kept(batch).map_err(damaged)?;
+        let end = minibroker_records::end_offset(batch);
+        if info.transactional || info.control {
+            self.end = end;
+            return Ok(true);
+        }
+        let mut keyed: Vec<(Box<[u8]>, i64)> = Vec::new();
+        for_each_record(batch, |record| {
+            if let Some(key) = record.key {
+                keyed.push((key.into(), record.offset));
+            }
+        })
+        .map_err(damaged)?;
+        let added: usize = keyed
+            .iter()
+            .filter(|(key, _)| !self.newest.contains_key(key))
+            .map(|(key, _)| key.len() + ENTRY_OVERHEAD)
+            .sum();
+        // One batch is always mapped, whatever its keys, so a pass always gets on.
+        if self.bytes + added > self.budget && !self.newest.is_empty() {
+            return Ok(false);
+        }
+        for (key, offset) in keyed {
+            if let Some(newest) = self.newest.get_mut(&key) {
+                *newest = offset;
+            } else {
+                self.bytes += key.len() + ENTRY_OVERHEAD;
+                self.newest.insert(key, offset);
+            }
+        }
+        self.end = end;
+        Ok(true)
+    }
+}
+
+fn damaged(error: minibroker_records::RecordsError) -> LogError {
+    LogError::Damaged(format!(
+        "a stored batch does not read for compaction: {error}"
+    ))
+}
+
+/// What a pass keeps besides the newest record of each key.
+#[derive(Debug, Clone, Default)]
+pub struct CleanRules {
+    /// Tombstones whose timestamp is below this (now − `delete.retention.ms`) go.
+    pub tombstones_before_ms: i64,
+    /// Base offsets of the batches kept at least as their header: each producer's last batch.
+    pub kept_batches: HashSet<i64>,
+}
+
+/// What cleaning one batch gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BatchCleaned {
+    /// The batch as it was.
+    Whole,
+    /// The batch with fewer records (perhaps none: its header keeps its offsets).
+    Rewritten(Bytes),
+    /// Nothing of it stays.
+    Dropped,
+}
+
+impl CleanRules {
+    /// Cleans one stored batch against `map`; `last_in_piece` says it ends its segment or chunk
+    /// (kept at least as its header).
+    ///
+    /// # Errors
+    /// [`LogError::Damaged`] for a stored batch that does not read.
+    pub fn clean(
+        &self,
+        map: &OffsetMap,
+        batch: &[u8],
+        last_in_piece: bool,
+    ) -> Result<BatchCleaned, LogError> {
+        let info = inspect_kept(batch).map_err(damaged)?;
+        if info.transactional || info.control {
+            return Ok(BatchCleaned::Whole);
+        }
+        let base = minibroker_records::base_offset(batch);
+        let keep = |record: KeyedRecord<'_>| {
+            let Some(key) = record.key else {
+                return true;
+            };
+            let superseded = map
+                .newest
+                .get(key)
+                .is_some_and(|newest| *newest > record.offset);
+            let expired = record.tombstone
+                && record.offset < map.end
+                && record.timestamp < self.tombstones_before_ms;
+            !superseded && !expired
+        };
+        match retain_records(batch, keep).map_err(damaged)? {
+            Retained::Whole => Ok(BatchCleaned::Whole),
+            Retained::Rewritten(rewritten) => {
+                let emptied = minibroker_records::inspect_kept(&rewritten)
+                    .map_err(damaged)?
+                    .record_count
+                    == 0;
+                if emptied && !last_in_piece && !self.kept_batches.contains(&base) {
+                    Ok(BatchCleaned::Dropped)
+                } else {
+                    Ok(BatchCleaned::Rewritten(rewritten))
+                }
+            }
+        }
+    }
+}
+
+/// How fast a pass may read and write, in bytes per second (`None`: as fast as it can): the
+/// pass sleeps whenever it is ahead of the rate.
+#[derive(Debug)]
+pub struct Throttle {
+    bytes_per_second: Option<u64>,
+    started: std::time::Instant,
+    done: u64,
+}
+
+impl Throttle {
+    /// A throttle at `bytes_per_second`.
+    #[must_use]
+    pub fn new(bytes_per_second: Option<u64>) -> Self {
+        Self {
+            bytes_per_second,
+            started: std::time::Instant::now(),
+            done: 0,
+        }
+    }
+
+    /// Counts `bytes` read or written, sleeping while the pass is ahead of the rate.
+    pub fn account(&mut self, bytes: u64) {
+        self.done += bytes;
+        let Some(rate) = self.bytes_per_second.filter(|rate| *rate > 0) else {
+            return;
+        };
+        let due = std::time::Duration::from_secs_f64(self.done as f64 / rate as f64);
+        if let Some(ahead) = due.checked_sub(self.started.elapsed()) {
+            std::thread::sleep(ahead);
+        }
+    }
+}
+
+/// What a pass did, for the broker's metrics and logs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CleanStats {
+    /// Bytes of batches read (mapped or rewritten).
+    pub bytes_read: u64,
+    /// Bytes of the pieces rewritten, before and after.
+    pub bytes_before: u64,
+    /// Their bytes after.
+    pub bytes_after: u64,
+    /// Batches dropped whole.
+    pub batches_dropped: u64,
+    /// Keys in the offset map.
+    pub keys: u64,
+}
+
+/// A segment or chunk a pass reads: where it starts and ends, and its batches in order.
+pub(crate) trait Piece {
+    /// Its first offset.
+    fn base(&self) -> i64;
+    /// One past its last offset.
+    fn end(&self) -> i64;
+    /// Calls `each` with its batches in order until it returns `false`.
+    fn for_each_batch(
+        &self,
+        each: &mut dyn FnMut(Bytes) -> Result<bool, LogError>,
+    ) -> Result<(), LogError>;
+}
+
+/// One cleaning pass over `pieces` (the cleanable part of a log, from its start, in order), of
+/// which the offsets below `cleaned_through` were mapped by earlier passes: maps what follows
+/// within `budget`, then hands `keep` each batch that stays in each piece it rewrites (its index
+/// and the batch, whole or rewritten). Returns the map's end (the new `cleaned_through`) and how
+/// many pieces were rewritten (the first ones), or `None` when nothing is dirty.
+///
+/// # Errors
+/// [`LogError::Damaged`] for a batch that does not read, and what `read` or `keep` return.
+pub(crate) fn run_pass<P: Piece>(
+    pieces: &[P],
+    cleaned_through: i64,
+    budget: usize,
+    rules: &CleanRules,
+    throttle: &mut Throttle,
+    stats: &mut CleanStats,
+    keep: &mut dyn FnMut(usize, Bytes) -> Result<(), LogError>,
+) -> Result<Option<(i64, usize)>, LogError> {
+    let mut map = OffsetMap::new(budget, cleaned_through);
+    for piece in pieces.iter().filter(|piece| piece.end() > cleaned_through) {
+        let mut full = false;
+        piece.for_each_batch(&mut |batch| {
+            throttle.account(batch.len() as u64);
+            stats.bytes_read += batch.len() as u64;
+            if minibroker_records::end_offset(&batch) <= map.end() {
+                return Ok(true);
+            }
+            full = !map.add(&batch)?;
+            Ok(!full)
+        })?;
+        if full {
+            break;
+        }
+    }
+    if map.end() <= cleaned_through {
+        return Ok(None);
+    }
+    stats.keys = map.len() as u64;
+    let rewritten = pieces.partition_point(|piece| piece.base() < map.end());
+    for (index, piece) in pieces[..rewritten].iter().enumerate() {
+        let mut held: Option<Bytes> = None;
+        let mut pass_on = |batch: Bytes, last: bool, stats: &mut CleanStats| {
+            throttle.account(batch.len() as u64);
+            stats.bytes_before += batch.len() as u64;
+            let kept = match rules.clean(&map, &batch, last)? {
+                BatchCleaned::Whole => Some(batch),
+                BatchCleaned::Rewritten(rewritten) => Some(rewritten),
+                BatchCleaned::Dropped => {
+                    stats.batches_dropped += 1;
+                    None
+                }
+            };
+            if let Some(kept) = kept {
+                stats.bytes_after += kept.len() as u64;
+                throttle.account(kept.len() as u64);
+                keep(index, kept)?;
+            }
+            Ok::<(), LogError>(())
+        };
+        piece.for_each_batch(&mut |batch| {
+            stats.bytes_read += batch.len() as u64;
+            if let Some(previous) = held.replace(batch) {
+                pass_on(previous, false, stats)?;
+            }
+            Ok(true)
+        })?;
+        if let Some(last) = held {
+            pass_on(last, true, stats)?;
+        }
+    }
+    Ok(Some((map.end(), rewritten)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use minibroker_records::{NewRecord, Writer, encode, set_base_offset};
+
+    fn batch(base: i64, producer_id: i64, records: &[(&str, Option<&str>, i64)]) -> Bytes {
+        let writer = Writer {
+            producer_id,
+            epoch: 0,
+            base_sequence: base as i32,
+        };
+        let records: Vec<NewRecord> = records
+            .iter()
+            .map(|(key, value, timestamp)| NewRecord {
+                key: Some(Bytes::copy_from_slice(key.as_bytes())),
+                value: value.map(|v| Bytes::copy_from_slice(v.as_bytes())),
+                headers: Vec::new(),
+                timestamp: Some(*timestamp),
+            })
+            .collect();
+        let mut bytes = encode(writer, &records, 0).unwrap().to_vec();
+        set_base_offset(&mut bytes, base);
+        bytes.into()
+    }
+
+    fn kept_keys(cleaned: &BatchCleaned, original: &[u8]) -> Vec<i64> {
+        let bytes: &[u8] = match cleaned {
+            BatchCleaned::Whole => original,
+            BatchCleaned::Rewritten(bytes) => bytes,
+            BatchCleaned::Dropped => return Vec::new(),
+        };
+        let mut offsets = Vec::new();
+        for_each_record(bytes, |r| offsets.push(r.offset)).unwrap();
+        offsets
+    }
+
+    #[test]
+    fn the_newest_record_of_each_key_stays_and_old_tombstones_go() {
+        let first = batch(0, 1, &[("a", Some("1"), 10), ("b", Some("1"), 10)]);
+        let second = batch(2, 1, &[("a", Some("2"), 20), ("b", None, 20)]);
+        let third = batch(4, 2, &[("c", None, 5_000)]);
+        let mut map = OffsetMap::new(1 << 20, 0);
+        for b in [&first, &second, &third] {
+            assert!(map.add(b).unwrap());
+        }
+        assert_eq!((map.len(), map.end()), (3, 5));
+        let rules = CleanRules {
+            tombstones_before_ms: 1_000,
+            kept_batches: HashSet::from([4]),
+        };
+        // Both records superseded, not the last batch of anything: dropped.
+        assert_eq!(
+            rules.clean(&map, &first, false).unwrap(),
+            BatchCleaned::Dropped
+        );
+        // Ends its piece: kept as an empty header.
+        let emptied = rules.clean(&map, &first, true).unwrap();
+        assert!(matches!(emptied, BatchCleaned::Rewritten(_)));
+        assert!(kept_keys(&emptied, &first).is_empty());
+        // a=2 stays; b's tombstone is older than the horizon.
+        assert_eq!(
+            kept_keys(&rules.clean(&map, &second, false).unwrap(), &second),
+            [2]
+        );
+        // A young tombstone stays.
+        assert_eq!(
+            rules.clean(&map, &third, false).unwrap(),
+            BatchCleaned::Whole
+        );
+        // Past what was mapped, a tombstone stays whatever its age.
+        let short = {
+            let mut map = OffsetMap::new(1 << 20, 0);
+            map.add(&first).unwrap();
+            map
+        };
+        assert_eq!(
+            rules.clean(&short, &second, false).unwrap(),
+            BatchCleaned::Whole
+        );
+    }
+
+    #[test]
+    fn the_map_refuses_a_batch_whose_keys_pass_its_budget_and_maps_none_of_it() {
+        let mut map = OffsetMap::new(2 * (1 + ENTRY_OVERHEAD), 0);
+        assert!(
+            map.add(&batch(0, 1, &[("a", Some("1"), 0), ("b", Some("1"), 0)]))
+                .unwrap()
+        );
+        // Known keys cost nothing more.
+        assert!(map.add(&batch(2, 1, &[("a", Some("2"), 0)])).unwrap());
+        assert!(
+            !map.add(&batch(3, 1, &[("a", Some("3"), 0), ("c", Some("1"), 0)]))
+                .unwrap()
+        );
+        assert_eq!((map.len(), map.end()), (2, 3));
+        assert_eq!(map.newest.get(&b"a"[..]), Some(&2));
+    }
+}

@@ -1,0 +1,312 @@
+//! Compaction of a durable log (`crate::cleaner`'s rule): its sealed segments are the pieces,
+//! never the active one.
+//!
+//! A pass is planned under the partition's lock ([`DurableLog::clean_plan`]: the segments'
+//! files, shared), run without it ([`DurableClean::run`]: each rewritten segment written to
+//! `<base>.compacted.tmp` and synced, at the rate asked), and swapped in under the lock again
+//! ([`DurableLog::commit_clean`]): the segment's index is removed, the new file renamed to
+//! `<base>.compacted`, the directory synced, and only then the old `<base>.log` deleted, so a
+//! crash at any point leaves a valid log: before the rename the old segment stands and the
+//! temporary file is removed at the next open; after it, the compacted one is complete and the
+//! open deletes the `.log` beside it (`crate::recovery`). Its new index is written unsynced, as
+//! at a roll (a bad one means a scan). Offsets, and where each segment begins and ends, never
+//! change.
+
+use bytes::Bytes;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::DurableLog;
+use crate::cleaner::{CleanRules, CleanStats, Piece, Throttle, run_pass};
+use crate::names::{COMPACTED_SUFFIX, INDEX_SUFFIX, file_name};
+use crate::offset_files::CLEANED_THROUGH;
+use crate::segment::{Segment, for_each_stored_batch};
+use crate::storage::{Storage, StorageFile, replace_unsynced, temporary_path};
+use crate::{LogError, Released};
+
+/// Bytes of kept batches gathered before each write of a rewritten segment.
+const WRITE_BYTES: usize = 1 << 20;
+
+/// One sealed segment, as a pass reads it.
+#[derive(Debug)]
+struct DurablePiece {
+    base: i64,
+    end: i64,
+    size: u64,
+    file: Arc<dyn StorageFile>,
+    dir: PathBuf,
+}
+
+impl Piece for DurablePiece {
+    fn base(&self) -> i64 {
+        self.base
+    }
+
+    fn end(&self) -> i64 {
+        self.end
+    }
+
+    fn for_each_batch(
+        &self,
+        each: &mut dyn FnMut(Bytes) -> Result<bool, LogError>,
+    ) -> Result<(), LogError> {
+        for_each_stored_batch(&*self.file, self.size, &mut |batch| {
+            each(batch).map_err(Failed::Log)
+        })
+        .map_err(|failed| match failed {
+            Failed::Log(error) => error,
+            Failed::Io(error) => {
+                LogError::storage("reading a segment to compact it", &self.dir, error)
+            }
+        })
+    }
+}
+
+/// A read that failed, or what the pass said.
+enum Failed {
+    Log(LogError),
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for Failed {
+    fn from(error: std::io::Error) -> Self {
+        Self::Io(error)
+    }
+}
+
+/// A pass planned over a durable log's cleanable sealed segments.
+#[derive(Debug)]
+pub struct DurableClean {
+    dir: PathBuf,
+    storage: Arc<dyn Storage>,
+    pieces: Vec<DurablePiece>,
+    cleaned_through: i64,
+}
+
+/// A pass's rewritten segments, written and synced, to swap in ([`DurableLog::commit_clean`]).
+#[derive(Debug)]
+pub struct DurableCleaned {
+    segments: Vec<Segment>,
+    cleaned_through: i64,
+}
+
+/// A rewritten segment being written.
+struct Rewrite {
+    segment: Segment,
+    pending: Vec<u8>,
+}
+
+impl DurableClean {
+    /// Runs the pass (no lock needed): maps the dirty segments within `map_budget` bytes of
+    /// keys, rewrites the segments up to what it mapped into temporary files, synced, reading
+    /// and writing at most `bytes_per_second`. `None` when nothing is dirty.
+    ///
+    /// # Errors
+    /// [`LogError::Storage`] when a read, write or sync fails (the temporary files are removed;
+    /// the log is unchanged); [`LogError::Damaged`] for a stored batch that does not read.
+    pub fn run(
+        self,
+        map_budget: usize,
+        rules: &CleanRules,
+        bytes_per_second: Option<u64>,
+        stats: &mut CleanStats,
+    ) -> Result<Option<DurableCleaned>, LogError> {
+        let mut rewrites: Vec<Rewrite> = Vec::new();
+        let mut throttle = Throttle::new(bytes_per_second);
+        let storage = Arc::clone(&self.storage);
+        let dir = self.dir.clone();
+        let failed = |what: &str, error| LogError::storage(what, &dir, error);
+        let mut keep = |index: usize, batch: Bytes| {
+            if rewrites.len() <= index {
+                let base = self.pieces[index].base;
+                let path = temporary_path(&dir.join(file_name(base, COMPACTED_SUFFIX)));
+                let file = storage
+                    .create(&path)
+                    .map_err(|e| failed("creating a compacted segment", e))?;
+                let mut segment = Segment::empty(base, file);
+                segment.compacted = true;
+                rewrites.push(Rewrite {
+                    segment,
+                    pending: Vec::new(),
+                });
+            }
+            let rewrite = &mut rewrites[index];
+            let base = minibroker_records::base_offset(&batch);
+            let end = minibroker_records::end_offset(&batch);
+            let timestamp = minibroker_records::max_timestamp(&batch);
+            rewrite
+                .segment
+                .note(base, batch.len() as u64, end, timestamp);
+            rewrite.pending.extend_from_slice(&batch);
+            if rewrite.pending.len() >= WRITE_BYTES {
+                rewrite
+                    .segment
+                    .file
+                    .append(&rewrite.pending)
+                    .map_err(|e| failed("writing a compacted segment", e))?;
+                rewrite.pending.clear();
+            }
+            Ok(())
+        };
+        let passed = run_pass(
+            &self.pieces,
+            self.cleaned_through,
+            map_budget,
+            rules,
+            &mut throttle,
+            stats,
+            &mut keep,
+        );
+        let finished = passed.and_then(|outcome| {
+            for rewrite in &mut rewrites {
+                rewrite
+                    .segment
+                    .file
+                    .append(&rewrite.pending)
+                    .and_then(|()| rewrite.segment.file.sync())
+                    .map_err(|e| failed("writing a compacted segment", e))?;
+            }
+            Ok(outcome)
+        });
+        match finished {
+            Ok(Some((cleaned_through, _))) => Ok(Some(DurableCleaned {
+                segments: rewrites.into_iter().map(|r| r.segment).collect(),
+                cleaned_through,
+            })),
+            Ok(None) => Ok(None),
+            Err(error) => {
+                for rewrite in &rewrites {
+                    let _ = self
+                        .storage
+                        .remove_file(&temporary_path(&self.dir.join(rewrite.segment.file_name())));
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
+impl DurableLog {
+    /// The sealed segments (oldest first) whose newest record is at or before `cutoff_ms`
+    /// (`min.compaction.lag.ms` ago), as a pass to run; `None` when none of them is dirty.
+    #[must_use]
+    pub fn clean_plan(&self, cutoff_ms: i64) -> Option<DurableClean> {
+        let pieces: Vec<DurablePiece> = self
+            .cleanable(cutoff_ms)
+            .map(|segment| DurablePiece {
+                base: segment.base_offset,
+                end: segment.next_offset,
+                size: segment.size,
+                file: Arc::clone(&segment.file),
+                dir: self.dir.clone(),
+            })
+            .collect();
+        let cleaned_through = self.cleaned_through.max(self.start_offset());
+        pieces
+            .iter()
+            .any(|piece| piece.end > cleaned_through)
+            .then(|| DurableClean {
+                dir: self.dir.clone(),
+                storage: Arc::clone(&self.storage),
+                pieces,
+                cleaned_through,
+            })
+    }
+
+    fn cleanable(&self, cutoff_ms: i64) -> impl Iterator<Item = &Segment> {
+        self.sealed
+            .iter()
+            .take_while(move |segment| segment.max_timestamp <= cutoff_ms)
+    }
+
+    /// Bytes of the sealed segments whose newest record is at or before `cutoff_ms`: (dirty,
+    /// all).
+    #[must_use]
+    pub fn cleanable_bytes(&self, cutoff_ms: i64) -> (u64, u64) {
+        self.cleanable(cutoff_ms)
+            .fold((0, 0), |(dirty, all), segment| {
+                let dirty_bytes = if segment.next_offset > self.cleaned_through {
+                    segment.size
+                } else {
+                    0
+                };
+                (dirty + dirty_bytes, all + segment.size)
+            })
+    }
+
+    /// Swaps in a pass's segments (one retention deleted meanwhile is passed over and its file
+    /// removed) and saves how far the log is mapped; returns what was freed.
+    ///
+    /// # Errors
+    /// [`LogError::Storage`] when a rename, deletion or directory sync fails: the segments
+    /// swapped so far stay (each is whole either way), the rest are not.
+    pub fn commit_clean(&mut self, cleaned: DurableCleaned) -> Result<Released, LogError> {
+        let mut freed = Released::default();
+        let mut replaced: Vec<String> = Vec::new();
+        let mut segments = cleaned.segments.into_iter();
+        let result = (|| {
+            for mut segment in segments.by_ref() {
+                let name = segment.file_name();
+                let temporary = temporary_path(&self.dir.join(&name));
+                let Some(at) = self
+                    .sealed
+                    .iter()
+                    .position(|old| old.base_offset == segment.base_offset)
+                else {
+                    let _ = self.storage.remove_file(&temporary);
+                    continue;
+                };
+                let index = self.dir.join(file_name(segment.base_offset, INDEX_SUFFIX));
+                match self.storage.remove_file(&index) {
+                    Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(self.storage_error("removing a segment's index", error));
+                    }
+                    _ => {}
+                }
+                self.storage
+                    .rename(&temporary, &self.dir.join(&name))
+                    .map_err(|e| self.storage_error("renaming a compacted segment", e))?;
+                if let Some(files) = &self.open_files {
+                    segment.file = files.sealed(self.dir.join(&name), segment.size);
+                }
+                let _ = replace_unsynced(&*self.storage, &index, &segment.encode_index());
+                let old = std::mem::replace(&mut self.sealed[at], segment);
+                let new = &self.sealed[at];
+                freed += Released {
+                    batches: old.batches - new.batches,
+                    bytes: old.size - new.size,
+                };
+                self.stored_bytes -= old.size - new.size;
+                self.batch_count -= old.batches - new.batches;
+                if !old.compacted {
+                    replaced.push(old.file_name());
+                }
+            }
+            Ok(())
+        })();
+        for segment in segments {
+            let _ = self
+                .storage
+                .remove_file(&temporary_path(&self.dir.join(segment.file_name())));
+        }
+        result?;
+        // The renames are durable before any `.log` they replace goes.
+        self.storage
+            .sync_dir(&self.dir)
+            .map_err(|e| self.storage_error("syncing the directory", e))?;
+        for name in &replaced {
+            self.storage
+                .remove_file(&self.dir.join(name))
+                .map_err(|e| self.storage_error("removing a compacted segment's original", e))?;
+        }
+        self.cleaned_through = self.cleaned_through.max(cleaned.cleaned_through);
+        CLEANED_THROUGH
+            .write(&*self.storage, &self.dir, self.cleaned_through)
+            .map_err(|e| self.storage_error("saving how far compaction went", e))?;
+        Ok(freed)
+    }
+
+    fn storage_error(&self, what: &str, error: std::io::Error) -> LogError {
+        LogError::storage(what, &self.dir, error)
+    }
+}
