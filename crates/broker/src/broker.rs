@@ -12,6 +12,7 @@
 //! by the connection before its answers leave; `crate::group_commit`). `durability` recovers
 //! state at start, snapshots it, and runs retention and expiry.
 
+mod compaction;
 mod delete_records;
 mod durability;
 mod settings;
@@ -135,6 +136,11 @@ pub struct PartitionMetrics {
     pub fsync: HistogramSnapshot,
     /// Read-only after a storage error.
     pub read_only: bool,
+    /// Bytes of segments (chunks) compaction rewrote, as they were before.
+    pub bytes_cleaned: u64,
+    /// For a compacted topic: the bytes compaction may clean that it has not yet, and all it
+    /// may clean (their ratio is what `min.cleanable.dirty.ratio` is compared with).
+    pub cleanable: Option<(u64, u64)>,
 }
 
 /// A topic and its partition count.
@@ -835,8 +841,12 @@ impl Broker {
     #[must_use]
     pub fn partition_metrics(&self) -> Vec<PartitionMetrics> {
         let mut all = Vec::new();
+        let now_ms = crate::clock::now_millis();
         for topic in self.topics.list() {
+            let compaction = topic.settings().compaction;
             for (index, partition) in topic.partitions().iter().enumerate() {
+                let cleanable =
+                    compaction.map(|compaction| Self::dirty(partition, compaction, now_ms));
                 let (start, end, stable, stored) = {
                     let data = partition.log();
                     let end = data.log.next_offset();
@@ -862,6 +872,8 @@ impl Broker {
                     bytes_out: PartitionStats::get(&s.bytes_out),
                     fsync: partition.sync_latency(),
                     read_only: partition.is_read_only(),
+                    bytes_cleaned: PartitionStats::get(&s.bytes_cleaned),
+                    cleanable,
                 });
             }
         }

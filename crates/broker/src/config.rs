@@ -160,6 +160,16 @@ pub struct BrokerConfig {
     pub retention_ms: Option<u64>,
     /// How often retention and producer-state expiry run.
     pub maintenance_interval_ms: u64,
+    /// How often the cleaner looks for compacted partitions dirty enough to compact (Kafka's
+    /// `log.cleaner.backoff.ms`).
+    pub cleaner_interval_ms: u64,
+    /// Bytes of keys the cleaner's offset map holds at most (Kafka's
+    /// `log.cleaner.dedupe.buffer.size`): a pass maps as much of a partition as fits, the next
+    /// goes on from there.
+    pub cleaner_offset_map_bytes: u64,
+    /// Bytes per second the cleaner reads and writes at most (Kafka's
+    /// `log.cleaner.io.max.bytes.per.second`); unlimited when absent.
+    pub cleaner_io_max_bytes_per_second: Option<u64>,
 }
 
 impl Default for BrokerConfig {
@@ -186,6 +196,9 @@ impl Default for BrokerConfig {
             retention_bytes: None,
             retention_ms: None,
             maintenance_interval_ms: 60_000,
+            cleaner_interval_ms: 15_000,
+            cleaner_offset_map_bytes: 64 << 20,
+            cleaner_io_max_bytes_per_second: None,
         }
     }
 }
@@ -239,6 +252,15 @@ impl BrokerConfig {
         }
         if self.maintenance_interval_ms == 0 || self.maintenance_interval_ms > MAX_TIMEOUT_MS {
             return fail("maintenance_interval_ms must be between 1 and 31536000000 (a year)");
+        }
+        if self.cleaner_interval_ms == 0 || self.cleaner_interval_ms > MAX_TIMEOUT_MS {
+            return fail("cleaner_interval_ms must be between 1 and 31536000000 (a year)");
+        }
+        if self.cleaner_offset_map_bytes < 1 << 20 {
+            return fail("cleaner_offset_map_bytes must be at least 1048576 (1 MiB)");
+        }
+        if self.cleaner_io_max_bytes_per_second == Some(0) {
+            return fail("cleaner_io_max_bytes_per_second must be at least 1 (or absent)");
         }
         if matches!(self.flush, FlushPolicy::Interval(ms) if ms > MAX_TIMEOUT_MS) {
             return fail("the flush interval must be at most 31536000000 ms (a year)");

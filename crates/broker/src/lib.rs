@@ -71,6 +71,6 @@ pub use minibroker_state::{Outcome, ProducerPage, ProducerView, Verdict};
 pub use producers::FIRST_ISSUED_ID;
 pub use signal::{AppendSignal, AppendWait};
 pub use topic_configs::{ConfigEntry, ConfigSource, ConfigType};
-pub use topic_settings::{Overrides, SettingChange, TopicSettings};
+pub use topic_settings::{Cleanup, Compaction, Overrides, SettingChange, TopicSettings};
 pub use topics::{MAX_TOPIC_NAME_LEN, quote_prefix};
 pub use unacknowledged::Unacknowledged;

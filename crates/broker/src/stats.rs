@@ -92,6 +92,8 @@ pub struct PartitionStats {
     pub records_out: AtomicU64,
     /// Batch bytes handed out by fetches.
     pub bytes_out: AtomicU64,
+    /// Bytes of segments (chunks) compaction rewrote, as they were before.
+    pub bytes_cleaned: AtomicU64,
 }
 
 impl PartitionStats {

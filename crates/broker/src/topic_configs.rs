@@ -26,6 +26,8 @@ pub enum ConfigType {
     Int,
     /// A 64-bit number.
     Long,
+    /// A fraction.
+    Double,
     /// A comma-separated list.
     List,
 }

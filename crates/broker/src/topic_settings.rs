@@ -27,7 +27,7 @@ pub(crate) struct Setting {
 }
 
 /// Every setting a topic may override, in the order they are described.
-pub(crate) const SETTINGS: [Setting; 7] = [
+pub(crate) const SETTINGS: [Setting; 10] = [
     Setting {
         name: "retention.ms",
         broker_name: "log.retention.ms",
@@ -62,7 +62,25 @@ pub(crate) const SETTINGS: [Setting; 7] = [
         name: "cleanup.policy",
         broker_name: "log.cleanup.policy",
         kind: ConfigType::List,
-        doc: "What happens to old segments: they are deleted (compaction is not offered).",
+        doc: "What happens to old segments: delete (retention deletes them), compact (the newest record of each key is kept), or both.",
+    },
+    Setting {
+        name: "min.compaction.lag.ms",
+        broker_name: "log.cleaner.min.compaction.lag.ms",
+        kind: ConfigType::Long,
+        doc: "Records stay uncompacted for at least this many milliseconds (by their timestamps).",
+    },
+    Setting {
+        name: "delete.retention.ms",
+        broker_name: "log.cleaner.delete.retention.ms",
+        kind: ConfigType::Long,
+        doc: "Compaction keeps a tombstone (a null value) for this many milliseconds after its timestamp, so readers see the delete.",
+    },
+    Setting {
+        name: "min.cleanable.dirty.ratio",
+        broker_name: "log.cleaner.min.cleanable.ratio",
+        kind: ConfigType::Double,
+        doc: "Compaction runs once this fraction of what it may clean has not been compacted yet.",
     },
     Setting {
         name: "message.timestamp.type",
@@ -231,17 +249,31 @@ fn checked(setting: &Setting, value: &str, config: &BrokerConfig) -> Result<Stri
         ),
         "cleanup.policy" => {
             let items: Vec<&str> = split_list(value).collect();
-            if items == ["delete"] {
-                Ok("delete".into())
-            } else if items.contains(&"compact") {
-                Err(refuse("log compaction is not offered; use delete".into()))
-            } else {
-                Err(refuse(format!(
-                    "{} is not a cleanup policy; use delete",
+            let known = !items.is_empty()
+                && items
+                    .iter()
+                    .all(|item| matches!(*item, "delete" | "compact"));
+            if !known {
+                return Err(refuse(format!(
+                    "{} is not a cleanup policy; use delete, compact or compact,delete",
                     crate::topics::quote_prefix(value)
-                )))
+                )));
             }
+            let policy = Cleanup {
+                delete: items.contains(&"delete"),
+                compact: items.contains(&"compact"),
+            };
+            Ok(policy.to_string())
         }
+        "min.compaction.lag.ms" => number(0, i64::MAX),
+        "delete.retention.ms" => number(0, i64::MAX),
+        "min.cleanable.dirty.ratio" => match value.trim().parse::<f64>() {
+            Ok(ratio) if (0.0..=1.0).contains(&ratio) => Ok(ratio.to_string()),
+            _ => Err(refuse(format!(
+                "{} is not a fraction from 0 to 1",
+                crate::topics::quote_prefix(value)
+            ))),
+        },
         "message.timestamp.type" => match value.trim() {
             "CreateTime" => Ok("CreateTime".into()),
             "LogAppendTime" => Err(refuse(
@@ -266,15 +298,51 @@ pub(crate) fn default_value(setting: &Setting, config: &BrokerConfig) -> String 
         "segment.ms" => config.segment_ms.to_string(),
         "max.message.bytes" => batch_room(config.max_frame_bytes).to_string(),
         "cleanup.policy" => "delete".into(),
+        "min.compaction.lag.ms" => "0".into(),
+        "delete.retention.ms" => "86400000".into(),
+        "min.cleanable.dirty.ratio" => "0.5".into(),
         _ => "CreateTime".into(),
     }
+}
+
+/// A topic's `cleanup.policy`: whether retention deletes old segments, and whether the cleaner
+/// compacts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cleanup {
+    /// Retention deletes old segments (`delete`).
+    pub delete: bool,
+    /// The newest record of each key is kept (`compact`).
+    pub compact: bool,
+}
+
+impl std::fmt::Display for Cleanup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match (self.compact, self.delete) {
+            (true, true) => "compact,delete",
+            (true, false) => "compact",
+            _ => "delete",
+        })
+    }
+}
+
+/// How a compacted topic is compacted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compaction {
+    /// Records newer than this (ms, by their timestamps) are not compacted.
+    pub min_lag_ms: i64,
+    /// Tombstones are kept this long (ms, after their timestamps).
+    pub delete_retention_ms: i64,
+    /// A pass runs once this share (per mille) of the cleanable bytes is dirty.
+    pub min_dirty_per_mille: u16,
 }
 
 /// What a topic lives by: its overrides over the broker's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TopicSettings {
-    /// How much history is kept.
+    /// How much history is kept (only with `cleanup.policy` `delete`).
     pub retention: minibroker_log::Retention,
+    /// Whether and how it is compacted (`cleanup.policy` `compact`).
+    pub compaction: Option<Compaction>,
     /// When segments roll (and how often they are synced in the background).
     pub segments: minibroker_log::SegmentConfig,
     /// The largest batch accepted.
@@ -309,22 +377,38 @@ impl BrokerConfig {
     /// settings.
     #[must_use]
     pub fn topic_settings(&self, topic: &str, overrides: &Overrides) -> TopicSettings {
-        let number = |name: &str| {
-            let setting = SETTINGS.iter().find(|s| s.name == name);
-            setting
+        let text = |name: &str| {
+            SETTINGS
+                .iter()
+                .find(|s| s.name == name)
                 .map(|s| self.setting_value(topic, overrides, s).0)
-                .and_then(|value| value.parse::<i64>().ok())
-                .unwrap_or(-1)
+                .unwrap_or_default()
         };
+        let number = |name: &str| text(name).parse::<i64>().unwrap_or(-1);
         // Every value was checked on its way in, so each parses and is in range.
         let limit = |n: i64| u64::try_from(n).ok();
         let base = self.segments();
         let retention_ms = number("retention.ms");
-        TopicSettings {
-            retention: minibroker_log::Retention {
+        let policy = text("cleanup.policy");
+        let compact = policy.contains("compact");
+        let retention = if policy.contains("delete") {
+            minibroker_log::Retention {
                 bytes: limit(number("retention.bytes")),
                 ms: (retention_ms >= 0).then_some(retention_ms),
-            },
+            }
+        } else {
+            minibroker_log::Retention::default()
+        };
+        let ratio = text("min.cleanable.dirty.ratio")
+            .parse::<f64>()
+            .unwrap_or(0.5);
+        TopicSettings {
+            retention,
+            compaction: compact.then(|| Compaction {
+                min_lag_ms: number("min.compaction.lag.ms").max(0),
+                delete_retention_ms: number("delete.retention.ms").max(0),
+                min_dirty_per_mille: (ratio * 1000.0).round() as u16,
+            }),
             segments: minibroker_log::SegmentConfig {
                 segment_bytes: limit(number("segment.bytes")).unwrap_or(base.segment_bytes),
                 segment_ms: Some(number("segment.ms"))
@@ -379,8 +463,37 @@ mod tests {
             .contains("more than once")
         );
         assert!(
-            refused(Overrides::parse([("cleanup.policy", "compact")], &config))
-                .contains("compaction")
+            refused(Overrides::parse([("cleanup.policy", "shred")], &config)).contains("shred")
+        );
+        let both = Overrides::parse([("cleanup.policy", "delete, compact")], &config).unwrap();
+        assert_eq!(both.get("cleanup.policy"), Some("compact,delete"));
+        let settings = config.topic_settings("t", &both);
+        assert_eq!(settings.retention.ms, Some(1000), "delete keeps retention");
+        assert_eq!(
+            settings.compaction,
+            Some(Compaction {
+                min_lag_ms: 0,
+                delete_retention_ms: 86_400_000,
+                min_dirty_per_mille: 500
+            })
+        );
+        let compact = Overrides::parse(
+            [
+                ("cleanup.policy", "compact"),
+                ("min.cleanable.dirty.ratio", "0.25"),
+            ],
+            &config,
+        )
+        .unwrap();
+        let settings = config.topic_settings("t", &compact);
+        assert_eq!(settings.retention, minibroker_log::Retention::default());
+        assert_eq!(settings.compaction.unwrap().min_dirty_per_mille, 250);
+        assert!(
+            refused(Overrides::parse(
+                [("min.cleanable.dirty.ratio", "2")],
+                &config
+            ))
+            .contains("fraction")
         );
         let too_big = (batch_room(config.max_frame_bytes) + 1).to_string();
         assert!(

@@ -73,6 +73,10 @@ fn gauge(value: i64, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
     ConstGauge::new(value).encode(encoder)
 }
 
+fn ratio(value: f64, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+    ConstGauge::new(value).encode(encoder)
+}
+
 fn histogram(
     snapshot: &HistogramSnapshot,
     mut encoder: MetricEncoder,
@@ -122,7 +126,7 @@ impl Collector for BrokerCollector {
             }),
             counter,
         )?;
-        let flows: [(TopicCounter, &str, &str); 4] = [
+        let flows: [(TopicCounter, &str, &str); 5] = [
             (
                 |s| s.records_in,
                 "minibroker_records_in",
@@ -142,6 +146,11 @@ impl Collector for BrokerCollector {
                 |s| s.bytes_out,
                 "minibroker_bytes_out",
                 "Batch bytes handed out by fetches, by topic",
+            ),
+            (
+                |s| s.bytes_cleaned,
+                "minibroker_cleaner_bytes_cleaned",
+                "Bytes of segments log compaction rewrote (as they were before), by topic",
             ),
         ];
         for (value, name, help) in flows {
@@ -188,6 +197,30 @@ impl Collector for BrokerCollector {
             MetricType::Gauge,
             by_partition(|p| p.log_end_offset - p.last_stable_offset),
             gauge,
+        )?;
+        let compacted: Vec<(Labels<'_>, f64)> = partitions
+            .iter()
+            .zip(&indexes)
+            .filter_map(|(p, index)| {
+                let (dirty, all) = p.cleanable?;
+                let share = if all == 0 {
+                    0.0
+                } else {
+                    dirty as f64 / all as f64
+                };
+                Some((
+                    vec![("topic", p.topic.as_str()), ("partition", index.as_str())],
+                    share,
+                ))
+            })
+            .collect();
+        family(
+            &mut encoder,
+            "minibroker_cleaner_dirty_ratio",
+            "Each compacted partition's share of what compaction may clean that it has not yet (compared with min.cleanable.dirty.ratio)",
+            MetricType::Gauge,
+            compacted,
+            ratio,
         )?;
         family(
             &mut encoder,
@@ -383,6 +416,7 @@ struct TopicSums {
     bytes_in: u64,
     records_out: u64,
     bytes_out: u64,
+    bytes_cleaned: u64,
 }
 
 impl TopicSums {
@@ -392,5 +426,6 @@ impl TopicSums {
         self.bytes_in += partition.bytes_in;
         self.records_out += partition.records_out;
         self.bytes_out += partition.bytes_out;
+        self.bytes_cleaned += partition.bytes_cleaned;
     }
 }

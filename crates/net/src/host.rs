@@ -90,6 +90,7 @@ impl Host {
         let node = Arc::new(Node::new(broker, groups, transactions, &config)?);
         let clocks = vec![
             tokio::spawn(Arc::clone(node.broker()).maintain()),
+            tokio::spawn(Arc::clone(node.broker()).clean()),
             tokio::spawn(Arc::clone(node.groups()).run()),
             tokio::spawn(Arc::clone(node.transactions()).run()),
         ];

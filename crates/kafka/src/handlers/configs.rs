@@ -126,6 +126,7 @@ fn type_code(kind: ConfigType) -> i8 {
         ConfigType::String => 2,
         ConfigType::Int => 3,
         ConfigType::Long => 5,
+        ConfigType::Double => 6,
         ConfigType::List => 7,
     }
 }

@@ -1,0 +1,141 @@
+//! Log compaction through the broker: which partitions are compacted, when, and with what the
+//! rule needs from the rest of the broker (each producer's last batch, kept for exactly-once).
+//! The rule itself is `minibroker_log`'s (`cleaner`); here a pass is planned under the
+//! partition's lock, run on the calling (blocking) thread without it, and swapped in under it
+//! again, so produces and fetches of the partition wait only for the plan and the swap.
+//!
+//! The cleaner visits every partition of a topic whose `cleanup.policy` includes `compact`
+//! every `cleaner_interval_ms`, and runs a pass where the bytes not yet compacted are at least
+//! `min.cleanable.dirty.ratio` of what may be compacted (sealed segments, or an in-memory log's
+//! full chunks, whose newest record is older than `min.compaction.lag.ms`).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use minibroker_log::{CleanRules, CleanStats};
+
+use crate::clock::now_millis;
+use crate::partition::Partition;
+use crate::stats::PartitionStats;
+use crate::topic_settings::Compaction;
+use crate::{Broker, BrokerError};
+
+impl Broker {
+    /// One pass over `topic`/`partition` now, whatever its dirty ratio (blocking). `None` when
+    /// it is not compacted or nothing is dirty.
+    ///
+    /// # Errors
+    /// Unknown topic or partition; a storage error of the pass (the log is unchanged, or
+    /// holds the segments swapped before it).
+    pub fn compact_now(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<Option<CleanStats>, BrokerError> {
+        let found = self.topics.get(topic)?;
+        let target = found.partition(partition)?;
+        match found.settings().compaction {
+            Some(compaction) => self.compact(target, compaction, now_millis(), true),
+            None => Ok(None),
+        }
+    }
+
+    /// A pass over every compacted partition dirty enough (blocking); the cleaner's tick.
+    pub fn run_cleaner(&self, now_ms: i64) {
+        for topic in self.topics.list() {
+            let Some(compaction) = topic.settings().compaction else {
+                continue;
+            };
+            for (index, partition) in topic.partitions().iter().enumerate() {
+                match self.compact(partition, compaction, now_ms, false) {
+                    Ok(Some(stats)) => tracing::info!(
+                        topic = topic.name,
+                        partition = index,
+                        before = stats.bytes_before,
+                        after = stats.bytes_after,
+                        keys = stats.keys,
+                        "compacted"
+                    ),
+                    Ok(None) => {}
+                    Err(error) => {
+                        tracing::warn!(topic = topic.name, partition = index, %error, "compaction failed");
+                    }
+                }
+            }
+        }
+    }
+
+    /// `partition`'s bytes compaction may clean as of `now_ms` that it has not yet, and all
+    /// it may clean.
+    pub(crate) fn dirty(partition: &Partition, compaction: Compaction, now_ms: i64) -> (u64, u64) {
+        let cutoff = now_ms.saturating_sub(compaction.min_lag_ms);
+        partition.log().log.cleanable_bytes(cutoff)
+    }
+
+    fn compact(
+        &self,
+        partition: &Partition,
+        compaction: Compaction,
+        now_ms: i64,
+        force: bool,
+    ) -> Result<Option<CleanStats>, BrokerError> {
+        if partition.is_read_only() {
+            return Ok(None);
+        }
+        let cutoff = now_ms.saturating_sub(compaction.min_lag_ms);
+        // Each producer's last batch stays, at least as its header.
+        let kept_batches: HashSet<i64> = self
+            .state
+            .producers(partition.id)
+            .iter()
+            .filter_map(|producer| producer.entry.batches().next()?.base_offset)
+            .collect();
+        let plan = {
+            let mut data = partition.log();
+            let (dirty, all) = data.log.cleanable_bytes(cutoff);
+            let due = dirty > 0 && dirty * 1000 >= u64::from(compaction.min_dirty_per_mille) * all;
+            if !force && !due {
+                return Ok(None);
+            }
+            data.log.clean_plan(cutoff)
+        };
+        let Some(plan) = plan else {
+            return Ok(None);
+        };
+        let rules = CleanRules {
+            tombstones_before_ms: now_ms.saturating_sub(compaction.delete_retention_ms),
+            kept_batches,
+        };
+        let mut stats = CleanStats::default();
+        let budget = usize::try_from(self.config.cleaner_offset_map_bytes).unwrap_or(usize::MAX);
+        let rate = self.config.cleaner_io_max_bytes_per_second;
+        let Some(cleaned) = plan.run(budget, &rules, rate, &mut stats)? else {
+            return Ok(None);
+        };
+        let mut data = partition.log();
+        let released = data.log.commit_clean(cleaned)?;
+        self.give_back(&mut data, released);
+        drop(data);
+        PartitionStats::add(&partition.stats.bytes_cleaned, stats.bytes_before);
+        Ok(Some(stats))
+    }
+
+    /// The cleaner, for as long as the returned future runs (the host spawns it beside
+    /// [`Self::maintain`]): a pass over every compacted partition dirty enough each
+    /// `cleaner_interval_ms`, on a blocking thread.
+    pub async fn clean(self: Arc<Self>) {
+        let mut ticks =
+            tokio::time::interval(Duration::from_millis(self.config.cleaner_interval_ms));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await;
+        loop {
+            ticks.tick().await;
+            let worker = Arc::clone(&self);
+            let work = tokio::task::spawn_blocking(move || worker.run_cleaner(now_millis()));
+            if let Err(error) = work.await {
+                tracing::error!(%error, "the cleaner panicked");
+            }
+        }
+    }
+}
