@@ -573,3 +573,148 @@ async fn delete_records_moves_the_start_and_a_retry_of_a_deleted_batch_is_still_
     assert_eq!(broker.broker.offsets("t", 0)?, (5, 6));
     Ok(())
 }
+
+#[tokio::test]
+async fn a_compacted_topic_keeps_offsets_and_a_retry_of_a_producers_last_batch_is_a_duplicate()
+-> Result<()> {
+    use bytes::Bytes;
+    use kafka_protocol::messages::{FetchRequest, FetchResponse, fetch_request};
+    use minibroker_records::{NewRecord, Writer, encode};
+    use minibroker_tests::{TestBroker, kafka_connection, start_kafka};
+    let dir = tempfile::tempdir()?;
+    let mut config = Config::default();
+    config.broker.data_dir = Some(dir.path().to_owned());
+    let broker = TestBroker::start(config.clone()).await?;
+    let addr = start_kafka(&broker).await?.addr;
+    let mut conn = kafka_connection(addr).await?;
+    broker.broker.create_topic_with(
+        "table",
+        1,
+        &[("cleanup.policy", "compact"), ("segment.bytes", "4096")],
+    )?;
+    // Producer 7 updates keys a, b and c in batches of three; producer 8 writes one batch of
+    // its own early on and nothing after, so its last batch lies in what is compacted.
+    let keyed = |producer_id: i64, sequence: i32, keys: &[&str], round: usize| {
+        let records: Vec<NewRecord> = keys
+            .iter()
+            .map(|key| NewRecord {
+                key: Some(Bytes::from(key.to_string())),
+                value: Some(Bytes::from(format!("{key} {round} {}", "v".repeat(200)))),
+                headers: Vec::new(),
+                timestamp: None,
+            })
+            .collect();
+        let writer = Writer {
+            producer_id,
+            epoch: 0,
+            base_sequence: sequence,
+        };
+        encode(writer, &records, 0).expect("a batch").to_vec()
+    };
+    let lonely = keyed(8, 0, &["a"], 0);
+    assert_eq!(
+        crate::kafka::produce_to(&mut conn, "table", 0, lonely.clone()).await?,
+        (0, 0)
+    );
+    let mut last = Vec::new();
+    for round in 0..40 {
+        last = keyed(7, 3 * round as i32, &["a", "b", "c"], round);
+        let (code, base) = crate::kafka::produce_to(&mut conn, "table", 0, last.clone()).await?;
+        assert_eq!((code, base), (0, 1 + 3 * round as i64));
+    }
+    let before = broker.broker.offsets("table", 0)?;
+    let stats = broker.broker.compact_now("table", 0)?.expect("a pass");
+    assert!(stats.bytes_after * 4 < stats.bytes_before, "{stats:?}");
+    assert_eq!(
+        broker.broker.offsets("table", 0)?,
+        before,
+        "offsets never change"
+    );
+    // Both producers' retries are still recognised: the last batch, and the lone early one.
+    assert_eq!(
+        crate::kafka::produce_to(&mut conn, "table", 0, last).await?,
+        (0, 1 + 3 * 39)
+    );
+    assert_eq!(
+        crate::kafka::produce_to(&mut conn, "table", 0, lonely).await?,
+        (0, 0)
+    );
+    // Read back from the start: every record at its offset, newest per key last.
+    let fetch = FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 20)
+        .with_topics(vec![
+            fetch_request::FetchTopic::default()
+                .with_topic(kafka_protocol::messages::TopicName(
+                    kafka_protocol::protocol::StrBytes::from_static_str("table"),
+                ))
+                .with_partitions(vec![
+                    fetch_request::FetchPartition::default().with_partition_max_bytes(1 << 20),
+                ]),
+        ]);
+    let mut offset = 0;
+    let mut newest = std::collections::BTreeMap::new();
+    let mut held = 0;
+    while offset < before.1 {
+        let request = fetch
+            .clone()
+            .with_topics(vec![fetch.topics[0].clone().with_partitions(vec![
+                fetch.topics[0].partitions[0]
+                    .clone()
+                    .with_fetch_offset(offset),
+            ])]);
+        let answer: FetchResponse = conn.call(ApiKey::Fetch, 12, &request).await?;
+        let records = answer.responses[0].partitions[0]
+            .records
+            .clone()
+            .unwrap_or_default();
+        let mut rest = records;
+        while !rest.is_empty() {
+            let len = minibroker_records::batch_len(&rest).expect("a whole batch");
+            let batch = rest.split_to(len);
+            for record in minibroker_records::decode(&batch)?.records {
+                let value = record.value.expect("no tombstones here");
+                let key = record.key.expect("keyed");
+                let round: usize = std::str::from_utf8(&value)?
+                    .split(' ')
+                    .nth(1)
+                    .expect("a round")
+                    .parse()?;
+                if key == "a" && record.offset == 0 {
+                    continue;
+                }
+                // Records of producer 7: offset 1 + 3 * round + index of the key.
+                let index = ["a", "b", "c"]
+                    .iter()
+                    .position(|k| *k == key)
+                    .expect("a key");
+                assert_eq!(record.offset, 1 + 3 * round as i64 + index as i64);
+                newest.insert(key, round);
+                held += 1;
+            }
+            offset = minibroker_records::end_offset(&batch);
+        }
+    }
+    assert!(held < 40, "{held} of 120 records left");
+    assert!(newest.values().all(|round| *round == 39), "{newest:?}");
+
+    // Producer state rebuilt from the compacted log alone (the snapshots removed): producer 8's
+    // batch is there as its header, so its retry is still a duplicate, not a new write.
+    drop(conn);
+    broker.stop().await?;
+    let partition = dir.path().join("logs/table/0");
+    for entry in std::fs::read_dir(&partition)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "snapshot") {
+            std::fs::remove_file(path)?;
+        }
+    }
+    let broker = TestBroker::start(config).await?;
+    let mut conn = kafka_connection(start_kafka(&broker).await?.addr).await?;
+    assert_eq!(
+        crate::kafka::produce_to(&mut conn, "table", 0, keyed(8, 0, &["a"], 0)).await?,
+        (0, 0)
+    );
+    assert_eq!(broker.broker.offsets("table", 0)?, before);
+    Ok(())
+}
