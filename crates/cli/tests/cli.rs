@@ -559,6 +559,36 @@ fn bench_smoke_run_reports_every_phase_as_json() {
 }
 
 #[test]
+fn bench_compaction_smoke_run_reports_both_comparisons() {
+    // A small log and short phases: the shape of the report, and that the cleaner ran while the
+    // compacted topic took produces (the run fails otherwise). Timing is never asserted.
+    let dir = tempfile::tempdir().expect("a directory");
+    let report = run_json(&[
+        "bench",
+        "--compaction",
+        "--compaction-mib",
+        "40",
+        "--data-dir",
+        dir.path().to_str().expect("a UTF-8 path"),
+        "--duration",
+        "0.5",
+        "--records-per-batch",
+        "100",
+        "--json",
+    ]);
+    assert_eq!(
+        report["compaction_mb_per_sec"].as_array().map(Vec::len),
+        Some(3),
+        "{report}"
+    );
+    assert!(report["compaction_over_raw"]["median"].as_f64().is_some());
+    assert_eq!(
+        report["p99_at_half_compacted_us"].as_array().map(Vec::len),
+        Some(3)
+    );
+}
+
+#[test]
 fn bench_memory_cases_report_per_entry_and_per_byte_figures() {
     let report = run_json(&["bench", "--memory", "--json"]);
     assert_eq!(report["entries"].as_array().map(Vec::len), Some(2));

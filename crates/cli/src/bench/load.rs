@@ -63,6 +63,9 @@ pub struct Workload {
     pub first_producer_id: i64,
     /// Speak TLS to the broker (`bench --tls`).
     pub tls: Option<ClientTls>,
+    /// Give record `i` of every batch the key `k{i}` (`bench --compaction`: a table updated
+    /// over and over), instead of no key.
+    pub keyed: bool,
 }
 
 /// How the generator speaks TLS: the connector, the name the certificate must hold, and a
@@ -259,7 +262,10 @@ impl Connection {
         let mut sent_at: VecDeque<Instant> = VecDeque::with_capacity(self.workload.in_flight);
         let mut sequences = vec![0i32; self.partitions.len()];
         let records: Vec<NewRecord> = (0..self.workload.records_per_batch)
-            .map(|_| NewRecord::value(self.record.clone()))
+            .map(|i| NewRecord {
+                key: self.workload.keyed.then(|| Bytes::from(format!("k{i}"))),
+                ..NewRecord::value(self.record.clone())
+            })
             .collect();
         let writer = Writer {
             producer_id: self.producer_id,

@@ -4,6 +4,7 @@
 //! `--data-dir` measures the durable broker (see `durable`).
 
 mod baseline;
+mod compaction;
 mod durable;
 mod load;
 mod memory;
@@ -107,6 +108,14 @@ pub struct Args {
     /// listener and on a TLS one, alternating three times each.
     #[arg(long, conflicts_with_all = ["broker", "baseline", "memory", "data_dir", "compare_metrics", "transactional"])]
     tls: bool,
+    /// What log compaction costs: a pass over a durable log against a raw read and write of the
+    /// same segments, and produce latency at half load while the cleaner runs against without,
+    /// in one run, under DIR (`--data-dir`, else a temporary directory).
+    #[arg(long, conflicts_with_all = ["broker", "baseline", "memory", "compare_metrics", "transactional", "tls"])]
+    compaction: bool,
+    /// With --compaction: MiB of the log compacted in each round.
+    #[arg(long, default_value_t = 256, requires = "compaction")]
+    compaction_mib: u64,
     /// With --transactional: how often a transactional producer commits.
     #[arg(long, default_value_t = 100, requires = "transactional")]
     commit_interval_ms: u64,
@@ -158,12 +167,20 @@ pub async fn run(args: Args) -> Result<()> {
         },
         first_producer_id: 1,
         tls: None,
+        keyed: false,
     };
     if args.compare_metrics {
         return metrics::run(workload, args.json).await;
     }
     if args.tls {
         return tls::run(workload, args.json).await;
+    }
+    if args.compaction {
+        let dir = match &args.data_dir {
+            Some(dir) => dir.clone(),
+            None => std::env::temp_dir(),
+        };
+        return compaction::run(workload, &dir, args.compaction_mib, args.json).await;
     }
     let broker_dir = match &args.data_dir {
         Some(dir) if !args.baseline => {
