@@ -489,6 +489,15 @@ impl Broker {
         Ok(appended.base_offset)
     }
 
+    /// [`Self::give_back`] for what left the front of the log (retention, DeleteRecords), and
+    /// forgets the aborted transactions wholly below the new start; returns that start.
+    fn dropped_from_front(&self, data: &mut PartitionData, released: Released) -> i64 {
+        self.give_back(data, released);
+        let start = data.log.start_offset();
+        data.transactions.forget_before(start);
+        start
+    }
+
     /// Gives the storage limit back what the batches retention dropped from an in-memory log
     /// were charged (a durable log's batches are not charged).
     fn give_back(&self, data: &mut PartitionData, released: Released) {

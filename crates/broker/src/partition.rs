@@ -32,6 +32,19 @@ pub struct Partition {
     pub appended: Arc<AppendSignal>,
     /// Traffic counters, for the metrics.
     pub stats: PartitionStats,
+    /// Whether a compaction pass runs on it.
+    cleaning: std::sync::atomic::AtomicBool,
+}
+
+/// A compaction pass's hold on its partition ([`Partition::start_cleaning`]), let go when
+/// dropped.
+#[derive(Debug)]
+pub(crate) struct Cleaning<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for Cleaning<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Release);
+    }
 }
 
 /// What a partition's lock guards.
@@ -61,7 +74,17 @@ impl Partition {
             commit: GroupCommit::default(),
             appended: Arc::new(AppendSignal::default()),
             stats: PartitionStats::default(),
+            cleaning: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// The partition's one compaction pass, or `None` while another runs.
+    pub(crate) fn start_cleaning(&self) -> Option<Cleaning<'_>> {
+        use std::sync::atomic::Ordering;
+        self.cleaning
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| Cleaning(&self.cleaning))
     }
 
     /// Locks the partition's log. Appends happen under the state shard lock, then this one;

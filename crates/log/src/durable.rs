@@ -32,7 +32,9 @@ use std::sync::Arc;
 
 use crate::batch::{check_appendable, first_record_at_or_after};
 use crate::health::Health;
-use crate::names::{INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, file_name, parse_name};
+use crate::names::{
+    COMPACTED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, file_name, parse_name,
+};
 use crate::offset_files::{CLEANED_THROUGH, START_OFFSET};
 use crate::open_files::OpenFiles;
 use crate::recovery::Recovery;
@@ -41,7 +43,7 @@ use crate::storage::{Storage, StorageFile, read_whole, replace_unsynced, write_a
 use crate::{LogError, ReadLimits, Released};
 
 mod clean;
-pub use clean::{DurableClean, DurableCleaned};
+pub use clean::{CleanedUp, DurableClean, DurableCleaned};
 
 /// When segments roll.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -790,6 +792,10 @@ impl DurableLog {
             let _ = self
                 .storage
                 .remove_file(&self.dir.join(file_name(base, INDEX_SUFFIX)));
+            // A compaction pass may have put its rewrite in place beside it, before its swap.
+            let _ = self
+                .storage
+                .remove_file(&self.dir.join(file_name(base, COMPACTED_SUFFIX)));
             // Synced one deletion at a time, so a crash can never bring back an older segment
             // without the newer ones after it (that would be a hole).
             self.storage

@@ -53,7 +53,7 @@ pub mod storage;
 
 pub use cleaner::{CleanRules, CleanStats, OffsetMap, Throttle};
 pub use durable::{
-    Appended, DurableClean, DurableCleaned, DurableLog, MAX_PENDING_BYTES, Opened,
+    Appended, CleanedUp, DurableClean, DurableCleaned, DurableLog, MAX_PENDING_BYTES, Opened,
     PREALLOCATE_BYTES, Retention, SegmentConfig, SnapshotStore, SyncPoint, WriteBack,
 };
 pub use error::{LogError, StorageFailure};

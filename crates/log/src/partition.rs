@@ -7,8 +7,8 @@
 use bytes::Bytes;
 
 use crate::{
-    Appended, CleanRules, CleanStats, DurableClean, DurableCleaned, DurableLog, LogError,
-    MemoryClean, MemoryCleaned, MemoryLog, ReadLimits, Released, Retention,
+    Appended, CleanRules, CleanStats, CleanedUp, DurableClean, DurableCleaned, DurableLog,
+    LogError, MemoryClean, MemoryCleaned, MemoryLog, ReadLimits, Released, Retention,
 };
 
 /// One partition's log.
@@ -194,16 +194,17 @@ impl PartitionLog {
         }
     }
 
-    /// Swaps in what a pass wrote; returns what it freed.
-    ///
-    /// # Errors
-    /// For files, as [`DurableLog::commit_clean`].
-    pub fn commit_clean(&mut self, cleaned: Cleaned) -> Result<Released, LogError> {
+    /// Swaps in what a pass wrote (no file is touched); returns what it freed and, for files,
+    /// what is left to do on disk once the lock is let go ([`CleanedUp::finish`]).
+    pub fn commit_clean(&mut self, cleaned: Cleaned) -> (Released, Option<CleanedUp>) {
         match (self, cleaned) {
-            (Self::Memory(log), Cleaned::Memory(cleaned)) => Ok(log.commit_clean(cleaned)),
-            (Self::Durable(log), Cleaned::Durable(cleaned)) => log.commit_clean(cleaned),
+            (Self::Memory(log), Cleaned::Memory(cleaned)) => (log.commit_clean(cleaned), None),
+            (Self::Durable(log), Cleaned::Durable(cleaned)) => {
+                let (freed, cleaned_up) = log.commit_clean(cleaned);
+                (freed, Some(cleaned_up))
+            }
             // A pass planned on the other kind of log: nothing of it applies.
-            _ => Ok(Released::default()),
+            _ => (Released::default(), None),
         }
     }
 

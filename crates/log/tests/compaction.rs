@@ -103,7 +103,9 @@ fn clean(log: &mut PartitionLog, cutoff_ms: i64, rules: &CleanRules) -> CleanSta
     let mut stats = CleanStats::default();
     let plan = log.clean_plan(cutoff_ms).expect("something is dirty");
     let cleaned = plan.run(1 << 20, rules, None, &mut stats).unwrap().unwrap();
-    log.commit_clean(cleaned).unwrap();
+    if let (_, Some(cleaned_up)) = log.commit_clean(cleaned) {
+        cleaned_up.finish().unwrap();
+    }
     stats
 }
 

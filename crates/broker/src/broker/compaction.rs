@@ -83,6 +83,10 @@ impl Broker {
         if partition.is_read_only() {
             return Ok(None);
         }
+        // One pass at a time per partition (the cleaner's tick and `compact_now` may meet).
+        let Some(_cleaning) = partition.start_cleaning() else {
+            return Ok(None);
+        };
         let cutoff = now_ms.saturating_sub(compaction.min_lag_ms);
         // Each producer's last batch stays, at least as its header.
         let kept_batches: HashSet<i64> = self
@@ -114,9 +118,12 @@ impl Broker {
             return Ok(None);
         };
         let mut data = partition.log();
-        let released = data.log.commit_clean(cleaned)?;
+        let (released, cleaned_up) = data.log.commit_clean(cleaned);
         self.give_back(&mut data, released);
         drop(data);
+        if let Some(cleaned_up) = cleaned_up {
+            cleaned_up.finish()?;
+        }
         PartitionStats::add(&partition.stats.bytes_cleaned, stats.bytes_before);
         Ok(Some(stats))
     }

@@ -62,9 +62,7 @@ impl Broker {
         }
         let mut data = partition.log();
         let released = data.log.delete_records(before)?;
-        self.give_back(&mut data, released);
-        let start = data.log.start_offset();
-        data.transactions.forget_before(start);
+        let start = self.dropped_from_front(&mut data, released);
         tracing::info!(
             topic = topic.name,
             partition = index,

@@ -209,15 +209,13 @@ impl Broker {
                 match data.log.apply_retention(retention, now_ms) {
                     Ok(released) if released == Released::default() => {}
                     Ok(released) => {
-                        self.give_back(&mut data, released);
-                        let start = data.log.start_offset();
-                        data.transactions.forget_before(start);
+                        let start = self.dropped_from_front(&mut data, released);
                         tracing::info!(
                             topic = topic.name,
                             partition = index,
                             batches = released.batches,
                             bytes = released.bytes,
-                            start_offset = data.log.start_offset(),
+                            start_offset = start,
                             "retention dropped old batches"
                         );
                     }

@@ -95,7 +95,9 @@ fn throughput(dir: &Path, mib: u64) -> Result<Pairs> {
         let cleaned = plan
             .run(64 << 20, &CleanRules::default(), None, &mut stats)?
             .context("nothing was dirty")?;
-        log.commit_clean(cleaned)?;
+        if let (_, Some(cleaned_up)) = log.commit_clean(cleaned) {
+            cleaned_up.finish()?;
+        }
         let seconds = started.elapsed().as_secs_f64();
         pairs.push((raw, stats.bytes_before as f64 / seconds / 1e6));
         let _ = std::fs::remove_dir_all(&raw_dir);

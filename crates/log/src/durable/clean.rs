@@ -2,15 +2,17 @@
 //! never the active one.
 //!
 //! A pass is planned under the partition's lock ([`DurableLog::clean_plan`]: the segments'
-//! files, shared), run without it ([`DurableClean::run`]: each rewritten segment written to
-//! `<base>.compacted.tmp` and synced, at the rate asked), and swapped in under the lock again
-//! ([`DurableLog::commit_clean`]): the segment's index is removed, the new file renamed to
-//! `<base>.compacted`, the directory synced, and only then the old `<base>.log` deleted, so a
-//! crash at any point leaves a valid log: before the rename the old segment stands and the
-//! temporary file is removed at the next open; after it, the compacted one is complete and the
-//! open deletes the `.log` beside it (`crate::recovery`). Its new index is written unsynced, as
-//! at a roll (a bad one means a scan). Offsets, and where each segment begins and ends, never
-//! change.
+//! files, shared), run without it ([`DurableClean::run`]), and swapped in under the lock again
+//! ([`DurableLog::commit_clean`]), which touches no file: every slow step is outside the lock.
+//!
+//! The run writes each rewritten segment to `<base>.compacted.tmp` and syncs it (at the rate
+//! asked), then, for each, removes the old index, renames the file to `<base>.compacted`, writes
+//! its index (unsynced, as at a roll: a bad one means a scan) and syncs the directory. Only
+//! after the swap is the old `<base>.log` deleted. So a crash at any point leaves a valid log:
+//! before a rename the old segment stands and the temporary file is removed at the next open;
+//! after it, the compacted one is complete and the open deletes the `.log` beside it
+//! (`crate::recovery`). Until the swap, readers keep using the old segment, whose index is in
+//! memory. Offsets, and where each segment begins and ends, never change.
 
 use bytes::Bytes;
 use std::path::PathBuf;
@@ -166,6 +168,9 @@ impl DurableClean {
                     .and_then(|()| rewrite.segment.file.sync())
                     .map_err(|e| failed("writing a compacted segment", e))?;
             }
+            if outcome.is_some() {
+                self.put_in_place(&rewrites)?;
+            }
             Ok(outcome)
         });
         match finished {
@@ -183,6 +188,35 @@ impl DurableClean {
                 Err(error)
             }
         }
+    }
+}
+
+impl DurableClean {
+    /// Renames each synced rewrite into place beside the segment it replaces (its old index
+    /// removed first, its own written after), then syncs the directory.
+    fn put_in_place(&self, rewrites: &[Rewrite]) -> Result<(), LogError> {
+        let failed = |what: &str, error| LogError::storage(what, &self.dir, error);
+        for rewrite in rewrites {
+            let segment = &rewrite.segment;
+            let name = segment.file_name();
+            let index = self.dir.join(file_name(segment.base_offset, INDEX_SUFFIX));
+            match self.storage.remove_file(&index) {
+                Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(failed("removing a segment's index", error));
+                }
+                _ => {}
+            }
+            self.storage
+                .rename(
+                    &temporary_path(&self.dir.join(&name)),
+                    &self.dir.join(&name),
+                )
+                .map_err(|e| failed("renaming a compacted segment", e))?;
+            let _ = replace_unsynced(&*self.storage, &index, &segment.encode_index());
+        }
+        self.storage
+            .sync_dir(&self.dir)
+            .map_err(|e| failed("syncing the directory", e))
     }
 }
 
@@ -234,79 +268,77 @@ impl DurableLog {
             })
     }
 
-    /// Swaps in a pass's segments (one retention deleted meanwhile is passed over and its file
-    /// removed) and saves how far the log is mapped; returns what was freed.
-    ///
-    /// # Errors
-    /// [`LogError::Storage`] when a rename, deletion or directory sync fails: the segments
-    /// swapped so far stay (each is whole either way), the rest are not.
-    pub fn commit_clean(&mut self, cleaned: DurableCleaned) -> Result<Released, LogError> {
+    /// Swaps in a pass's segments, already in place on disk (one retention or DeleteRecords
+    /// deleted meanwhile is passed over, its compacted file removed); returns what was freed and
+    /// the files left to clean up ([`CleanedUp::finish`], outside the lock).
+    pub fn commit_clean(&mut self, cleaned: DurableCleaned) -> (Released, CleanedUp) {
         let mut freed = Released::default();
-        let mut replaced: Vec<String> = Vec::new();
-        let mut segments = cleaned.segments.into_iter();
-        let result = (|| {
-            for mut segment in segments.by_ref() {
-                let name = segment.file_name();
-                let temporary = temporary_path(&self.dir.join(&name));
-                let Some(at) = self
-                    .sealed
-                    .iter()
-                    .position(|old| old.base_offset == segment.base_offset)
-                else {
-                    let _ = self.storage.remove_file(&temporary);
-                    continue;
-                };
-                let index = self.dir.join(file_name(segment.base_offset, INDEX_SUFFIX));
-                match self.storage.remove_file(&index) {
-                    Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
-                        return Err(self.storage_error("removing a segment's index", error));
-                    }
-                    _ => {}
-                }
-                self.storage
-                    .rename(&temporary, &self.dir.join(&name))
-                    .map_err(|e| self.storage_error("renaming a compacted segment", e))?;
-                if let Some(files) = &self.open_files {
-                    segment.file = files.sealed(self.dir.join(&name), segment.size);
-                }
-                let _ = replace_unsynced(&*self.storage, &index, &segment.encode_index());
-                let old = std::mem::replace(&mut self.sealed[at], segment);
-                let new = &self.sealed[at];
-                freed += Released {
-                    batches: old.batches - new.batches,
-                    bytes: old.size - new.size,
-                };
-                self.stored_bytes -= old.size - new.size;
-                self.batch_count -= old.batches - new.batches;
-                if !old.compacted {
-                    replaced.push(old.file_name());
-                }
+        let mut leftovers = Vec::new();
+        for mut segment in cleaned.segments {
+            let name = segment.file_name();
+            let Some(at) = self
+                .sealed
+                .iter()
+                .position(|old| old.base_offset == segment.base_offset)
+            else {
+                leftovers.push(name);
+                leftovers.push(file_name(segment.base_offset, INDEX_SUFFIX));
+                continue;
+            };
+            if let Some(files) = &self.open_files {
+                segment.file = files.sealed(self.dir.join(&name), segment.size);
             }
-            Ok(())
-        })();
-        for segment in segments {
-            let _ = self
-                .storage
-                .remove_file(&temporary_path(&self.dir.join(segment.file_name())));
-        }
-        result?;
-        // The renames are durable before any `.log` they replace goes.
-        self.storage
-            .sync_dir(&self.dir)
-            .map_err(|e| self.storage_error("syncing the directory", e))?;
-        for name in &replaced {
-            self.storage
-                .remove_file(&self.dir.join(name))
-                .map_err(|e| self.storage_error("removing a compacted segment's original", e))?;
+            let old = std::mem::replace(&mut self.sealed[at], segment);
+            let new = &self.sealed[at];
+            freed += Released {
+                batches: old.batches - new.batches,
+                bytes: old.size - new.size,
+            };
+            self.stored_bytes -= old.size - new.size;
+            self.batch_count -= old.batches - new.batches;
+            if !old.compacted {
+                leftovers.push(old.file_name());
+            }
         }
         self.cleaned_through = self.cleaned_through.max(cleaned.cleaned_through);
+        let cleaned_up = CleanedUp {
+            storage: Arc::clone(&self.storage),
+            dir: self.dir.clone(),
+            leftovers,
+            cleaned_through: self.cleaned_through,
+        };
+        (freed, cleaned_up)
+    }
+}
+
+/// What a swap leaves to do on disk, without the partition's lock: delete the `.log` files the
+/// compacted ones replaced (a start deletes any left, see `crate::recovery`) and save how far
+/// the log is mapped.
+#[derive(Debug)]
+pub struct CleanedUp {
+    storage: Arc<dyn Storage>,
+    dir: PathBuf,
+    leftovers: Vec<String>,
+    cleaned_through: i64,
+}
+
+impl CleanedUp {
+    /// Does it.
+    ///
+    /// # Errors
+    /// [`LogError::Storage`] when a deletion or the save fails (the log is whole either way).
+    pub fn finish(self) -> Result<(), LogError> {
+        let failed = |what: &str, error| LogError::storage(what, &self.dir, error);
+        for name in &self.leftovers {
+            match self.storage.remove_file(&self.dir.join(name)) {
+                Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(failed("removing a compacted segment's original", error));
+                }
+                _ => {}
+            }
+        }
         CLEANED_THROUGH
             .write(&*self.storage, &self.dir, self.cleaned_through)
-            .map_err(|e| self.storage_error("saving how far compaction went", e))?;
-        Ok(freed)
-    }
-
-    fn storage_error(&self, what: &str, error: std::io::Error) -> LogError {
-        LogError::storage(what, &self.dir, error)
+            .map_err(|e| failed("saving how far compaction went", e))
     }
 }

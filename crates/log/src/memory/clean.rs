@@ -1,7 +1,8 @@
 //! Compaction of an in-memory log (`crate::cleaner`'s rule): its full chunks are the pieces. A
 //! pass is planned under the partition's lock ([`MemoryLog::clean_plan`]: the chunks' frozen
-//! bytes, shared, not copied), run without it ([`MemoryClean::run`]), and its chunks swapped in
-//! under the lock again ([`MemoryLog::commit_clean`]); the chunk being filled is never touched.
+//! bytes, shared, not copied), run without it ([`MemoryClean::run`]: the new chunks built), and
+//! its chunks swapped in under the lock again ([`MemoryLog::commit_clean`]); the chunk being
+//! filled is never touched.
 
 use bytes::{Bytes, BytesMut};
 
@@ -49,9 +50,43 @@ pub struct MemoryClean {
 /// A pass's chunks, to swap in ([`MemoryLog::commit_clean`]).
 #[derive(Debug)]
 pub struct MemoryCleaned {
-    /// Each rewritten chunk's first offset and the batches it keeps.
-    chunks: Vec<(i64, Vec<Bytes>)>,
+    chunks: Vec<NewChunk>,
     cleaned_through: i64,
+}
+
+/// A rewritten chunk, built outside the lock: its first offset, bytes and batches.
+#[derive(Debug)]
+struct NewChunk {
+    first_offset: i64,
+    bytes: Bytes,
+    entries: Vec<Entry>,
+    max_timestamp: i64,
+}
+
+impl NewChunk {
+    fn new(first_offset: i64, batches: &[Bytes]) -> Self {
+        let mut bytes = BytesMut::with_capacity(batches.iter().map(Bytes::len).sum());
+        let mut entries = Vec::with_capacity(batches.len());
+        let mut max_timestamp = i64::MIN;
+        for batch in batches {
+            let base_offset = minibroker_records::base_offset(batch);
+            entries.push(Entry {
+                base_offset,
+                // A stored batch spans at most the u32 its record count was.
+                offsets: (minibroker_records::end_offset(batch) - base_offset) as u32,
+                start: bytes.len() as u32,
+                len: batch.len() as u32,
+            });
+            max_timestamp = max_timestamp.max(minibroker_records::max_timestamp(batch));
+            bytes.extend_from_slice(batch);
+        }
+        Self {
+            first_offset,
+            bytes: bytes.freeze(),
+            entries,
+            max_timestamp,
+        }
+    }
 }
 
 impl MemoryClean {
@@ -90,7 +125,10 @@ impl MemoryClean {
         };
         chunks.truncate(rewritten);
         Ok(Some(MemoryCleaned {
-            chunks,
+            chunks: chunks
+                .iter()
+                .map(|(first_offset, batches)| NewChunk::new(*first_offset, batches))
+                .collect(),
             cleaned_through,
         }))
     }
@@ -150,41 +188,27 @@ impl MemoryLog {
     /// is passed over); returns what was freed.
     pub fn commit_clean(&mut self, cleaned: MemoryCleaned) -> Released {
         let mut freed = Released::default();
-        for (first_offset, batches) in cleaned.chunks {
+        for new in cleaned.chunks {
             let Some(chunk) = self
                 .chunks
                 .iter_mut()
-                .find(|chunk| chunk.first_offset == first_offset)
+                .find(|chunk| chunk.first_offset == new.first_offset)
             else {
                 continue;
             };
-            let mut bytes = BytesMut::with_capacity(batches.iter().map(Bytes::len).sum());
-            let mut entries = Vec::with_capacity(batches.len());
-            let mut max_timestamp = i64::MIN;
-            for batch in &batches {
-                let base_offset = minibroker_records::base_offset(batch);
-                entries.push(Entry {
-                    base_offset,
-                    // A stored batch spans at most the u32 its record count was.
-                    offsets: (minibroker_records::end_offset(batch) - base_offset) as u32,
-                    start: bytes.len() as u32,
-                    len: batch.len() as u32,
-                });
-                max_timestamp = max_timestamp.max(minibroker_records::max_timestamp(batch));
-                bytes.extend_from_slice(batch);
-            }
+            let len = new.bytes.len();
             freed += Released {
-                batches: (chunk.entries.len() - entries.len()) as u64,
-                bytes: (chunk.bytes - bytes.len()) as u64,
+                batches: (chunk.entries.len() - new.entries.len()) as u64,
+                bytes: (chunk.bytes - len) as u64,
             };
-            self.stored_bytes -= chunk.bytes - bytes.len();
-            self.batch_count -= chunk.entries.len() - entries.len();
+            self.stored_bytes -= chunk.bytes - len;
+            self.batch_count -= chunk.entries.len() - new.entries.len();
             *chunk = Chunk {
-                first_offset,
-                bytes: bytes.len(),
-                pieces: vec![(0, bytes.freeze())],
-                entries,
-                max_timestamp,
+                first_offset: new.first_offset,
+                bytes: len,
+                pieces: vec![(0, new.bytes)],
+                entries: new.entries,
+                max_timestamp: new.max_timestamp,
                 max_timestamp_before: chunk.max_timestamp_before,
                 rest: None,
             };
