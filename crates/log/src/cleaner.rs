@@ -22,7 +22,9 @@ use bytes::Bytes;
 use std::collections::{HashMap, HashSet};
 
 use crate::LogError;
-use minibroker_records::{KeyedRecord, Retained, for_each_record, inspect_kept, retain_records};
+use minibroker_records::{
+    KeyedRecord, Retained, for_each_record, retain_records, transactional_or_control,
+};
 
 /// Bytes an entry of the offset map costs besides its key (the offset, the map's own slot and
 /// the key's allocation), so a budget bounds memory whatever the keys' sizes.
@@ -69,41 +71,45 @@ impl OffsetMap {
     }
 
     /// Maps the records of `batch` (the next stored batch, at or after [`Self::end`]), or
-    /// returns `false`, mapping none, when its new keys would pass the budget. Transactional
+    /// returns `false`, leaving [`Self::end`] before it and adding none of its new keys, when
+    /// those would pass the budget. Transactional
     /// batches and markers are passed over (their records are kept as written, and must not hide
     /// older ones: an aborted transaction's would).
     ///
     /// # Errors
     /// [`LogError::Damaged`] for a stored batch that does not read.
     pub fn add(&mut self, batch: &[u8]) -> Result<bool, LogError> {
-        let info = inspect_kept(batch).map_err(damaged)?;
         let end = minibroker_records::end_offset(batch);
-        if info.transactional || info.control {
+        if transactional_or_control(batch) {
             self.end = end;
             return Ok(true);
         }
-        let mut keyed: Vec<(Box<[u8]>, i64)> = Vec::new();
+        // Keys already mapped move on in place (no allocation); a batch refused for its new
+        // keys may have moved some of them, which is harmless: each then names a newer record
+        // that is in the log, past what the pass rewrites or kept by it (`CleanRules::clean`).
+        let newest = &mut self.newest;
+        let mut fresh: Vec<(Box<[u8]>, i64)> = Vec::new();
         for_each_record(batch, |record| {
             if let Some(key) = record.key {
-                keyed.push((key.into(), record.offset));
+                match newest.get_mut(key) {
+                    Some(offset) => *offset = record.offset,
+                    None => fresh.push((key.into(), record.offset)),
+                }
             }
         })
         .map_err(damaged)?;
-        let added: usize = keyed
+        let added: usize = fresh
             .iter()
-            .filter(|(key, _)| !self.newest.contains_key(key))
             .map(|(key, _)| key.len() + ENTRY_OVERHEAD)
             .sum();
         // One batch is always mapped, whatever its keys, so a pass always gets on.
         if self.bytes + added > self.budget && !self.newest.is_empty() {
             return Ok(false);
         }
-        for (key, offset) in keyed {
-            if let Some(newest) = self.newest.get_mut(&key) {
-                *newest = offset;
-            } else {
-                self.bytes += key.len() + ENTRY_OVERHEAD;
-                self.newest.insert(key, offset);
+        for (key, offset) in fresh {
+            let len = key.len();
+            if self.newest.insert(key, offset).is_none() {
+                self.bytes += len + ENTRY_OVERHEAD;
             }
         }
         self.end = end;
@@ -149,8 +155,7 @@ impl CleanRules {
         batch: &[u8],
         last_in_piece: bool,
     ) -> Result<BatchCleaned, LogError> {
-        let info = inspect_kept(batch).map_err(damaged)?;
-        if info.transactional || info.control {
+        if transactional_or_control(batch) {
             return Ok(BatchCleaned::Whole);
         }
         let base = minibroker_records::base_offset(batch);
@@ -169,12 +174,8 @@ impl CleanRules {
         };
         match retain_records(batch, keep).map_err(damaged)? {
             Retained::Whole => Ok(BatchCleaned::Whole),
-            Retained::Rewritten(rewritten) => {
-                let emptied = minibroker_records::inspect_kept(&rewritten)
-                    .map_err(damaged)?
-                    .record_count
-                    == 0;
-                if emptied && !last_in_piece && !self.kept_batches.contains(&base) {
+            Retained::Rewritten(rewritten, left) => {
+                if left == 0 && !last_in_piece && !self.kept_batches.contains(&base) {
                     Ok(BatchCleaned::Dropped)
                 } else {
                     Ok(BatchCleaned::Rewritten(rewritten))
@@ -399,7 +400,7 @@ mod tests {
     }
 
     #[test]
-    fn the_map_refuses_a_batch_whose_keys_pass_its_budget_and_maps_none_of_it() {
+    fn the_map_refuses_a_batch_whose_new_keys_pass_its_budget_and_adds_none_of_them() {
         let mut map = OffsetMap::new(2 * (1 + ENTRY_OVERHEAD), 0);
         assert!(
             map.add(&batch(0, 1, &[("a", Some("1"), 0), ("b", Some("1"), 0)]))
@@ -412,6 +413,9 @@ mod tests {
                 .unwrap()
         );
         assert_eq!((map.len(), map.end()), (2, 3));
-        assert_eq!(map.newest.get(&b"a"[..]), Some(&2));
+        assert!(!map.newest.contains_key(&b"c"[..]));
+        // A known key moved on to the refused batch's record: it names a newer record, and
+        // one the pass keeps (past the map's end).
+        assert_eq!(map.newest.get(&b"a"[..]), Some(&3));
     }
 }

@@ -31,11 +31,13 @@ pub struct KeyedRecord<'a> {
     pub tombstone: bool,
 }
 
-/// The records of a stored batch, uncompressed, and where each one lies in them.
-struct Records {
-    bytes: Bytes,
+/// The records of a stored batch, uncompressed (borrowed when it is not compressed), and where
+/// each one lies in them.
+struct Records<'a> {
+    bytes: std::borrow::Cow<'a, [u8]>,
     places: Vec<RecordPlace>,
     compression: Compression,
+    info: crate::BatchInfo,
 }
 
 fn compression_of(batch: &[u8]) -> Compression {
@@ -48,22 +50,29 @@ fn compression_of(batch: &[u8]) -> Compression {
     }
 }
 
-fn records_of(batch: &[u8]) -> Result<Records, RecordsError> {
-    inspect_kept(batch)?;
+fn records_of(batch: &[u8]) -> Result<Records<'_>, RecordsError> {
+    let info = inspect_kept(batch)?;
     let compression = compression_of(batch);
-    let mut payload = Bytes::copy_from_slice(&batch[HEADER_LEN..]);
-    let bytes = crate::decompress(&mut payload, compression).map_err(|error| {
-        RecordsError::Corrupt(format!("its records do not decompress: {error}"))
-    })?;
+    let bytes = match compression {
+        Compression::None => std::borrow::Cow::Borrowed(&batch[HEADER_LEN..]),
+        codec => {
+            let mut payload = Bytes::copy_from_slice(&batch[HEADER_LEN..]);
+            let plain = crate::decompress(&mut payload, codec).map_err(|error| {
+                RecordsError::Corrupt(format!("its records do not decompress: {error}"))
+            })?;
+            std::borrow::Cow::Owned(plain.to_vec())
+        }
+    };
     let places = record_places(&bytes)?;
     Ok(Records {
         bytes,
         places,
         compression,
+        info,
     })
 }
 
-impl Records {
+impl Records<'_> {
     fn keyed<'a>(&'a self, batch: &[u8], place: &RecordPlace) -> KeyedRecord<'a> {
         KeyedRecord {
             offset: crate::base_offset(batch).saturating_add(place.offset_delta),
@@ -74,7 +83,8 @@ impl Records {
     }
 }
 
-/// Calls `each` with every record of the stored `batch`, in order (decompressing it if needed).
+/// Calls `each` with every record of the stored `batch`, in order (decompressing it if needed);
+/// returns what [`inspect_kept`] reads of its header.
 ///
 /// # Errors
 /// As [`inspect_kept`], and [`RecordsError::Corrupt`] for records that do not decompress or
@@ -82,12 +92,22 @@ impl Records {
 pub fn for_each_record(
     batch: &[u8],
     mut each: impl FnMut(KeyedRecord<'_>),
-) -> Result<(), RecordsError> {
+) -> Result<crate::BatchInfo, RecordsError> {
     let records = records_of(batch)?;
     for place in &records.places {
         each(records.keyed(batch, place));
     }
-    Ok(())
+    Ok(records.info)
+}
+
+/// Whether `batch` is part of a transaction or a control batch (a transaction marker), from
+/// its attributes alone (not checked: compaction keeps such batches whole, unread).
+///
+/// # Panics
+/// If `batch` is shorter than a header.
+#[must_use]
+pub fn transactional_or_control(batch: &[u8]) -> bool {
+    i16_at(batch, layout::ATTRIBUTES) & (attributes::TRANSACTIONAL | attributes::CONTROL) != 0
 }
 
 /// What [`retain_records`] made of a batch.
@@ -95,8 +115,8 @@ pub fn for_each_record(
 pub enum Retained {
     /// Every record stays: the batch as it was.
     Whole,
-    /// Some records (perhaps none) stay: the batch rewritten with only those.
-    Rewritten(Bytes),
+    /// Some records stay (perhaps none: the count): the batch rewritten with only those.
+    Rewritten(Bytes, u32),
 }
 
 /// The stored `batch` with only the records `keep` says, behind the same header: the same base
@@ -145,5 +165,5 @@ pub fn retain_records(
     out[layout::RECORD_COUNT..layout::RECORD_COUNT + 4].copy_from_slice(&count.to_be_bytes());
     let crc = crc32c::crc32c(&out[layout::CRC_START..]);
     out[layout::CRC..layout::CRC + 4].copy_from_slice(&crc.to_be_bytes());
-    Ok(Retained::Rewritten(out.freeze()))
+    Ok(Retained::Rewritten(out.freeze(), count as u32))
 }

@@ -47,7 +47,9 @@ pub use kafka_protocol::records::NO_PRODUCER_ID;
 mod compact;
 mod marker;
 mod validate;
-pub use compact::{KeyedRecord, Retained, for_each_record, retain_records};
+pub use compact::{
+    KeyedRecord, Retained, for_each_record, retain_records, transactional_or_control,
+};
 pub use marker::{Marker, encode_marker, marker};
 pub use validate::{MAX_DECOMPRESSED_BYTES, validate};
 

@@ -83,7 +83,7 @@ proptest! {
                 prop_assert!((100..100 + count).all(keeps));
                 return Ok(());
             }
-            Retained::Rewritten(bytes) => bytes,
+            Retained::Rewritten(bytes, _) => bytes,
         };
         let kept: Vec<_> = before.iter().filter(|r| keeps(r.0)).cloned().collect();
         prop_assert_eq!(all_records(&rewritten), kept.clone());
@@ -117,7 +117,7 @@ fn keys_timestamps_and_tombstones_are_read_and_an_emptied_batch_keeps_its_header
         assert_eq!(seen[0], (100, 1000, Some(b"k0".to_vec()), false));
         assert_eq!(seen[3], (103, 1030, Some(b"k0".to_vec()), true));
         assert_eq!(seen[4].2, None, "a record without a key");
-        let Retained::Rewritten(empty) = retain_records(&batch, |_| false).unwrap() else {
+        let Retained::Rewritten(empty, 0) = retain_records(&batch, |_| false).unwrap() else {
             panic!("nothing kept is a rewrite");
         };
         let info = inspect_stored(&empty, 100).unwrap();

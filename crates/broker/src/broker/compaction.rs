@@ -130,19 +130,38 @@ impl Broker {
 
     /// The cleaner, for as long as the returned future runs (the host spawns it beside
     /// [`Self::maintain`]): a pass over every compacted partition dirty enough each
-    /// `cleaner_interval_ms`, on a blocking thread.
+    /// `cleaner_interval_ms`, on a thread of its own at a lower scheduling priority (nice 10),
+    /// so on a machine of few cores the cleaner takes the CPU time the broker's threads leave
+    /// rather than competing with the produce path. The thread holds the broker only during a
+    /// tick, and ends once the future is dropped (after the pass it may be in).
     pub async fn clean(self: Arc<Self>) {
-        let mut ticks =
-            tokio::time::interval(Duration::from_millis(self.config.cleaner_interval_ms));
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticks.tick().await;
-        loop {
-            ticks.tick().await;
-            let worker = Arc::clone(&self);
-            let work = tokio::task::spawn_blocking(move || worker.run_cleaner(now_millis()));
-            if let Err(error) = work.await {
-                tracing::error!(%error, "the cleaner panicked");
-            }
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let broker = Arc::downgrade(&self);
+        let interval = Duration::from_millis(self.config.cleaner_interval_ms);
+        drop(self);
+        let spawned = std::thread::Builder::new()
+            .name("minibroker-cleaner".into())
+            .spawn(move || {
+                if let Err(error) = rustix::process::nice(10) {
+                    tracing::debug!(%error, "the cleaner keeps its scheduling priority");
+                }
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(interval)
+                {
+                    let Some(broker) = broker.upgrade() else {
+                        return;
+                    };
+                    let pass = std::panic::AssertUnwindSafe(|| broker.run_cleaner(now_millis()));
+                    if std::panic::catch_unwind(pass).is_err() {
+                        tracing::error!("the cleaner panicked; it goes on at the next tick");
+                    }
+                }
+            });
+        if let Err(error) = spawned {
+            tracing::error!(%error, "the cleaner could not start");
         }
+        // Dropping the future drops `stop`, which ends the thread.
+        let _stop = stop;
+        std::future::pending::<()>().await;
     }
 }
