@@ -271,13 +271,24 @@ impl Broker {
         } else {
             unacknowledged.get_or_create(&self.topics, topic, check)?
         };
-        let max = found.settings().max_message_bytes;
+        let settings = found.settings();
+        let max = settings.max_message_bytes;
         if batch.len() > max {
             // The topic's `max.message.bytes`, below the broker's own limit checked above.
             return Err(BrokerError::BatchTooLarge {
                 bytes: batch.len(),
                 max,
             });
+        }
+        if settings.compaction.is_some()
+            && !info.control
+            && minibroker_records::has_keyless_record(batch)?
+        {
+            // Kafka's rule too: compaction keeps the newest record of each key.
+            return Err(minibroker_records::RecordsError::Invalid(format!(
+                "a record without a key: topic {topic:?} is compacted (cleanup.policy compact)"
+            ))
+            .into());
         }
         let target = found.partition(partition)?;
         target.refuse_if_read_only()?;

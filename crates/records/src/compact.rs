@@ -100,6 +100,18 @@ pub fn for_each_record(
     Ok(records.info)
 }
 
+/// Whether a record of `batch` has no key (a compacted topic refuses it, as Kafka does:
+/// compaction keeps records by key).
+///
+/// # Errors
+/// As [`for_each_record`].
+pub fn has_keyless_record(batch: &[u8]) -> Result<bool, RecordsError> {
+    Ok(records_of(batch)?
+        .places
+        .iter()
+        .any(|place| place.key.is_none()))
+}
+
 /// Whether `batch` is part of a transaction or a control batch (a transaction marker), from
 /// its attributes alone (not checked: compaction keeps such batches whole, unread).
 ///

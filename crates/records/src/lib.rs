@@ -48,7 +48,8 @@ mod compact;
 mod marker;
 mod validate;
 pub use compact::{
-    KeyedRecord, Retained, for_each_record, retain_records, transactional_or_control,
+    KeyedRecord, Retained, for_each_record, has_keyless_record, retain_records,
+    transactional_or_control,
 };
 pub use marker::{Marker, encode_marker, marker};
 pub use validate::{MAX_DECOMPRESSED_BYTES, validate};

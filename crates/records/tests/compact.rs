@@ -9,8 +9,8 @@ use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 use minibroker_records::{
-    KeyedRecord, Retained, decode, end_offset, for_each_record, inspect, inspect_kept,
-    inspect_stored, retain_records, set_base_offset,
+    KeyedRecord, Retained, decode, end_offset, for_each_record, has_keyless_record, inspect,
+    inspect_kept, inspect_stored, retain_records, set_base_offset,
 };
 use proptest::prelude::*;
 
@@ -117,6 +117,8 @@ fn keys_timestamps_and_tombstones_are_read_and_an_emptied_batch_keeps_its_header
         assert_eq!(seen[0], (100, 1000, Some(b"k0".to_vec()), false));
         assert_eq!(seen[3], (103, 1030, Some(b"k0".to_vec()), true));
         assert_eq!(seen[4].2, None, "a record without a key");
+        assert!(has_keyless_record(&batch).unwrap());
+        assert!(!has_keyless_record(&stored_batch(4, compression)).unwrap());
         let Retained::Rewritten(empty, 0) = retain_records(&batch, |_| false).unwrap() else {
             panic!("nothing kept is a rewrite");
         };

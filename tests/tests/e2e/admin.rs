@@ -575,7 +575,7 @@ async fn delete_records_moves_the_start_and_a_retry_of_a_deleted_batch_is_still_
 }
 
 #[tokio::test]
-async fn a_compacted_topic_keeps_offsets_and_a_retry_of_a_producers_last_batch_is_a_duplicate()
+async fn a_compacted_topic_refuses_keyless_records_keeps_offsets_and_a_retry_of_a_producers_last_batch_is_a_duplicate()
 -> Result<()> {
     use bytes::Bytes;
     use kafka_protocol::messages::{FetchRequest, FetchResponse, fetch_request};
@@ -623,6 +623,11 @@ async fn a_compacted_topic_keeps_offsets_and_a_retry_of_a_producers_last_batch_i
         assert_eq!((code, base), (0, 1 + 3 * round as i64));
     }
     let before = broker.broker.offsets("table", 0)?;
+    // A record without a key has nothing to be compacted by: refused, as Kafka refuses it.
+    let keyless = minibroker_tests::batch(9, 0, 0, &[b"no key"]);
+    let refused = crate::kafka::produce_to(&mut conn, "table", 0, keyless).await?;
+    assert_eq!(refused.0, ResponseError::InvalidRecord.code());
+    assert_eq!(broker.broker.offsets("table", 0)?, before);
     let stats = broker.broker.compact_now("table", 0)?.expect("a pass");
     assert!(stats.bytes_after * 4 < stats.bytes_before, "{stats:?}");
     assert_eq!(
