@@ -551,6 +551,9 @@ fn bench_smoke_run_reports_every_phase_as_json() {
     );
     assert_every_broker_answer_accepted(&report, "native");
     assert_eq!(report["broker_outcomes"]["out_of_order"].as_u64(), Some(0));
+    // The machine's steal time over the run, from /proc/stat (Linux).
+    let steal = report["steal_percent"].as_f64().expect("steal time");
+    assert!((0.0..=100.0).contains(&steal), "{steal}");
     assert!(
         report["broker_over_baseline"]["requests_per_sec"]
             .as_f64()

@@ -30,13 +30,15 @@ const PAIRS: usize = 3;
 
 pub async fn run(workload: Workload, dir: &Path, mib: u64, json_out: bool) -> Result<()> {
     let dir = super::durable::fresh_dir(&dir.join("bench-compaction"))?;
+    let cpu_at_start = super::steal::CpuTimes::now();
     let throughput = {
         let dir = dir.clone();
         tokio::task::spawn_blocking(move || throughput(&dir, mib)).await??
     };
     let latency = latency(&workload, &dir.join("broker"), json_out).await?;
     let _ = std::fs::remove_dir_all(&dir);
-    report(&throughput, &latency, json_out);
+    let steal = super::steal::steal_percent(cpu_at_start);
+    report(&throughput, &latency, steal, json_out);
     Ok(())
 }
 
@@ -209,7 +211,7 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-fn report(throughput: &Pairs, latency: &LatencyPairs, json_out: bool) {
+fn report(throughput: &Pairs, latency: &LatencyPairs, steal: Option<f64>, json_out: bool) {
     let throughput_ratios: Vec<f64> = throughput.iter().map(|(raw, clean)| clean / raw).collect();
     let latency_ratios: Vec<f64> = latency
         .iter()
@@ -234,6 +236,7 @@ fn report(throughput: &Pairs, latency: &LatencyPairs, json_out: bool) {
                 "p99_at_half_plain_us": latency.iter().map(|p| p.0).collect::<Vec<_>>(),
                 "p99_at_half_compacted_us": latency.iter().map(|p| p.1).collect::<Vec<_>>(),
                 "p99_compacted_over_plain": {"median": latency_median, "min": l_min, "max": l_max},
+                "steal_percent": steal,
             })
         );
         return;
@@ -255,4 +258,7 @@ fn report(throughput: &Pairs, latency: &LatencyPairs, json_out: bool) {
     println!(
         "p99 with the cleaner / without: median {latency_median:.2} (spread {l_min:.2}-{l_max:.2}; goal <= 2)"
     );
+    if let Some(steal) = steal {
+        println!("steal time during the run: {steal:.1}% of the machine's CPU time");
+    }
 }

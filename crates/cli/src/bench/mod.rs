@@ -9,6 +9,7 @@ mod durable;
 mod load;
 mod memory;
 mod metrics;
+mod steal;
 mod tls;
 mod transactional;
 mod wire;
@@ -215,6 +216,7 @@ pub async fn run(args: Args) -> Result<()> {
             }
         }
     }
+    let cpu_at_start = steal::CpuTimes::now();
     let mut phases = Vec::new();
     // Each phase writes with fresh producer ids, so sequences start at 0 every time.
     let mut next_ids = 1i64;
@@ -263,6 +265,7 @@ pub async fn run(args: Args) -> Result<()> {
             &workload,
             &phases,
             Some(native_outcomes.unwrap_or_default() + kafka_outcomes.unwrap_or_default()),
+            steal::steal_percent(cpu_at_start),
         );
         return Ok(());
     }
@@ -281,7 +284,13 @@ pub async fn run(args: Args) -> Result<()> {
         phases.push(phase("baseline@half", addr, half).await?);
     }
     let outcomes = target.outcomes();
-    report(&args, &workload, &phases, outcomes);
+    report(
+        &args,
+        &workload,
+        &phases,
+        outcomes,
+        steal::steal_percent(cpu_at_start),
+    );
     if let Some(stop) = baseline_server {
         let _ = stop.send(());
     }
@@ -401,11 +410,17 @@ fn report(
     workload: &Workload,
     phases: &[(&str, LoadResult)],
     outcomes: Option<minibroker_broker::OutcomeCounts>,
+    steal_percent: Option<f64>,
 ) {
     if args.json {
-        println!("{}", json_report(workload, phases, outcomes));
+        let mut report = json_report(workload, phases, outcomes);
+        report["steal_percent"] = json!(steal_percent);
+        println!("{report}");
     } else {
         text_report(phases, outcomes);
+        if let Some(steal) = steal_percent {
+            println!("steal time during the run: {steal:.1}% of the machine's CPU time");
+        }
     }
 }
 
