@@ -1,8 +1,9 @@
 //! Log compaction through the broker: which partitions are compacted, when, and with what the
 //! rule needs from the rest of the broker (each producer's last batch, kept for exactly-once).
 //! The rule itself is `minibroker_log`'s (`cleaner`); here a pass is planned under the
-//! partition's lock, run on the calling (blocking) thread without it, and swapped in under it
-//! again, so produces and fetches of the partition wait only for the plan and the swap.
+//! partition's lock, run on the calling thread (the cleaner's own, or a caller's blocking one)
+//! without it, and swapped in under it again, so produces and fetches of the partition wait
+//! only for the plan and the swap.
 //!
 //! The cleaner visits every partition of a topic whose `cleanup.policy` includes `compact`
 //! every `cleaner_interval_ms`, and runs a pass where the bytes not yet compacted are at least
