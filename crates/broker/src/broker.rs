@@ -865,9 +865,7 @@ impl Broker {
         for topic in self.topics.list() {
             let compaction = topic.settings().compaction;
             for (index, partition) in topic.partitions().iter().enumerate() {
-                let cleanable =
-                    compaction.map(|compaction| Self::dirty(partition, compaction, now_ms));
-                let (start, end, stable, stored) = {
+                let (start, end, stable, stored, cleanable) = {
                     let data = partition.log();
                     let end = data.log.next_offset();
                     (
@@ -875,6 +873,7 @@ impl Broker {
                         end,
                         data.transactions.last_stable_offset(end),
                         data.log.stored_bytes(),
+                        compaction.map(|c| data.log.cleanable_bytes(c.cutoff(now_ms))),
                     )
                 };
                 let s = &partition.stats;

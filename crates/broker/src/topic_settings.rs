@@ -336,6 +336,14 @@ pub struct Compaction {
     pub min_dirty_per_mille: u16,
 }
 
+impl Compaction {
+    /// The newest record timestamp a compactable piece may hold as of `now_ms`.
+    #[must_use]
+    pub fn cutoff(&self, now_ms: i64) -> i64 {
+        now_ms.saturating_sub(self.min_lag_ms)
+    }
+}
+
 /// What a topic lives by: its overrides over the broker's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TopicSettings {

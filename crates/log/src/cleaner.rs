@@ -221,8 +221,6 @@ impl Throttle {
 /// What a pass did, for the broker's metrics and logs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CleanStats {
-    /// Bytes of batches read (mapped or rewritten).
-    pub bytes_read: u64,
     /// Bytes of the pieces rewritten, before and after.
     pub bytes_before: u64,
     /// Their bytes after.
@@ -268,7 +266,6 @@ pub(crate) fn run_pass<P: Piece>(
         let mut full = false;
         piece.for_each_batch(&mut |batch| {
             throttle.account(batch.len() as u64);
-            stats.bytes_read += batch.len() as u64;
             if minibroker_records::end_offset(&batch) <= map.end() {
                 return Ok(true);
             }
@@ -305,7 +302,6 @@ pub(crate) fn run_pass<P: Piece>(
             Ok::<(), LogError>(())
         };
         piece.for_each_batch(&mut |batch| {
-            stats.bytes_read += batch.len() as u64;
             if let Some(previous) = held.replace(batch) {
                 pass_on(previous, false, stats)?;
             }

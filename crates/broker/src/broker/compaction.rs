@@ -67,13 +67,6 @@ impl Broker {
         }
     }
 
-    /// `partition`'s bytes compaction may clean as of `now_ms` that it has not yet, and all
-    /// it may clean.
-    pub(crate) fn dirty(partition: &Partition, compaction: Compaction, now_ms: i64) -> (u64, u64) {
-        let cutoff = now_ms.saturating_sub(compaction.min_lag_ms);
-        partition.log().log.cleanable_bytes(cutoff)
-    }
-
     fn compact(
         &self,
         partition: &Partition,
@@ -88,14 +81,7 @@ impl Broker {
         let Some(_cleaning) = partition.start_cleaning() else {
             return Ok(None);
         };
-        let cutoff = now_ms.saturating_sub(compaction.min_lag_ms);
-        // Each producer's last batch stays, at least as its header.
-        let kept_batches: HashSet<i64> = self
-            .state
-            .producers(partition.id)
-            .iter()
-            .filter_map(|producer| producer.entry.batches().next()?.base_offset)
-            .collect();
+        let cutoff = compaction.cutoff(now_ms);
         let plan = {
             let mut data = partition.log();
             let (dirty, all) = data.log.cleanable_bytes(cutoff);
@@ -108,6 +94,14 @@ impl Broker {
         let Some(plan) = plan else {
             return Ok(None);
         };
+        // Each producer's last batch stays, at least as its header. Read once a pass is due (a
+        // batch appended since the plan is past what the pass rewrites).
+        let kept_batches: HashSet<i64> = self
+            .state
+            .producers(partition.id)
+            .iter()
+            .filter_map(|producer| producer.entry.batches().next()?.base_offset)
+            .collect();
         let rules = CleanRules {
             tombstones_before_ms: now_ms.saturating_sub(compaction.delete_retention_ms),
             kept_batches,
