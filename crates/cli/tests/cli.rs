@@ -495,6 +495,8 @@ fn bench_over_kafka_reports_both_paths_and_every_request_accepted() {
         "10",
         "--warm-up",
         "0",
+        "--pairs",
+        "2",
         "--json",
     ]);
     let phases = report["phases"].as_array().expect("phases");
@@ -502,7 +504,8 @@ fn bench_over_kafka_reports_both_paths_and_every_request_accepted() {
         .iter()
         .map(|p| p["phase"].as_str().expect("name"))
         .collect();
-    assert_eq!(names, ["broker", "kafka"]);
+    // The two front ends of one broker, in turns.
+    assert_eq!(names, ["broker", "kafka", "broker", "kafka"]);
     let requests: u64 = phases
         .iter()
         .map(|p| p["requests"].as_u64().expect("requests"))
@@ -513,10 +516,16 @@ fn bench_over_kafka_reports_both_paths_and_every_request_accepted() {
         report["broker_outcomes"]["accepted"].as_u64(),
         Some(requests)
     );
-    assert!(
-        report["kafka_over_native"]["records_per_sec"]
-            .as_f64()
-            .is_some()
+    let spread = &report["kafka_over_native"]["records_per_sec_spread"];
+    let (low, median, high) = (
+        spread["min"].as_f64().expect("lowest"),
+        spread["median"].as_f64().expect("median"),
+        spread["max"].as_f64().expect("highest"),
+    );
+    assert!(low <= median && median <= high, "{report}");
+    assert_eq!(
+        report["kafka_over_native"]["records_per_sec"].as_f64(),
+        Some(median)
     );
 }
 
@@ -531,6 +540,8 @@ const SHORT_BENCH_WITH_BASELINE: &[&str] = &[
     "2",
     "--warm-up",
     "0",
+    "--pairs",
+    "2",
     "--json",
 ];
 
@@ -545,17 +556,35 @@ fn bench_smoke_run_reports_every_phase_as_json() {
         .iter()
         .map(|p| p["phase"].as_str().expect("name"))
         .collect();
+    // Two pairs at peak, then two at half of the broker's peak, each pair in turns.
     assert_eq!(
         phases,
-        ["broker", "baseline", "broker@half", "baseline@half"]
+        [
+            "broker",
+            "baseline",
+            "broker",
+            "baseline",
+            "broker@half",
+            "baseline@half",
+            "broker@half",
+            "baseline@half"
+        ]
     );
     assert_every_broker_answer_accepted(&report, "native");
     assert_eq!(report["broker_outcomes"]["out_of_order"].as_u64(), Some(0));
     // The machine's steal time over the run, from /proc/stat (Linux).
     let steal = report["steal_percent"].as_f64().expect("steal time");
     assert!((0.0..=100.0).contains(&steal), "{steal}");
+    let ratios = &report["broker_over_baseline"];
+    let spread = &ratios["requests_per_sec_spread"];
+    assert!(spread["min"].as_f64() <= spread["max"].as_f64(), "{report}");
+    assert_eq!(
+        ratios["requests_per_sec"].as_f64(),
+        spread["median"].as_f64()
+    );
+    assert_eq!(report["pairs"].as_u64(), Some(2));
     assert!(
-        report["broker_over_baseline"]["requests_per_sec"]
+        report["p99_at_half_load_spread"]["median"]
             .as_f64()
             .is_some()
     );
@@ -838,7 +867,12 @@ fn librdkafka_through_a_faulty_network_stores_every_delivered_record_once() {
 fn bench_baselines_the_kafka_front_end_and_the_durable_broker_too() {
     let data = tempfile::tempdir().expect("a temporary directory");
     let dir = data.path().to_str().expect("a UTF-8 path");
-    for extra in [&["--kafka"][..], &["--data-dir", dir, "--flush", "os"][..]] {
+    for extra in [
+        &["--kafka"][..],
+        &["--data-dir", dir, "--flush", "os"][..],
+        &["--data-dir", dir, "--flush", "always"][..],
+        &["--data-dir", dir, "--flush", "interval:5"][..],
+    ] {
         let mut args = SHORT_BENCH_WITH_BASELINE.to_vec();
         args.extend_from_slice(extra);
         let report = run_json(&args);
@@ -859,8 +893,9 @@ fn bench_baselines_the_kafka_front_end_and_the_durable_broker_too() {
                 .is_some()
         );
     }
-    // The durable broker's directory is removed after the run.
+    // The durable broker's and the durable baseline's directories are removed after the run.
     assert!(!data.path().join("bench-broker").exists());
+    assert!(!data.path().join("bench-baseline").exists());
 }
 
 /// The broker's phases answered requests, and every answer was an in-order append (over Kafka
@@ -883,8 +918,8 @@ fn assert_every_broker_answer_accepted(report: &serde_json::Value, case: &str) {
 
 #[test]
 fn bench_tls_measures_the_plain_and_the_tls_listener_alike() {
-    // A short run: three rounds of each, every request answered without an error. Timing is
-    // never asserted.
+    // A short run: two pairs, every request answered without an error. Timing is never
+    // asserted.
     let report = run_json(&[
         "bench",
         "--tls",
@@ -894,11 +929,15 @@ fn bench_tls_measures_the_plain_and_the_tls_listener_alike() {
         "2",
         "--records-per-batch",
         "10",
+        "--pairs",
+        "2",
+        "--warm-up",
+        "0.2",
         "--json",
     ]);
     for key in ["mb_per_sec_plain", "mb_per_sec_tls"] {
         let rounds = report[key].as_array().expect(key);
-        assert_eq!(rounds.len(), 3, "{report}");
+        assert_eq!(rounds.len(), 2, "{report}");
         assert!(rounds.iter().all(|r| r.as_f64() > Some(0.0)), "{report}");
     }
     assert_eq!(report["errors"].as_u64(), Some(0), "{report}");

@@ -2,15 +2,18 @@
 //! or storing anything. It uses the same I/O pattern as the broker (answers to every frame already
 //! read are written with one flush), so broker/baseline isolates the cost of the broker's work.
 //! It speaks either wire: the acknowledgement is a real produce answer of that protocol, and only
-//! its correlation id, copied from the request, changes.
+//! its correlation id, copied from the request, changes. Standing in for a durable broker it
+//! also writes every produce frame to disk (`durable_baseline`) before answering it.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::{FutureExt, StreamExt};
 use std::future::Future;
+use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
+use super::durable_baseline::Store;
 use super::wire::Wire;
 
 /// A produce answer, and where the correlation id sits in requests and in the answer; for
@@ -23,8 +26,14 @@ struct Ack {
     identity: Option<(i16, Bytes)>,
 }
 
-/// Serves the baseline for `wire` on `listener` until `shutdown` resolves.
-pub async fn serve(listener: TcpListener, wire: Wire, shutdown: impl Future<Output = ()>) {
+/// Serves the baseline for `wire` on `listener` until `shutdown` resolves, writing produce
+/// frames to `store` when given.
+pub async fn serve(
+    listener: TcpListener,
+    wire: Wire,
+    store: Option<Arc<Store>>,
+    shutdown: impl Future<Output = ()>,
+) {
     let (body, correlation_in_request, correlation_in_answer) = wire.fixed_ack();
     let ack = Ack {
         body,
@@ -39,7 +48,7 @@ pub async fn serve(listener: TcpListener, wire: Wire, shutdown: impl Future<Outp
             () = &mut shutdown => break,
             accepted = listener.accept() => {
                 if let Ok((stream, _)) = accepted {
-                    connections.spawn(answer(stream, ack.clone()));
+                    connections.spawn(answer(stream, ack.clone(), store.clone()));
                 }
             }
         }
@@ -47,7 +56,7 @@ pub async fn serve(listener: TcpListener, wire: Wire, shutdown: impl Future<Outp
     connections.shutdown().await;
 }
 
-async fn answer(stream: TcpStream, ack: Ack) {
+async fn answer(stream: TcpStream, ack: Ack, store: Option<Arc<Store>>) {
     let _ = stream.set_nodelay(true);
     let (read_half, mut write_half) = stream.into_split();
     let mut frames = FramedRead::new(
@@ -58,6 +67,7 @@ async fn answer(stream: TcpStream, ack: Ack) {
     );
     let (request_at, answer_at) = (ack.correlation_in_request, ack.correlation_in_answer);
     let mut out = BytesMut::with_capacity(16 * 1024);
+    let mut writer = None;
     while let Some(Ok(mut frame)) = frames.next().await {
         loop {
             let api_key = frame
@@ -65,7 +75,15 @@ async fn answer(stream: TcpStream, ack: Ack) {
                 .map(|key| i16::from_be_bytes([key[0], key[1]]));
             let body = match &ack.identity {
                 Some((identity_key, identity)) if api_key == Some(*identity_key) => identity,
-                _ => &ack.body,
+                _ => {
+                    if let Some(store) = &store {
+                        let writer = writer.get_or_insert_with(|| store.writer());
+                        if writer.write(&frame).is_err() {
+                            return;
+                        }
+                    }
+                    &ack.body
+                }
             };
             out.put_u32(body.len() as u32);
             out.extend_from_slice(&body[..answer_at]);
@@ -76,6 +94,11 @@ async fn answer(stream: TcpStream, ack: Ack) {
                 Some(Some(Ok(next))) => frame = next,
                 _ => break,
             }
+        }
+        if let Some(writer) = &mut writer
+            && writer.durable().await.is_err()
+        {
+            return;
         }
         if write_half.write_all(&out).await.is_err() {
             return;

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::load::{LoadResult, Workload};
+use super::pairs::Spread;
 use super::{embedded_config, measure};
 
 /// Measured pairs of each comparison.
@@ -206,36 +207,24 @@ async fn latency(workload: &Workload, dir: &Path, json_out: bool) -> Result<Late
     Ok(pairs)
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 fn report(throughput: &Pairs, latency: &LatencyPairs, steal: Option<f64>, json_out: bool) {
     let throughput_ratios: Vec<f64> = throughput.iter().map(|(raw, clean)| clean / raw).collect();
     let latency_ratios: Vec<f64> = latency
         .iter()
         .map(|(plain, compacted)| *compacted as f64 / (*plain).max(1) as f64)
         .collect();
-    let spread = |values: &[f64]| {
-        let min = values.iter().copied().fold(f64::INFINITY, f64::min);
-        let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        (min, max)
-    };
-    let (t_min, t_max) = spread(&throughput_ratios);
-    let (l_min, l_max) = spread(&latency_ratios);
-    let throughput_median = median(throughput_ratios.clone());
-    let latency_median = median(latency_ratios.clone());
+    let throughput_spread = Spread::of(throughput_ratios);
+    let latency_spread = Spread::of(latency_ratios);
     if json_out {
         println!(
             "{}",
             json!({
                 "compaction_mb_per_sec": throughput.iter().map(|p| p.1).collect::<Vec<_>>(),
                 "raw_read_write_mb_per_sec": throughput.iter().map(|p| p.0).collect::<Vec<_>>(),
-                "compaction_over_raw": {"median": throughput_median, "min": t_min, "max": t_max},
+                "compaction_over_raw": throughput_spread.to_json(),
                 "p99_at_half_plain_us": latency.iter().map(|p| p.0).collect::<Vec<_>>(),
                 "p99_at_half_compacted_us": latency.iter().map(|p| p.1).collect::<Vec<_>>(),
-                "p99_compacted_over_plain": {"median": latency_median, "min": l_min, "max": l_max},
+                "p99_compacted_over_plain": latency_spread.to_json(),
                 "steal_percent": steal,
             })
         );
@@ -248,7 +237,7 @@ fn report(throughput: &Pairs, latency: &LatencyPairs, steal: Option<f64>, json_o
         );
     }
     println!(
-        "compaction / raw read+write: median {throughput_median:.2} (spread {t_min:.2}-{t_max:.2}; goal >= 0.5)"
+        "compaction / raw read+write, median (lowest-highest): {throughput_spread} (goal >= 0.5)"
     );
     for (round, (plain, compacted)) in latency.iter().enumerate() {
         println!(
@@ -256,7 +245,7 @@ fn report(throughput: &Pairs, latency: &LatencyPairs, steal: Option<f64>, json_o
         );
     }
     println!(
-        "p99 with the cleaner / without: median {latency_median:.2} (spread {l_min:.2}-{l_max:.2}; goal <= 2)"
+        "p99 with the cleaner / without, median (lowest-highest): {latency_spread} (goal <= 2)"
     );
     if let Some(steal) = steal {
         println!("steal time during the run: {steal:.1}% of the machine's CPU time");

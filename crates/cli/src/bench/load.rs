@@ -229,7 +229,7 @@ pub async fn run(addr: &str, workload: &Workload, answered: Arc<AtomicU64>) -> R
 
 /// The partitions connection `connection` writes: its share when there are more partitions than
 /// connections, otherwise one partition (shared with other connections, each its own producer).
-fn partitions_of(connection: usize, connections: usize, partitions: u32) -> Vec<u32> {
+pub(super) fn partitions_of(connection: usize, connections: usize, partitions: u32) -> Vec<u32> {
     let count = partitions.max(1) as usize;
     if count <= connections {
         vec![(connection % count) as u32]

@@ -1,14 +1,18 @@
 //! `minibroker bench`: throughput and latency of produce requests, against a broker and — in the
 //! same run, with the identical workload — against a baseline server that does no work, so the
-//! headline is a ratio that survives a noisy machine. `--memory` measures resident memory instead;
+//! headline is a ratio that survives a noisy machine: the generator and the server under test
+//! are pinned to cores of their own and the two servers' phases alternate (`pairs`).
+//! `--memory` measures resident memory instead;
 //! `--data-dir` measures the durable broker (see `durable`).
 
 mod baseline;
 mod compaction;
 mod durable;
+mod durable_baseline;
 mod load;
 mod memory;
 mod metrics;
+mod pairs;
 mod steal;
 mod tls;
 mod transactional;
@@ -25,6 +29,7 @@ use tokio::sync::oneshot;
 use load::{LoadResult, Workload};
 use minibroker_native::EmbeddedBroker;
 use minibroker_net::Config;
+use pairs::{Alternation, Pairs, Pinned, Side};
 use wire::Wire;
 
 /// Flags of `bench`.
@@ -71,7 +76,7 @@ pub struct Args {
     #[arg(long)]
     memory: bool,
     /// Drive Kafka Produce requests (v2 batches built once) instead: embedded, the same workload
-    /// on the native and the Kafka path in one run; with --broker, against any Kafka-compatible
+    /// on the native and the Kafka front end of one broker, in turns; with --broker, against any Kafka-compatible
     /// broker (whose topic `bench` must have --partitions partitions).
     /// With --baseline, the broker's Kafka front end against a do-nothing server answering
     /// Kafka produce answers.
@@ -81,7 +86,8 @@ pub struct Args {
     /// cleared first and deleted after), against the in-memory broker and raw file writes with
     /// the same fsync cadence, in one run; also recovery time and resident memory.
     /// With --baseline: the durable broker (storing in DIR/bench-broker) against the do-nothing
-    /// server instead.
+    /// server writing every frame to one file per partition in DIR/bench-baseline with the
+    /// same fsync cadence as --flush, instead.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["broker", "memory"])]
     data_dir: Option<std::path::PathBuf>,
     /// Measure what metrics cost: the workload on an embedded broker with and without them,
@@ -93,10 +99,14 @@ pub struct Args {
     /// every byte stored is fresh memory.
     #[arg(long, default_value_t = 16, value_name = "MIB")]
     retention_mib: u64,
-    /// Seconds of unmeasured load before each peak phase (broker and baseline alike); the
-    /// broker's outcome counts include the warm-up's requests.
+    /// Seconds of unmeasured load before the first peak phase of each side (broker and baseline
+    /// alike); the broker's outcome counts include the warm-up's requests.
     #[arg(long, default_value_t = 1.0, value_name = "SECS")]
     warm_up: f64,
+    /// Pairs of phases compared (broker then baseline, or native then Kafka, in turns); each
+    /// ratio is the median of the pairs', with the lowest and highest.
+    #[arg(long, default_value_t = 5)]
+    pairs: usize,
     /// With --data-dir: always, interval:<ms> or os.
     #[arg(long, default_value = "always", requires = "data_dir")]
     flush: minibroker_broker::FlushPolicy,
@@ -174,7 +184,12 @@ pub async fn run(args: Args) -> Result<()> {
         return metrics::run(workload, args.json).await;
     }
     if args.tls {
-        return tls::run(workload, args.json).await;
+        let alternation = Alternation::new(
+            args.pairs,
+            Duration::from_secs_f64(args.warm_up.max(0.0)),
+            args.json,
+        );
+        return tls::run(workload, alternation).await;
     }
     if args.compaction {
         let dir = match &args.data_dir {
@@ -190,24 +205,86 @@ pub async fn run(args: Args) -> Result<()> {
         Some(dir) => Some(durable::fresh_dir(&dir.join("bench-broker"))?),
         None => None,
     };
+    let baseline_dir = match &args.data_dir {
+        Some(dir) => Some(durable::fresh_dir(&dir.join("bench-baseline"))?),
+        None => None,
+    };
     // Without retention batched phases store several GiB; the default 4 GiB limit would refuse
     // them.
     let mut config = embedded_config(args.partitions, Some(16 << 30));
     config.broker.retention_bytes = (args.retention_mib > 0).then_some(args.retention_mib << 20);
     config.broker.data_dir.clone_from(&broker_dir);
     config.broker.flush = args.flush;
+    let measured = tokio::task::spawn_blocking(move || {
+        let measured = measure_pinned(&args, &workload, &config, baseline_dir.as_deref());
+        for dir in [broker_dir, baseline_dir].into_iter().flatten() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        measured
+    });
+    measured.await?
+}
+
+/// What the main path measured.
+enum Measured {
+    /// The broker alone (no `--baseline`).
+    Alone(LoadResult),
+    /// The native front end against the Kafka one, on one broker (`--embedded --kafka`).
+    FrontEnds(Pairs),
+    /// The broker against the baseline at peak, then both at half of the broker's peak.
+    Baseline { peak: Pairs, half: Pairs },
+}
+
+/// The main path on pinned runtimes (see `pairs`): the broker and the baseline on one core, the
+/// load generator on the other.
+fn measure_pinned(
+    args: &Args,
+    workload: &Workload,
+    config: &Config,
+    baseline_dir: Option<&std::path::Path>,
+) -> Result<()> {
+    let sides = Pinned::new()?;
     let target = match &args.broker {
         Some(addr) => Target::Remote(addr.clone()),
-        None => Target::embedded(&config, workload.wire).await?,
+        None => sides.server.block_on(Target::embedded(
+            config,
+            args.kafka || workload.wire == Wire::Kafka,
+        ))?,
+    };
+    let baseline = if args.baseline {
+        // Standing in for a durable broker, the baseline writes what it is sent as the broker
+        // would: rolling where the broker rolls when retention drops old segments.
+        let store = match baseline_dir {
+            Some(dir) => Some(sides.server.block_on(async {
+                durable_baseline::Store::create(
+                    dir,
+                    workload.partitions,
+                    workload.connections,
+                    config.broker.flush,
+                    config
+                        .broker
+                        .retention_bytes
+                        .map(|_| config.broker.segment_bytes),
+                )
+            })?),
+            None => None,
+        };
+        Some(
+            sides
+                .server
+                .block_on(start_baseline(workload.wire, store))?,
+        )
+    } else {
+        None
     };
     if !args.json {
         println!(
             "workload: {} connection(s) x {} in flight, {} record(s) of {} B per request, {} partition(s)",
-            args.connections,
-            args.in_flight,
-            args.records_per_batch,
-            args.record_size,
-            args.partitions
+            workload.connections,
+            workload.in_flight,
+            workload.records_per_batch,
+            workload.record_size,
+            workload.partitions
         );
         if args.broker.is_none() {
             match config.broker.retention_bytes {
@@ -217,86 +294,68 @@ pub async fn run(args: Args) -> Result<()> {
         }
     }
     let cpu_at_start = steal::CpuTimes::now();
-    let mut phases = Vec::new();
-    // Each phase writes with fresh producer ids, so sequences start at 0 every time.
-    let mut next_ids = 1i64;
-    let warm_up = Duration::from_secs_f64(args.warm_up.max(0.0));
-    let mut phase = |name: &'static str, addr: String, workload: Workload| {
-        let first_producer_id = next_ids;
-        // Room for the warm-up's producers too.
-        next_ids += 2 * workload.connections as i64;
-        let workload = Workload {
-            first_producer_id,
-            ..workload
-        };
-        async move {
-            // Peak phases start with the same workload unmeasured, as a running broker would
-            // have been: memory faulted in, retention recycling it, caches warm.
-            if workload.rate.is_none() && !warm_up.is_zero() {
-                let warm = Workload {
-                    duration: warm_up,
-                    count: None,
-                    first_producer_id: first_producer_id + workload.connections as i64,
-                    ..workload.clone()
-                };
-                load::run(&addr, &warm, Arc::new(AtomicU64::new(0))).await?;
-            }
-            let result = measure(name, &addr, &workload, args.json).await?;
-            anyhow::Ok((name, result))
-        }
-    };
-    let broker_peak = phase("broker", target.addr(), workload.clone()).await?;
-    phases.push(broker_peak.clone());
-    if args.kafka && workload.wire == Wire::Native {
-        // The same workload through the Kafka front end, on a fresh broker: the first one holds
-        // gigabytes by now, and a phase writing into a grown broker pays for its page faults.
-        let native_outcomes = target.outcomes();
-        target.stop().await?;
-        let fresh = Target::embedded(&config, Wire::Kafka).await?;
-        let over_kafka = Workload {
-            wire: Wire::Kafka,
-            ..workload.clone()
-        };
-        phases.push(phase("kafka", fresh.addr(), over_kafka).await?);
-        let kafka_outcomes = fresh.outcomes();
-        fresh.stop().await?;
-        report(
-            &args,
-            &workload,
-            &phases,
-            Some(native_outcomes.unwrap_or_default() + kafka_outcomes.unwrap_or_default()),
-            steal::steal_percent(cpu_at_start),
-        );
-        return Ok(());
-    }
-    let mut baseline_server = None;
-    if args.baseline {
-        let (addr, stop) = start_baseline(workload.wire).await?;
-        baseline_server = Some(stop);
-        let baseline_peak = phase("baseline", addr.clone(), workload.clone()).await?;
-        phases.push(baseline_peak);
-        // Latency at half of the broker's peak, for both.
-        let half = Workload {
-            rate: Some(broker_peak.1.requests_per_sec() / 2.0),
-            ..workload.clone()
-        };
-        phases.push(phase("broker@half", target.addr(), half.clone()).await?);
-        phases.push(phase("baseline@half", addr, half).await?);
-    }
-    let outcomes = target.outcomes();
-    report(
-        &args,
-        &workload,
-        &phases,
-        outcomes,
-        steal::steal_percent(cpu_at_start),
+    let mut alternation = Alternation::new(
+        args.pairs,
+        Duration::from_secs_f64(args.warm_up.max(0.0)),
+        args.json,
     );
-    if let Some(stop) = baseline_server {
+    let broker = Side {
+        name: "broker",
+        addr: target.addr(workload.wire),
+        workload: workload.clone(),
+    };
+    let measured = sides.generator.block_on(async {
+        if let Some((addr, _)) = &baseline {
+            let baseline = Side {
+                name: "baseline",
+                addr: addr.clone(),
+                workload: workload.clone(),
+            };
+            let peak = alternation.compare(&broker, &baseline).await?;
+            // Latency at half of the broker's peak, for both.
+            let rate = peak.first(LoadResult::requests_per_sec).median / 2.0;
+            let half = alternation
+                .compare(
+                    &broker.paced("broker@half", rate),
+                    &baseline.paced("baseline@half", rate),
+                )
+                .await?;
+            return anyhow::Ok(Measured::Baseline { peak, half });
+        }
+        if args.kafka && workload.wire == Wire::Native {
+            // Both front ends of one broker, in turns.
+            let kafka = Side {
+                name: "kafka",
+                addr: target.addr(Wire::Kafka),
+                workload: Workload {
+                    wire: Wire::Kafka,
+                    ..workload.clone()
+                },
+            };
+            return Ok(Measured::FrontEnds(
+                alternation.compare(&broker, &kafka).await?,
+            ));
+        }
+        alternation.warm(&broker).await?;
+        Ok(Measured::Alone(alternation.phase(&broker).await?))
+    });
+    let steal = steal::steal_percent(cpu_at_start);
+    let outcomes = target.outcomes();
+    if let Some((_, stop)) = baseline {
         let _ = stop.send(());
     }
-    target.stop().await?;
-    if let Some(dir) = broker_dir {
-        let _ = std::fs::remove_dir_all(dir);
+    sides.server.block_on(target.stop())?;
+    let measured = measured?;
+    if args.json {
+        let mut report = json_report(workload, &measured, outcomes);
+        report["pairs"] = json!(alternation.pairs);
+        report["steal_percent"] = json!(steal);
+        println!("{report}");
+    } else {
+        text_report(&measured, outcomes);
+        if let Some(steal) = steal {
+            println!("steal time during the run: {steal:.1}% of the machine's CPU time");
+        }
     }
     Ok(())
 }
@@ -314,7 +373,7 @@ pub fn embedded_config(partitions: u32, max_stored_bytes: Option<u64>) -> Config
 /// Where the broker under test runs.
 enum Target {
     Remote(String),
-    /// In this process; measured through its Kafka front end when that is started.
+    /// In this process, with its Kafka front end when that is started.
     Embedded {
         broker: EmbeddedBroker,
         kafka: Option<std::net::SocketAddr>,
@@ -322,22 +381,23 @@ enum Target {
 }
 
 impl Target {
-    /// A broker in this process with `config`, and its Kafka front end when `wire` is Kafka.
-    async fn embedded(config: &Config, wire: Wire) -> Result<Self> {
+    /// A broker in this process with `config`, and its Kafka front end when `kafka` says so.
+    async fn embedded(config: &Config, kafka: bool) -> Result<Self> {
         let broker = EmbeddedBroker::start(config.clone()).await?;
-        let kafka = match wire {
-            Wire::Kafka => Some(minibroker_kafka::serve_on_loopback(&broker.host).await?),
-            Wire::Native => None,
+        let kafka = match kafka {
+            true => Some(minibroker_kafka::serve_on_loopback(&broker.host).await?),
+            false => None,
         };
         Ok(Self::Embedded { broker, kafka })
     }
 
-    fn addr(&self) -> String {
+    /// Where to send `wire`'s requests.
+    fn addr(&self, wire: Wire) -> String {
         match self {
             Self::Remote(addr) => addr.clone(),
             Self::Embedded {
                 kafka: Some(kafka), ..
-            } => kafka.to_string(),
+            } if wire == Wire::Kafka => kafka.to_string(),
             Self::Embedded { broker, .. } => broker.address(),
         }
     }
@@ -357,11 +417,14 @@ impl Target {
     }
 }
 
-async fn start_baseline(wire: Wire) -> Result<(String, oneshot::Sender<()>)> {
+async fn start_baseline(
+    wire: Wire,
+    store: Option<Arc<durable_baseline::Store>>,
+) -> Result<(String, oneshot::Sender<()>)> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?.to_string();
     let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(baseline::serve(listener, wire, async move {
+    tokio::spawn(baseline::serve(listener, wire, store, async move {
         let _ = stopped.await;
     }));
     Ok((addr, stop))
@@ -405,55 +468,45 @@ async fn measure(name: &str, addr: &str, workload: &Workload, quiet: bool) -> Re
     Ok(result)
 }
 
-fn report(
-    args: &Args,
-    workload: &Workload,
-    phases: &[(&str, LoadResult)],
-    outcomes: Option<minibroker_broker::OutcomeCounts>,
-    steal_percent: Option<f64>,
-) {
-    if args.json {
-        let mut report = json_report(workload, phases, outcomes);
-        report["steal_percent"] = json!(steal_percent);
-        println!("{report}");
-    } else {
-        text_report(phases, outcomes);
-        if let Some(steal) = steal_percent {
-            println!("steal time during the run: {steal:.1}% of the machine's CPU time");
+fn phase_json(name: &str, r: &LoadResult) -> serde_json::Value {
+    json!({
+        "phase": name,
+        "requests": r.requests,
+        "seconds": r.elapsed.as_secs_f64(),
+        "requests_per_sec": r.requests_per_sec(),
+        "records_per_sec": r.records_per_sec(),
+        "mb_per_sec": r.mb_per_sec(),
+        "p50_us": r.latency_us(0.5),
+        "p99_us": r.latency_us(0.99),
+        "p999_us": r.latency_us(0.999),
+        "outcomes": r.outcomes,
+    })
+}
+
+fn p99(result: &LoadResult) -> f64 {
+    result.latency_us(0.99) as f64
+}
+
+impl Measured {
+    /// Every phase, named, in the order they ran.
+    fn phases(&self) -> Vec<(&'static str, &LoadResult)> {
+        match self {
+            Self::Alone(result) => vec![("broker", result)],
+            Self::FrontEnds(pairs) => pairs.phases().collect(),
+            Self::Baseline { peak, half } => peak.phases().chain(half.phases()).collect(),
         }
     }
 }
 
-/// The result of the phase called `name`.
-fn find<'a>(phases: &'a [(&str, LoadResult)], name: &str) -> Option<&'a LoadResult> {
-    phases.iter().find(|(n, _)| *n == name).map(|(_, r)| r)
-}
-
-fn ratio(a: f64, b: f64) -> f64 {
-    if b > 0.0 { a / b } else { f64::NAN }
-}
-
 fn json_report(
     workload: &Workload,
-    phases: &[(&str, LoadResult)],
+    measured: &Measured,
     outcomes: Option<minibroker_broker::OutcomeCounts>,
 ) -> serde_json::Value {
-    let phase_json: Vec<_> = phases
-        .iter()
-        .map(|(name, r)| {
-            json!({
-                "phase": name,
-                "requests": r.requests,
-                "seconds": r.elapsed.as_secs_f64(),
-                "requests_per_sec": r.requests_per_sec(),
-                "records_per_sec": r.records_per_sec(),
-                "mb_per_sec": r.mb_per_sec(),
-                "p50_us": r.latency_us(0.5),
-                "p99_us": r.latency_us(0.99),
-                "p999_us": r.latency_us(0.999),
-                "outcomes": r.outcomes,
-            })
-        })
+    let phases: Vec<_> = measured
+        .phases()
+        .into_iter()
+        .map(|(name, r)| phase_json(name, r))
         .collect();
     let mut out = json!({
         "connections": workload.connections,
@@ -461,26 +514,35 @@ fn json_report(
         "records_per_batch": workload.records_per_batch,
         "record_size": workload.record_size,
         "partitions": workload.partitions,
-        "phases": phase_json,
+        "phases": phases,
     });
-    if let (Some(native), Some(kafka)) = (find(phases, "broker"), find(phases, "kafka")) {
-        out["kafka_over_native"] = json!({
-            "records_per_sec": ratio(kafka.records_per_sec(), native.records_per_sec()),
-        });
-    }
-    if let (Some(broker), Some(baseline)) = (find(phases, "broker"), find(phases, "baseline")) {
-        out["broker_over_baseline"] = json!({
-            "requests_per_sec": ratio(broker.requests_per_sec(), baseline.requests_per_sec()),
-            "mb_per_sec": ratio(broker.mb_per_sec(), baseline.mb_per_sec()),
-        });
-    }
-    if let (Some(broker), Some(baseline)) =
-        (find(phases, "broker@half"), find(phases, "baseline@half"))
-    {
-        out["p99_at_half_load_broker_over_baseline"] = json!(ratio(
-            broker.latency_us(0.99) as f64,
-            baseline.latency_us(0.99) as f64
-        ));
+    match measured {
+        Measured::Alone(_) => {}
+        Measured::FrontEnds(pairs) => {
+            let records = pairs.second_over_first(LoadResult::records_per_sec);
+            let requests = pairs.second_over_first(LoadResult::requests_per_sec);
+            out["kafka_over_native"] = json!({
+                "records_per_sec": records.median,
+                "requests_per_sec": requests.median,
+                "records_per_sec_spread": records.to_json(),
+                "requests_per_sec_spread": requests.to_json(),
+            });
+        }
+        Measured::Baseline { peak, half } => {
+            let requests = peak.first_over_second(LoadResult::requests_per_sec);
+            let mb = peak.first_over_second(LoadResult::mb_per_sec);
+            out["broker_over_baseline"] = json!({
+                "requests_per_sec": requests.median,
+                "mb_per_sec": mb.median,
+                "requests_per_sec_spread": requests.to_json(),
+                "mb_per_sec_spread": mb.to_json(),
+            });
+            out["broker_requests_per_sec"] = peak.first(LoadResult::requests_per_sec).to_json();
+            out["broker_mb_per_sec"] = peak.first(LoadResult::mb_per_sec).to_json();
+            let tail = half.first_over_second(p99);
+            out["p99_at_half_load_broker_over_baseline"] = json!(tail.median);
+            out["p99_at_half_load_spread"] = tail.to_json();
+        }
     }
     if let Some(o) = outcomes {
         out["broker_outcomes"] = json!(o);
@@ -488,13 +550,12 @@ fn json_report(
     out
 }
 
-fn text_report(phases: &[(&str, LoadResult)], outcomes: Option<minibroker_broker::OutcomeCounts>) {
-    let find = |name: &str| find(phases, name);
+fn text_report(measured: &Measured, outcomes: Option<minibroker_broker::OutcomeCounts>) {
     println!(
         "{:<14} {:>12} {:>12} {:>9} {:>9} {:>9} {:>9}",
         "phase", "requests/s", "records/s", "MB/s", "p50 µs", "p99 µs", "p99.9 µs"
     );
-    for (name, r) in phases {
+    for (name, r) in measured.phases() {
         println!(
             "{:<14} {:>12.0} {:>12.0} {:>9.1} {:>9} {:>9} {:>9}",
             name,
@@ -506,28 +567,26 @@ fn text_report(phases: &[(&str, LoadResult)], outcomes: Option<minibroker_broker
             r.latency_us(0.999)
         );
     }
-    if let (Some(native), Some(kafka)) = (find("broker"), find("kafka")) {
-        println!(
-            "kafka/native: records/s {:.2}",
-            ratio(kafka.records_per_sec(), native.records_per_sec())
-        );
-    }
-    if let (Some(broker), Some(baseline)) = (find("broker"), find("baseline")) {
-        println!(
-            "broker/baseline: requests/s {:.2}, MB/s {:.2}",
-            ratio(broker.requests_per_sec(), baseline.requests_per_sec()),
-            ratio(broker.mb_per_sec(), baseline.mb_per_sec())
-        );
-    }
-    if let (Some(broker), Some(baseline)) = (find("broker@half"), find("baseline@half")) {
-        println!(
-            "p99 at half of the broker's peak ({:.0} requests/s): broker/baseline {:.2}",
-            find("broker").map_or(0.0, |peak| peak.requests_per_sec() / 2.0),
-            ratio(
-                broker.latency_us(0.99) as f64,
-                baseline.latency_us(0.99) as f64
-            )
-        );
+    match measured {
+        Measured::Alone(_) => {}
+        Measured::FrontEnds(pairs) => println!(
+            "kafka/native, median (lowest-highest) of {} pairs: records/s {}",
+            pairs.results.len(),
+            pairs.second_over_first(LoadResult::records_per_sec)
+        ),
+        Measured::Baseline { peak, half } => {
+            println!(
+                "broker/baseline, median (lowest-highest) of {} pairs: requests/s {}, MB/s {}",
+                peak.results.len(),
+                peak.first_over_second(LoadResult::requests_per_sec),
+                peak.first_over_second(LoadResult::mb_per_sec)
+            );
+            println!(
+                "p99 at half of the broker's peak ({:.0} requests/s): broker/baseline {}",
+                peak.first(LoadResult::requests_per_sec).median / 2.0,
+                half.first_over_second(p99)
+            );
+        }
     }
     if let Some(o) = outcomes {
         println!(

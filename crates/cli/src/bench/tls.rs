@@ -2,9 +2,10 @@
 //! plain listener and on a TLS one; the broker runs on one core and the load generator on the
 //! other (each a one-worker runtime pinned there), so the generator's own encryption does not
 //! count as the broker's cost (a certificate made for the run, TLS 1.3 with rustls and
-//! ring); the same workload runs on each, alternating three times each in one run after one
-//! unmeasured round each, and the ratio of the medians (MB/s and requests/s, TLS over plain) is the headline. Producer ids are
-//! asked for on the plain listener; every measured produce goes over TLS.
+//! ring); the same workload runs on each in alternating pairs after one unmeasured round each
+//! (`pairs`), and the median of the pairs' ratios (MB/s and requests/s, TLS over plain) is the
+//! headline. Producer ids are asked for on the plain listener; every measured produce goes
+//! over TLS.
 
 use anyhow::Result;
 use minibroker_native::EmbeddedBroker;
@@ -14,37 +15,18 @@ use serde_json::json;
 use std::net::SocketAddr;
 
 use super::load::{ClientTls, LoadResult, Workload};
+use super::pairs::{Alternation, Pairs, Pinned, Side};
 use super::wire::Wire;
-use super::{embedded_config, measure};
+use super::embedded_config;
 
-/// Measured rounds per listener.
-const ROUNDS: usize = 3;
-
-pub async fn run(workload: Workload, json_out: bool) -> Result<()> {
+pub async fn run(workload: Workload, mut alternation: Alternation) -> Result<()> {
     // The broker and the load generator each get a core of their own (when there are two), so
     // what TLS costs the broker is not mixed with what it costs the generator.
-    tokio::task::spawn_blocking(move || measure_pinned(workload, json_out)).await?
+    tokio::task::spawn_blocking(move || measure_pinned(&workload, &mut alternation)).await?
 }
 
-/// The runtime of one side, one worker, pinned to `cpu` when the machine has it.
-fn runtime_on(cpu: usize) -> Result<tokio::runtime::Runtime> {
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .on_thread_start(move || {
-            if cores > cpu {
-                let mut set = rustix::thread::CpuSet::new();
-                set.set(cpu);
-                if let Err(error) = rustix::thread::sched_setaffinity(None, &set) {
-                    tracing::debug!(%error, cpu, "could not pin a bench thread");
-                }
-            }
-        })
-        .build()?)
-}
-
-fn measure_pinned(workload: Workload, json_out: bool) -> Result<()> {
+fn measure_pinned(workload: &Workload, alternation: &mut Alternation) -> Result<()> {
+    let json_out = alternation.quiet;
     let authority = Authority::new("bench CA", Validity::Years(1))?;
     let names = ["localhost".to_owned(), "127.0.0.1".to_owned()];
     let server = authority.issue(Role::Server, "localhost", &names, Validity::Years(1))?;
@@ -55,8 +37,8 @@ fn measure_pinned(workload: Workload, json_out: bool) -> Result<()> {
     // a later phase does not pay for page faults an earlier one did not.
     let mut config = embedded_config(workload.partitions, Some(16 << 30));
     config.broker.retention_bytes = Some(16 << 20);
-    let broker_side = runtime_on(1)?;
-    let (broker, plain, secured) = broker_side.block_on(async {
+    let sides = Pinned::new()?;
+    let (broker, plain, secured) = sides.server.block_on(async {
         let broker = EmbeddedBroker::start(config).await?;
         // Both listeners serve the one broker, so both phases write into the same state.
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
@@ -73,78 +55,68 @@ fn measure_pinned(workload: Workload, json_out: bool) -> Result<()> {
         server_name: minibroker_net::rustls::pki_types::ServerName::try_from("localhost")?,
         identity_addr: plain.to_string(),
     };
-    let generator = runtime_on(0)?;
-    let (without, with) = generator.block_on(async {
-        let mut without = Vec::new();
-        let mut with = Vec::new();
-        // One unmeasured round of each first: memory faulted in, retention recycling it.
-        for round in 0..2 * ROUNDS + 2 {
-            let over_tls = round % 2 == 1;
-            let phase = Workload {
-                wire: Wire::Kafka,
-                tls: over_tls.then(|| tls.clone()),
-                ..workload.clone()
-            };
-            let (name, addr) = if over_tls {
-                ("kafka over TLS", secured)
-            } else {
-                ("kafka plain", plain)
-            };
-            let result = measure(name, &addr.to_string(), &phase, json_out).await?;
-            if round < 2 {
-                continue;
-            }
-            if over_tls {
-                with.push(result);
-            } else {
-                without.push(result);
-            }
-        }
-        anyhow::Ok((without, with))
-    })?;
-    broker_side.block_on(broker.stop())?;
-    report(&without, &with, json_out);
+    let plain = Side {
+        name: "kafka plain",
+        addr: plain.to_string(),
+        workload: Workload {
+            wire: Wire::Kafka,
+            ..workload.clone()
+        },
+    };
+    let secured = Side {
+        name: "kafka over TLS",
+        addr: secured.to_string(),
+        workload: Workload {
+            tls: Some(tls),
+            ..plain.workload.clone()
+        },
+    };
+    // One unmeasured round of each first: memory faulted in, retention recycling it.
+    let measured = sides
+        .generator
+        .block_on(alternation.compare(&plain, &secured));
+    sides.server.block_on(broker.stop())?;
+    report(&measured?, json_out);
     Ok(())
 }
 
-fn median(results: &[LoadResult], of: impl Fn(&LoadResult) -> f64) -> f64 {
-    let mut values: Vec<f64> = results.iter().map(of).collect();
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
-fn report(without: &[LoadResult], with: &[LoadResult], json_out: bool) {
-    let mb = |results: &[LoadResult]| median(results, LoadResult::mb_per_sec);
-    let requests = |results: &[LoadResult]| median(results, LoadResult::requests_per_sec);
-    let mb_ratio = mb(with) / mb(without);
-    let requests_ratio = requests(with) / requests(without);
-    let errors: u64 = without.iter().chain(with).map(|r| r.errors).sum();
+fn report(pairs: &Pairs, json_out: bool) {
+    let mb = pairs.second_over_first(LoadResult::mb_per_sec);
+    let requests = pairs.second_over_first(LoadResult::requests_per_sec);
+    let errors: u64 = pairs.phases().map(|(_, r)| r.errors).sum();
+    let each = |tls: bool| -> Vec<f64> {
+        pairs
+            .results
+            .iter()
+            .map(|(plain, secured)| if tls { secured } else { plain }.mb_per_sec())
+            .collect()
+    };
     if json_out {
-        let each = |results: &[LoadResult]| -> Vec<f64> {
-            results.iter().map(LoadResult::mb_per_sec).collect()
-        };
         println!(
             "{}",
             json!({
-                "mb_per_sec_plain": each(without),
-                "mb_per_sec_tls": each(with),
-                "tls_over_plain_mb_per_sec": mb_ratio,
-                "tls_over_plain_requests_per_sec": requests_ratio,
+                "mb_per_sec_plain": each(false),
+                "mb_per_sec_tls": each(true),
+                "tls_over_plain_mb_per_sec": mb.median,
+                "tls_over_plain_requests_per_sec": requests.median,
+                "tls_over_plain_mb_per_sec_spread": mb.to_json(),
+                "tls_over_plain_requests_per_sec_spread": requests.to_json(),
                 "errors": errors,
             })
         );
         return;
     }
-    let show = |results: &[LoadResult]| {
-        results
+    let show = |rates: Vec<f64>| {
+        rates
             .iter()
-            .map(|r| format!("{:.1}", r.mb_per_sec()))
+            .map(|rate| format!("{rate:.1}"))
             .collect::<Vec<_>>()
             .join(" / ")
     };
-    println!("MB/s plain: {}", show(without));
-    println!("MB/s TLS:   {}", show(with));
+    println!("MB/s plain: {}", show(each(false)));
+    println!("MB/s TLS:   {}", show(each(true)));
     println!(
-        "TLS/plain (medians): MB/s {mb_ratio:.3}, requests/s {requests_ratio:.3}; errors {errors}"
+        "TLS/plain, median (lowest-highest) of {} pairs: MB/s {mb}, requests/s {requests}; errors {errors}",
+        pairs.results.len()
     );
 }
