@@ -244,6 +244,28 @@ async fn kafka_requests_through_the_front_end() {
                         .with_records(Some(batch(9, 0, 3))),
                 ]),
         ]);
+    // Produce is read in place (`produce_wire`): seeds with what its reader walks — a
+    // transactional id, two topics, several partitions, a null batch.
+    let produce_many = ProduceRequest::default()
+        .with_transactional_id(Some(TransactionalId(text("fz-txn"))))
+        .with_acks(1)
+        .with_topic_data(vec![
+            produce_request::TopicProduceData::default()
+                .with_name(name("fz"))
+                .with_partition_data(vec![
+                    produce_request::PartitionProduceData::default()
+                        .with_records(Some(batch(10, 0, 2))),
+                    produce_request::PartitionProduceData::default()
+                        .with_index(1)
+                        .with_records(None),
+                ]),
+            produce_request::TopicProduceData::default()
+                .with_name(name("fz2"))
+                .with_partition_data(vec![
+                    produce_request::PartitionProduceData::default()
+                        .with_records(Some(batch(11, 0, 1))),
+                ]),
+        ]);
     let fetch = FetchRequest::default()
         .with_max_wait_ms(0)
         .with_topics(vec![
@@ -405,6 +427,8 @@ async fn kafka_requests_through_the_front_end() {
     let seeds = [
         encoded(ApiKey::Produce, 9, &produce),
         encoded(ApiKey::Produce, 3, &produce),
+        encoded(ApiKey::Produce, 9, &produce_many),
+        encoded(ApiKey::Produce, 5, &produce_many),
         encoded(ApiKey::Fetch, 12, &fetch),
         encoded(ApiKey::Fetch, 4, &fetch),
         encoded(ApiKey::ListOffsets, 5, &list),

@@ -20,6 +20,7 @@ use crate::KafkaConfig;
 use crate::answer_room::AnswerTooLarge;
 use crate::apis::{self, SUPPORTED};
 use crate::preflight;
+use crate::produce_wire;
 
 /// One Kafka connection's view of the broker.
 pub struct KafkaFrontEnd {
@@ -71,6 +72,9 @@ impl KafkaFrontEnd {
             tracing::debug!(api, version, "unknown Kafka API; closing the connection");
             return Next::Close;
         };
+        if api == ApiKey::Produce && apis::supports(api, version) {
+            return self.serve_produce(&frame, version, out);
+        }
         let header = match RequestHeader::decode(&mut frame, api.request_header_version(version)) {
             Ok(header) => header,
             Err(error) => {
@@ -98,31 +102,7 @@ impl KafkaFrontEnd {
             );
             return Next::Close;
         }
-        if !self.session.lets_through()
-            && !matches!(
-                api,
-                ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
-            )
-        {
-            // As Kafka: before the login only the SASL exchange is served.
-            tracing::info!(
-                ?api,
-                "a request before authentication; closing the connection"
-            );
-            return Next::Close;
-        }
-        if self.session.expired()
-            && !matches!(
-                api,
-                ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
-            )
-        {
-            // KIP-368: a session past its lifetime serves nothing until it logs in again.
-            tracing::info!(
-                ?api,
-                principal = %self.guard.principal(),
-                "the session's lifetime is over and it did not re-authenticate; closing the connection"
-            );
+        if self.refused_by_session(api) {
             return Next::Close;
         }
         self.guard.refresh();
@@ -149,28 +129,73 @@ impl KafkaFrontEnd {
             "request"
         );
         let started = self.timings.as_ref().map(ConnectionTimings::start);
-        let next = match request {
-            // The hot path never waits (the write and any fsync wait in `store_answered`), so
-            // it is served here, outside `dispatch`: that future holds the largest of every
-            // other API's (a fetch's wait, the group calls), and is boxed so this future,
-            // built and moved for every request, stays small.
-            RequestKind::Produce(request) => match self.produce(request, version) {
-                Some(answer) => encode(
-                    out,
-                    header.correlation_id,
-                    api,
-                    version,
-                    &ResponseKind::Produce(answer),
-                ),
-                // acks=0: the producer expects no answer.
-                None => Next::Continue,
-            },
-            request => Box::pin(self.dispatch(request, &header, version, api, out)).await,
-        };
+        let next = Box::pin(self.dispatch(request, &header, version, api, out)).await;
         if let (Some(timings), Some(started)) = (&mut self.timings, started) {
             timings.record_since(apis::name(api), started);
         }
         next
+    }
+
+    /// Whether the session lets nothing but its login through now (before it, or after its
+    /// lifetime), for a request of `api`; says why in the log.
+    fn refused_by_session(&self, api: ApiKey) -> bool {
+        if !self.session.lets_through()
+            && !matches!(
+                api,
+                ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
+            )
+        {
+            // As Kafka: before the login only the SASL exchange is served.
+            tracing::info!(
+                ?api,
+                "a request before authentication; closing the connection"
+            );
+            return true;
+        }
+        if self.session.expired()
+            && !matches!(
+                api,
+                ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
+            )
+        {
+            // KIP-368: a session past its lifetime serves nothing until it logs in again.
+            tracing::info!(
+                ?api,
+                principal = %self.guard.principal(),
+                "the session's lifetime is over and it did not re-authenticate; closing the connection"
+            );
+            return true;
+        }
+        false
+    }
+
+    /// Serves a Produce of a served version, read in place (`produce_wire`). The hot path
+    /// never waits (the write and any fsync wait in `store_answered`), so it is served here,
+    /// outside `dispatch`, whose future holds the largest of every other API's (a fetch's
+    /// wait, the group calls) and is boxed.
+    fn serve_produce(&mut self, frame: &[u8], version: i16, out: &mut BytesMut) -> Next {
+        if self.refused_by_session(ApiKey::Produce) {
+            return Next::Close;
+        }
+        self.guard.refresh();
+        let request = match produce_wire::read(frame, version) {
+            Ok(request) => request,
+            Err(error) => {
+                tracing::debug!(version, %error, "malformed Kafka Produce; closing");
+                return Next::Close;
+            }
+        };
+        tracing::trace!(
+            version,
+            correlation_id = request.correlation_id,
+            "produce request"
+        );
+        let started = self.timings.as_ref().map(ConnectionTimings::start);
+        self.produce(&request, version, out);
+        if let (Some(timings), Some(started)) = (&mut self.timings, started) {
+            timings.record_since(apis::name(ApiKey::Produce), started);
+        }
+        Next::Continue
     }
 
     /// Serves a decoded request other than Produce and appends its answer.

@@ -25,6 +25,7 @@ mod errors;
 mod front_end;
 mod handlers;
 mod preflight;
+pub mod produce_wire;
 mod sasl;
 
 pub use front_end::KafkaFrontEnd;

@@ -14,10 +14,10 @@ use minibroker_security::pki::{Authority, Role, Validity};
 use serde_json::json;
 use std::net::SocketAddr;
 
+use super::embedded_config;
 use super::load::{ClientTls, LoadResult, Workload};
 use super::pairs::{Alternation, Pairs, Pinned, Side};
 use super::wire::Wire;
-use super::embedded_config;
 
 pub async fn run(workload: Workload, mut alternation: Alternation) -> Result<()> {
     // The broker and the load generator each get a core of their own (when there are two), so

@@ -1,10 +1,10 @@
 //! Produce: each partition's batch through the broker core's exactly-once rule, answered once
-//! its batches are written (and, with the `always` flush policy, synced).
+//! its batches are written (and, with the `always` flush policy, synced). The request is read
+//! in place and the answer written directly (`produce_wire`), not through `kafka-protocol`'s
+//! messages: see that module for why.
 
+use bytes::BytesMut;
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
-use kafka_protocol::protocol::StrBytes;
 use minibroker_broker::{BrokerError, Outcome};
 use minibroker_records::NO_PRODUCER_ID;
 use minibroker_security::{Operation, ResourceType};
@@ -12,86 +12,76 @@ use minibroker_security::{Operation, ResourceType};
 use super::{NONE, code, partition_index};
 use crate::errors::{code_of, produce_answer};
 use crate::front_end::KafkaFrontEnd;
+use crate::produce_wire::{self, PartitionAnswer, ProduceView};
 
 impl KafkaFrontEnd {
-    /// `None` for acks=0, which gets no answer. Partitions are served one after another; the
-    /// answer is sent once their batches are written (and, with the `always` flush policy,
-    /// synced) — see `FrontEnd::store_answered`.
-    pub(crate) fn produce(
-        &mut self,
-        request: ProduceRequest,
-        version: i16,
-    ) -> Option<ProduceResponse> {
+    /// Serves a Produce read in place (`produce_wire`) and appends its answer to `out`, except
+    /// for acks=0, which gets none. Partitions are served one after another; the answer is sent
+    /// once their batches are written (and, with the `always` flush policy, synced) — see
+    /// `FrontEnd::store_answered`.
+    pub(crate) fn produce(&mut self, request: &ProduceView<'_>, version: i16, out: &mut BytesMut) {
         let valid_acks = matches!(request.acks, -1..=1);
         // As Kafka: a transactional request needs Write on its transactional id, or nothing of
         // it is written; then each topic needs Write.
         let transaction_denied = request
             .transactional_id
-            .as_ref()
             .is_some_and(|id| !self.may(Operation::Write, ResourceType::TransactionalId, id));
-        let mut responses = Vec::with_capacity(request.topic_data.len());
-        for topic in request.topic_data {
-            let mut partitions = Vec::with_capacity(topic.partition_data.len());
-            let denied = if transaction_denied {
-                Some(ResponseError::TransactionalIdAuthorizationFailed)
-            } else if !self.may(Operation::Write, ResourceType::Topic, &topic.name) {
-                Some(ResponseError::TopicAuthorizationFailed)
-            } else {
-                self.unknown_to_creator(&topic.name)
-            };
-            for data in topic.partition_data {
-                let index = data.index;
-                let refused = |error: ResponseError, message: &str| {
-                    let refused = PartitionProduceResponse::default()
-                        .with_index(index)
-                        .with_error_code(error.code())
-                        .with_base_offset(NONE);
-                    if version >= 8 {
-                        refused.with_error_message(Some(StrBytes::from_string(message.into())))
+        let mut denied_topic = None;
+        let mut answers = Vec::with_capacity(request.partitions.len());
+        for data in &request.partitions {
+            let topic = request.topics[data.topic];
+            let denied = match denied_topic {
+                Some((ordinal, denied)) if ordinal == data.topic => denied,
+                _ => {
+                    let denied = if transaction_denied {
+                        Some(ResponseError::TransactionalIdAuthorizationFailed)
+                    } else if !self.may(Operation::Write, ResourceType::Topic, topic) {
+                        Some(ResponseError::TopicAuthorizationFailed)
                     } else {
-                        refused
-                    }
-                };
-                let records = data.records.unwrap_or_default();
-                let response =
-                    if let Some(denied) = denied.or_else(|| self.foreign_producer(&records)) {
-                        refused(denied, &denied.to_string())
-                    } else if !valid_acks {
-                        refused(
-                            ResponseError::InvalidRequiredAcks,
-                            "acks must be -1, 0 or 1",
-                        )
-                    } else {
-                        match self.produce_one(&topic.name, index, &records) {
-                            Ok((error, base_offset, log_start)) => {
-                                let response = PartitionProduceResponse::default()
-                                    .with_index(index)
-                                    .with_error_code(code(error))
-                                    .with_base_offset(base_offset);
-                                if version >= 5 {
-                                    response.with_log_start_offset(log_start)
-                                } else {
-                                    response
-                                }
-                            }
-                            Err(error) => refused(code_of(&error), &error.to_string()),
-                        }
+                        self.unknown_to_creator(topic)
                     };
-                partitions.push(response);
-            }
-            responses.push(
-                TopicProduceResponse::default()
-                    .with_name(topic.name)
-                    .with_partition_responses(partitions),
-            );
+                    denied_topic = Some((data.topic, denied));
+                    denied
+                }
+            };
+            let refused = |error: ResponseError, message: String| PartitionAnswer {
+                index: data.index,
+                error_code: error.code(),
+                base_offset: NONE,
+                log_start_offset: NONE,
+                error_message: Some(message),
+            };
+            let records = data.records.unwrap_or_default();
+            let answer = if let Some(denied) = denied.or_else(|| self.foreign_producer(records)) {
+                refused(denied, denied.to_string())
+            } else if !valid_acks {
+                refused(
+                    ResponseError::InvalidRequiredAcks,
+                    "acks must be -1, 0 or 1".to_owned(),
+                )
+            } else {
+                match self.produce_one(topic, data.index, records) {
+                    Ok((error, base_offset, log_start_offset)) => PartitionAnswer {
+                        index: data.index,
+                        error_code: code(error),
+                        base_offset,
+                        log_start_offset,
+                        error_message: None,
+                    },
+                    Err(error) => refused(code_of(&error), error.to_string()),
+                }
+            };
+            answers.push(answer);
         }
-        (request.acks != 0).then(|| ProduceResponse::default().with_responses(responses))
+        if request.acks != 0 {
+            produce_wire::write_answer(out, request, &answers, version);
+        }
     }
 
     /// Runs the rule on one partition's batch: (error, base offset, log start offset).
     fn produce_one(
         &mut self,
-        topic: &TopicName,
+        topic: &str,
         index: i32,
         batch: &[u8],
     ) -> Result<(Option<ResponseError>, i64, i64), BrokerError> {
@@ -106,7 +96,7 @@ impl KafkaFrontEnd {
             _ => {
                 let info = minibroker_records::inspect(batch)?;
                 let had_state = info.producer_id == NO_PRODUCER_ID || verdict.known_producer;
-                tracing::debug!(topic = %topic.as_str(), partition, producer_id = info.producer_id,
+                tracing::debug!(topic, partition, producer_id = info.producer_id,
                     sequence = info.base_sequence, outcome = %verdict.outcome, "Kafka produce refused");
                 produce_answer(verdict, info.base_sequence, had_state)
             }
