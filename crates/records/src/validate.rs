@@ -107,6 +107,7 @@ impl From<io::Error> for Refused {
     }
 }
 
+#[cold]
 fn refused<T>(why: impl Into<String>) -> Result<T, Refused> {
     Err(Refused(why.into()))
 }
@@ -135,6 +136,13 @@ trait Source {
     fn position(&self) -> u64;
     /// Whether every byte has been read.
     fn at_end(&mut self) -> Result<bool, Refused>;
+    /// A zig-zag varint of at most `max_bytes` bytes.
+    fn zigzag(&mut self, max_bytes: u32) -> Result<i64, Refused>
+    where
+        Self: Sized,
+    {
+        zigzag_bytewise(self, max_bytes)
+    }
 }
 
 /// Walks the records `info` counts from `source`, and checks nothing follows them. Their offset
@@ -199,6 +207,7 @@ fn walk(source: &mut impl Source, info: &BatchInfo) -> Result<(), Refused> {
 
 /// Skips a key, value or header value: its length, then that many bytes (none for -1: null);
 /// returns the length, `None` for null.
+#[inline(always)]
 fn skip_field(source: &mut impl Source) -> Result<Option<usize>, Refused> {
     match varint(source)? {
         -1 => Ok(None),
@@ -210,19 +219,36 @@ fn skip_field(source: &mut impl Source) -> Result<Option<usize>, Refused> {
 }
 
 /// A zig-zag varint of at most `max_bytes` bytes.
+#[inline(always)]
 fn zigzag(source: &mut impl Source, max_bytes: u32) -> Result<i64, Refused> {
+    source.zigzag(max_bytes)
+}
+
+/// A zig-zag varint read a byte at a time (the stream's way).
+fn zigzag_bytewise(source: &mut impl Source, max_bytes: u32) -> Result<i64, Refused> {
     let mut value = 0u64;
     for i in 0..max_bytes {
         let byte = source.byte()?;
         value |= u64::from(byte & 0x7f) << (7 * i);
         if byte & 0x80 == 0 {
-            return Ok((value >> 1) as i64 ^ -((value & 1) as i64));
+            return Ok(unzigzag(value));
         }
     }
+    varint_without_end()
+}
+
+#[inline]
+fn unzigzag(value: u64) -> i64 {
+    (value >> 1) as i64 ^ -((value & 1) as i64)
+}
+
+#[cold]
+fn varint_without_end<T>() -> Result<T, Refused> {
     refused("a record holds a varint that does not end")
 }
 
 /// A 32-bit field (Kafka's varint).
+#[inline(always)]
 fn varint(source: &mut impl Source) -> Result<i64, Refused> {
     let value = zigzag(source, 5)?;
     if i32::try_from(value).is_err() {
@@ -232,10 +258,12 @@ fn varint(source: &mut impl Source) -> Result<i64, Refused> {
 }
 
 /// A 64-bit field (Kafka's varlong).
+#[inline(always)]
 fn varlong(source: &mut impl Source) -> Result<i64, Refused> {
     zigzag(source, 10)
 }
 
+#[cold]
 fn past_the_end<T>() -> Result<T, Refused> {
     refused("a record runs past the end of the batch")
 }
@@ -254,6 +282,7 @@ impl<'a> SliceSource<'a> {
 }
 
 impl Source for SliceSource<'_> {
+    #[inline(always)]
     fn byte(&mut self) -> Result<u8, Refused> {
         let Some(&byte) = self.bytes.get(self.at) else {
             return past_the_end();
@@ -262,6 +291,7 @@ impl Source for SliceSource<'_> {
         Ok(byte)
     }
 
+    #[inline(always)]
     fn skip(&mut self, len: usize) -> Result<(), Refused> {
         if len > self.bytes.len() - self.at {
             return past_the_end();
@@ -282,6 +312,35 @@ impl Source for SliceSource<'_> {
 
     fn at_end(&mut self) -> Result<bool, Refused> {
         Ok(self.at == self.bytes.len())
+    }
+
+    /// In place, with the one-byte varint (most of a record's fields: small lengths and
+    /// deltas) answered by one comparison. Walking 100 records of 100 B a batch, the byte-wise
+    /// read was 42% of the broker's CPU under `perf` (`zigzag` 26%, its callers the rest).
+    #[inline(always)]
+    fn zigzag(&mut self, max_bytes: u32) -> Result<i64, Refused> {
+        let rest = self.bytes.get(self.at..).unwrap_or_default();
+        match rest.first() {
+            Some(&byte) if byte < 0x80 => {
+                self.at += 1;
+                return Ok(unzigzag(u64::from(byte)));
+            }
+            Some(_) => {}
+            None => return past_the_end(),
+        }
+        let mut value = 0u64;
+        for (i, &byte) in rest.iter().take(max_bytes as usize).enumerate() {
+            value |= u64::from(byte & 0x7f) << (7 * i);
+            if byte & 0x80 == 0 {
+                self.at += i + 1;
+                return Ok(unzigzag(value));
+            }
+        }
+        if rest.len() < max_bytes as usize {
+            past_the_end()
+        } else {
+            varint_without_end()
+        }
     }
 }
 
@@ -437,6 +496,60 @@ mod snappy {
             out[..n].copy_from_slice(&self.block[self.at..self.at + n]);
             self.at += n;
             Ok(n)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SliceSource, Source, zigzag_bytewise};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The in-place varint reads what the byte-wise one reads, stops where it stops, and
+        /// refuses what it refuses (a refusal ends the walk, so where it stopped then does not
+        /// matter): at every length, ending or not, cut short or not.
+        #[test]
+        fn the_in_place_varint_reads_as_the_bytewise_one(
+            bytes in prop::collection::vec(any::<u8>(), 0..12),
+            max_bytes in prop_oneof![Just(5u32), Just(10u32)],
+        ) {
+            let mut in_place = SliceSource::new(&bytes);
+            let mut bytewise = SliceSource::new(&bytes);
+            let read = in_place.zigzag(max_bytes).map_err(|why| why.0);
+            let expected = zigzag_bytewise(&mut bytewise, max_bytes).map_err(|why| why.0);
+            if read.is_ok() {
+                prop_assert_eq!(in_place.at, bytewise.at);
+            }
+            prop_assert_eq!(read, expected);
+        }
+    }
+
+    #[test]
+    fn varints_of_every_width_read_back() {
+        for value in [
+            0i64,
+            -1,
+            1,
+            63,
+            -64,
+            64,
+            8191,
+            -8192,
+            i64::from(i32::MAX),
+            i64::MIN,
+            i64::MAX,
+        ] {
+            let mut zigzagged = ((value << 1) ^ (value >> 63)) as u64;
+            let mut bytes = Vec::new();
+            while zigzagged >= 0x80 {
+                bytes.push((zigzagged as u8 & 0x7f) | 0x80);
+                zigzagged >>= 7;
+            }
+            bytes.push(zigzagged as u8);
+            let mut source = SliceSource::new(&bytes);
+            assert_eq!(source.zigzag(10).map_err(|why| why.0), Ok(value));
+            assert_eq!(source.at, bytes.len());
         }
     }
 }
