@@ -1,5 +1,6 @@
 //! [`KafkaFrontEnd`]: one Kafka connection's translator — decode a request with the
-//! `kafka-protocol` crate, call the broker core, encode the answer.
+//! `kafka-protocol` crate (Produce: read in place by `produce_wire`), call the broker core,
+//! encode the answer.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::ResponseError;

@@ -1,7 +1,9 @@
 //! minibroker's Kafka front end: Kafka clients (librdkafka and its bindings, kafka-python,
 //! aiokafka, Java) produce idempotently to the broker core and read back, unchanged.
 //!
-//! Every message is decoded and encoded by the `kafka-protocol` crate; this crate only
+//! Every message but Produce is decoded and encoded by the `kafka-protocol` crate (Produce, the
+//! hot path, is read in place and answered directly by `produce_wire`, held to the crate by a
+//! differential test); this crate only
 //! translates between those messages and the broker core's domain API, and maps the core's
 //! outcomes and errors to Kafka error codes once (`errors`). The connection machinery — limits,
 //! pipelining, idle and write timeouts, drain — is `minibroker_net`'s, shared with the native
@@ -17,6 +19,7 @@
 //! - `apis` — the APIs and versions implemented, which ApiVersions advertises exactly.
 //! - `errors` — the Kafka code of every outcome and refusal.
 //! - `preflight` — array counts checked before the decoder allocates for them.
+//! - [`produce_wire`] — Produce read in place from its frame, its answer written directly.
 
 mod answer_room;
 mod apis;
