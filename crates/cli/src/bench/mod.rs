@@ -29,7 +29,7 @@ use tokio::sync::oneshot;
 use load::{LoadResult, Workload};
 use minibroker_native::EmbeddedBroker;
 use minibroker_net::Config;
-use pairs::{Alternation, Pairs, Pinned, Side};
+use pairs::{Alternation, Pairs, Pinned, Side, Spread};
 use wire::Wire;
 
 /// Flags of `bench`.
@@ -483,6 +483,16 @@ fn phase_json(name: &str, r: &LoadResult) -> serde_json::Value {
     })
 }
 
+/// Each ratio as `{name: median, name_spread: {median, min, max}}`.
+fn ratios_json(ratios: &[(&str, Spread)]) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for (name, spread) in ratios {
+        out.insert((*name).to_owned(), json!(spread.median));
+        out.insert(format!("{name}_spread"), spread.to_json());
+    }
+    serde_json::Value::Object(out)
+}
+
 fn p99(result: &LoadResult) -> f64 {
     result.latency_us(0.99) as f64
 }
@@ -519,24 +529,25 @@ fn json_report(
     match measured {
         Measured::Alone(_) => {}
         Measured::FrontEnds(pairs) => {
-            let records = pairs.second_over_first(LoadResult::records_per_sec);
-            let requests = pairs.second_over_first(LoadResult::requests_per_sec);
-            out["kafka_over_native"] = json!({
-                "records_per_sec": records.median,
-                "requests_per_sec": requests.median,
-                "records_per_sec_spread": records.to_json(),
-                "requests_per_sec_spread": requests.to_json(),
-            });
+            out["kafka_over_native"] = ratios_json(&[
+                (
+                    "records_per_sec",
+                    pairs.second_over_first(LoadResult::records_per_sec),
+                ),
+                (
+                    "requests_per_sec",
+                    pairs.second_over_first(LoadResult::requests_per_sec),
+                ),
+            ]);
         }
         Measured::Baseline { peak, half } => {
-            let requests = peak.first_over_second(LoadResult::requests_per_sec);
-            let mb = peak.first_over_second(LoadResult::mb_per_sec);
-            out["broker_over_baseline"] = json!({
-                "requests_per_sec": requests.median,
-                "mb_per_sec": mb.median,
-                "requests_per_sec_spread": requests.to_json(),
-                "mb_per_sec_spread": mb.to_json(),
-            });
+            out["broker_over_baseline"] = ratios_json(&[
+                (
+                    "requests_per_sec",
+                    peak.first_over_second(LoadResult::requests_per_sec),
+                ),
+                ("mb_per_sec", peak.first_over_second(LoadResult::mb_per_sec)),
+            ]);
             out["broker_requests_per_sec"] = peak.first(LoadResult::requests_per_sec).to_json();
             out["broker_mb_per_sec"] = peak.first(LoadResult::mb_per_sec).to_json();
             let tail = half.first_over_second(p99);
