@@ -377,6 +377,8 @@ fn bench_transactional_compares_transactions_with_idempotence_in_one_run() {
             "0.3",
             "--connections",
             "2",
+            "--pairs",
+            "2",
             "--json",
         ])
         .output()
@@ -392,9 +394,13 @@ fn bench_transactional_compares_transactions_with_idempotence_in_one_run() {
             .as_array()
             .unwrap()
             .len(),
-        3
+        2
     );
-    assert!(report["transactional_over_idempotent"].as_f64().unwrap() > 0.0);
+    let ratio = report["transactional_over_idempotent"].as_f64().unwrap();
+    assert!(ratio > 0.0);
+    let spread = &report["transactional_over_idempotent_spread"];
+    assert_eq!(spread["median"].as_f64(), Some(ratio));
+    assert!(spread["min"].as_f64() <= spread["max"].as_f64());
     assert!(
         report["read_committed_over_read_uncommitted"]
             .as_f64()

@@ -147,6 +147,7 @@ pub async fn run(args: Args) -> Result<()> {
             in_flight: args.in_flight,
             duration: Duration::from_secs_f64(args.duration.max(0.1)),
             commit_interval: Duration::from_millis(args.commit_interval_ms.max(1)),
+            pairs: args.pairs,
             json: args.json,
         })
         .await;
