@@ -9,7 +9,8 @@
 //! together about 0.35-0.4 µs of the front end's 0.82-0.89 µs per request
 //! (`cargo bench -p minibroker-kafka`), and held the Kafka path to 0.50-0.55 of the do-nothing
 //! baseline over TCP. This reader borrows every string and batch from the frame and allocates
-//! one vector per request; the writer writes the answer's bytes with no intermediate message.
+//! two small vectors per request (its topics, its partitions); the writer writes the answer's
+//! bytes with no intermediate message.
 //! Figures with it are in docs/performance.md ("The Kafka path").
 //!
 //! It is held to the crate by a differential property test (`tests/produce_wire.rs`): every

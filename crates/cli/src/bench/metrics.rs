@@ -9,6 +9,7 @@ use serde_json::json;
 use std::time::Duration;
 
 use super::load::Workload;
+use super::pairs::Spread;
 use super::{embedded_config, measure};
 
 pub async fn run(workload: Workload, json_out: bool) -> Result<()> {
@@ -53,11 +54,8 @@ pub async fn run(workload: Workload, json_out: bool) -> Result<()> {
             without.push(rate);
         }
     }
-    let median = |rates: &mut Vec<f64>| {
-        rates.sort_by(f64::total_cmp);
-        rates[rates.len() / 2]
-    };
-    let (off, on) = (median(&mut without), median(&mut with));
+    let median = |rates: &[f64]| Spread::of(rates.iter().copied()).median;
+    let (off, on) = (median(&without), median(&with));
     if json_out {
         println!(
             "{}",
