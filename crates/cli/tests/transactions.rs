@@ -401,12 +401,14 @@ fn bench_transactional_compares_transactions_with_idempotence_in_one_run() {
     let spread = &report["transactional_over_idempotent_spread"];
     assert_eq!(spread["median"].as_f64(), Some(ratio));
     assert!(spread["min"].as_f64() <= spread["max"].as_f64());
-    assert!(
-        report["read_committed_over_read_uncommitted"]
-            .as_f64()
-            .unwrap()
-            > 0.0
-    );
+    let read_ratio = report["read_committed_over_read_uncommitted"]
+        .as_f64()
+        .unwrap();
+    assert!(read_ratio > 0.0);
+    let read_spread = &report["read_committed_over_read_uncommitted_spread"];
+    assert_eq!(read_spread["median"].as_f64(), Some(read_ratio));
+    assert!(read_spread["min"].as_f64() <= read_spread["max"].as_f64());
+    assert!(report["steal_percent"].as_f64().is_some());
 }
 
 /// How many partitions the wide transactions write: enough markers (each synced under the

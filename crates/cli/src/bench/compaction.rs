@@ -10,6 +10,9 @@
 //!   the workload at half of its peak, alternating between a topic the cleaner leaves alone and a
 //!   compacted one it cleans all the while (small segments, `min.cleanable.dirty.ratio` 0.01,
 //!   keyed records), and the p99 of each pair is compared: the goal is at most twice.
+//!
+//! The pass, the raw copy and the broker (its cleaner's thread with it) run on the server's
+//! core, the load on the generator's (see `pairs`).
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
@@ -23,7 +26,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::load::{LoadResult, Workload};
-use super::pairs::Spread;
+use super::pairs::{Pinned, Spread};
 use super::{embedded_config, measure};
 
 /// Measured pairs of each comparison.
@@ -32,12 +35,19 @@ const PAIRS: usize = 3;
 pub async fn run(workload: Workload, dir: &Path, mib: u64, json_out: bool) -> Result<()> {
     let dir = super::durable::fresh_dir(&dir.join("bench-compaction"))?;
     let cpu_at_start = super::steal::CpuTimes::now();
-    let throughput = {
+    let measured = {
         let dir = dir.clone();
-        tokio::task::spawn_blocking(move || throughput(&dir, mib)).await??
+        tokio::task::spawn_blocking(move || {
+            // The pass and the raw copy on the server's core, as the broker's cleaner is.
+            super::pairs::pin_this_thread(super::pairs::SERVER_CORE);
+            let throughput = throughput(&dir, mib)?;
+            let latency = latency(&workload, &dir.join("broker"), json_out)?;
+            anyhow::Ok((throughput, latency))
+        })
+        .await?
     };
-    let latency = latency(&workload, &dir.join("broker"), json_out).await?;
     let _ = std::fs::remove_dir_all(&dir);
+    let (throughput, latency) = measured?;
     let steal = super::steal::steal_percent(cpu_at_start);
     report(&throughput, &latency, steal, json_out);
     Ok(())
@@ -143,12 +153,15 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
 /// p99 (µs) of each pair of half-load phases: (plain topic, compacted topic).
 type LatencyPairs = Vec<(u64, u64)>;
 
-async fn latency(workload: &Workload, dir: &Path, json_out: bool) -> Result<LatencyPairs> {
+/// The broker (and its cleaner's thread) on the server's core, the load on the generator's (see
+/// `pairs`).
+fn latency(workload: &Workload, dir: &Path, json_out: bool) -> Result<LatencyPairs> {
+    let sides = Pinned::new()?;
     let mut config = embedded_config(workload.partitions, Some(16 << 30));
     config.broker.data_dir = Some(dir.to_owned());
     config.broker.flush = minibroker_broker::FlushPolicy::Os;
     config.broker.cleaner_interval_ms = 100;
-    let broker = EmbeddedBroker::start(config).await?;
+    let broker = sides.on_server(EmbeddedBroker::start(config))??;
     let partitions = workload.partitions;
     broker.broker.create_topic_with(
         "plain",
@@ -175,17 +188,42 @@ async fn latency(workload: &Workload, dir: &Path, json_out: bool) -> Result<Late
         keyed: true,
         ..workload.clone()
     };
+    let pairs = sides
+        .generator
+        .block_on(half_load_pairs(workload, &addr, &on, json_out));
+    let cleaned: u64 = broker
+        .broker
+        .partition_metrics()
+        .iter()
+        .map(|p| p.bytes_cleaned)
+        .sum();
+    sides.on_server(async move { broker.stop().await })??;
+    let pairs = pairs?;
+    anyhow::ensure!(
+        cleaned > 0,
+        "the cleaner never ran during the compacted phases"
+    );
+    Ok(pairs)
+}
+
+/// The plain topic's peak, then pairs at half of it: the plain topic, then the compacted one.
+async fn half_load_pairs(
+    workload: &Workload,
+    addr: &str,
+    on: &impl Fn(&str, Option<f64>, i64) -> Workload,
+    json_out: bool,
+) -> Result<LatencyPairs> {
     let step = 2 * workload.connections as i64;
-    let peak = measure("plain peak", &addr, &on("plain", None, 1), json_out).await?;
+    let peak = measure("plain peak", addr, &on("plain", None, 1), json_out).await?;
     let half = Some(peak.requests_per_sec() / 2.0);
     let mut pairs = Vec::new();
     let mut next_id = 1 + step;
     for _ in 0..PAIRS {
         let p99 = |result: LoadResult| result.latency_us(0.99);
-        let plain = measure("plain@half", &addr, &on("plain", half, next_id), json_out).await?;
+        let plain = measure("plain@half", addr, &on("plain", half, next_id), json_out).await?;
         let compacted = measure(
             "compacted@half",
-            &addr,
+            addr,
             &on("compacted", half, next_id + step),
             json_out,
         )
@@ -193,17 +231,6 @@ async fn latency(workload: &Workload, dir: &Path, json_out: bool) -> Result<Late
         next_id += 2 * step;
         pairs.push((p99(plain), p99(compacted)));
     }
-    let cleaned: u64 = broker
-        .broker
-        .partition_metrics()
-        .iter()
-        .map(|p| p.bytes_cleaned)
-        .sum();
-    anyhow::ensure!(
-        cleaned > 0,
-        "the cleaner never ran during the compacted phases"
-    );
-    broker.stop().await?;
     Ok(pairs)
 }
 
