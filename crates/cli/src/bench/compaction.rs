@@ -38,10 +38,13 @@ pub async fn run(workload: Workload, dir: &Path, mib: u64, json_out: bool) -> Re
     let measured = {
         let dir = dir.clone();
         tokio::task::spawn_blocking(move || {
+            let sides = Pinned::new()?;
             // The pass and the raw copy on the server's core, as the broker's cleaner is.
-            super::pairs::pin_this_thread(super::pairs::SERVER_CORE);
-            let throughput = throughput(&dir, mib)?;
-            let latency = latency(&workload, &dir.join("broker"), json_out)?;
+            let throughput = {
+                let dir = dir.clone();
+                sides.blocking_on_server(move || throughput(&dir, mib))??
+            };
+            let latency = latency(&sides, &workload, &dir.join("broker"), json_out)?;
             anyhow::Ok((throughput, latency))
         })
         .await?
@@ -155,8 +158,12 @@ type LatencyPairs = Vec<(u64, u64)>;
 
 /// The broker (and its cleaner's thread) on the server's core, the load on the generator's (see
 /// `pairs`).
-fn latency(workload: &Workload, dir: &Path, json_out: bool) -> Result<LatencyPairs> {
-    let sides = Pinned::new()?;
+fn latency(
+    sides: &Pinned,
+    workload: &Workload,
+    dir: &Path,
+    json_out: bool,
+) -> Result<LatencyPairs> {
     let mut config = embedded_config(workload.partitions, Some(16 << 30));
     config.broker.data_dir = Some(dir.to_owned());
     config.broker.flush = minibroker_broker::FlushPolicy::Os;

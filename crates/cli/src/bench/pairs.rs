@@ -18,7 +18,7 @@ use super::load::{self, LoadResult, Workload};
 use super::measure;
 
 /// The core the server under test runs on; the generator gets core 0.
-pub const SERVER_CORE: usize = 1;
+const SERVER_CORE: usize = 1;
 const GENERATOR_CORE: usize = 0;
 
 /// The two runtimes of a measurement: the server's and the generator's.
@@ -35,37 +35,41 @@ impl Pinned {
         })
     }
 
-    /// Runs `start` (a server's start) as a task of the server's runtime, so that it and every
-    /// thread it starts (a broker's cleaner) run on the server's core.
+    /// Runs `work` as a task of the server's runtime, so that it and every thread it starts (a
+    /// broker's cleaner) run on the server's core.
     pub fn on_server<T: Send + 'static>(
         &self,
-        start: impl Future<Output = T> + Send + 'static,
+        work: impl Future<Output = T> + Send + 'static,
     ) -> Result<T> {
-        Ok(self.server.block_on(self.server.spawn(start))?)
+        Ok(self.server.block_on(self.server.spawn(work))?)
+    }
+
+    /// Runs `work` on a blocking thread of the server's runtime (pinned to the server's core).
+    pub fn blocking_on_server<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T> {
+        Ok(self.server.block_on(self.server.spawn_blocking(work))?)
     }
 }
 
-/// A runtime of one worker, its threads (blocking ones too) pinned to `cpu` (see
-/// [`pin_this_thread`]).
+/// A runtime of one worker, its threads (blocking ones too) pinned to `cpu` when the machine
+/// has it; on a one-core machine nothing is pinned.
 pub fn runtime_on(cpu: usize) -> Result<tokio::runtime::Runtime> {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     Ok(tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
-        .on_thread_start(move || pin_this_thread(cpu))
+        .on_thread_start(move || {
+            if cores > cpu {
+                let mut set = rustix::thread::CpuSet::new();
+                set.set(cpu);
+                if let Err(error) = rustix::thread::sched_setaffinity(None, &set) {
+                    tracing::debug!(%error, cpu, "could not pin a bench thread");
+                }
+            }
+        })
         .build()?)
-}
-
-/// Pins the calling thread, and the threads it starts from now on, to `cpu` when the machine
-/// has it; on a one-core machine nothing is pinned.
-pub fn pin_this_thread(cpu: usize) {
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    if cores > cpu {
-        let mut set = rustix::thread::CpuSet::new();
-        set.set(cpu);
-        if let Err(error) = rustix::thread::sched_setaffinity(None, &set) {
-            tracing::debug!(%error, cpu, "could not pin a bench thread");
-        }
-    }
 }
 
 /// A median with the lowest and highest value it was taken from.
