@@ -46,6 +46,7 @@ pub use kafka_protocol::records::NO_PRODUCER_ID;
 
 mod compact;
 mod marker;
+mod quick_walk;
 mod validate;
 pub use compact::{
     KeyedRecord, Retained, for_each_record, has_keyless_record, retain_records,

@@ -45,6 +45,9 @@ pub fn validate(batch: &[u8]) -> Result<BatchInfo, RecordsError> {
 /// Walks the uncompressed records of a batch `info` describes, as [`validate`] does (and
 /// [`crate::decode`], before its decoder reserves room for what the records claim).
 pub(crate) fn walk_records(records: &[u8], info: &BatchInfo) -> Result<(), RecordsError> {
+    if crate::quick_walk::well_formed(records, info) {
+        return Ok(());
+    }
     walk(&mut SliceSource::new(records), info).map_err(|why| RecordsError::Corrupt(why.0))
 }
 
@@ -502,10 +505,63 @@ mod snappy {
 
 #[cfg(test)]
 mod tests {
-    use super::{SliceSource, Source, zigzag_bytewise};
+    use super::{SliceSource, Source, walk, zigzag_bytewise};
+    use crate::{HEADER_LEN, NewRecord, Writer, encode, inspect, quick_walk};
+    use bytes::Bytes;
     use proptest::prelude::*;
 
+    fn new_record() -> impl Strategy<Value = NewRecord> {
+        let bytes = || prop::option::of(prop::collection::vec(any::<u8>(), 0..20));
+        let header = ("[a-z\u{e9}]{0,4}", bytes());
+        (
+            bytes(),
+            bytes(),
+            prop::collection::vec(header, 0..3),
+            prop::option::of(1_600_000_000_000i64..1_800_000_000_000),
+        )
+            .prop_map(|(key, value, headers, timestamp)| NewRecord {
+                key: key.map(Bytes::from),
+                value: value.map(Bytes::from),
+                headers: headers
+                    .into_iter()
+                    .map(|(key, value)| (key, value.map(Bytes::from)))
+                    .collect(),
+                timestamp,
+            })
+    }
+
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// The produce path's quick walk accepts exactly the records the full walk accepts:
+        /// records as a client builds them, then with bytes flipped, cut short or added, and
+        /// counted differently by the header.
+        #[test]
+        fn quick_and_full_walks_agree(
+            records in prop::collection::vec(new_record(), 1..6),
+            flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
+            cut in prop::option::of(any::<prop::sample::Index>()),
+            extra in prop::collection::vec(any::<u8>(), 0..3),
+            count_change in -1i64..=1,
+            offsets_change in -1i64..=1,
+        ) {
+            let writer = Writer { producer_id: 7, epoch: 0, base_sequence: 0 };
+            let batch = encode(writer, &records, 1_700_000_000_000).expect("encodes");
+            let mut info = inspect(&batch).expect("a batch as encoded");
+            let mut bytes = batch[HEADER_LEN..].to_vec();
+            for (at, byte) in flips {
+                let at = at.index(bytes.len());
+                bytes[at] = byte;
+            }
+            if let Some(cut) = cut {
+                bytes.truncate(cut.index(bytes.len()));
+            }
+            bytes.extend(extra);
+            info.record_count = (i64::from(info.record_count) + count_change).max(0) as u32;
+            info.offset_count = (i64::from(info.offset_count) + offsets_change).max(0) as u32;
+            let full = walk(&mut SliceSource::new(&bytes), &info).is_ok();
+            prop_assert_eq!(quick_walk::well_formed(&bytes, &info), full);
+        }
         /// The in-place varint reads what the byte-wise one reads, stops where it stops, and
         /// refuses what it refuses (a refusal ends the walk, so where it stopped then does not
         /// matter): at every length, ending or not, cut short or not.
