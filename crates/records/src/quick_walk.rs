@@ -16,6 +16,7 @@
 //! `validate.rs`'s tests).
 
 use crate::BatchInfo;
+use crate::validate::unzigzag;
 
 /// Whether `records` (uncompressed) hold exactly the records `info` counts, each well formed:
 /// the rules of `validate::walk`, which says why when this says no.
@@ -94,9 +95,11 @@ fn var32(bytes: &[u8], at: &mut usize) -> Option<i64> {
     i32::try_from(value).is_ok().then_some(value)
 }
 
-/// A zig-zag varint of at most `max_bytes` bytes at `at`, moving `at` past it.
+/// A zig-zag varint of at most `max_bytes` bytes at `at`, moving `at` past it; `None`, with
+/// `at` where it was, when the bytes end first or the varint does not end within `max_bytes`.
+/// The full walk reads its slices with it too.
 #[inline(always)]
-fn zigzag(bytes: &[u8], at: &mut usize, max_bytes: usize) -> Option<i64> {
+pub(crate) fn zigzag(bytes: &[u8], at: &mut usize, max_bytes: usize) -> Option<i64> {
     let rest = bytes.get(*at..)?;
     let first = *rest.first()?;
     if first < 0x80 {
@@ -119,9 +122,4 @@ fn zigzag(bytes: &[u8], at: &mut usize, max_bytes: usize) -> Option<i64> {
         }
     }
     None
-}
-
-#[inline(always)]
-fn unzigzag(value: u64) -> i64 {
-    (value >> 1) as i64 ^ -((value & 1) as i64)
 }
