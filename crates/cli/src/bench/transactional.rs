@@ -99,23 +99,17 @@ fn run_pinned(settings: &Settings) -> Result<()> {
         let mut produce = Vec::new();
         for round in 0..settings.pairs.max(1) {
             let mut rates = [0.0; 2];
-            for (slot, transactions) in [false, true].into_iter().enumerate() {
-                let topic = format!(
-                    "bench-{}-{round}",
-                    if transactions { "txn" } else { "idem" }
-                );
+            let sides = [
+                (false, "idem", "idempotent"),
+                (true, "txn", "transactional"),
+            ];
+            for (slot, (transactions, short, name)) in sides.into_iter().enumerate() {
+                let topic = format!("bench-{short}-{round}");
                 broker.broker.create_topic(&topic, settings.partitions)?;
                 rates[slot] = produce_phase(&kafka, &topic, settings, transactions, round).await?;
                 if !settings.json {
-                    let name = if transactions {
-                        "transactional"
-                    } else {
-                        "idempotent"
-                    };
-                    println!(
-                        "  {name:<14} round {round}: {:>12.0} records/s",
-                        rates[slot]
-                    );
+                    let rate = rates[slot];
+                    println!("  {name:<14} round {round}: {rate:>12.0} records/s");
                 }
             }
             produce.push((rates[0], rates[1]));
