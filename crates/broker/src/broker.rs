@@ -466,6 +466,9 @@ impl Broker {
         let charge =
             self.batch_charge(batch.len()) + if new_entry { PRODUCER_ENTRY_BYTES } else { 0 };
         let mut data = partition.log();
+        // Under the lock: a topic deleted since the lookup takes nothing more (and charges
+        // nothing more to the budget its deletion gave back).
+        partition.refuse_if_read_only()?;
         if matches!(write, Write::Records { .. }) && info.producer_id != NO_PRODUCER_ID {
             transactions::check_fits(&data.transactions, info)?;
         }

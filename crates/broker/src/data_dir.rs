@@ -10,6 +10,8 @@
 //! DIR/logs/<topic>/<partition>/    a partition's segment files, snapshots and start offset
 //!                                  (minibroker_log)
 //! DIR/set-aside/<name>-<ms>/       a directory under logs/ that names no topic, moved aside
+//! DIR/deleted/<name>-<ms>-<n>/     a deleted topic's directory, being removed (a start removes
+//!                                  what a crash left here)
 //! ```
 //!
 //! The topic list and the producer-id reservation are small files replaced atomically (written
@@ -32,6 +34,9 @@ use std::sync::Arc;
 
 use crate::ServerError;
 use crate::descriptors::{self, DescriptorPlan};
+
+/// Where deleted topics' directories wait for their removal.
+const DELETED: &str = "deleted";
 
 /// Producer ids reserved per write of `producer-ids`.
 pub const PRODUCER_ID_BLOCK: i64 = 1000;
@@ -328,15 +333,59 @@ impl DataDir {
         DurableLog::open_with(Arc::clone(&self.storage), &dir, self.segments, open_files)
     }
 
-    /// Deletes everything stored for `topic`.
+    /// Deletes everything stored for `topic` ([`Self::retire_topic`], then its removal).
     ///
     /// # Errors
     /// As the file system reports (a missing directory is not an error).
     pub fn remove_topic(&self, topic: &str) -> io::Result<()> {
-        match self.storage.remove_dir_all(&self.topic_dir(topic)) {
-            Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
-            _ => self.storage.sync_dir(&self.root.join("logs")),
+        match self.retire_topic(topic)? {
+            Some(retired) => self.remove_deleted(Some(&retired)),
+            None => Ok(()),
         }
+    }
+
+    /// Moves `topic`'s directory out of `logs/` to `deleted/` (one rename, so the name is free
+    /// for a new topic at once); `None` when it has none. [`Self::remove_deleted`] removes it.
+    ///
+    /// # Errors
+    /// As the file system reports.
+    pub fn retire_topic(&self, topic: &str) -> io::Result<Option<PathBuf>> {
+        static RETIRED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let deleted = self.root.join(DELETED);
+        self.storage.create_dir_all(&deleted)?;
+        let n = RETIRED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let to = deleted.join(format!("{topic}-{}-{n}", minibroker_records::now_millis()));
+        match self.storage.rename(&self.topic_dir(topic), &to) {
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+            renamed => renamed?,
+        }
+        self.storage.sync_dir(&self.root.join("logs"))?;
+        self.storage.sync_dir(&deleted)?;
+        Ok(Some(to))
+    }
+
+    /// Removes what [`Self::retire_topic`] moved aside, or every directory under `deleted/`
+    /// (what a crash in the middle of a removal left) with `None`.
+    ///
+    /// # Errors
+    /// As the file system reports (a missing directory is not an error).
+    pub fn remove_deleted(&self, retired: Option<&Path>) -> io::Result<()> {
+        let deleted = self.root.join(DELETED);
+        let targets = match retired {
+            Some(dir) => vec![dir.to_owned()],
+            None => match self.storage.list(&deleted) {
+                Ok(names) => names.iter().map(|name| deleted.join(name)).collect(),
+                Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
+                Err(error) => return Err(error),
+            },
+        };
+        for dir in targets {
+            match self.storage.remove_dir_all(&dir) {
+                Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+                _ => {}
+            }
+        }
+        self.storage.sync_dir(&deleted)
     }
 
     /// Moves the directories under `logs/` that name no topic in `known` to `set-aside/` (a

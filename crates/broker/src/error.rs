@@ -212,6 +212,9 @@ impl BrokerError {
                 ErrorKind::InvalidInput
             }
             Self::UnknownTopic(_) => ErrorKind::UnknownTopic,
+            Self::ReadOnly(first) if first.is_deleted() => ErrorKind::UnknownTopic,
+            Self::Log(error) if error.is_deleted() => ErrorKind::UnknownTopic,
+            Self::Log(LogError::Deleted) => ErrorKind::UnknownTopic,
             Self::PartitionOutOfRange { .. } => ErrorKind::PartitionOutOfRange,
             Self::Batch(RecordsError::Corrupt(_) | RecordsError::Decode(_)) => {
                 ErrorKind::CorruptBatch

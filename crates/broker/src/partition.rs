@@ -106,6 +106,20 @@ impl Partition {
         Ok(read(&mut self.log().log)?)
     }
 
+    /// Retires the partition of a deleted topic: once file work outside its lock has finished,
+    /// it takes no more writes and touches no file (see `minibroker_log::Health`).
+    pub(crate) fn retire(&self) {
+        self.health.retire();
+    }
+
+    /// Whether its topic was deleted ([`Self::retire`]).
+    #[must_use]
+    pub fn is_deleted(&self) -> bool {
+        self.health
+            .failure()
+            .is_some_and(|failure| failure.is_deleted())
+    }
+
     /// Whether the partition stopped taking writes after a storage error.
     #[must_use]
     pub fn is_read_only(&self) -> bool {

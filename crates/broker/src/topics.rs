@@ -166,6 +166,9 @@ impl TopicRegistry {
                 data.set_aside_unknown_topics(&stored).map_err(|error| {
                     ServerError::data_dir_io(data.root(), "setting unknown topics aside", error)
                 })?;
+                data.remove_deleted(None).map_err(|error| {
+                    ServerError::data_dir_io(data.root(), "removing deleted topics' files", error)
+                })?;
                 stored
             }
             None => Vec::new(),
@@ -586,15 +589,26 @@ impl TopicRegistry {
             topics.insert(name.to_owned(), topic);
             return Err(error);
         }
+        // Before the name is free again: connections that cached the topic look it up anew,
+        // and every write still under way through the old one (an append, a compaction pass,
+        // a snapshot) is refused from here on, or finished before its directory moves.
+        topic.stale.store(true, Ordering::Release);
+        for partition in topic.partitions() {
+            partition.retire();
+        }
+        let retired = self.data.as_ref().map(|data| data.retire_topic(name));
         drop(topics);
         self.overrides.remove(name);
-        if let Some(data) = &self.data
-            && let Err(error) = data.remove_topic(name)
-        {
-            // The topic is gone from the list; its files are deleted at the next start.
+        let removed = match (&self.data, retired) {
+            (Some(data), Some(Ok(Some(dir)))) => data.remove_deleted(Some(&dir)),
+            (_, Some(Err(error))) => Err(error),
+            _ => Ok(()),
+        };
+        if let Err(error) = removed {
+            // The topic is gone from the list; its files are moved aside or removed at the
+            // next start.
             tracing::warn!(topic = name, %error, "could not delete the topic's files");
         }
-        topic.stale.store(true, Ordering::Release);
         let mut released = topic_bytes(topic.partition_count());
         for partition in topic.partitions() {
             let mut data = partition.log();

@@ -374,3 +374,134 @@ async fn topics_beyond_the_open_file_limit_are_refused_and_other_partitions_stil
         .unwrap();
     assert!(!fetched.batches.is_empty());
 }
+
+/// The producer ids of the batches `broker` serves from `offset` of `topic`'s partition 0.
+fn producers_from(broker: &Broker, topic: &str, offset: i64) -> Vec<i64> {
+    let fetched = broker
+        .fetch(topic, 0, offset, 1 << 20, 0, Isolation::ReadUncommitted)
+        .unwrap();
+    fetched
+        .batches
+        .iter()
+        .map(|batch| minibroker_records::inspect(batch).unwrap().producer_id)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_topic_created_again_under_a_deleted_ones_name_serves_only_its_own_records() {
+    let storage = SimStorage::new();
+    let broker = open(&storage, &config());
+    broker.create_topic("t", 1).unwrap();
+    // A connection that keeps the old topic cached, as an open producer connection does.
+    let mut old = Unacknowledged::default();
+    for sequence in 0..20 {
+        broker
+            .produce_stored(&mut old, "t", 0, &batch(1, sequence, 0))
+            .await
+            .unwrap();
+    }
+    // A read of the old topic's first sealed segment opens (and caches) its file.
+    assert_eq!(producers_from(&broker, "t", 0).first(), Some(&1));
+    broker.delete_topic("t").unwrap();
+    broker.create_topic("t", 1).unwrap();
+    let mut fresh = Unacknowledged::default();
+    for sequence in 0..20 {
+        let verdict = broker
+            .produce_stored(&mut fresh, "t", 0, &batch(2, sequence, 0))
+            .await
+            .unwrap();
+        assert_eq!(verdict.base_offset, Some(i64::from(sequence)));
+    }
+    let mut served = Vec::new();
+    while served.len() < 20 {
+        let next = producers_from(&broker, "t", served.len() as i64);
+        assert!(!next.is_empty(), "offset {} not served", served.len());
+        served.extend(next);
+    }
+    assert_eq!(served, vec![2; 20], "only the new topic's records");
+    // The old connection finds the new topic, where its producer is unknown.
+    let late = broker
+        .produce_stored(&mut old, "t", 0, &batch(1, 20, 0))
+        .await;
+    assert!(
+        late.as_ref()
+            .map_or(true, |v| v.outcome != Outcome::Accepted),
+        "{late:?}"
+    );
+    drop(broker);
+    let restarted = open(&storage.crash(3), &config());
+    assert_eq!(restarted.offsets("t", 0).unwrap(), (0, 20));
+    assert_eq!(producers_from(&restarted, "t", 0).first(), Some(&2));
+}
+
+/// A keyed record of 500 bytes.
+fn keyed(producer_id: i64, sequence: i32, key: &str) -> Bytes {
+    let writer = Writer {
+        producer_id,
+        epoch: 0,
+        base_sequence: sequence,
+    };
+    let record = NewRecord {
+        key: Some(Bytes::from(key.to_owned())),
+        timestamp: Some(0),
+        ..NewRecord::value("v".repeat(500))
+    };
+    minibroker_records::encode(writer, &[record], 0).unwrap()
+}
+
+#[tokio::test]
+async fn a_compaction_pass_still_running_when_its_topic_is_deleted_touches_nothing_after() {
+    let storage = SimStorage::new();
+    let config = BrokerConfig {
+        // Slow enough that the pass is still reading when the topic is deleted.
+        cleaner_io_max_bytes_per_second: Some(8_000),
+        ..config()
+    };
+    let broker = Arc::new(open(&storage, &config));
+    let compacted = [("cleanup.policy", "compact")];
+    broker.create_topic_with("table", 1, &compacted).unwrap();
+    let mut old = Unacknowledged::default();
+    for sequence in 0..24 {
+        broker
+            .produce_stored(&mut old, "table", 0, &keyed(1, sequence, "k"))
+            .await
+            .unwrap();
+    }
+    let pass = {
+        let broker = Arc::clone(&broker);
+        std::thread::spawn(move || broker.compact_now("table", 0))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    broker.delete_topic("table").unwrap();
+    broker.create_topic_with("table", 1, &compacted).unwrap();
+    let mut fresh = Unacknowledged::default();
+    for sequence in 0..20 {
+        let key = format!("k{sequence}");
+        let verdict = broker
+            .produce_stored(&mut fresh, "table", 0, &keyed(2, sequence, &key))
+            .await
+            .unwrap();
+        assert_eq!(verdict.outcome, Outcome::Accepted);
+    }
+    let finished = pass.join().unwrap();
+    assert!(
+        finished.as_ref().is_ok_and(Option::is_none),
+        "the pass of the deleted topic ends without a swap: {finished:?}"
+    );
+    assert_eq!(broker.offsets("table", 0).unwrap(), (0, 20));
+    drop(old);
+    drop(fresh);
+    let broker = Arc::into_inner(broker).expect("the only handle");
+    drop(broker);
+    // Every acknowledged record of the new topic is there after a crash, and the directory
+    // opens.
+    let restarted = open(&storage.crash(4), &config);
+    assert_eq!(restarted.offsets("table", 0).unwrap(), (0, 20));
+    let mut served = Vec::new();
+    while served.len() < 20 {
+        let next = producers_from(&restarted, "table", served.len() as i64);
+        assert!(!next.is_empty());
+        served.extend(next);
+    }
+    assert_eq!(served, vec![2; 20]);
+}

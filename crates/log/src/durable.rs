@@ -331,6 +331,15 @@ impl DurableLog {
         Err(LogError::ReadOnly(first))
     }
 
+    /// [`LogError::Deleted`] once the partition's topic is deleted: its directory may be a
+    /// re-created topic's now, so nothing is done there by path.
+    fn refuse_if_deleted(&self) -> Result<(), LogError> {
+        match self.health.failure() {
+            Some(failure) if failure.is_deleted() => Err(LogError::Deleted),
+            _ => Ok(()),
+        }
+    }
+
     /// Drops the batches not yet written, as if they had never been appended.
     fn forget_pending(&mut self) {
         if let Some(before) = self.unwritten.take() {
@@ -753,6 +762,7 @@ impl DurableLog {
     /// [`LogError::Storage`] when the start cannot be saved (nothing changed then) or a segment
     /// cannot be deleted (the start has moved; the next open deletes the rest).
     pub fn delete_records(&mut self, before: i64) -> Result<Released, LogError> {
+        self.refuse_if_deleted()?;
         let before = before.min(self.next_offset());
         if before <= self.start_offset() {
             return Ok(Released::default());
@@ -780,6 +790,7 @@ impl DurableLog {
         &mut self,
         drops: impl Fn(&Self, &Segment) -> bool,
     ) -> Result<Released, LogError> {
+        self.refuse_if_deleted()?;
         let mut removed = Released::default();
         while let Some(oldest) = self.sealed.front() {
             if !drops(self, oldest) {
@@ -819,6 +830,7 @@ impl DurableLog {
         SnapshotStore {
             storage: Arc::clone(&self.storage),
             dir: self.dir.clone(),
+            health: self.health.clone(),
         }
     }
 }
@@ -829,6 +841,8 @@ impl DurableLog {
 pub struct SnapshotStore {
     storage: Arc<dyn Storage>,
     dir: PathBuf,
+    /// The partition's: a snapshot is written outside its lock, and never once it is deleted.
+    health: Health,
 }
 
 impl SnapshotStore {
@@ -852,6 +866,10 @@ impl SnapshotStore {
     /// # Errors
     /// As the file system reports.
     pub fn write(&self, offset: i64, data: &[u8]) -> io::Result<()> {
+        let Some(_files) = self.health.files() else {
+            // The topic was deleted: the directory may be a re-created topic's.
+            return Ok(());
+        };
         let path = self.dir.join(file_name(offset, SNAPSHOT_SUFFIX));
         write_atomically(&*self.storage, &path, data)?;
         for old in self.offsets()?.into_iter().skip(Self::KEPT) {

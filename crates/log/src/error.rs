@@ -66,6 +66,10 @@ pub enum LogError {
     /// The files on disk cannot be served as a log (a damaged sealed segment, a missing one).
     #[error("the log's files are damaged: {0}")]
     Damaged(String),
+    /// The partition's topic was deleted: its files are gone, and a topic re-created under the
+    /// same name owns the directory now.
+    #[error("the partition's topic was deleted")]
+    Deleted,
 }
 
 impl LogError {
@@ -73,5 +77,15 @@ impl LogError {
     #[must_use]
     pub fn storage(what: impl Into<String>, dir: impl Into<PathBuf>, source: io::Error) -> Self {
         Self::Storage(Arc::new(StorageFailure::new(what, dir, source)))
+    }
+
+    /// Whether it says the partition's topic was deleted (itself, or as a read-only reason).
+    #[must_use]
+    pub fn is_deleted(&self) -> bool {
+        match self {
+            Self::Deleted => true,
+            Self::ReadOnly(first) => first.is_deleted(),
+            _ => false,
+        }
     }
 }

@@ -9,6 +9,11 @@
 //! broker that closes the least recently read file once [`OpenFiles::capacity`] are open.
 //! Sealed segments are read rarely (consumers read the tail), so the cache mostly holds the
 //! files of catching-up readers.
+//!
+//! Each sealed file is known to the cache by a key of its own, never by its path: a path is
+//! used again (a topic deleted and created again under its name, a segment deleted by retention
+//! and written again at the same base offset after DeleteRecords), and a descriptor cached for
+//! the old file would serve its records as the new one's.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -27,9 +32,11 @@ pub struct OpenFiles {
 
 #[derive(Default)]
 struct State {
-    /// Each open file, with when it was last read.
-    open: HashMap<PathBuf, (Arc<dyn StorageFile>, u64)>,
+    /// Each open file by its sealed file's key, with when it was last read.
+    open: HashMap<u64, (Arc<dyn StorageFile>, u64)>,
     reads: u64,
+    /// The key of the next sealed file.
+    next_key: u64,
 }
 
 impl fmt::Debug for OpenFiles {
@@ -70,20 +77,26 @@ impl OpenFiles {
 
     /// The sealed file at `path`, `len` bytes long, opened when it is read.
     pub(crate) fn sealed(self: &Arc<Self>, path: PathBuf, len: u64) -> Arc<dyn StorageFile> {
+        let key = {
+            let mut state = self.state();
+            state.next_key += 1;
+            state.next_key
+        };
         Arc::new(SealedFile {
             files: Arc::clone(self),
+            key,
             path,
             len,
         })
     }
 
-    /// The open file at `path`, opened (closing the least recently read one if the cache is
-    /// full) if it is not.
-    fn get(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
+    /// The open file of sealed file `key`, at `path`, opened (closing the least recently read
+    /// one if the cache is full) if it is not.
+    fn get(&self, key: u64, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
         let mut state = self.state();
         state.reads += 1;
         let now = state.reads;
-        if let Some((file, read)) = state.open.get_mut(path) {
+        if let Some((file, read)) = state.open.get_mut(&key) {
             *read = now;
             return Ok(Arc::clone(file));
         }
@@ -92,18 +105,18 @@ impl OpenFiles {
                 .open
                 .iter()
                 .min_by_key(|(_, (_, read))| *read)
-                .map(|(path, _)| path.clone());
+                .map(|(key, _)| *key);
             if let Some(oldest) = oldest {
                 state.open.remove(&oldest);
             }
         }
         let file = self.storage.open(path)?;
-        state.open.insert(path.to_owned(), (Arc::clone(&file), now));
+        state.open.insert(key, (Arc::clone(&file), now));
         Ok(file)
     }
 
-    fn forget(&self, path: &Path) {
-        self.state().open.remove(path);
+    fn forget(&self, key: u64) {
+        self.state().open.remove(&key);
     }
 }
 
@@ -111,6 +124,8 @@ impl OpenFiles {
 /// the segment was synced when it rolled.
 struct SealedFile {
     files: Arc<OpenFiles>,
+    /// Its key in the cache, its own for as long as it lives.
+    key: u64,
     path: PathBuf,
     len: u64,
 }
@@ -137,7 +152,7 @@ impl StorageFile for SealedFile {
     }
 
     fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<()> {
-        self.files.get(&self.path)?.read_at(buf, position)
+        self.files.get(self.key, &self.path)?.read_at(buf, position)
     }
 
     fn append(&self, _data: &[u8]) -> io::Result<()> {
@@ -156,6 +171,6 @@ impl StorageFile for SealedFile {
 impl Drop for SealedFile {
     fn drop(&mut self) {
         // The segment is gone (retention, a deleted topic): its descriptor goes with it.
-        self.files.forget(&self.path);
+        self.files.forget(self.key);
     }
 }

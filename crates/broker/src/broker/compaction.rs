@@ -109,8 +109,13 @@ impl Broker {
         let mut stats = CleanStats::default();
         let budget = usize::try_from(self.config.cleaner_offset_map_bytes).unwrap_or(usize::MAX);
         let rate = self.config.cleaner_io_max_bytes_per_second;
-        let Some(cleaned) = plan.run(budget, &rules, rate, &mut stats)? else {
-            return Ok(None);
+        let cleaned = match plan.run(budget, &rules, rate, &mut stats) {
+            Ok(Some(cleaned)) => cleaned,
+            // Nothing dirty, or the topic was deleted while the pass ran.
+            Ok(None) => return Ok(None),
+            // (What it read after that may have been another topic's files: it is dropped.)
+            Err(error) if error.is_deleted() || partition.is_deleted() => return Ok(None),
+            Err(error) => return Err(error.into()),
         };
         let mut data = partition.log();
         let (released, cleaned_up) = data.log.commit_clean(cleaned);

@@ -24,7 +24,7 @@ use crate::names::{COMPACTED_SUFFIX, INDEX_SUFFIX, file_name};
 use crate::offset_files::CLEANED_THROUGH;
 use crate::segment::{Segment, for_each_stored_batch};
 use crate::storage::{Storage, StorageFile, replace_unsynced, temporary_path};
-use crate::{LogError, Released};
+use crate::{Health, LogError, Released};
 
 /// Bytes of kept batches gathered before each write of a rewritten segment.
 const WRITE_BYTES: usize = 1 << 20;
@@ -81,6 +81,9 @@ impl From<std::io::Error> for Failed {
 pub struct DurableClean {
     dir: PathBuf,
     storage: Arc<dyn Storage>,
+    /// The partition's: held while the pass touches the directory, which it must not once the
+    /// topic is deleted (a re-created topic may own it by then).
+    health: Health,
     pieces: Vec<DurablePiece>,
     cleaned_through: i64,
 }
@@ -120,6 +123,9 @@ impl DurableClean {
         let failed = |what: &str, error| LogError::storage(what, &dir, error);
         let mut keep = |index: usize, batch: Bytes| {
             if rewrites.len() <= index {
+                let Some(_files) = self.health.files() else {
+                    return Err(LogError::Deleted);
+                };
                 let base = self.pieces[index].base;
                 let path = temporary_path(&dir.join(file_name(base, COMPACTED_SUFFIX)));
                 let file = storage
@@ -180,6 +186,9 @@ impl DurableClean {
             })),
             Ok(None) => Ok(None),
             Err(error) => {
+                let Some(_files) = self.health.files() else {
+                    return Err(error);
+                };
                 for rewrite in &rewrites {
                     let _ = self
                         .storage
@@ -195,6 +204,9 @@ impl DurableClean {
     /// Renames each synced rewrite into place beside the segment it replaces (its old index
     /// removed first, its own written after), then syncs the directory.
     fn put_in_place(&self, rewrites: &[Rewrite]) -> Result<(), LogError> {
+        let Some(_files) = self.health.files() else {
+            return Err(LogError::Deleted);
+        };
         let failed = |what: &str, error| LogError::storage(what, &self.dir, error);
         for rewrite in rewrites {
             let segment = &rewrite.segment;
@@ -242,6 +254,7 @@ impl DurableLog {
             .then(|| DurableClean {
                 dir: self.dir.clone(),
                 storage: Arc::clone(&self.storage),
+                health: self.health.clone(),
                 pieces,
                 cleaned_through,
             })
@@ -303,6 +316,7 @@ impl DurableLog {
         self.cleaned_through = self.cleaned_through.max(cleaned.cleaned_through);
         let cleaned_up = CleanedUp {
             storage: Arc::clone(&self.storage),
+            health: self.health.clone(),
             dir: self.dir.clone(),
             leftovers,
             cleaned_through: self.cleaned_through,
@@ -317,6 +331,8 @@ impl DurableLog {
 #[derive(Debug)]
 pub struct CleanedUp {
     storage: Arc<dyn Storage>,
+    /// The partition's: nothing is removed once its topic is deleted.
+    health: Health,
     dir: PathBuf,
     leftovers: Vec<String>,
     cleaned_through: i64,
@@ -328,6 +344,9 @@ impl CleanedUp {
     /// # Errors
     /// [`LogError::Storage`] when a deletion or the save fails (the log is whole either way).
     pub fn finish(self) -> Result<(), LogError> {
+        let Some(_files) = self.health.files() else {
+            return Ok(());
+        };
         let failed = |what: &str, error| LogError::storage(what, &self.dir, error);
         for name in &self.leftovers {
             match self.storage.remove_file(&self.dir.join(name)) {
