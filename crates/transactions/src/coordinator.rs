@@ -186,7 +186,7 @@ impl TransactionCoordinator {
                 (txn, outcome)
             }
             (None, Some(producer_id)) => {
-                let txn = Transaction::new(id, producer_id, timeout_ms);
+                let txn = Transaction::new(id, producer_id, timeout_ms, now);
                 let outcome = InitOutcome::Ready {
                     producer_id,
                     epoch: txn.epoch(),

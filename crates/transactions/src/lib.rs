@@ -23,7 +23,7 @@
 //! ```
 //! use minibroker_transactions::{Change, Transaction, TxnState};
 //!
-//! let mut txn = Transaction::new("pipeline", 1000, 60_000);
+//! let mut txn = Transaction::new("pipeline", 1000, 60_000, 0);
 //! let (producer_id, epoch) = (txn.producer_id(), txn.epoch());
 //! txn.add_partitions(producer_id, epoch, [("out".to_owned(), 0)], 10)?;
 //! assert_eq!(txn.state(), TxnState::Ongoing);

@@ -134,7 +134,7 @@ mod tests {
     use super::*;
 
     fn committing() -> Transaction {
-        let mut txn = Transaction::new("pipeline-7", 1042, 30_000);
+        let mut txn = Transaction::new("pipeline-7", 1042, 30_000, 0);
         txn.init(None, 30_000, None, 5).unwrap();
         txn.add_partitions(1042, 1, [("out".to_owned(), 2), ("out".to_owned(), 0)], 10)
             .unwrap();
@@ -149,7 +149,7 @@ mod tests {
         assert_eq!(Transaction::decode(&txn.encode()), Ok(txn.clone()));
         txn.complete(13).unwrap();
         assert_eq!(Transaction::decode(&txn.encode()), Ok(txn.clone()));
-        let fresh = Transaction::new("", 0, 0);
+        let fresh = Transaction::new("", 0, 0, 0);
         assert_eq!(Transaction::decode(&fresh.encode()), Ok(fresh));
     }
 

@@ -93,9 +93,9 @@ pub struct Transaction {
 
 impl Transaction {
     /// A new transactional id with `producer_id` at epoch 0, Empty, with a timeout of
-    /// `timeout_ms`.
+    /// `timeout_ms`, created at `now` (its expiry counts from there).
     #[must_use]
-    pub fn new(transactional_id: &str, producer_id: i64, timeout_ms: u64) -> Self {
+    pub fn new(transactional_id: &str, producer_id: i64, timeout_ms: u64, now: i64) -> Self {
         Self {
             transactional_id: transactional_id.to_owned(),
             producer_id,
@@ -105,7 +105,7 @@ impl Transaction {
             partitions: BTreeSet::new(),
             groups: BTreeSet::new(),
             start_ms: None,
-            last_update_ms: 0,
+            last_update_ms: now,
         }
     }
 
@@ -173,8 +173,7 @@ impl Transaction {
     ) -> Result<InitOutcome, TxnError> {
         let new_producer_id = || new_producer_id.ok_or(TxnError::ConcurrentTransactions);
         if self.state == TxnState::Dead {
-            *self = Self::new(&self.transactional_id, new_producer_id()?, timeout_ms);
-            self.last_update_ms = now;
+            *self = Self::new(&self.transactional_id, new_producer_id()?, timeout_ms, now);
             return Ok(self.ready());
         }
         if expected.is_some_and(|pair| pair != (self.producer_id, self.epoch)) {

@@ -191,3 +191,31 @@ fn bad_requests_are_refused_before_anything_changes() {
     ));
     assert!(coordinator.is_empty());
 }
+
+#[test]
+fn a_new_id_is_kept_for_the_expiration_time_from_its_init_not_from_1970() {
+    let storage = SimStorage::new();
+    let limits = Limits {
+        max_timeout_ms: 10_000,
+        expiration_ms: 60_000,
+    };
+    let coordinator =
+        TransactionCoordinator::open(limits, Arc::new(storage.clone()), Path::new("/data"))
+            .unwrap();
+    // Inited a long way from the epoch, as a real clock is, and waiting for its assignment.
+    let inited = 1_700_000_000_000;
+    coordinator
+        .init_producer("app", None, 5_000, issue(1000), inited)
+        .unwrap();
+    assert_eq!(coordinator.expire(inited + 1_000).unwrap(), 0);
+    coordinator
+        .add_partitions("app", 1000, 0, &out(0), inited + 2_000)
+        .expect("its first transaction starts");
+    // A second id idle for longer than the expiration time is forgotten.
+    coordinator
+        .init_producer("idle", None, 5_000, issue(1001), inited)
+        .unwrap();
+    assert_eq!(coordinator.expire(inited + 60_001).unwrap(), 1);
+    assert!(coordinator.describe("idle").is_none());
+    assert!(coordinator.describe("app").is_some());
+}

@@ -20,7 +20,7 @@ fn path() -> std::path::PathBuf {
 
 /// `id` with one partition added: Ongoing.
 fn ongoing(id: &str, producer_id: i64) -> Transaction {
-    let mut txn = Transaction::new(id, producer_id, 60_000);
+    let mut txn = Transaction::new(id, producer_id, 60_000, 0);
     txn.add_partitions(producer_id, 0, [("out".to_owned(), 0)], 10)
         .unwrap();
     txn
@@ -40,7 +40,7 @@ fn the_last_record_of_each_id_is_its_state_after_a_crash() {
         let (mut log, states) = open(&storage).unwrap();
         assert!(states.is_empty());
         let mut a = ongoing("a", 1000);
-        let b = Transaction::new("b", 1001, 60_000);
+        let b = Transaction::new("b", 1001, 60_000, 0);
         log.append(&a).unwrap();
         log.append(&b).unwrap();
         a.end(1000, 0, true, 20).unwrap();
@@ -61,7 +61,7 @@ fn the_last_record_of_each_id_is_its_state_after_a_crash() {
 fn a_forgotten_id_is_gone_and_the_log_keeps_one_record_per_live_id() {
     let storage = SimStorage::new();
     let (mut log, _) = open(&storage).unwrap();
-    let mut a = Transaction::new("a", 1000, 60_000);
+    let mut a = Transaction::new("a", 1000, 60_000, 0);
     for now in 0..100 {
         a.init(None, 60_000, None, now).unwrap();
         log.append(&a).unwrap();
@@ -152,7 +152,7 @@ fn a_damaged_length_is_damage_not_a_torn_tail() {
 fn a_log_that_grows_past_the_threshold_is_compacted_as_it_goes() {
     let storage = SimStorage::new();
     let (mut log, _) = open(&storage).unwrap();
-    let mut a = Transaction::new("a", 1000, 60_000);
+    let mut a = Transaction::new("a", 1000, 60_000, 0);
     let record = a.encode().len() as u64 + 4;
     let appends = 2 * COMPACT_BYTES / record;
     for now in 0..appends {

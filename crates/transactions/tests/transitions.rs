@@ -12,7 +12,7 @@ fn partition(topic: &str, index: u32) -> [(String, u32); 1] {
 
 /// A transaction with one partition added at `now` 100: Ongoing at epoch 0.
 fn ongoing() -> Transaction {
-    let mut txn = Transaction::new("t", PID, TIMEOUT);
+    let mut txn = Transaction::new("t", PID, TIMEOUT, 0);
     assert_eq!(
         txn.add_partitions(PID, 0, partition("out", 0), 100),
         Ok(Change::Changed)
@@ -23,7 +23,7 @@ fn ongoing() -> Transaction {
 
 #[test]
 fn init_bumps_the_epoch_and_moves_to_a_new_producer_id_when_it_runs_out() {
-    let mut txn = Transaction::new("t", PID, TIMEOUT);
+    let mut txn = Transaction::new("t", PID, TIMEOUT, 0);
     assert_eq!((txn.producer_id(), txn.epoch()), (PID, 0));
     assert_eq!(
         txn.init(None, TIMEOUT, None, 1),
@@ -47,7 +47,7 @@ fn init_bumps_the_epoch_and_moves_to_a_new_producer_id_when_it_runs_out() {
 
 #[test]
 fn a_recovering_client_must_name_the_current_producer_and_epoch() {
-    let mut txn = Transaction::new("t", PID, TIMEOUT);
+    let mut txn = Transaction::new("t", PID, TIMEOUT, 0);
     assert_eq!(
         txn.init(Some((PID, 1)), TIMEOUT, None, 1),
         Err(TxnError::ProducerFenced)
@@ -173,7 +173,7 @@ fn an_abort_prepares_then_completes_and_its_retry_is_answered() {
 
 #[test]
 fn nothing_to_end_or_complete_without_an_open_transaction() {
-    let mut txn = Transaction::new("t", PID, TIMEOUT);
+    let mut txn = Transaction::new("t", PID, TIMEOUT, 0);
     for commit in [true, false] {
         assert_eq!(
             txn.end(PID, 0, commit, 1),
@@ -234,7 +234,7 @@ fn a_newer_instance_fences_the_open_transaction_and_gets_the_epoch_after() {
 
 #[test]
 fn an_open_transaction_times_out_from_its_first_add_and_is_fenced() {
-    let mut txn = Transaction::new("t", PID, 1_000);
+    let mut txn = Transaction::new("t", PID, 1_000, 0);
     assert!(!txn.is_timed_out(10_000), "no transaction is open");
     txn.add_partitions(PID, 0, partition("out", 0), 5_000)
         .unwrap();
@@ -252,7 +252,7 @@ fn an_open_transaction_times_out_from_its_first_add_and_is_fenced() {
 
 #[test]
 fn only_an_id_with_nothing_open_expires_and_a_dead_id_starts_over() {
-    let mut txn = Transaction::new("t", PID, TIMEOUT);
+    let mut txn = Transaction::new("t", PID, TIMEOUT, 0);
     txn.init(None, TIMEOUT, None, 1_000).unwrap();
     assert!(!txn.is_expired(1_500, 1_000));
     assert!(txn.is_expired(2_001, 1_000));
