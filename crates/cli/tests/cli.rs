@@ -991,3 +991,56 @@ fn serve_refuses_a_flush_policy_without_a_data_directory() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("give --data-dir"), "{stderr}");
 }
+
+#[test]
+fn kcat_compresses_with_every_codec_and_the_batches_are_stored_compressed() {
+    let dir = tempfile::tempdir().expect("dir");
+    let server = Server::start(&["--data-dir", dir.path().to_str().unwrap()]);
+    for (codec, bits) in [("gzip", 1u16), ("snappy", 2), ("lz4", 3), ("zstd", 4)] {
+        let topic = format!("z-{codec}");
+        // Compressible, so librdkafka keeps the compressed batch.
+        let lines: String = (0..500)
+            .map(|i| format!("{codec} {i} {}\n", "x".repeat(200)))
+            .collect();
+        let target = ["-b", server.kafka_addr.as_str(), "-t", topic.as_str()];
+        let produce = [
+            "-P",
+            "-z",
+            codec,
+            "-X",
+            "linger.ms=50",
+            "-X",
+            "enable.idempotence=true",
+        ];
+        kcat(&[&target[..], &produce[..]].concat(), lines.as_bytes());
+        let consume = ["-C", "-o", "beginning", "-e", "-f", "%s\n"];
+        let read = kcat(&[&target[..], &consume[..]].concat(), b"");
+        assert_eq!(read, lines, "{codec}: read back");
+        let segment = dir
+            .path()
+            .join("logs")
+            .join(&topic)
+            .join("0")
+            .join("00000000000000000000.log");
+        let codecs = stored_codecs(&std::fs::read(&segment).expect("segment"));
+        assert!(
+            !codecs.is_empty() && codecs.iter().all(|&c| c == bits),
+            "{codec}: the stored batches' codecs are {codecs:?}"
+        );
+    }
+}
+
+/// The compression codec (attributes & 7) of each v2 batch stored back to back in `bytes`:
+/// base offset (8), length (4), leader epoch (4), magic (1), CRC (4), then the attributes.
+fn stored_codecs(mut bytes: &[u8]) -> Vec<u16> {
+    let mut codecs = Vec::new();
+    while bytes.len() >= 23 {
+        let len = u32::from_be_bytes(bytes[8..12].try_into().unwrap()) as usize;
+        if len == 0 {
+            break;
+        }
+        codecs.push(u16::from_be_bytes(bytes[21..23].try_into().unwrap()) & 7);
+        bytes = &bytes[(12 + len).min(bytes.len())..];
+    }
+    codecs
+}

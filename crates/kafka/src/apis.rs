@@ -1,5 +1,6 @@
 //! The Kafka APIs this broker implements, and at which versions: advertised by ApiVersions
-//! exactly as implemented, and checked before any other request is decoded.
+//! exactly as implemented (with Produce's one exception, [`advertised_min`]), and checked
+//! before any other request is decoded.
 
 use kafka_protocol::messages::ApiKey;
 
@@ -47,6 +48,21 @@ pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DeleteRecords, 0, 2),
 ];
+
+/// Produce's lowest version as ApiVersions advertises it: 0, as Kafka 4 does (KAFKA-18659),
+/// though v0-v2 are still refused (the connection closes, as Kafka 4 closes it). librdkafka
+/// before 2.11.1 (Debian's kcat among them) sends gzip and snappy batches uncompressed unless
+/// Produce v0 is advertised, and lz4 unless v2 is (librdkafka #4956).
+const PRODUCE_ADVERTISED_MIN_VERSION: i16 = 0;
+
+/// The lowest version of `api` ApiVersions advertises, `min` being the lowest implemented.
+pub(crate) fn advertised_min(api: ApiKey, min: i16) -> i16 {
+    if api == ApiKey::Produce {
+        PRODUCE_ADVERTISED_MIN_VERSION
+    } else {
+        min
+    }
+}
 
 /// Whether `version` of `api` is implemented.
 pub(crate) fn supports(api: ApiKey, version: i16) -> bool {

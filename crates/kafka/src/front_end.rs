@@ -396,7 +396,7 @@ fn api_versions(error_code: i16) -> ApiVersionsResponse {
         .map(|(key, min, max)| {
             kafka_protocol::messages::api_versions_response::ApiVersion::default()
                 .with_api_key(*key as i16)
-                .with_min_version(*min)
+                .with_min_version(apis::advertised_min(*key, *min))
                 .with_max_version(*max)
         })
         .collect();
