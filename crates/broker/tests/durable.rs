@@ -505,3 +505,119 @@ async fn a_compaction_pass_still_running_when_its_topic_is_deleted_touches_nothi
     }
     assert_eq!(served, vec![2; 20]);
 }
+
+/// Every record `broker` serves of `topic`'s partition 0, as (offset, key, value), reading
+/// `read_committed` (aborted transactions and markers left out, as a consumer drops them).
+fn committed_records(broker: &Broker, topic: &str) -> Vec<(i64, String, Option<String>)> {
+    let (_, end) = broker.offsets(topic, 0).unwrap();
+    let text = |bytes: &Bytes| String::from_utf8_lossy(bytes).into_owned();
+    let mut records = Vec::new();
+    let mut next = 0;
+    while next < end {
+        let fetched = broker
+            .fetch(topic, 0, next, 1 << 20, 0, Isolation::ReadCommitted)
+            .unwrap();
+        assert!(!fetched.batches.is_empty(), "offset {next} not served");
+        for stored in &fetched.batches {
+            next = minibroker_records::end_offset(stored);
+            let batch = minibroker_records::decode(stored).unwrap();
+            let aborted = fetched.aborted.iter().any(|txn| {
+                txn.producer_id == batch.info.producer_id
+                    && (txn.first_offset..=txn.last_offset).contains(&batch.base_offset)
+            });
+            if batch.info.control || aborted {
+                continue;
+            }
+            for record in batch.records {
+                let key = record.key.as_ref().map(text).unwrap_or_default();
+                records.push((record.offset, key, record.value.as_ref().map(text)));
+            }
+        }
+    }
+    records
+}
+
+#[tokio::test]
+async fn compaction_never_brings_back_a_committed_transactions_value_a_tombstone_deleted() {
+    let storage = SimStorage::new();
+    let broker = open(&storage, &config());
+    let settings = [("cleanup.policy", "compact"), ("delete.retention.ms", "0")];
+    broker.create_topic_with("table", 1, &settings).unwrap();
+    let mut connection = Unacknowledged::default();
+    // K=secret-v1 written in a transaction that commits, one for J that aborts.
+    for (producer_id, key, commit) in [(7, "K", true), (8, "J", false)] {
+        broker
+            .add_to_transaction("table", 0, producer_id, 0)
+            .unwrap();
+        let writer = Writer {
+            producer_id,
+            epoch: 0,
+            base_sequence: 0,
+        };
+        let record = NewRecord {
+            key: Some(Bytes::from(key)),
+            timestamp: Some(0),
+            ..NewRecord::value(format!("{key}-secret-v1"))
+        };
+        let written = minibroker_records::encode_transactional(writer, &[record], 0).unwrap();
+        broker
+            .produce_stored(&mut connection, "table", 0, &written)
+            .await
+            .unwrap();
+        broker
+            .write_marker(&mut connection, "table", 0, producer_id, 0, commit)
+            .unwrap();
+        connection.commit().await.unwrap();
+    }
+    // J's older committed value, which the aborted transaction's record must not hide.
+    broker
+        .produce_stored(&mut connection, "table", 0, &keyed(2, 0, "J"))
+        .await
+        .unwrap();
+    // K deleted (the tombstone's own timestamp is long past delete.retention.ms).
+    let writer = Writer {
+        producer_id: 1,
+        epoch: 0,
+        base_sequence: 0,
+    };
+    let tombstone = NewRecord {
+        key: Some(Bytes::from("K")),
+        value: None,
+        timestamp: Some(0),
+        ..NewRecord::default()
+    };
+    let tombstone = minibroker_records::encode(writer, &[tombstone], 0).unwrap();
+    broker
+        .produce_stored(&mut connection, "table", 0, &tombstone)
+        .await
+        .unwrap();
+    let mut filler = 0;
+    for _ in 0..2 {
+        for _ in 0..12 {
+            broker
+                .produce_stored(&mut connection, "table", 0, &keyed(9, filler, "f"))
+                .await
+                .unwrap();
+            filler += 1;
+        }
+        broker.compact_now("table", 0).unwrap();
+    }
+    let records = committed_records(&broker, "table");
+    let last = |key: &str| {
+        records
+            .iter()
+            .rev()
+            .find(|(_, k, _)| k == key)
+            .map(|(_, _, value)| value.clone())
+    };
+    let keys: Vec<(i64, &str, Option<usize>)> = records
+        .iter()
+        .map(|(offset, key, value)| (*offset, key.as_str(), value.as_ref().map(String::len)))
+        .collect();
+    assert!(
+        matches!(last("K"), None | Some(None)),
+        "K was deleted, and read back as {:?}: {keys:?}",
+        last("K")
+    );
+    assert_eq!(last("J"), Some(Some("v".repeat(500))), "{keys:?}");
+}

@@ -8,9 +8,12 @@
 //! tombstone older than `delete.retention.ms` (by its own timestamp) that the map has seen.
 //!
 //! Offsets never change: a batch keeps its header and only loses records
-//! (`minibroker_records::retain_records`). What exactly-once needs stays whole: transactional
-//! batches and transaction markers are never touched (their records are kept as written), and
-//! the last batch of every producer is kept, at least as its header, so the sequences it took
+//! (`minibroker_records::retain_records`). Transactions are compacted as Kafka compacts them: a
+//! committed transaction's records are mapped and cleaned like any others (so a later tombstone
+//! hides them, and once it goes they do not come back), while an aborted transaction's batches
+//! and every marker are passed over and kept as written (an aborted record must hide nothing),
+//! and nothing at or past the last stable offset is mapped (an open transaction may still
+//! abort). What exactly-once needs stays: the last batch of every producer is kept, at least as its header, so the sequences it took
 //! are still in the log when producer state is rebuilt from it. The last batch of each piece
 //! (segment or chunk) is kept too, so each still ends where it did and the next begins after it.
 //! A batch left with no records is otherwise dropped.
@@ -23,8 +26,9 @@ use std::collections::{HashMap, HashSet};
 
 use crate::LogError;
 use minibroker_records::{
-    KeyedRecord, Retained, for_each_record, retain_records, transactional_or_control,
+    KeyedRecord, Retained, for_each_record, is_control, is_transactional, retain_records,
 };
+use std::collections::BTreeMap;
 
 /// Bytes an entry of the offset map costs besides its key (the offset, the map's own slot and
 /// the key's allocation), so a budget bounds memory whatever the keys' sizes.
@@ -72,18 +76,13 @@ impl OffsetMap {
 
     /// Maps the records of `batch` (the next stored batch, at or after [`Self::end`]), or
     /// returns `false`, leaving [`Self::end`] before it and adding none of its new keys, when
-    /// those would pass the budget. Transactional
-    /// batches and markers are passed over (their records are kept as written, and must not hide
-    /// older ones: an aborted transaction's would).
+    /// those would pass the budget. A batch the rules pass over goes through
+    /// [`Self::pass_over`] instead.
     ///
     /// # Errors
     /// [`LogError::Damaged`] for a stored batch that does not read.
     pub fn add(&mut self, batch: &[u8]) -> Result<bool, LogError> {
         let end = minibroker_records::end_offset(batch);
-        if transactional_or_control(batch) {
-            self.end = end;
-            return Ok(true);
-        }
         // Keys already mapped move on in place (no allocation); a batch refused for its new
         // keys may have moved some of them, which is harmless: each then names a newer record
         // that is in the log, past what the pass rewrites or kept by it (`CleanRules::clean`).
@@ -117,6 +116,13 @@ impl OffsetMap {
     }
 }
 
+impl OffsetMap {
+    /// Moves past `batch` without mapping its records ([`CleanRules::passes_over`]).
+    pub fn pass_over(&mut self, batch: &[u8]) {
+        self.end = minibroker_records::end_offset(batch);
+    }
+}
+
 fn damaged(error: minibroker_records::RecordsError) -> LogError {
     LogError::Damaged(format!(
         "a stored batch does not read for compaction: {error}"
@@ -124,12 +130,29 @@ fn damaged(error: minibroker_records::RecordsError) -> LogError {
 }
 
 /// What a pass keeps besides the newest record of each key.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct CleanRules {
     /// Tombstones whose timestamp is below this (now − `delete.retention.ms`) go.
     pub tombstones_before_ms: i64,
     /// Base offsets of the batches kept at least as their header: each producer's last batch.
     pub kept_batches: HashSet<i64>,
+    /// The partition's last stable offset when the pass was planned: nothing at or past it is
+    /// mapped, since a transaction still open there may abort.
+    pub stable_offset: i64,
+    /// The partition's aborted transactions: (producer id, first offset) → the ABORT marker's
+    /// offset. Their batches are passed over.
+    pub aborted: BTreeMap<(i64, i64), i64>,
+}
+
+impl Default for CleanRules {
+    fn default() -> Self {
+        Self {
+            tombstones_before_ms: 0,
+            kept_batches: HashSet::new(),
+            stable_offset: i64::MAX,
+            aborted: BTreeMap::new(),
+        }
+    }
 }
 
 /// What cleaning one batch gave.
@@ -144,6 +167,24 @@ pub enum BatchCleaned {
 }
 
 impl CleanRules {
+    /// Whether a pass leaves `batch` out of its map and keeps it as written: a transaction's
+    /// marker, or a batch of an aborted transaction.
+    #[must_use]
+    pub fn passes_over(&self, batch: &[u8]) -> bool {
+        if is_control(batch) {
+            return true;
+        }
+        if !is_transactional(batch) {
+            return false;
+        }
+        let producer_id = minibroker_records::producer_id(batch);
+        let offset = minibroker_records::base_offset(batch);
+        self.aborted
+            .range((producer_id, i64::MIN)..=(producer_id, offset))
+            .next_back()
+            .is_some_and(|(_, marker)| offset <= *marker)
+    }
+
     /// Cleans one stored batch against `map`; `last_in_piece` says it ends its segment or chunk
     /// (kept at least as its header).
     ///
@@ -155,7 +196,8 @@ impl CleanRules {
         batch: &[u8],
         last_in_piece: bool,
     ) -> Result<BatchCleaned, LogError> {
-        if transactional_or_control(batch) {
+        let beyond_map = minibroker_records::base_offset(batch) >= map.end;
+        if self.passes_over(batch) || (is_transactional(batch) && beyond_map) {
             return Ok(BatchCleaned::Whole);
         }
         let base = minibroker_records::base_offset(batch);
@@ -266,7 +308,17 @@ pub(crate) fn run_pass<P: Piece>(
         let mut full = false;
         piece.for_each_batch(&mut |batch| {
             throttle.account(batch.len() as u64);
-            if minibroker_records::end_offset(&batch) <= map.end() {
+            let end = minibroker_records::end_offset(&batch);
+            if end <= map.end() {
+                return Ok(true);
+            }
+            if end > rules.stable_offset {
+                // An open transaction's batches (or what follows them): not mapped yet.
+                full = true;
+                return Ok(false);
+            }
+            if rules.passes_over(&batch) {
+                map.pass_over(&batch);
                 return Ok(true);
             }
             full = !map.add(&batch)?;
@@ -363,6 +415,7 @@ mod tests {
         let rules = CleanRules {
             tombstones_before_ms: 1_000,
             kept_batches: HashSet::from([4]),
+            ..CleanRules::default()
         };
         // Both records superseded, not the last batch of anything: dropped.
         assert_eq!(

@@ -154,6 +154,7 @@ fn rules(tombstones_before_ms: i64) -> CleanRules {
     CleanRules {
         tombstones_before_ms,
         kept_batches: HashSet::new(),
+        ..CleanRules::default()
     }
 }
 

@@ -112,14 +112,22 @@ pub fn has_keyless_record(batch: &[u8]) -> Result<bool, RecordsError> {
         .any(|place| place.key.is_none()))
 }
 
-/// Whether `batch` is part of a transaction or a control batch (a transaction marker), from
-/// its attributes alone (not checked: compaction keeps such batches whole, unread).
+/// Whether `batch` is a control batch (a transaction's marker).
 ///
 /// # Panics
 /// If `batch` is shorter than a header.
 #[must_use]
-pub fn transactional_or_control(batch: &[u8]) -> bool {
-    i16_at(batch, layout::ATTRIBUTES) & (attributes::TRANSACTIONAL | attributes::CONTROL) != 0
+pub fn is_control(batch: &[u8]) -> bool {
+    i16_at(batch, layout::ATTRIBUTES) & attributes::CONTROL != 0
+}
+
+/// Whether `batch` was written in a transaction (its records, or its marker).
+///
+/// # Panics
+/// If `batch` is shorter than a header.
+#[must_use]
+pub fn is_transactional(batch: &[u8]) -> bool {
+    i16_at(batch, layout::ATTRIBUTES) & attributes::TRANSACTIONAL != 0
 }
 
 /// What [`retain_records`] made of a batch.

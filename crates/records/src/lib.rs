@@ -49,8 +49,8 @@ mod marker;
 mod quick_walk;
 mod validate;
 pub use compact::{
-    KeyedRecord, Retained, for_each_record, has_keyless_record, retain_records,
-    transactional_or_control,
+    KeyedRecord, Retained, for_each_record, has_keyless_record, is_control, is_transactional,
+    retain_records,
 };
 pub use marker::{Marker, encode_marker, marker};
 pub use validate::{MAX_DECOMPRESSED_BYTES, validate};
@@ -447,6 +447,16 @@ impl Header {
 #[must_use]
 pub fn base_offset(batch: &[u8]) -> i64 {
     i64_at(batch, layout::BASE_OFFSET)
+}
+
+/// A stored batch's producer id, from its header ([`NO_PRODUCER_ID`] for a producer that is
+/// not idempotent).
+///
+/// # Panics
+/// If `batch` is shorter than a header.
+#[must_use]
+pub fn producer_id(batch: &[u8]) -> i64 {
+    i64_at(batch, layout::PRODUCER_ID)
 }
 
 /// The largest timestamp of a batch's records, from its header (milliseconds since the epoch).

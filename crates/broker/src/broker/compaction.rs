@@ -10,7 +10,7 @@
 //! `min.cleanable.dirty.ratio` of what may be compacted (sealed segments, or an in-memory log's
 //! full chunks, whose newest record is older than `min.compaction.lag.ms`).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,9 +89,17 @@ impl Broker {
             if !force && !due {
                 return Ok(None);
             }
-            data.log.clean_plan(cutoff)
+            let stable = data.transactions.last_stable_offset(data.log.next_offset());
+            let aborted = data
+                .transactions
+                .aborted()
+                .map(|txn| ((txn.producer_id, txn.first_offset), txn.last_offset))
+                .collect::<BTreeMap<_, _>>();
+            data.log
+                .clean_plan(cutoff)
+                .map(|plan| (plan, stable, aborted))
         };
-        let Some(plan) = plan else {
+        let Some((plan, stable_offset, aborted)) = plan else {
             return Ok(None);
         };
         // Each producer's last batch stays, at least as its header. Read once a pass is due (a
@@ -105,6 +113,8 @@ impl Broker {
         let rules = CleanRules {
             tombstones_before_ms: now_ms.saturating_sub(compaction.delete_retention_ms),
             kept_batches,
+            stable_offset,
+            aborted,
         };
         let mut stats = CleanStats::default();
         let budget = usize::try_from(self.config.cleaner_offset_map_bytes).unwrap_or(usize::MAX);
