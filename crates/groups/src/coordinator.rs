@@ -433,7 +433,7 @@ impl GroupCoordinator {
 
     /// What both commits do: `commit` the offsets to the group (created if need be, within the
     /// budget), durably, and the group goes at once if that left it empty.
-    async fn commit_with(
+    async fn commit_with<T>(
         &self,
         group_id: &str,
         offsets: Vec<(String, i32, i64, Option<String>)>,
@@ -441,8 +441,8 @@ impl GroupCoordinator {
             &mut Group,
             Vec<(String, i32, i64, Option<String>)>,
             i64,
-        ) -> Result<(), GroupError>,
-    ) -> Result<(), GroupError> {
+        ) -> Result<T, GroupError>,
+    ) -> Result<T, GroupError> {
         if group_id.is_empty() {
             return Err(GroupError::InvalidGroupId);
         }
@@ -498,9 +498,46 @@ impl GroupCoordinator {
         (generation, member_id): (i32, &str),
         offsets: Vec<(String, i32, i64, Option<String>)>,
     ) -> Result<(), GroupError> {
+        let allowed = || Ok::<(), std::convert::Infallible>(());
+        let committed = self
+            .commit_in_transaction_if(
+                group_id,
+                producer_id,
+                (generation, member_id),
+                offsets,
+                allowed,
+            )
+            .await?;
+        Ok(committed.unwrap_or_else(|never| match never {}))
+    }
+
+    /// [`Self::commit_in_transaction`], if `allowed` (asked under the group's lock, just before
+    /// the offsets are kept) says the transaction may still commit them; its refusal otherwise,
+    /// with nothing changed.
+    ///
+    /// The transaction coordinator asks here whether the producer is still current: an end of
+    /// the transaction settles the group's offsets under the same lock, so a check made before
+    /// a fence has its offsets kept before the fence's abort drops them, and a check after it
+    /// is refused. Checked any earlier, a zombie's offsets could wait for the group's writer
+    /// through a fence and land in its successor's transaction.
+    ///
+    /// # Errors
+    /// As [`Self::commit_in_transaction`].
+    pub async fn commit_in_transaction_if<E>(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        (generation, member_id): (i32, &str),
+        offsets: Vec<(String, i32, i64, Option<String>)>,
+        allowed: impl FnOnce() -> Result<(), E>,
+    ) -> Result<Result<(), E>, GroupError> {
         self.commit_with(group_id, offsets, |group, offsets, commit_ms| {
+            if let Err(refused) = allowed() {
+                return Ok(Err(refused));
+            }
             let member = (generation, member_id);
-            group.commit_in_transaction(producer_id, member, offsets, commit_ms, Instant::now())
+            group.commit_in_transaction(producer_id, member, offsets, commit_ms, Instant::now())?;
+            Ok(Ok(()))
         })
         .await
     }

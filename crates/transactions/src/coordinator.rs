@@ -305,6 +305,25 @@ impl TransactionCoordinator {
         self.ids().get(id).cloned()
     }
 
+    /// Whether `producer_id` at `epoch` may commit offsets for `group` in `id`'s transaction
+    /// now (read under the lock, nothing copied).
+    ///
+    /// # Errors
+    /// An unknown id; the refusals of [`Transaction::check_offsets_commit`].
+    pub fn check_offsets_commit(
+        &self,
+        id: &str,
+        producer_id: i64,
+        epoch: i16,
+        group: &str,
+    ) -> Result<(), CoordinatorError> {
+        self.ids()
+            .get(id)
+            .ok_or_else(|| CoordinatorError::UnknownTransactionalId(id.to_owned()))?
+            .check_offsets_commit(producer_id, epoch, group)
+            .map_err(CoordinatorError::from)
+    }
+
     /// The transactional ids whose transaction `pick` chooses (read under the lock, nothing
     /// copied but the ids).
     #[must_use]

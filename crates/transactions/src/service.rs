@@ -303,15 +303,15 @@ impl TransactionService {
         member: (i32, &str),
         offsets: Vec<(String, i32, i64, Option<String>)>,
     ) -> Result<(), OffsetCommitError> {
-        let txn = self
-            .coordinator
-            .describe(id)
-            .ok_or_else(|| CoordinatorError::UnknownTransactionalId(id.to_owned()))?;
-        txn.check_offsets_commit(producer_id, epoch, group)
-            .map_err(CoordinatorError::from)?;
+        let check = || {
+            self.coordinator
+                .check_offsets_commit(id, producer_id, epoch, group)
+        };
+        // Refused at once when it can be; asked again under the group's lock, where it counts.
+        check()?;
         self.groups
-            .commit_in_transaction(group, producer_id, member, offsets)
-            .await?;
+            .commit_in_transaction_if(group, producer_id, member, offsets, check)
+            .await??;
         Ok(())
     }
 
