@@ -508,7 +508,10 @@ impl GroupCoordinator {
                 allowed,
             )
             .await?;
-        Ok(committed.unwrap_or_else(|never| match never {}))
+        match committed {
+            Ok(()) => Ok(()),
+            Err(never) => match never {},
+        }
     }
 
     /// [`Self::commit_in_transaction`], if `allowed` (asked under the group's lock, just before
