@@ -256,13 +256,20 @@ impl RefusalLog {
     }
 }
 
+/// `peer` as everything downstream must see it: an IPv4 client of a dual-stack (`[::]`)
+/// listener arrives as `::ffff:a.b.c.d`, and is `a.b.c.d` to host ACLs, the per-address
+/// connection limit and the logs alike, as Kafka sees it.
+fn canonical_peer(peer: std::net::SocketAddr) -> std::net::SocketAddr {
+    std::net::SocketAddr::new(peer.ip().to_canonical(), peer.port())
+}
+
 /// Accepts one connection, backing off on errors (such as running out of file descriptors)
-/// instead of spinning.
+/// instead of spinning. The peer's address is in its canonical form ([`canonical_peer`]).
 async fn accept(listener: &TcpListener) -> (TcpStream, std::net::SocketAddr) {
     let mut backoff = Duration::from_millis(10);
     loop {
         match listener.accept().await {
-            Ok(accepted) => return accepted,
+            Ok((stream, peer)) => return (stream, canonical_peer(peer)),
             Err(error) => {
                 tracing::warn!(%error, backoff_ms = backoff.as_millis() as u64, "accept failed");
                 tokio::time::sleep(backoff).await;

@@ -257,7 +257,13 @@ impl Acl {
 
     fn applies_to(&self, principal: &str, host: Option<IpAddr>) -> bool {
         (self.principal == principal || self.principal == "User:*")
-            && (self.host == "*" || host.is_some_and(|ip| self.host.parse::<IpAddr>() == Ok(ip)))
+            && (self.host == "*"
+                || host.is_some_and(|ip| {
+                    // Both canonical: `::ffff:10.0.0.1` and `10.0.0.1` are one host.
+                    self.host
+                        .parse::<IpAddr>()
+                        .is_ok_and(|acl| acl.to_canonical() == ip.to_canonical())
+                }))
     }
 
     /// Whether the ACL covers `operation`, with Kafka's implications for ALLOW.

@@ -124,6 +124,25 @@ fn an_acl_for_one_host_applies_to_that_address_only() {
 }
 
 #[test]
+fn an_ipv4_host_and_its_ipv4_mapped_ipv6_form_are_one_host() {
+    let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+    for (acl, client) in [
+        ("10.0.0.1", mapped),
+        ("::ffff:10.0.0.1", IpAddr::from([10, 0, 0, 1])),
+    ] {
+        let rules = authorizer(&[
+            &format!("User:alice DENY READ TOPIC LITERAL t {acl}"),
+            "User:alice ALLOW READ TOPIC LITERAL t *",
+        ]);
+        let from = Request {
+            host: Some(client),
+            ..request("User:alice", Operation::Read, "t")
+        };
+        assert!(!rules.allows(&from), "{acl} against {client}");
+    }
+}
+
+#[test]
 fn super_users_are_allowed_everything_even_what_is_denied() {
     let mut rules = authorizer(&["User:* DENY ALL TOPIC LITERAL * *"]);
     rules.super_users = Arc::new(vec!["User:admin".into()]);

@@ -374,3 +374,42 @@ async fn the_acls_file_is_read_again_when_it_changes() -> Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn host_acls_hold_for_ipv4_clients_of_a_dual_stack_listener() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let acls = "User:alice ALLOW ALL TOPIC LITERAL * *\n\
+         User:alice ALLOW ALL CLUSTER LITERAL kafka-cluster *\n\
+         User:bob ALLOW DESCRIBE TOPIC LITERAL * *\n\
+         User:bob DENY DESCRIBE TOPIC LITERAL hidden 127.0.0.1\n";
+    let broker = TestBroker::start(secured(dir.path(), acls)).await?;
+    // One listener on [::]: IPv4 clients arrive on it as ::ffff:127.0.0.1.
+    let listener = minibroker_net::Host::bind("[::]:0".parse()?).await?;
+    let port = minibroker_kafka::serve(&broker.host, listener)?.port();
+    let v4 = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut alice = login(v4, "alice").await?;
+    metadata(&mut alice, Some(&["hidden", "open"])).await?;
+    let names = |answer: MetadataResponse| -> Vec<String> {
+        let mut names: Vec<String> = answer
+            .topics
+            .iter()
+            .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
+            .collect();
+        names.sort();
+        names
+    };
+    let mut bob = login(v4, "bob").await?;
+    assert_eq!(
+        names(metadata(&mut bob, None).await?),
+        ["open"],
+        "the DENY for 127.0.0.1 holds on the dual-stack listener"
+    );
+    // From ::1, another host, the DENY does not apply.
+    let v6 = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port));
+    let mut bob_v6 = login(v6, "bob").await?;
+    assert_eq!(
+        names(metadata(&mut bob_v6, None).await?),
+        ["hidden", "open"]
+    );
+    Ok(())
+}
