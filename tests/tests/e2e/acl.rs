@@ -413,3 +413,58 @@ async fn host_acls_hold_for_ipv4_clients_of_a_dual_stack_listener() -> Result<()
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn describe_transactions_names_only_the_topics_the_asker_may_describe() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let acls = "User:alice ALLOW ALL TOPIC LITERAL * *\n\
+         User:alice ALLOW ALL TRANSACTIONAL_ID LITERAL * *\n\
+         User:alice ALLOW ALL CLUSTER LITERAL kafka-cluster *\n\
+         User:bob ALLOW DESCRIBE TRANSACTIONAL_ID LITERAL app *\n\
+         User:bob ALLOW DESCRIBE TOPIC LITERAL visible *\n";
+    let broker = TestBroker::start(secured(dir.path(), acls)).await?;
+    let kafka = start_kafka(&broker).await?;
+    let mut alice = login(kafka.addr, "alice").await?;
+    metadata(&mut alice, Some(&["visible", "secret"])).await?;
+    let inited = init_producer(&mut alice, Some("app"), -1).await?;
+    assert_eq!(inited.error_code, 0);
+    let add = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(TransactionalId(text("app")))
+        .with_v3_and_below_producer_id(inited.producer_id)
+        .with_v3_and_below_producer_epoch(inited.producer_epoch)
+        .with_v3_and_below_topics(
+            ["visible", "secret"]
+                .into_iter()
+                .map(|name| {
+                    add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                        .with_name(topic(name))
+                        .with_partitions(vec![0])
+                })
+                .collect(),
+        );
+    let added: AddPartitionsToTxnResponse = alice.call(ApiKey::AddPartitionsToTxn, 3, &add).await?;
+    assert!(added.results_by_topic_v3_and_below.iter().all(|topic| {
+        topic
+            .results_by_partition
+            .iter()
+            .all(|p| p.partition_error_code == 0)
+    }));
+    let describe = DescribeTransactionsRequest::default()
+        .with_transactional_ids(vec![TransactionalId(text("app"))]);
+    let topics_seen = |answer: DescribeTransactionsResponse| -> Vec<String> {
+        assert_eq!(answer.transaction_states[0].error_code, 0);
+        answer.transaction_states[0]
+            .topics
+            .iter()
+            .map(|t| t.topic.0.to_string())
+            .collect()
+    };
+    let mut bob = login(kafka.addr, "bob").await?;
+    let answer = bob.call(ApiKey::DescribeTransactions, 0, &describe).await?;
+    assert_eq!(topics_seen(answer), ["visible"]);
+    let answer = alice
+        .call(ApiKey::DescribeTransactions, 0, &describe)
+        .await?;
+    assert_eq!(topics_seen(answer), ["secret", "visible"]);
+    Ok(())
+}

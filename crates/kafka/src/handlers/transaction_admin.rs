@@ -30,8 +30,9 @@ fn text(value: &str) -> StrBytes {
 }
 
 impl KafkaFrontEnd {
-    /// DescribeTransactions v0: each id's state, producer, timeout, start and partitions;
-    /// TRANSACTIONAL_ID_NOT_FOUND for one the coordinator does not know.
+    /// DescribeTransactions v0: each id's state, producer, timeout, start and partitions (only
+    /// of the topics the principal may describe, as Kafka answers); TRANSACTIONAL_ID_NOT_FOUND
+    /// for one the coordinator does not know.
     pub(crate) fn describe_transactions(
         &self,
         request: &DescribeTransactionsRequest,
@@ -52,7 +53,9 @@ impl KafkaFrontEnd {
                 Err(ResponseError::TransactionalIdAuthorizationFailed)
             };
             let answer = match described_txn {
-                Ok(txn) => described(answer, &txn),
+                Ok(txn) => described(answer, &txn, |topic| {
+                    self.may_see(Operation::Describe, ResourceType::Topic, topic)
+                }),
                 Err(refusal) => answer
                     .with_error_code(refusal.code())
                     .with_producer_id(ProducerId(-1))
@@ -187,13 +190,15 @@ impl KafkaFrontEnd {
     }
 }
 
-/// DescribeTransactions' answer for a known id.
+/// DescribeTransactions' answer for a known id, naming only the topics `visible` says the
+/// asker may see.
 fn described(
     answer: describe_transactions_response::TransactionState,
     txn: &Transaction,
+    visible: impl Fn(&str) -> bool,
 ) -> describe_transactions_response::TransactionState {
     let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-    for (topic, partition) in txn.partitions() {
+    for (topic, partition) in txn.partitions().filter(|(topic, _)| visible(topic)) {
         topics
             .entry(topic)
             .or_default()
