@@ -59,6 +59,9 @@ pub struct PartitionData {
     pub held: u64,
     /// Its open and aborted transactions, changed only with its log.
     pub transactions: PartitionTransactions,
+    /// The earliest delete horizon of the tombstones the last compaction pass kept (a pass is
+    /// due for them then); not kept across a restart, where the next pass finds them again.
+    pub delete_horizon: Option<i64>,
 }
 
 impl Partition {

@@ -74,7 +74,7 @@ pub(crate) const SETTINGS: [Setting; 10] = [
         name: "delete.retention.ms",
         broker_name: "log.cleaner.delete.retention.ms",
         kind: ConfigType::Long,
-        doc: "Compaction keeps a tombstone (a null value) for this many milliseconds after its timestamp, so readers see the delete.",
+        doc: "Compaction keeps a tombstone (a null value) for this many milliseconds after the cleaning that first saw it, so readers see the delete.",
     },
     Setting {
         name: "min.cleanable.dirty.ratio",
@@ -330,7 +330,7 @@ impl std::fmt::Display for Cleanup {
 pub struct Compaction {
     /// Records newer than this (ms, by their timestamps) are not compacted.
     pub min_lag_ms: i64,
-    /// Tombstones are kept this long (ms, after their timestamps).
+    /// Tombstones are kept this long (ms, after the pass that first saw them: KIP-534).
     pub delete_retention_ms: i64,
     /// A pass runs once this share (per mille) of the cleanable bytes is dirty.
     pub min_dirty_per_mille: u16,

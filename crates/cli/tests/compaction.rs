@@ -1,8 +1,8 @@
 //! A compacted topic (`cleanup.policy=compact`) against a real `minibroker serve`, through real
 //! Kafka clients (`tests/kafka/compaction.py`): confluent-kafka's idempotent producer writes many
 //! updates per key and tombstones; once the cleaner has run, confluent-kafka, kafka-python and
-//! aiokafka read back the newest record of each key at its original offset and no tombstone past
-//! `delete.retention.ms`; durable and in memory; and with the cleaner SIGKILLed in the middle of
+//! aiokafka read back the newest record of each key at its original offset and no tombstone once
+//! `delete.retention.ms` has passed since the pass that first saw it; durable and in memory; and with the cleaner SIGKILLed in the middle of
 //! a pass, the restarted broker has lost nothing acknowledged and compacts the topic.
 
 mod support;

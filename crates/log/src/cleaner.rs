@@ -5,7 +5,12 @@
 //! each key. A pass builds an [`OffsetMap`] (key → offset of its newest record) over the part not
 //! yet mapped (the dirty part), then rewrites everything from the start of the log to the end of
 //! what it mapped, keeping a record unless the map holds a newer offset for its key, or it is a
-//! tombstone older than `delete.retention.ms` (by its own timestamp) that the map has seen.
+//! tombstone the map has seen whose batch's delete horizon has passed. As Kafka does (KIP-534),
+//! `delete.retention.ms` counts from the pass that first sees a tombstone, not from the
+//! tombstone's own timestamp, which a client chose: that pass keeps it and stamps its batch with
+//! a delete horizon (`minibroker_records::delete_horizon`) of its time plus the retention, and
+//! a pass after the horizon removes it. A pass is due for the tombstones alone once the earliest
+//! horizon it left passes ([`CleanStats::earliest_horizon`], [`CleanRules::sweep`]).
 //!
 //! Offsets never change: a batch keeps its header and only loses records
 //! (`minibroker_records::retain_records`). Transactions are compacted as Kafka compacts them: a
@@ -132,8 +137,13 @@ fn damaged(error: minibroker_records::RecordsError) -> LogError {
 /// What a pass keeps besides the newest record of each key.
 #[derive(Debug, Clone)]
 pub struct CleanRules {
-    /// Tombstones whose timestamp is below this (now − `delete.retention.ms`) go.
-    pub tombstones_before_ms: i64,
+    /// The pass's time: tombstones whose batch's delete horizon is at or before it go.
+    pub now_ms: i64,
+    /// The topic's `delete.retention.ms`: a tombstone seen for the first time gets a delete
+    /// horizon this far from [`Self::now_ms`].
+    pub delete_retention_ms: i64,
+    /// Rewrite the cleaned part even with nothing dirty: a delete horizon has passed.
+    pub sweep: bool,
     /// Base offsets of the batches kept at least as their header: each producer's last batch.
     pub kept_batches: HashSet<i64>,
     /// The partition's last stable offset when the pass was planned: nothing at or past it is
@@ -147,7 +157,9 @@ pub struct CleanRules {
 impl Default for CleanRules {
     fn default() -> Self {
         Self {
-            tombstones_before_ms: 0,
+            now_ms: 0,
+            delete_retention_ms: 0,
+            sweep: false,
             kept_batches: HashSet::new(),
             stable_offset: i64::MAX,
             aborted: BTreeMap::new(),
@@ -186,7 +198,8 @@ impl CleanRules {
     }
 
     /// Cleans one stored batch against `map`; `last_in_piece` says it ends its segment or chunk
-    /// (kept at least as its header).
+    /// (kept at least as its header). The delete horizon of a tombstone it keeps is noted in
+    /// `stats`.
     ///
     /// # Errors
     /// [`LogError::Damaged`] for a stored batch that does not read.
@@ -195,12 +208,15 @@ impl CleanRules {
         map: &OffsetMap,
         batch: &[u8],
         last_in_piece: bool,
+        stats: &mut CleanStats,
     ) -> Result<BatchCleaned, LogError> {
         let beyond_map = minibroker_records::base_offset(batch) >= map.end;
         if self.passes_over(batch) || (is_transactional(batch) && beyond_map) {
             return Ok(BatchCleaned::Whole);
         }
         let base = minibroker_records::base_offset(batch);
+        let horizon = minibroker_records::delete_horizon(batch);
+        let keeps_a_seen_tombstone = std::cell::Cell::new(false);
         let keep = |record: KeyedRecord<'_>| {
             let Some(key) = record.key else {
                 return true;
@@ -209,12 +225,28 @@ impl CleanRules {
                 .newest
                 .get(key)
                 .is_some_and(|newest| *newest > record.offset);
-            let expired = record.tombstone
-                && record.offset < map.end
-                && record.timestamp < self.tombstones_before_ms;
-            !superseded && !expired
+            let seen = record.tombstone && record.offset < map.end;
+            let expired = seen && horizon.is_some_and(|horizon| horizon <= self.now_ms);
+            let kept = !superseded && !expired;
+            if kept && seen {
+                keeps_a_seen_tombstone.set(true);
+            }
+            kept
         };
-        match retain_records(batch, keep).map_err(damaged)? {
+        let stamp = self.now_ms.saturating_add(self.delete_retention_ms);
+        let retained = retain_records(batch, keep, || {
+            (keeps_a_seen_tombstone.get() && horizon.is_none()).then_some(stamp)
+        })
+        .map_err(damaged)?;
+        if keeps_a_seen_tombstone.get() {
+            let kept_horizon = horizon.unwrap_or(stamp);
+            stats.earliest_horizon = Some(
+                stats
+                    .earliest_horizon
+                    .map_or(kept_horizon, |earliest| earliest.min(kept_horizon)),
+            );
+        }
+        match retained {
             Retained::Whole => Ok(BatchCleaned::Whole),
             Retained::Rewritten(rewritten, left) => {
                 if left == 0 && !last_in_piece && !self.kept_batches.contains(&base) {
@@ -271,6 +303,8 @@ pub struct CleanStats {
     pub batches_dropped: u64,
     /// Keys in the offset map.
     pub keys: u64,
+    /// The earliest delete horizon of the tombstones the pass kept: a pass is due for them then.
+    pub earliest_horizon: Option<i64>,
 }
 
 /// A segment or chunk a pass reads: where it starts and ends, and its batches in order.
@@ -328,7 +362,7 @@ pub(crate) fn run_pass<P: Piece>(
             break;
         }
     }
-    if map.end() <= cleaned_through {
+    if map.end() <= cleaned_through && !rules.sweep {
         return Ok(None);
     }
     stats.keys = map.len() as u64;
@@ -338,7 +372,7 @@ pub(crate) fn run_pass<P: Piece>(
         let mut pass_on = |batch: Bytes, last: bool, stats: &mut CleanStats| {
             throttle.account(batch.len() as u64);
             stats.bytes_before += batch.len() as u64;
-            let kept = match rules.clean(&map, &batch, last)? {
+            let kept = match rules.clean(&map, &batch, last, stats)? {
                 BatchCleaned::Whole => Some(batch),
                 BatchCleaned::Rewritten(rewritten) => Some(rewritten),
                 BatchCleaned::Dropped => {
@@ -402,48 +436,77 @@ mod tests {
         offsets
     }
 
+    /// What `cleaned` holds of `original`: (offset, timestamp) of each record kept.
+    fn kept_records(cleaned: &BatchCleaned, original: &[u8]) -> Vec<(i64, i64)> {
+        let bytes: &[u8] = match cleaned {
+            BatchCleaned::Whole => original,
+            BatchCleaned::Rewritten(bytes) => bytes,
+            BatchCleaned::Dropped => return Vec::new(),
+        };
+        let mut records = Vec::new();
+        for_each_record(bytes, |r| records.push((r.offset, r.timestamp))).unwrap();
+        records
+    }
+
     #[test]
-    fn the_newest_record_of_each_key_stays_and_old_tombstones_go() {
+    fn the_newest_record_of_each_key_stays_and_a_tombstone_goes_after_its_horizon() {
         let first = batch(0, 1, &[("a", Some("1"), 10), ("b", Some("1"), 10)]);
         let second = batch(2, 1, &[("a", Some("2"), 20), ("b", None, 20)]);
-        let third = batch(4, 2, &[("c", None, 5_000)]);
         let mut map = OffsetMap::new(1 << 20, 0);
-        for b in [&first, &second, &third] {
+        for b in [&first, &second] {
             assert!(map.add(b).unwrap());
         }
-        assert_eq!((map.len(), map.end()), (3, 5));
+        assert_eq!((map.len(), map.end()), (2, 4));
         let rules = CleanRules {
-            tombstones_before_ms: 1_000,
+            now_ms: 1_000,
+            delete_retention_ms: 100,
             kept_batches: HashSet::from([4]),
             ..CleanRules::default()
         };
+        let mut stats = CleanStats::default();
         // Both records superseded, not the last batch of anything: dropped.
         assert_eq!(
-            rules.clean(&map, &first, false).unwrap(),
+            rules.clean(&map, &first, false, &mut stats).unwrap(),
             BatchCleaned::Dropped
         );
         // Ends its piece: kept as an empty header.
-        let emptied = rules.clean(&map, &first, true).unwrap();
+        let emptied = rules.clean(&map, &first, true, &mut stats).unwrap();
         assert!(matches!(emptied, BatchCleaned::Rewritten(_)));
         assert!(kept_keys(&emptied, &first).is_empty());
-        // a=2 stays; b's tombstone is older than the horizon.
+        // b's tombstone is seen for the first time, however old its own timestamp: it stays, its
+        // batch stamped with the horizon, every record with its own timestamp.
+        let stamped = rules.clean(&map, &second, false, &mut stats).unwrap();
+        assert_eq!(kept_records(&stamped, &second), [(2, 20), (3, 20)]);
+        let BatchCleaned::Rewritten(stamped) = stamped else {
+            panic!("stamped: {stamped:?}")
+        };
+        assert_eq!(minibroker_records::delete_horizon(&stamped), Some(1_100));
+        assert_eq!(stats.earliest_horizon, Some(1_100));
+        // Before its horizon it stays as it is; from it, it goes.
+        let before = CleanRules {
+            now_ms: 1_099,
+            ..rules.clone()
+        };
         assert_eq!(
-            kept_keys(&rules.clean(&map, &second, false).unwrap(), &second),
-            [2]
-        );
-        // A young tombstone stays.
-        assert_eq!(
-            rules.clean(&map, &third, false).unwrap(),
+            before.clean(&map, &stamped, false, &mut stats).unwrap(),
             BatchCleaned::Whole
         );
-        // Past what was mapped, a tombstone stays whatever its age.
+        let after = CleanRules {
+            now_ms: 1_100,
+            ..rules.clone()
+        };
+        let mut swept = CleanStats::default();
+        let cleaned = after.clean(&map, &stamped, false, &mut swept).unwrap();
+        assert_eq!(kept_records(&cleaned, &stamped), [(2, 20)]);
+        assert_eq!(swept.earliest_horizon, None);
+        // Past what was mapped, a tombstone is not seen: untouched.
         let short = {
             let mut map = OffsetMap::new(1 << 20, 0);
             map.add(&first).unwrap();
             map
         };
         assert_eq!(
-            rules.clean(&short, &second, false).unwrap(),
+            rules.clean(&short, &second, false, &mut stats).unwrap(),
             BatchCleaned::Whole
         );
     }

@@ -177,11 +177,12 @@ impl PartitionLog {
 
     /// A compaction pass over what may be cleaned (full chunks or sealed segments whose newest
     /// record is at or before `cutoff_ms`), to run without the partition's lock; `None` when
-    /// none of it is dirty. See `crate::cleaner`.
-    pub fn clean_plan(&mut self, cutoff_ms: i64) -> Option<CleanPlan> {
+    /// none of it is dirty (with `sweep`, a delete horizon having passed: when there is none of
+    /// it). See `crate::cleaner`.
+    pub fn clean_plan(&mut self, cutoff_ms: i64, sweep: bool) -> Option<CleanPlan> {
         match self {
-            Self::Memory(log) => log.clean_plan(cutoff_ms).map(CleanPlan::Memory),
-            Self::Durable(log) => log.clean_plan(cutoff_ms).map(CleanPlan::Durable),
+            Self::Memory(log) => log.clean_plan(cutoff_ms, sweep).map(CleanPlan::Memory),
+            Self::Durable(log) => log.clean_plan(cutoff_ms, sweep).map(CleanPlan::Durable),
         }
     }
 

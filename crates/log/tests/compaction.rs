@@ -1,6 +1,8 @@
 //! Log compaction in both logs, against a model of what was appended: after a pass, every
 //! record left is at its original offset with its original key and value; in what was mapped,
-//! only the newest record of each key stays, and old tombstones are gone; the newest record of
+//! only the newest record of each key stays, and a tombstone stays for `delete.retention.ms`
+//! from the pass that first saw it (its batch stamped with that delete horizon, every record's
+//! timestamp kept), whatever its own timestamp, and goes at the first pass after; the newest record of
 //! every key is still there; what may not be cleaned (the active segment, the chunk being
 //! filled, batches newer than the lag) is untouched; a reopen reads the same log; and a durable
 //! pass stopped at any step of its swap (a temporary file left, the `.log` still beside its
@@ -98,10 +100,12 @@ fn held(log: &mut PartitionLog) -> Model {
     found
 }
 
-/// One pass at `now`, with tombstones kept for 100 ms; returns the map's end.
+/// One pass by `rules`; returns its figures.
 fn clean(log: &mut PartitionLog, cutoff_ms: i64, rules: &CleanRules) -> CleanStats {
     let mut stats = CleanStats::default();
-    let plan = log.clean_plan(cutoff_ms).expect("something is dirty");
+    let plan = log
+        .clean_plan(cutoff_ms, rules.sweep)
+        .expect("something is dirty");
     let cleaned = plan.run(1 << 20, rules, None, &mut stats).unwrap().unwrap();
     if let (_, Some(cleaned_up)) = log.commit_clean(cleaned) {
         cleaned_up.finish().unwrap();
@@ -150,9 +154,13 @@ fn assert_compacted(model: &Model, found: &Model, mapped: i64, tombstones_before
     }
 }
 
-fn rules(tombstones_before_ms: i64) -> CleanRules {
+/// A pass at `now_ms`, tombstones kept `delete_retention_ms` from the pass that first sees them;
+/// a `sweep` runs with nothing dirty.
+fn rules(now_ms: i64, delete_retention_ms: i64, sweep: bool) -> CleanRules {
     CleanRules {
-        tombstones_before_ms,
+        now_ms,
+        delete_retention_ms,
+        sweep,
         kept_batches: HashSet::new(),
         ..CleanRules::default()
     }
@@ -183,19 +191,40 @@ fn a_durable_pass_keeps_the_newest_record_per_key_at_its_offset_and_survives_a_r
     let bytes_before = log.stored_bytes();
     let before_copy = tempfile::tempdir().unwrap();
     copy(dir.path(), before_copy.path());
-    let horizon = 1_000 + 500;
-    let stats = clean(&mut log, i64::MAX, &rules(horizon));
+    // Long after the records' own timestamps (1,000 on): the first pass keeps every tombstone
+    // it sees, and stamps its batch with a delete horizon a minute on.
+    let first_pass = 2_000_000;
+    let horizon = first_pass + 60_000;
+    let stats = clean(&mut log, i64::MAX, &rules(first_pass, 60_000, false));
     assert!(stats.batches_dropped > 0, "{stats:?}");
+    assert_eq!(stats.earliest_horizon, Some(horizon));
     assert!(
         log.stored_bytes() < bytes_before / 2,
         "{} of {bytes_before}",
         log.stored_bytes()
     );
-    let found = held(&mut log);
     let (dirty, all) = log.cleanable_bytes(i64::MAX);
     assert_eq!(dirty, 0, "all mapped ({all} bytes cleanable)");
     // Everything sealed was mapped: the active segment's base is where mapping ended.
-    assert_compacted(&model, &found, active_base, horizon);
+    let stamped = held(&mut log);
+    assert_compacted(&model, &stamped, active_base, i64::MIN);
+    assert!(
+        stamped.values().any(|(_, value, _)| value.is_none()),
+        "tombstones kept"
+    );
+    // Still before the horizon: a pass over nothing dirty keeps them.
+    clean(&mut log, i64::MAX, &rules(horizon - 1, 60_000, true));
+    assert_eq!(held(&mut log), stamped);
+    assert_eq!(
+        held(&mut open(dir.path())),
+        stamped,
+        "the horizon is on disk"
+    );
+    // At the horizon they go.
+    let stats = clean(&mut log, i64::MAX, &rules(horizon, 60_000, true));
+    assert_eq!(stats.earliest_horizon, None);
+    let found = held(&mut log);
+    assert_compacted(&model, &found, active_base, i64::MAX);
     assert_eq!(log.start_offset(), 0, "compaction never moves the start");
     drop(log);
     assert_eq!(
@@ -281,7 +310,7 @@ fn a_memory_pass_keeps_the_newest_record_per_key_and_never_the_chunk_being_fille
         );
     }
     let before = log.stored_bytes();
-    clean(&mut log, i64::MAX, &rules(0));
+    clean(&mut log, i64::MAX, &rules(0, 0, false));
     let found = held(&mut log);
     assert!(log.stored_bytes() < before / 2);
     // The newest three padded records stay; the chunk being filled is whole.
@@ -292,7 +321,10 @@ fn a_memory_pass_keeps_the_newest_record_per_key_and_never_the_chunk_being_fille
     let (dirty, _) = log.cleanable_bytes(i64::MAX);
     assert_eq!(dirty, 0);
     assert_eq!(log.start_offset(), 0);
-    assert!(log.clean_plan(i64::MAX).is_none(), "nothing left dirty");
+    assert!(
+        log.clean_plan(i64::MAX, false).is_none(),
+        "nothing left dirty"
+    );
 }
 
 #[test]
@@ -305,7 +337,7 @@ fn segments_newer_than_the_lag_are_not_cleaned() {
     );
     let model = fill(&mut log, 300);
     // Only records up to timestamp 1,100 are old enough: later segments are kept whole.
-    clean(&mut log, 1_100, &rules(0));
+    clean(&mut log, 1_100, &rules(0, 0, false));
     let found = held(&mut log);
     for (offset, record) in &model {
         if record.2 > 1_200 {

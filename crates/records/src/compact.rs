@@ -130,6 +130,19 @@ pub fn is_transactional(batch: &[u8]) -> bool {
     i16_at(batch, layout::ATTRIBUTES) & attributes::TRANSACTIONAL != 0
 }
 
+/// The batch's delete horizon (KIP-534), when a compaction pass set one: the time from which a
+/// pass may remove its tombstones. The first pass that sees a tombstone sets it to that pass's
+/// time plus `delete.retention.ms`, so a consumer has that long to read the delete whatever
+/// timestamp the client gave it.
+///
+/// # Panics
+/// If `batch` is shorter than a header.
+#[must_use]
+pub fn delete_horizon(batch: &[u8]) -> Option<i64> {
+    (i16_at(batch, layout::ATTRIBUTES) & attributes::DELETE_HORIZON != 0)
+        .then(|| i64_at(batch, layout::FIRST_TIMESTAMP))
+}
+
 /// What [`retain_records`] made of a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Retained {
@@ -144,11 +157,16 @@ pub enum Retained {
 /// length and CRC set again (and compressed again with its codec). A batch left with no records
 /// keeps its header, so the offsets and sequences it took stay recorded.
 ///
+/// `horizon`, asked once `keep` has seen every record, may give the batch a delete horizon
+/// (KIP-534): the first-timestamp field then holds it, with the delete-horizon attribute, and
+/// each record's timestamp delta counts from it, so every record keeps its own timestamp.
+///
 /// # Errors
 /// As [`for_each_record`]; [`RecordsError::Encode`] if compressing again fails.
 pub fn retain_records(
     batch: &[u8],
     mut keep: impl FnMut(KeyedRecord<'_>) -> bool,
+    horizon: impl FnOnce() -> Option<i64>,
 ) -> Result<Retained, RecordsError> {
     let records = records_of(batch)?;
     let kept: Vec<&RecordPlace> = records
@@ -156,15 +174,29 @@ pub fn retain_records(
         .iter()
         .filter(|place| keep(records.keyed(batch, place)))
         .collect();
-    if kept.len() == records.places.len() {
+    let horizon = horizon();
+    if kept.len() == records.places.len() && horizon.is_none() {
         return Ok(Retained::Whole);
     }
+    let first_timestamp = i64_at(batch, layout::FIRST_TIMESTAMP);
     let mut plain = BytesMut::with_capacity(records.bytes.len());
     for place in &kept {
-        plain.put_slice(&records.bytes[place.bytes.clone()]);
+        match horizon {
+            None => plain.put_slice(&records.bytes[place.bytes.clone()]),
+            Some(horizon) => {
+                let timestamp = first_timestamp.saturating_add(place.timestamp_delta);
+                put_rebased(&mut plain, &records.bytes, place, timestamp - horizon);
+            }
+        }
     }
     let mut out = BytesMut::with_capacity(HEADER_LEN + plain.len());
     out.put_slice(&batch[..HEADER_LEN]);
+    if let Some(horizon) = horizon {
+        let attributes = i16_at(batch, layout::ATTRIBUTES) | attributes::DELETE_HORIZON;
+        out[layout::ATTRIBUTES..layout::ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+        out[layout::FIRST_TIMESTAMP..layout::FIRST_TIMESTAMP + 8]
+            .copy_from_slice(&horizon.to_be_bytes());
+    }
     let copy = |buf: &mut BytesMut| {
         buf.put_slice(&plain);
         Ok(())
@@ -186,4 +218,29 @@ pub fn retain_records(
     let crc = crc32c::crc32c(&out[layout::CRC_START..]);
     out[layout::CRC..layout::CRC + 4].copy_from_slice(&crc.to_be_bytes());
     Ok(Retained::Rewritten(out.freeze(), count as u32))
+}
+
+/// Writes the record at `place` of `records` again with `timestamp_delta` (its length prefix
+/// set again to fit): its attributes, offset delta, key, value and headers as they were.
+fn put_rebased(out: &mut BytesMut, records: &[u8], place: &RecordPlace, timestamp_delta: i64) {
+    let mut body = Vec::with_capacity(place.bytes.end - place.body + 8);
+    body.push(records[place.body]);
+    put_varlong(&mut body, timestamp_delta);
+    put_varlong(&mut body, place.offset_delta);
+    body.extend_from_slice(&records[place.rest..place.bytes.end]);
+    let mut prefix = Vec::with_capacity(5);
+    put_varlong(&mut prefix, body.len() as i64);
+    out.put_slice(&prefix);
+    out.put_slice(&body);
+}
+
+/// A zigzag varint, as the record format writes both its varints and varlongs (a value that fits
+/// an i32 encodes the same either way).
+fn put_varlong(out: &mut Vec<u8>, value: i64) {
+    let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
+    while zigzag >= 0x80 {
+        out.push(zigzag as u8 | 0x80);
+        zigzag >>= 7;
+    }
+    out.push(zigzag as u8);
 }

@@ -49,8 +49,8 @@ mod marker;
 mod quick_walk;
 mod validate;
 pub use compact::{
-    KeyedRecord, Retained, for_each_record, has_keyless_record, is_control, is_transactional,
-    retain_records,
+    KeyedRecord, Retained, delete_horizon, for_each_record, has_keyless_record, is_control,
+    is_transactional, retain_records,
 };
 pub use marker::{Marker, encode_marker, marker};
 pub use validate::{MAX_DECOMPRESSED_BYTES, validate};
@@ -398,6 +398,9 @@ mod attributes {
     pub const COMPRESSION: i16 = 0x7;
     pub const TRANSACTIONAL: i16 = 1 << 4;
     pub const CONTROL: i16 = 1 << 5;
+    /// KIP-534: the first-timestamp field holds the batch's delete horizon (see
+    /// [`crate::delete_horizon`]), and the records' timestamp deltas count from it.
+    pub const DELETE_HORIZON: i16 = 1 << 6;
 }
 
 impl Header {

@@ -56,6 +56,10 @@ pub(crate) fn walk_records(records: &[u8], info: &BatchInfo) -> Result<(), Recor
 pub(crate) struct RecordPlace {
     /// Its bytes, length prefix included.
     pub(crate) bytes: std::ops::Range<usize>,
+    /// Where its body (its attributes byte) begins, after the length prefix.
+    pub(crate) body: usize,
+    /// Where its key begins, after its timestamp and offset deltas.
+    pub(crate) rest: usize,
     pub(crate) offset_delta: i64,
     pub(crate) timestamp_delta: i64,
     /// Its key's bytes; `None` for a null key.
@@ -81,11 +85,14 @@ pub(crate) fn record_places(records: &[u8]) -> Result<Vec<RecordPlace>, RecordsE
         source.skip(1).map_err(corrupt)?; // attributes
         let timestamp_delta = varlong(&mut source).map_err(corrupt)?;
         let offset_delta = varint(&mut source).map_err(corrupt)?;
+        let rest = source.at;
         let key = field(&mut source).map_err(corrupt)?;
         let null_value = field(&mut source).map_err(corrupt)?.is_none();
         source.at = end;
         places.push(RecordPlace {
             bytes: start..end,
+            body,
+            rest,
             offset_delta,
             timestamp_delta,
             key,

@@ -78,7 +78,7 @@ proptest! {
         let before = all_records(&batch);
         prop_assert_eq!(before.len() as i64, count);
         let keeps = |offset: i64| keep_mask & (1 << (offset - 100)) != 0;
-        let rewritten = match retain_records(&batch, |r| keeps(r.offset)).unwrap() {
+        let rewritten = match retain_records(&batch, |r| keeps(r.offset), || None).unwrap() {
             Retained::Whole => {
                 prop_assert!((100..100 + count).all(keeps));
                 return Ok(());
@@ -119,7 +119,8 @@ fn keys_timestamps_and_tombstones_are_read_and_an_emptied_batch_keeps_its_header
         assert_eq!(seen[4].2, None, "a record without a key");
         assert!(has_keyless_record(&batch).unwrap());
         assert!(!has_keyless_record(&stored_batch(4, compression)).unwrap());
-        let Retained::Rewritten(empty, 0) = retain_records(&batch, |_| false).unwrap() else {
+        let Retained::Rewritten(empty, 0) = retain_records(&batch, |_| false, || None).unwrap()
+        else {
             panic!("nothing kept is a rewrite");
         };
         let info = inspect_stored(&empty, 100).unwrap();
@@ -127,5 +128,47 @@ fn keys_timestamps_and_tombstones_are_read_and_an_emptied_batch_keeps_its_header
         assert_eq!(end_offset(&empty), 106);
         assert!(decode(&empty).unwrap().records.is_empty());
         assert!(all_records(&empty).is_empty());
+    }
+}
+
+#[test]
+fn a_delete_horizon_is_set_in_the_header_and_every_record_keeps_its_timestamp() {
+    for compression in CODECS {
+        let batch = stored_batch(6, compression);
+        assert_eq!(minibroker_records::delete_horizon(&batch), None);
+        let horizon = 1_000_000;
+        let Retained::Rewritten(stamped, 6) =
+            retain_records(&batch, |_| true, || Some(horizon)).unwrap()
+        else {
+            panic!("{compression:?}: a new horizon is a rewrite");
+        };
+        assert_eq!(minibroker_records::delete_horizon(&stamped), Some(horizon));
+        assert_eq!(
+            all_records(&stamped),
+            all_records(&batch),
+            "{compression:?}"
+        );
+        assert_eq!(end_offset(&stamped), end_offset(&batch));
+        // The max timestamp, base offset and producer fields are as they were.
+        assert_eq!(stamped[35..43], batch[35..43]);
+        assert_eq!(stamped[..8], batch[..8]);
+        assert_eq!(stamped[43..57], batch[43..57]);
+        inspect_stored(&stamped, 100).unwrap();
+        // Kafka's decoder reads the horizon, and each record's timestamp, the same.
+        let mut bytes = stamped.clone();
+        let decoded = RecordBatchDecoder::decode(&mut bytes).unwrap();
+        let ours: Vec<i64> = all_records(&batch).iter().map(|r| r.1).collect();
+        let theirs: Vec<i64> = decoded.records.iter().map(|r| r.timestamp).collect();
+        assert_eq!(theirs, ours, "{compression:?}");
+        assert!(decoded.records.iter().all(|r| r.delete_horizon));
+        // A later pass keeps it, and drops records, behind the same horizon.
+        let Retained::Rewritten(fewer, 3) =
+            retain_records(&stamped, |r| r.offset % 2 == 0, || None).unwrap()
+        else {
+            panic!("{compression:?}: fewer records");
+        };
+        assert_eq!(minibroker_records::delete_horizon(&fewer), Some(horizon));
+        let kept: Vec<i64> = all_records(&fewer).iter().map(|r| r.1).collect();
+        assert_eq!(kept, [1000, 1020, 1040]);
     }
 }

@@ -86,7 +86,9 @@ impl Broker {
             let mut data = partition.log();
             let (dirty, all) = data.log.cleanable_bytes(cutoff);
             let due = dirty > 0 && dirty * 1000 >= u64::from(compaction.min_dirty_per_mille) * all;
-            if !force && !due {
+            // Tombstones a pass kept until their delete horizon: due once it has passed.
+            let sweep = data.delete_horizon.is_some_and(|horizon| horizon <= now_ms);
+            if !force && !due && !sweep {
                 return Ok(None);
             }
             let stable = data.transactions.last_stable_offset(data.log.next_offset());
@@ -96,10 +98,10 @@ impl Broker {
                 .map(|txn| ((txn.producer_id, txn.first_offset), txn.last_offset))
                 .collect::<BTreeMap<_, _>>();
             data.log
-                .clean_plan(cutoff)
-                .map(|plan| (plan, stable, aborted))
+                .clean_plan(cutoff, sweep)
+                .map(|plan| (plan, stable, aborted, sweep))
         };
-        let Some((plan, stable_offset, aborted)) = plan else {
+        let Some((plan, stable_offset, aborted, sweep)) = plan else {
             return Ok(None);
         };
         // Each producer's last batch stays, at least as its header. Read once a pass is due (a
@@ -111,7 +113,9 @@ impl Broker {
             .filter_map(|producer| producer.entry.batches().next()?.base_offset)
             .collect();
         let rules = CleanRules {
-            tombstones_before_ms: now_ms.saturating_sub(compaction.delete_retention_ms),
+            now_ms,
+            delete_retention_ms: compaction.delete_retention_ms,
+            sweep,
             kept_batches,
             stable_offset,
             aborted,
@@ -129,6 +133,7 @@ impl Broker {
         };
         let mut data = partition.log();
         let (released, cleaned_up) = data.log.commit_clean(cleaned);
+        data.delete_horizon = stats.earliest_horizon;
         self.give_back(&mut data, released);
         drop(data);
         if let Some(cleaned_up) = cleaned_up {

@@ -107,7 +107,9 @@ fn throughput(dir: &Path, mib: u64) -> Result<Pairs> {
         let mut log = open(&clean_dir)?;
         let started = Instant::now();
         let mut stats = CleanStats::default();
-        let plan = log.clean_plan(i64::MAX).context("nothing to compact")?;
+        let plan = log
+            .clean_plan(i64::MAX, false)
+            .context("nothing to compact")?;
         let cleaned = plan
             .run(64 << 20, &CleanRules::default(), None, &mut stats)?
             .context("nothing was dirty")?;

@@ -236,7 +236,8 @@ impl DurableLog {
     /// The sealed segments (oldest first) whose newest record is at or before `cutoff_ms`
     /// (`min.compaction.lag.ms` ago), as a pass to run; `None` when none of them is dirty.
     #[must_use]
-    pub fn clean_plan(&self, cutoff_ms: i64) -> Option<DurableClean> {
+    /// With `sweep`, the pass is planned with nothing dirty too (when there are any segments).
+    pub fn clean_plan(&self, cutoff_ms: i64, sweep: bool) -> Option<DurableClean> {
         let pieces: Vec<DurablePiece> = self
             .cleanable(cutoff_ms)
             .map(|segment| DurablePiece {
@@ -248,16 +249,14 @@ impl DurableLog {
             })
             .collect();
         let cleaned_through = self.cleaned_through.max(self.start_offset());
-        pieces
-            .iter()
-            .any(|piece| piece.end > cleaned_through)
-            .then(|| DurableClean {
-                dir: self.dir.clone(),
-                storage: Arc::clone(&self.storage),
-                health: self.health.clone(),
-                pieces,
-                cleaned_through,
-            })
+        let dirty = pieces.iter().any(|piece| piece.end > cleaned_through);
+        (dirty || (sweep && !pieces.is_empty())).then(|| DurableClean {
+            dir: self.dir.clone(),
+            storage: Arc::clone(&self.storage),
+            health: self.health.clone(),
+            pieces,
+            cleaned_through,
+        })
     }
 
     fn cleanable(&self, cutoff_ms: i64) -> impl Iterator<Item = &Segment> {
@@ -305,9 +304,11 @@ impl DurableLog {
             let new = &self.sealed[at];
             freed += Released {
                 batches: old.batches - new.batches,
-                bytes: old.size - new.size,
+                // A rewrite can be a little larger: a delete horizon's timestamp deltas may take
+                // more bytes than the ones they replace.
+                bytes: old.size.saturating_sub(new.size),
             };
-            self.stored_bytes -= old.size - new.size;
+            self.stored_bytes = self.stored_bytes - old.size + new.size;
             self.batch_count -= old.batches - new.batches;
             if !old.compacted {
                 leftovers.push(old.file_name());

@@ -136,8 +136,9 @@ impl MemoryClean {
 
 impl MemoryLog {
     /// The full chunks (oldest first) whose newest record is at or before `cutoff_ms`
-    /// (`min.compaction.lag.ms` ago), as a pass to run; `None` when none of them is dirty.
-    pub fn clean_plan(&mut self, cutoff_ms: i64) -> Option<MemoryClean> {
+    /// (`min.compaction.lag.ms` ago), as a pass to run; `None` when none of them is dirty (or,
+    /// with `sweep`, when there are none).
+    pub fn clean_plan(&mut self, cutoff_ms: i64, sweep: bool) -> Option<MemoryClean> {
         self.freeze_written();
         let full = self.chunks.len().saturating_sub(1);
         let pieces: Vec<MemoryPiece> = self
@@ -159,13 +160,11 @@ impl MemoryLog {
             })
             .collect();
         let cleaned_through = self.cleaned_through.max(self.start_offset());
-        pieces
-            .iter()
-            .any(|piece| piece.end > cleaned_through)
-            .then_some(MemoryClean {
-                pieces,
-                cleaned_through,
-            })
+        let dirty = pieces.iter().any(|piece| piece.end > cleaned_through);
+        (dirty || (sweep && !pieces.is_empty())).then_some(MemoryClean {
+            pieces,
+            cleaned_through,
+        })
     }
 
     /// Bytes of the full chunks whose newest record is at or before `cutoff_ms`: (dirty, all).
@@ -199,9 +198,10 @@ impl MemoryLog {
             let len = new.bytes.len();
             freed += Released {
                 batches: (chunk.entries.len() - new.entries.len()) as u64,
-                bytes: (chunk.bytes - len) as u64,
+                // A little larger with a delete horizon's rebased timestamp deltas.
+                bytes: chunk.bytes.saturating_sub(len) as u64,
             };
-            self.stored_bytes -= chunk.bytes - len;
+            self.stored_bytes = self.stored_bytes - chunk.bytes + len;
             self.batch_count -= chunk.entries.len() - new.entries.len();
             *chunk = Chunk {
                 first_offset: new.first_offset,
