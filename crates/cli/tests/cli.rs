@@ -1044,3 +1044,31 @@ fn stored_codecs(mut bytes: &[u8]) -> Vec<u16> {
     }
     codecs
 }
+
+#[test]
+fn native_commands_pointed_at_the_kafka_listener_fail_at_once_and_say_so() {
+    let server = Server::start(&[]);
+    for args in [
+        vec!["produce", "--topic", "t", "--count", "1"],
+        vec!["consume", "--topic", "t", "--partition", "0"],
+    ] {
+        let started = std::time::Instant::now();
+        let mut full = args.clone();
+        full.extend(["--broker", server.kafka_addr.as_str()]);
+        let output = Command::new(BIN)
+            .args(&full)
+            .output()
+            .expect("run minibroker");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} succeeded");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{args:?} took {:?}",
+            started.elapsed()
+        );
+        assert!(
+            stderr.contains("WRONG_LISTENER") && stderr.contains("Kafka listener"),
+            "{args:?}: {stderr}"
+        );
+    }
+}

@@ -74,11 +74,20 @@ pub enum ClientError {
 
 impl ClientError {
     /// Whether resending on a new connection may succeed: timeouts, lost connections, and a
-    /// partition made read-only by a disk error (a restarted broker serves it again).
+    /// partition made read-only by a disk error (a restarted broker serves it again); not a
+    /// listener of another protocol, which answers the same on every connection.
     #[must_use]
     pub fn is_retriable(&self) -> bool {
         match self {
-            Self::Connect { .. } | Self::Timeout(_) | Self::ConnectionClosed(_) => true,
+            Self::ConnectionClosed(end) => !matches!(
+                end.as_ref(),
+                ConnectionEnd::TlsSpoken
+                    | ConnectionEnd::Refused(ErrorResponse {
+                        code: ErrorCode::WrongListener,
+                        ..
+                    })
+            ),
+            Self::Connect { .. } | Self::Timeout(_) => true,
             // The partition went read-only after a disk error; a restarted broker takes it again.
             Self::Broker(error) => error.code == ErrorCode::StorageError,
             _ => false,

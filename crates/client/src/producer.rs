@@ -185,9 +185,7 @@ impl Producer {
                     if attempts == 1 && refused(&error) {
                         tracing::warn!(%error, addr, "nothing listens there yet; retrying for a few seconds");
                     } else if attempts == 1 {
-                        // Said once where people look: a broker that closes at once may be
-                        // the other protocol's listener.
-                        tracing::warn!(%error, addr, "init-producer failed; retrying (is this the native listener?)");
+                        tracing::warn!(%error, addr, "init-producer failed; retrying");
                     } else {
                         tracing::debug!(%error, attempts, "retrying init-producer");
                     }

@@ -69,6 +69,11 @@ impl KafkaFrontEnd {
             tracing::debug!("a Kafka request too short for its header; closing");
             return Next::Close;
         };
+        if is_native_request(&frame) {
+            tracing::info!("a native-protocol request on the Kafka listener; closing");
+            wrong_listener(out);
+            return Next::Close;
+        }
         let Ok(api) = ApiKey::try_from(api) else {
             tracing::debug!(api, version, "unknown Kafka API; closing the connection");
             return Next::Close;
@@ -387,6 +392,32 @@ fn peek_api(frame: &[u8]) -> Option<(i16, i16)> {
     let key = i16::from_be_bytes(frame.get(0..2)?.try_into().ok()?);
     let version = i16::from_be_bytes(frame.get(2..4)?.try_into().ok()?);
     Some((key, version))
+}
+
+/// Whether `frame` is a request of minibroker's native protocol: its body begins with the
+/// native version byte (1 or 2), where a Kafka request's API key begins with 0 (every key is
+/// below 256).
+fn is_native_request(frame: &[u8]) -> bool {
+    frame
+        .first()
+        .is_some_and(|&first| (1..=minibroker_protocol::VERSION).contains(&first))
+}
+
+/// The native protocol's answer to a native client at this listener: a connection-level error
+/// (correlation id 0) that the native client reports and does not retry.
+fn wrong_listener(out: &mut BytesMut) {
+    use minibroker_protocol::{ErrorCode, ErrorResponse, Response, codec};
+    let answer = Response::Error(ErrorResponse::new(
+        ErrorCode::WrongListener,
+        "this is the broker's Kafka listener (for Kafka clients and minibroker's --kafka); \
+         minibroker's own commands take --broker with the native listener's address (listen)",
+    ));
+    if let Ok(body) = codec::encode_body(0, &answer)
+        && let Ok(len) = u32::try_from(body.len())
+    {
+        out.put_u32(len);
+        out.put_slice(&body);
+    }
 }
 
 /// The ApiVersions answer: every API and version implemented.

@@ -417,6 +417,9 @@ pub enum ErrorCode {
     AuthenticationRequired,
     /// The ACLs do not let the connection's principal do this.
     NotAuthorized,
+    /// A native request reached the broker's Kafka listener; the connection is closed. Not to
+    /// be retried: the address is the wrong one.
+    WrongListener,
 }
 
 impl fmt::Display for ErrorCode {
@@ -440,6 +443,7 @@ impl fmt::Display for ErrorCode {
             Self::AuthenticationFailed => "AUTHENTICATION_FAILED",
             Self::AuthenticationRequired => "AUTHENTICATION_REQUIRED",
             Self::NotAuthorized => "NOT_AUTHORIZED",
+            Self::WrongListener => "WRONG_LISTENER",
         };
         f.write_str(name)
     }
