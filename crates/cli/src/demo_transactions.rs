@@ -310,6 +310,8 @@ async fn crash_twice(
     let processor_killed_with = reached.recv().await.context("the processor stopped")?;
     first.abort();
     let _ = first.await;
+    // The takeover: a new instance in its place.
+    stats.restarts.fetch_add(1, Ordering::Relaxed);
 
     // Second crash: the broker, while the new instance is in the middle of a transaction.
     let (stop, mut reached) = MidTransaction::new();

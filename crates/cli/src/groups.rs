@@ -121,7 +121,7 @@ async fn describe(conn: &mut KafkaConnection, group: &str, json_out: bool) -> Re
     let mut members = Vec::new();
     for member in &found.members {
         let assigned = assignment(&member.member_assignment);
-        for (topic, partition) in &assigned {
+        for (topic, partition) in assigned.iter().flatten() {
             rows.insert(
                 (topic.clone(), *partition),
                 Row {
@@ -137,6 +137,7 @@ async fn describe(conn: &mut KafkaConnection, group: &str, json_out: bool) -> Re
             member.member_id.to_string(),
             member.client_id.to_string(),
             assigned,
+            member.member_assignment.len(),
         ));
     }
     let offsets: OffsetFetchResponse = conn
@@ -165,14 +166,16 @@ async fn describe(conn: &mut KafkaConnection, group: &str, json_out: bool) -> Re
     if json_out {
         let members: Vec<_> = members
             .iter()
-            .map(|(id, client, assigned)| {
+            .map(|(id, client, assigned, bytes)| {
                 json!({
                     "member_id": id,
                     "client_id": client,
-                    "assignment": assigned
+                    // null: not the consumer protocol's format (its size is given instead).
+                    "assignment": assigned.as_ref().map(|assigned| assigned
                         .iter()
                         .map(|(t, p)| json!({"topic": t, "partition": p}))
-                        .collect::<Vec<_>>(),
+                        .collect::<Vec<_>>()),
+                    "assignment_bytes": bytes,
                 })
             })
             .collect();
@@ -211,11 +214,18 @@ async fn describe(conn: &mut KafkaConnection, group: &str, json_out: bool) -> Re
             found.protocol_data.as_str()
         }
     );
-    for (id, client, assigned) in &members {
-        println!(
-            "  member {id} (client {client}): {} partition(s)",
-            assigned.len()
-        );
+    for (id, client, assigned, bytes) in &members {
+        match assigned {
+            Some(assigned) if *bytes > 0 => println!(
+                "  member {id} (client {client}): {} partition(s)",
+                assigned.len()
+            ),
+            Some(_) => println!("  member {id} (client {client}): no assignment yet"),
+            None => println!(
+                "  member {id} (client {client}): an assignment of {bytes} bytes not in the consumer protocol's format (protocol {})",
+                found.protocol_data.as_str()
+            ),
+        }
     }
     println!(
         "{:<24} {:>9} {:>12} {:>12} {:>8}  MEMBER",
@@ -282,16 +292,23 @@ async fn end_offsets(
     Ok(())
 }
 
-/// The (topic, partition) pairs of a consumer-protocol assignment; empty if it is not one.
-fn assignment(bytes: &Bytes) -> Vec<(String, i32)> {
+/// The (topic, partition) pairs of a consumer-protocol assignment (none for no bytes, a
+/// member not assigned yet); `None` if it is not one (another protocol's, or damaged).
+fn assignment(bytes: &Bytes) -> Option<Vec<(String, i32)>> {
+    if bytes.is_empty() {
+        return Some(Vec::new());
+    }
     // The counts are checked against the bytes first: the decoder reserves room for a count
     // before reading, and these bytes come from some other client.
     if !plausible_assignment(bytes) {
-        return Vec::new();
+        return None;
     }
     let mut buffer = bytes.clone();
-    let version = buffer.get_i16();
+    // A version above 3 is read as 3, as Kafka's consumer reads it (the fields it added stay
+    // after the ones read here).
+    let version = buffer.get_i16().min(3);
     ConsumerProtocolAssignment::decode(&mut buffer, version)
+        .ok()
         .map(|decoded| {
             decoded
                 .assigned_partitions
@@ -302,7 +319,6 @@ fn assignment(bytes: &Bytes) -> Vec<(String, i32)> {
                 })
                 .collect()
         })
-        .unwrap_or_default()
 }
 
 /// Whether the array counts of a (version 0-3, non-flexible) assignment fit its bytes.
@@ -315,7 +331,7 @@ fn plausible_assignment(bytes: &[u8]) -> bool {
     };
     let mut walk = || -> Option<()> {
         let version = i16::from_be_bytes(take(2)?.try_into().ok()?);
-        if !(0..=3).contains(&version) {
+        if version < 0 {
             return None;
         }
         let topics = usize::try_from(i32::from_be_bytes(take(4)?.try_into().ok()?)).ok()?;
@@ -328,4 +344,57 @@ fn plausible_assignment(bytes: &[u8]) -> bool {
         Some(())
     };
     walk().is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A consumer-protocol assignment of `version` (its v0-v3 fields): partitions 0 and 2 of
+    /// "t", no user data, then `extra` bytes a later version adds.
+    fn consumer_assignment(version: i16, extra: &[u8]) -> Bytes {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&version.to_be_bytes());
+        bytes.extend_from_slice(&1i32.to_be_bytes());
+        bytes.extend_from_slice(&1i16.to_be_bytes());
+        bytes.push(b't');
+        bytes.extend_from_slice(&2i32.to_be_bytes());
+        bytes.extend_from_slice(&0i32.to_be_bytes());
+        bytes.extend_from_slice(&2i32.to_be_bytes());
+        bytes.extend_from_slice(&(-1i32).to_be_bytes());
+        bytes.extend_from_slice(extra);
+        Bytes::from(bytes)
+    }
+
+    #[test]
+    fn assignments_of_every_consumer_version_read_and_others_are_told_apart_from_none() {
+        let read = vec![("t".to_owned(), 0), ("t".to_owned(), 2)];
+        for version in 0..=3 {
+            assert_eq!(
+                assignment(&consumer_assignment(version, &[])),
+                Some(read.clone())
+            );
+        }
+        // A later version is read as 3, as Kafka's consumer reads it.
+        assert_eq!(
+            assignment(&consumer_assignment(4, &[0, 0, 0, 7])),
+            Some(read)
+        );
+        assert_eq!(
+            assignment(&Bytes::new()),
+            Some(Vec::new()),
+            "not yet assigned"
+        );
+        for other in [
+            &b"{\"custom\": true}"[..],
+            &[0xff, 0xff, 0, 0][..],
+            &[0, 0, 0][..],
+        ] {
+            assert_eq!(
+                assignment(&Bytes::copy_from_slice(other)),
+                None,
+                "{other:?}"
+            );
+        }
+    }
 }

@@ -69,7 +69,8 @@ pub struct PipelineStats {
     pub records: AtomicU64,
     /// Requests sent again after no answer, or after a retriable refusal.
     pub retries: AtomicU64,
-    /// Instances that ended on a refusal and were started again.
+    /// Instances started after the first: a takeover after a crash, or after a refusal no retry
+    /// mends.
     pub restarts: AtomicU64,
 }
 

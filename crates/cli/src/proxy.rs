@@ -77,7 +77,11 @@ impl KafkaProxyArgs {
 
 pub async fn run(args: Args) -> Result<()> {
     let config = args.kafka.config(args.faults.config(DefaultRates::NONE)?)?;
-    let shutdown = crate::serve::shutdown_signal()?;
+    let signal = crate::serve::shutdown_signal()?;
+    let shutdown = async move {
+        let received = signal.await;
+        tracing::info!(signal = received, "proxy stopping");
+    };
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;

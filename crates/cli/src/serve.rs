@@ -89,7 +89,16 @@ pub async fn run(args: Args) -> Result<()> {
         );
     }
     let signal = shutdown_signal()?;
-    // Recovery happens here, before the listeners exist: once the addresses are announced, the
+    // Every address is bound first, so a busy one stops the start before anything else (no
+    // recovery, no clock started); connections wait in the backlog until served.
+    let native_listener = bind(config.net.listen).await?;
+    let kafka_listener = bind(config.net.kafka_listen).await?;
+    let metrics_listener = match config.net.metrics_listen {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
+    let metrics_security = metrics_security(&config.net)?;
+    // Recovery happens here, before anything is served: once the addresses are announced, the
     // broker serves everything it stored.
     let started = std::time::Instant::now();
     let host = Host::start(&config)?;
@@ -102,13 +111,12 @@ pub async fn run(args: Args) -> Result<()> {
         );
     }
     let stop_metrics = CancellationToken::new();
-    let metrics = match config.net.metrics_listen {
-        Some(addr) => {
-            let listener = bind(addr).await?;
+    let metrics = match metrics_listener {
+        Some(listener) => {
             let bound = listener.local_addr()?;
             let node = Arc::clone(host.node());
             let stopped = stop_metrics.clone().cancelled_owned();
-            let security = metrics_security(&config.net)?;
+            let security = metrics_security;
             tokio::spawn(async move {
                 let limits = minibroker_metrics::MetricsLimits::default();
                 let served =
@@ -121,8 +129,8 @@ pub async fn run(args: Args) -> Result<()> {
         }
         None => None,
     };
-    let native = minibroker_native::serve(&host, bind(config.net.listen).await?)?;
-    let kafka = minibroker_kafka::serve(&host, bind(config.net.kafka_listen).await?)?;
+    let native = minibroker_native::serve(&host, native_listener)?;
+    let kafka = minibroker_kafka::serve(&host, kafka_listener)?;
     // Scripts wait for these lines to learn the ports; the native one comes first.
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "listening on {native}")?;
@@ -134,7 +142,8 @@ pub async fn run(args: Args) -> Result<()> {
     drop(stdout);
     host.set_ready();
 
-    signal.await;
+    let received = signal.await;
+    tracing::info!(signal = received, "stopping: draining connections");
     // The metrics endpoint stops at once; both listeners drain, then the broker is closed.
     stop_metrics.cancel();
     Ok(host.stop().await?)
@@ -148,11 +157,11 @@ async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener> {
 
 /// Registers for SIGINT (Ctrl-C) and SIGTERM (what `docker stop` and service managers send) now,
 /// so a signal that arrives before the returned future is first polled is not missed, and returns
-/// a future that resolves on either.
+/// a future that resolves on either, to the signal's name (each caller logs it as its own).
 ///
 /// # Errors
 /// If the signal handlers cannot be installed.
-pub fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
+pub fn shutdown_signal() -> Result<impl std::future::Future<Output = &'static str>> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -161,8 +170,8 @@ pub fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
             signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
         Ok(async move {
             tokio::select! {
-                _ = interrupt.recv() => tracing::info!("SIGINT received"),
-                _ = terminate.recv() => tracing::info!("SIGTERM received"),
+                _ = interrupt.recv() => "SIGINT",
+                _ = terminate.recv() => "SIGTERM",
             }
         })
     }
@@ -170,7 +179,7 @@ pub fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
     {
         Ok(async {
             let _ = tokio::signal::ctrl_c().await;
-            tracing::info!("Ctrl-C received");
+            "Ctrl-C"
         })
     }
 }

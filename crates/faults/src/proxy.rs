@@ -391,11 +391,11 @@ impl Relay {
             let n = counters.bump(&counters.requests_aimed);
             if fires(&config.drop_request, n, &mut rng) {
                 counters.bump(&counters.requests_dropped);
-                tracing::info!(request = n, frame = %id, "fault: request dropped");
+                tracing::debug!(request = n, frame = %id, "fault: request dropped");
                 continue;
             }
             if fires(&config.hold_request, n, &mut rng) {
-                tracing::info!(
+                tracing::debug!(
                     request = n,
                     frame = %id,
                     hold_ms = config.hold.as_millis() as u64,
@@ -413,7 +413,7 @@ impl Relay {
             }
             if fires(&config.delay_request, n, &mut rng) {
                 counters.bump(&counters.delayed);
-                tracing::info!(request = n, frame = %id, "fault: request delayed");
+                tracing::debug!(request = n, frame = %id, "fault: request delayed");
                 tokio::time::sleep(config.delay).await;
             }
             let reset = fires(&config.reset, n, &mut rng);
@@ -434,7 +434,7 @@ impl Relay {
                 // The pair is torn down only once the request has reached the broker's socket.
                 let _ = was_written.await;
                 counters.bump(&counters.resets);
-                tracing::info!(
+                tracing::debug!(
                     request = n,
                     frame = %id,
                     "fault: connection reset after forwarding"
@@ -470,12 +470,12 @@ impl Relay {
             let n = counters.bump(&counters.responses_aimed);
             if fires(&config.drop_response, n, &mut rng) {
                 counters.bump(&counters.responses_dropped);
-                tracing::info!(response = n, frame = %id, "fault: response dropped (lost ack)");
+                tracing::debug!(response = n, frame = %id, "fault: response dropped (lost ack)");
                 continue;
             }
             if fires(&config.delay_response, n, &mut rng) {
                 counters.bump(&counters.delayed);
-                tracing::info!(response = n, frame = %id, "fault: response delayed");
+                tracing::debug!(response = n, frame = %id, "fault: response delayed");
                 // A reset during the delay wins: the delayed ack is lost with the connection.
                 tokio::select! {
                     () = tokio::time::sleep(config.delay) => {}
@@ -608,7 +608,7 @@ impl Held<'_> {
                 () = tokio::time::sleep(hold) => {}
                 _ = release.changed() => {}
             }
-            tracing::info!(request, frame = %label, "fault: held request released");
+            tracing::debug!(request, frame = %label, "fault: held request released");
             let forward = Forward {
                 frame,
                 written: None,

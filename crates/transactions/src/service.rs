@@ -357,7 +357,8 @@ impl TransactionService {
     async fn finish(&self, txn: &Transaction) -> bool {
         let commit = txn.state() == TxnState::PrepareCommit;
         let (id, producer_id, epoch) = (txn.transactional_id(), txn.producer_id(), txn.epoch());
-        tracing::info!(
+        // One line per transaction end: debug (a failure warns below).
+        tracing::debug!(
             transactional_id = id,
             state = txn.state().name(),
             partitions = txn.partitions().count(),
