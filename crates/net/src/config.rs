@@ -327,11 +327,11 @@ impl NetConfig {
         if sasl && self.users_file.is_none() {
             return fail("a SASL security protocol needs users_file".into());
         }
-        if let Some(bad) = self.super_users.iter().find(|user| {
-            !user.starts_with("User:")
-                || user.len() == "User:".len()
-                || user.contains(char::is_whitespace)
-        }) {
+        if let Some(bad) = self
+            .super_users
+            .iter()
+            .find(|user| minibroker_security::acl::check_principal(user).is_err())
+        {
             return fail(format!("super_users: {bad:?} is not User:NAME"));
         }
         if (protocol != SecurityProtocol::Plaintext || native != SecurityProtocol::Plaintext)

@@ -181,17 +181,19 @@ pub struct Acl {
     pub host: String,
 }
 
+/// One line of the ACLs file; the principal and the resource name are written by
+/// [`crate::field`], so a name with a space (`User:Jane Doe`, a certificate's) reads back.
 impl fmt::Display for Acl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "{} {} {} {} {} {} {}",
-            self.principal,
+            crate::field::encode(&self.principal),
             self.permission,
             self.operation,
             self.resource_type,
             self.pattern_type,
-            self.name,
+            crate::field::encode(&self.name),
             self.host
         )
     }
@@ -208,7 +210,8 @@ pub struct InvalidAcl(pub String);
 /// [`InvalidAcl`] saying what is wrong.
 pub fn check_principal(principal: &str) -> Result<(), InvalidAcl> {
     match principal.strip_prefix("User:") {
-        Some(name) if !name.is_empty() && !name.chars().any(char::is_whitespace) => Ok(()),
+        // Any name a certificate or a login gives, blanks too: the file encodes them.
+        Some(name) if !name.is_empty() => Ok(()),
         _ => Err(InvalidAcl(format!(
             "principal {principal:?} is not User:NAME (or User:*)"
         ))),
@@ -229,11 +232,8 @@ impl Acl {
                 self.host
             )));
         }
-        if self.name.is_empty() || self.name.chars().any(char::is_whitespace) {
-            return Err(InvalidAcl(format!(
-                "resource name {:?} is empty or has a blank",
-                self.name
-            )));
+        if self.name.is_empty() {
+            return Err(InvalidAcl("the resource name is empty".into()));
         }
         if self.resource_type == ResourceType::Cluster
             && (self.name != CLUSTER_NAME || self.pattern_type != PatternType::Literal)
@@ -301,7 +301,7 @@ impl Acl {
         };
         let word = |what: &str, value: &str| format!("unknown {what} {value:?}");
         let acl = Self {
-            principal: principal.to_owned(),
+            principal: crate::field::decode(principal)?.into_owned(),
             permission: Permission::from_word(permission)
                 .ok_or_else(|| word("permission", permission))?,
             operation: Operation::from_word(operation)
@@ -310,7 +310,7 @@ impl Acl {
                 .ok_or_else(|| word("resource type", resource_type))?,
             pattern_type: PatternType::from_word(pattern_type)
                 .ok_or_else(|| word("pattern type", pattern_type))?,
-            name: name.to_owned(),
+            name: crate::field::decode(name)?.into_owned(),
             host: host.to_owned(),
         };
         acl.check().map_err(|error| error.0)?;

@@ -12,6 +12,8 @@
 //! - [`acl`] — Kafka's authorisation model: ACLs, the ACLs file, and the decision with its
 //!   reason ([`Authorizer`]).
 //! - [`owners`] — which principal each producer id was issued to, kept across restarts.
+//! - [`field`] — how a name a client chose (a principal, a resource) is written as one field of
+//!   those files, whatever it holds.
 //! - [`pki`] — certificates for TLS: an authority, server and client certificates.
 //!
 //! # Example
@@ -28,6 +30,7 @@
 //! ```
 
 pub mod acl;
+pub mod field;
 mod file;
 pub mod owners;
 pub mod pki;

@@ -10,11 +10,15 @@
 //! `producer-owners` in its data directory and syncs it before the id is handed out:
 //!
 //! ```text
-//! minibroker producer-owners 1
+//! minibroker producer-owners 2
 //! 1000 1796190000000 User:alice 5a1f03c2
+//! 1001 1796190000150 User:Jane%20Doe 0b7e91d4
 //! ```
 //!
-//! (id, when issued in ms, principal, and the CRC-32C of what precedes it on the line). A torn
+//! (id, when issued in ms, principal, and the CRC-32C of what precedes it on the line). The
+//! principal is written by [`crate::field`], so any name a login or a certificate gives (`CN=Jane
+//! Doe`) reads back as it was. Version 1 files (the principal as it was, which a space broke) are
+//! read, with a principal holding spaces taken whole, and rewritten as version 2. A torn
 //! last line (a crash mid-append: that id was never handed out) is dropped; any other line that
 //! does not read, or whose checksum fails, is an error naming the file and line: a flipped byte
 //! must not hand an id to someone else. The file is rewritten, without
@@ -30,7 +34,10 @@ use std::sync::{Mutex, PoisonError};
 use crate::file::{FileError, read_text, save_atomically};
 
 /// The file's first line: its format and version.
-const HEADER: &str = "minibroker producer-owners 1";
+const HEADER: &str = "minibroker producer-owners 2";
+
+/// The first line of version 1, still read: the principal as it was, not encoded.
+const HEADER_V1: &str = "minibroker producer-owners 1";
 
 /// Whose a producer id is, to the principal asking.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -224,8 +231,9 @@ fn parse(text: &str, path: &Path) -> Result<Held, FileError> {
         reason,
     };
     let mut lines = text.split_inclusive('\n').enumerate();
-    match lines.next() {
-        Some((_, first)) if first.trim_end() == HEADER => {}
+    let encoded = match lines.next() {
+        Some((_, first)) if first.trim_end() == HEADER => true,
+        Some((_, first)) if first.trim_end() == HEADER_V1 => false,
         Some((_, first)) => {
             return Err(bad(
                 1,
@@ -236,7 +244,7 @@ fn parse(text: &str, path: &Path) -> Result<Held, FileError> {
             ));
         }
         None => return Ok(Held::default()),
-    }
+    };
     let mut held = Held::default();
     for (index, line) in lines {
         let Some(line) = line.strip_suffix('\n') else {
@@ -252,15 +260,19 @@ fn parse(text: &str, path: &Path) -> Result<Held, FileError> {
                 "damaged: its checksum does not match".into(),
             ));
         }
-        let mut fields = content.split(' ');
+        // Version 1 wrote the principal as it was: it is the rest of the line, spaces and all.
+        let mut fields = content.splitn(if encoded { 4 } else { 3 }, ' ');
         let parsed = (|| {
             let id = fields.next()?.parse::<i64>().ok()?;
             let at = fields.next()?.parse::<i64>().ok()?;
-            let principal = fields.next().filter(|p| p.starts_with("User:"))?;
-            fields
-                .next()
-                .is_none()
-                .then(|| (id, at, principal.to_owned()))
+            let principal = fields.next()?;
+            let principal = if encoded {
+                crate::field::decode(principal).ok()?.into_owned()
+            } else {
+                principal.to_owned()
+            };
+            (principal.starts_with("User:") && fields.next().is_none())
+                .then_some((id, at, principal))
         })();
         let (id, at, principal) =
             parsed.ok_or_else(|| bad(index + 1, "expected ID ISSUED_MS User:NAME CRC".into()))?;
@@ -272,7 +284,7 @@ fn parse(text: &str, path: &Path) -> Result<Held, FileError> {
 
 /// One line of the file, checksum and newline included.
 fn line(id: i64, at_ms: i64, principal: &str) -> String {
-    let content = format!("{id} {at_ms} {principal}");
+    let content = format!("{id} {at_ms} {}", crate::field::encode(principal));
     let checksum = crc32c::crc32c(content.as_bytes());
     format!("{content} {checksum:08x}\n")
 }

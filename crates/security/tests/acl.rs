@@ -274,3 +274,46 @@ fn a_filter_names_acls_as_kafkas_binding_filter_does() {
     };
     assert_eq!(count(&denies_of_b), 1);
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+    /// Any principal a certificate or a login gives, and any group or transactional id, reads
+    /// back from the ACLs file as it was written.
+    #[test]
+    fn any_principal_and_resource_name_round_trip_through_the_file(
+        name in "\\PC+",
+        resource in "\\PC+",
+    ) {
+        let principal = format!("User:{name}");
+        let text = format!(
+            "{}\n",
+            Acl {
+                principal: principal.clone(),
+                permission: Permission::Allow,
+                operation: Operation::Read,
+                resource_type: ResourceType::Group,
+                pattern_type: PatternType::Literal,
+                name: resource.clone(),
+                host: "*".into(),
+            }
+        );
+        let acls = Acls::parse(&text, Path::new("acls")).unwrap();
+        let rules = authorizer(&[text.trim_end()]);
+        let asked = Request {
+            principal: &principal,
+            operation: Operation::Read,
+            resource_type: ResourceType::Group,
+            name: &resource,
+            host: None,
+        };
+        proptest::prop_assert!(rules.allows(&asked), "{text:?}");
+        proptest::prop_assert_eq!(Acls::parse(&acls.to_text(), Path::new("acls")).unwrap(), acls);
+    }
+}
+
+#[test]
+fn a_principal_with_a_space_is_written_and_read_back() {
+    let rules = authorizer(&["User:Jane%20Doe ALLOW READ TOPIC LITERAL t *"]);
+    assert!(rules.allows(&request("User:Jane Doe", Operation::Read, "t")));
+    assert!(!rules.allows(&request("User:Jane", Operation::Read, "t")));
+}

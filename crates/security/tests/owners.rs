@@ -123,3 +123,49 @@ fn only_the_owner_may_use_an_id_and_its_use_keeps_the_record() {
         Use::Owner
     );
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    /// Whatever a certificate's common name or a login holds, its producer ids read back as its.
+    #[test]
+    fn any_principal_round_trips_through_the_file(name in proptest::prelude::any::<String>()) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("producer-owners");
+        let principal = format!("User:{name}");
+        let owners = ProducerOwners::open(Some(path.clone()), 100, DAY_MS, NOW).unwrap();
+        owners.record(1000, &principal, NOW).unwrap();
+        owners.record(1001, "User:alice", NOW).unwrap();
+        drop(owners);
+        ProducerOwners::check(&path).unwrap();
+        let reopened = ProducerOwners::open(Some(path), 100, DAY_MS, NOW).unwrap();
+        proptest::prop_assert_eq!(reopened.owner(1000), Some(principal.clone()));
+        proptest::prop_assert_eq!(reopened.check_use(1000, &principal, NOW).unwrap(), Use::Owner);
+        proptest::prop_assert_eq!(reopened.owner(1001), Some("User:alice".to_owned()));
+    }
+}
+
+#[test]
+fn a_certificate_name_with_a_space_is_read_back_and_an_older_file_still_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("producer-owners");
+    let owners = ProducerOwners::open(Some(path.clone()), 100, DAY_MS, NOW).unwrap();
+    owners.record(1000, "User:Jane Doe", NOW).unwrap();
+    drop(owners);
+    let reopened = ProducerOwners::open(Some(path.clone()), 100, DAY_MS, NOW).unwrap();
+    assert_eq!(reopened.owner(1000).as_deref(), Some("User:Jane Doe"));
+    drop(reopened);
+    // A version 1 file, as an older broker wrote it (the name as it was, space and all).
+    let content = format!("1001 {NOW} User:John Roe");
+    let checksum = crc32c::crc32c(content.as_bytes());
+    std::fs::write(
+        &path,
+        format!("minibroker producer-owners 1\n{content} {checksum:08x}\n"),
+    )
+    .unwrap();
+    assert_eq!(ProducerOwners::check(&path).unwrap(), 1);
+    let upgraded = ProducerOwners::open(Some(path.clone()), 100, DAY_MS, NOW).unwrap();
+    assert_eq!(upgraded.owner(1001).as_deref(), Some("User:John Roe"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.starts_with("minibroker producer-owners 2\n"), "{text}");
+    assert!(text.contains("User:John%20Roe"), "{text}");
+}
