@@ -469,6 +469,14 @@ fn check_data_finds_a_flipped_byte_in_every_kind_of_file() {
         std::fs::write(&damaged, bytes).unwrap();
         let output = check_data(&copy);
         let report = String::from_utf8_lossy(&output.stdout);
+        if damaged.to_string_lossy().ends_with(".index") {
+            // Indexes are written unsynced, as a crash may leave them: a start scans the
+            // segment and writes the index again, so it is a note, not damage.
+            assert!(output.status.success(), "{}: {report}", damaged.display());
+            let line = format!("note {}: does not read", damaged.display());
+            assert!(report.contains(&line), "{line} not in {report}");
+            continue;
+        }
         assert!(!output.status.success(), "{}: {report}", damaged.display());
         let line = format!("DAMAGED {}", damaged.display());
         assert!(report.contains(&line), "{line} not in {report}");

@@ -13,6 +13,7 @@ use crate::names::{
     COMPACTED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SNAPSHOT_SUFFIX, file_name, parse_name,
 };
 use crate::offset_files::OFFSET_FILES;
+use crate::recovery::SegmentFiles;
 use crate::segment::{Damage, Segment};
 use crate::storage::{Storage, TEMPORARY_SUFFIX, read_whole};
 
@@ -77,18 +78,31 @@ impl Checked {
 /// When the directory cannot be listed or a file cannot be read at all.
 pub fn check_partition_dir(storage: &Arc<dyn Storage>, dir: &Path) -> io::Result<Checked> {
     let mut checked = Checked::default();
-    let mut bases = Vec::new();
-    for name in storage.list(dir)? {
+    let names = storage.list(dir)?;
+    let SegmentFiles {
+        bases,
+        unfinished_swaps,
+    } = SegmentFiles::of(&names);
+    for base in unfinished_swaps {
+        checked.add_note(
+            dir.join(file_name(base, LOG_SUFFIX)),
+            format!(
+                "replaced by {}: a compaction's swap a stop interrupted (the next start deletes this file)",
+                file_name(base, COMPACTED_SUFFIX)
+            ),
+        );
+    }
+    for name in names {
         let path = dir.join(&name);
         if name.ends_with(TEMPORARY_SUFFIX) {
             checked.add_note(
                 path,
                 "a write that never finished (removed at the next start)",
             );
-        } else if let Some(base) = parse_name(&name, LOG_SUFFIX) {
-            bases.push((base, false));
-        } else if let Some(base) = parse_name(&name, COMPACTED_SUFFIX) {
-            bases.push((base, true));
+        } else if parse_name(&name, LOG_SUFFIX).is_some()
+            || parse_name(&name, COMPACTED_SUFFIX).is_some()
+        {
+            // Segments: read below, in the order of their base offsets.
         } else if parse_name(&name, SNAPSHOT_SUFFIX).is_some() {
             checked.snapshots.push(path);
         } else if let Some(file) = OFFSET_FILES.iter().find(|file| file.name == name) {
@@ -103,7 +117,6 @@ pub fn check_partition_dir(storage: &Arc<dyn Storage>, dir: &Path) -> io::Result
             checked.add_note(path, "not a file of the log (left alone)");
         }
     }
-    bases.sort_unstable();
     let mut expected: Option<i64> = None;
     let last = bases.last().map(|(base, _)| *base);
     for (base, compacted) in bases {
@@ -190,6 +203,10 @@ fn check_index(
     match Segment::from_index(scanned.base_offset, file, &index) {
         Some(indexed) if indexed.summary() == scanned.summary() => {}
         Some(_) => checked.add_damage(path, "does not describe its segment"),
-        None => checked.add_damage(path, "damaged (bad checksum or layout)"),
+        // What a start repairs itself: it scans the segment and writes the index again.
+        None => checked.add_note(
+            path,
+            "does not read (a bad checksum, or an index of the segment a compaction replaced): the segment is scanned at start and its index written again",
+        ),
     }
 }

@@ -13,6 +13,42 @@ use crate::open_files::OpenFiles;
 use crate::segment::{Damage, Segment};
 use crate::storage::{Storage, StorageFile, TEMPORARY_SUFFIX, read_whole, replace_unsynced};
 
+/// The segment files of a directory, as a start reads its names (and `minibroker check-data`
+/// with it, so the two never disagree on what a directory holds).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct SegmentFiles {
+    /// Each segment's base offset, in order, with whether compaction wrote it (`.compacted`).
+    pub(crate) bases: Vec<(i64, bool)>,
+    /// Bases with both a `.log` and a `.compacted`: a compaction's swap that a stop
+    /// interrupted. The compacted one is complete (it is renamed into place only once synced),
+    /// so the `.log` is the one to go, and a start deletes it.
+    pub(crate) unfinished_swaps: Vec<i64>,
+}
+
+impl SegmentFiles {
+    pub(crate) fn of(names: &[String]) -> Self {
+        let mut bases = std::collections::BTreeMap::new();
+        let mut logs = std::collections::BTreeSet::new();
+        for name in names {
+            if let Some(base) = parse_name(name, COMPACTED_SUFFIX) {
+                bases.insert(base, true);
+            } else if let Some(base) = parse_name(name, LOG_SUFFIX) {
+                logs.insert(base);
+                bases.entry(base).or_insert(false);
+            }
+        }
+        let unfinished_swaps = bases
+            .iter()
+            .filter(|&(base, &compacted)| compacted && logs.contains(base))
+            .map(|(&base, _)| base)
+            .collect();
+        Self {
+            bases: bases.into_iter().collect(),
+            unfinished_swaps,
+        }
+    }
+}
+
 /// One log directory being opened.
 pub(crate) struct Recovery<'a> {
     pub(crate) storage: &'a Arc<dyn Storage>,
@@ -39,32 +75,21 @@ impl Recovery<'_> {
             .storage
             .list(self.dir)
             .map_err(|e| self.io_error("listing the directory", e))?;
-        let mut bases = std::collections::BTreeMap::new();
-        for name in &names {
-            if name.ends_with(TEMPORARY_SUFFIX) {
-                let _ = self.storage.remove_file(&self.dir.join(name));
-            } else if let Some(base) = parse_name(name, COMPACTED_SUFFIX) {
-                bases.insert(base, true);
-            } else if let Some(base) = parse_name(name, LOG_SUFFIX) {
-                bases.entry(base).or_insert(false);
-            }
+        for name in names.iter().filter(|name| name.ends_with(TEMPORARY_SUFFIX)) {
+            let _ = self.storage.remove_file(&self.dir.join(name));
         }
-        let mut swapped = false;
-        for (&base, &compacted) in &bases {
-            let replaced = self.dir.join(file_name(base, LOG_SUFFIX));
-            if compacted && names.contains(&file_name(base, LOG_SUFFIX)) {
-                self.storage
-                    .remove_file(&replaced)
-                    .map_err(|e| self.io_error("finishing a compaction's swap", e))?;
-                swapped = true;
-            }
+        let files = SegmentFiles::of(&names);
+        for &base in &files.unfinished_swaps {
+            self.storage
+                .remove_file(&self.dir.join(file_name(base, LOG_SUFFIX)))
+                .map_err(|e| self.io_error("finishing a compaction's swap", e))?;
         }
-        if swapped {
+        if !files.unfinished_swaps.is_empty() {
             self.storage
                 .sync_dir(self.dir)
                 .map_err(|e| self.io_error("syncing the directory", e))?;
         }
-        Ok(bases.into_iter().collect())
+        Ok(files.bases)
     }
 
     /// A new log's first, empty segment.

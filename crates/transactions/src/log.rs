@@ -4,10 +4,15 @@
 //! record ([`Transaction::encode`]) is appended — a u32 big-endian length, then the sealed
 //! record — and synced. The last record of an id is its state; a Dead one is a tombstone.
 //!
-//! At open the file is read whole. A torn last record (a crash in the middle of an append,
-//! which was never answered) is cut; a damaged record before it refuses the open, naming the
-//! file and the offset, since what it held cannot be known — and so does a damaged length that
-//! looks like a torn tail but has whole records after it. The file is then rewritten with one
+//! At open the file is read whole. The torn-tail rule is the segments' (and Kafka's log
+//! recovery's): bytes at the end that are not a whole record are what a crash in the middle of an
+//! append leaves — an append that was never synced, so never answered — and are cut, with a
+//! warning naming the file, where they began and how many bytes went (anything else that cuts a
+//! record off the end, a copy that lost its last bytes, is lost data, and the warning is how it
+//! is seen). `minibroker check-data` reports such a tail as damage, as it reports a segment's. A
+//! damaged record before the tail refuses the open, naming the file and the offset, since what
+//! it held cannot be known — and so does a damaged length that looks like a torn tail but has
+//! whole records after it. The file is then rewritten with one
 //! record per live id (atomically: a crash leaves the old file or the new one), and again
 //! whenever it grows past [`COMPACT_BYTES`] and twice what its live records take.
 
@@ -69,6 +74,10 @@ pub struct TransactionLog {
     live: BTreeMap<String, Vec<u8>>,
     /// What those records take together.
     live_bytes: u64,
+    /// A sync failed: what the file holds past `size` is unknown, so nothing more is appended
+    /// (the coordinator refuses changes until a restart reads the file again), as a partition
+    /// goes read-only after a failed sync.
+    failed_sync: bool,
 }
 
 impl TransactionLog {
@@ -93,7 +102,15 @@ impl TransactionLog {
                 });
             }
         };
-        let (live, states) = read_records(&bytes, &path)?;
+        let (live, states, torn) = read_records(&bytes, &path)?;
+        if let Some(torn) = &torn {
+            tracing::warn!(
+                file = %path.display(),
+                at = torn.at,
+                bytes = torn.bytes,
+                "cut a torn tail off the transaction log: an append a crash interrupted (never answered), or lost data"
+            );
+        }
         let (file, size) = rewrite(&*storage, &path, &live)?;
         let log = Self {
             storage,
@@ -102,6 +119,7 @@ impl TransactionLog {
             size,
             live_bytes: size,
             live,
+            failed_sync: false,
         };
         Ok((log, states.into_values().collect()))
     }
@@ -112,7 +130,14 @@ impl TransactionLog {
     pub fn check(storage: &dyn Storage, dir: &Path) -> Option<(PathBuf, Option<String>)> {
         let path = dir.join(FILE_NAME);
         let problem = match read_whole(storage, &path) {
-            Ok(bytes) => read_records(&bytes, &path).err().map(|e| e.to_string()),
+            Ok(bytes) => match read_records(&bytes, &path) {
+                Ok((_, _, Some(torn))) => Some(format!(
+                    "{} bytes at byte {} are not a whole record; the next start cuts them (a crash leaves a torn tail; anything else is lost data)",
+                    torn.bytes, torn.at
+                )),
+                Ok(_) => None,
+                Err(error) => Some(error.to_string()),
+            },
             Err(error) if error.kind() == io::ErrorKind::NotFound => return None,
             Err(error) => Some(format!("cannot read it: {error}")),
         };
@@ -131,12 +156,24 @@ impl TransactionLog {
             path: self.path.clone(),
             source,
         };
+        if self.failed_sync {
+            return Err(failed(
+                "appending after a failed sync to",
+                io::Error::other("an earlier sync failed; restart the broker"),
+            ));
+        }
         if let Err(error) = self.file.append(&framed) {
             // Cut what part of it was written, so the next record follows a whole one.
             let _ = self.file.truncate(self.size);
             return Err(failed("appending to", error));
         }
-        self.file.sync().map_err(|error| failed("syncing", error))?;
+        if let Err(error) = self.file.sync() {
+            // Never answered, and never to be followed by a record that a later sync would
+            // make durable with it; whatever of it a crash keeps, whole or torn, the next start
+            // reads by the torn-tail rule.
+            self.failed_sync = true;
+            return Err(failed("syncing", error));
+        }
         self.size += framed.len() as u64;
         let id = transaction.transactional_id();
         let added = framed.len() as u64;
@@ -166,11 +203,25 @@ impl TransactionLog {
     }
 }
 
-/// Each live id's last record as framed in the file, and each live id's state.
-type Records = (BTreeMap<String, Vec<u8>>, BTreeMap<String, Transaction>);
+/// Each live id's last record as framed in the file, each live id's state, and the torn tail
+/// left out.
+type Records = (
+    BTreeMap<String, Vec<u8>>,
+    BTreeMap<String, Transaction>,
+    Option<TornTail>,
+);
 
-/// Each live id's last record, framed, and its state, from the log's `bytes` (a torn record at
-/// the end, an append that never finished, is left out).
+/// Bytes at the end of the log that are not a whole record: where they begin, how many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TornTail {
+    /// Where they begin.
+    pub at: usize,
+    /// How many bytes.
+    pub bytes: usize,
+}
+
+/// Each live id's last record, framed, and its state, from the log's `bytes`, with the torn
+/// record at the end (an append that never finished), which is left out.
 fn read_records(bytes: &[u8], path: &Path) -> Result<Records, TransactionLogError> {
     let mut live = BTreeMap::new();
     let mut states = BTreeMap::new();
@@ -208,7 +259,11 @@ fn read_records(bytes: &[u8], path: &Path) -> Result<Records, TransactionLogErro
             source: RecordError::Damaged("its length is damaged: whole records follow it"),
         });
     }
-    Ok((live, states))
+    let torn = (at < bytes.len()).then(|| TornTail {
+        at,
+        bytes: bytes.len() - at,
+    });
+    Ok((live, states, torn))
 }
 
 /// Whether a whole record that decodes starts anywhere from `from` on (found by its magic).

@@ -1,8 +1,9 @@
 //! Transactions through crashes of a simulated disk: a broker, its group coordinator and its
 //! transaction service on `SimStorage`, three transactional ids running transactions over two
 //! partitions and a group's offsets, and the disk crashed at a seed-chosen point — between
-//! requests, after an end's Prepare* is durable but before any marker, or with only some of its
-//! markers written. After the restart (its clock run past every timeout) it must hold:
+//! requests, after an end's Prepare* is durable but before any marker, with only some of its
+//! markers written, or in the middle of the transaction log's append of an end (any part of the
+//! record kept: a torn tail, cut at the start as the segments' is). After the restart (its clock run past every timeout) it must hold:
 //! - every transaction acknowledged as committed is read by a `read_committed` consumer, each
 //!   record once; none acknowledged as aborted is;
 //! - every other transaction is all or nothing: its records are read on every partition or on
@@ -16,7 +17,7 @@ use minibroker_broker::{Broker, BrokerConfig, FlushPolicy, Isolation, Unacknowle
 use minibroker_groups::{GroupConfig, GroupCoordinator};
 use minibroker_log::sim::SimStorage;
 use minibroker_records::{NewRecord, Writer};
-use minibroker_transactions::{TransactionConfig, TransactionService};
+use minibroker_transactions::{TransactionConfig, TransactionLog, TransactionService};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
@@ -96,9 +97,16 @@ enum Crash {
     Prepared,
     /// After one of an end's markers.
     OneMarker,
+    /// In the middle of the append of an end's Prepare* to the transaction log: written, its
+    /// sync failed (so never answered), and the crash keeps any part of it.
+    TornAppend,
 }
 
-async fn run_until_crash(node: &Node, rng: &mut Rng) -> (Vec<Expected>, Crash) {
+async fn run_until_crash(
+    node: &Node,
+    storage: &SimStorage,
+    rng: &mut Rng,
+) -> (Vec<Expected>, Crash) {
     let mut producers = Vec::new();
     for id in IDS {
         let (producer_id, epoch) = node.service.init_producer(id, None, 60_000).await.unwrap();
@@ -155,7 +163,18 @@ async fn run_until_crash(node: &Node, rng: &mut Rng) -> (Vec<Expected>, Crash) {
             continue;
         };
         let commit = rng.below(3) != 0;
-        match rng.below(8) {
+        match rng.below(9) {
+            8 => {
+                storage
+                    .faults
+                    .failing_sync
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                let coordinator = node.service.coordinator();
+                let ended =
+                    coordinator.end(producer.id, producer.producer_id, producer.epoch, commit, 0);
+                assert!(ended.is_err(), "the sync failed");
+                return (transactions, Crash::TornAppend);
+            }
             0 => {
                 let coordinator = node.service.coordinator();
                 let id = producer.id;
@@ -325,20 +344,27 @@ fn check(node: &Node, transactions: &[Expected], seed: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transactions_keep_their_outcomes_through_crashes_at_every_point() {
-    let mut crashes = [0u32; 3];
+    let mut crashes = [0u32; 4];
+    let mut torn_tails = 0;
     for seed in 0..SEEDS {
         let storage = SimStorage::new();
         let node = open(&storage);
         node.broker.create_topic(TOPIC, PARTITIONS).unwrap();
         let mut rng = Rng(seed);
-        let (transactions, crash) = run_until_crash(&node, &mut rng).await;
+        let (transactions, crash) = run_until_crash(&node, &storage, &mut rng).await;
         crashes[match crash {
             Crash::Between => 0,
             Crash::Prepared => 1,
             Crash::OneMarker => 2,
+            Crash::TornAppend => 3,
         }] += 1;
         drop(node);
-        let restarted = open(&storage.crash(seed));
+        let crashed = storage.crash(seed);
+        let log = TransactionLog::check(&crashed, std::path::Path::new("/data"));
+        if log.is_some_and(|(_, problem)| problem.is_some()) {
+            torn_tails += 1;
+        }
+        let restarted = open(&crashed);
         // Past every timeout: the open transactions are aborted, the prepared ones finished.
         let later = minibroker_records::now_millis() + 3_600_000;
         restarted.service.tick(later).await;
@@ -363,6 +389,7 @@ async fn transactions_keep_their_outcomes_through_crashes_at_every_point() {
                 .unwrap();
         }
     }
-    // Every kind of crash point was reached, many times.
+    // Every kind of crash point was reached, many times, and crashes left torn tails.
     assert!(crashes.iter().all(|&n| n > 100), "{crashes:?}");
+    assert!(torn_tails > 20, "{torn_tails} torn tails in {crashes:?}");
 }

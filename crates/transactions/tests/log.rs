@@ -96,10 +96,42 @@ fn a_torn_append_is_cut_and_what_came_before_is_kept() {
         bytes.extend_from_slice(&next);
         bytes.truncate(whole.len() + torn);
         storage.set_contents(&path(), bytes);
+        // check-data reports the tail as damage, as it reports a segment's torn tail: it
+        // cannot tell an append a crash interrupted from a record that lost its last bytes.
+        let (named, problem) = TransactionLog::check(&storage, Path::new("/data")).unwrap();
+        assert_eq!(named, path());
+        let problem = problem.expect("a torn tail is reported");
+        assert!(
+            problem.contains(&format!("{torn} bytes at byte {}", whole.len()))
+                && problem.contains("the next start cuts them"),
+            "{problem}"
+        );
         let (log, states) = open(&storage).unwrap();
         assert_eq!(states, std::slice::from_ref(&a), "torn after {torn} bytes");
         assert_eq!(log.size(), whole.len() as u64, "the torn bytes are cut");
+        drop(log);
+        assert_eq!(
+            TransactionLog::check(&storage, Path::new("/data")),
+            Some((path(), None)),
+            "cut at the start"
+        );
     }
+}
+
+#[test]
+fn the_last_record_cut_short_is_reported_by_check_data_and_cut_at_the_start() {
+    let storage = SimStorage::new();
+    let (mut log, _) = open(&storage).unwrap();
+    log.append(&ongoing("a", 1000)).unwrap();
+    log.append(&ongoing("b", 1001)).unwrap();
+    drop(log);
+    let whole = storage.contents(&path()).unwrap();
+    // Three bytes cut from the last, acknowledged record.
+    storage.set_contents(&path(), whole[..whole.len() - 3].to_vec());
+    let (_, problem) = TransactionLog::check(&storage, Path::new("/data")).unwrap();
+    assert!(problem.is_some_and(|p| p.contains("lost data")));
+    let (_, states) = open(&storage).unwrap();
+    assert_eq!(states, [ongoing("a", 1000)]);
 }
 
 #[test]
