@@ -1,7 +1,8 @@
 //! Structure-aware fuzzing of every decoder, in process: native request frames, Kafka requests
 //! (through the Kafka front end, as a connection feeds it), record batches, and every file of a
 //! data directory (topic list, producer-id reservation, groups' offsets, segments, indexes,
-//! producer-state snapshots, each through a broker starting on it).
+//! producer-state snapshots, each through a broker starting on it; the transaction log and the
+//! producer-owners file, any principal in it, each through its own reader).
 //!
 //! Each target starts from real encodings, mutates them (bits flipped, bytes set to edge values,
 //! big-endian integers overwritten, bytes cut, cloned or inserted) and then, where the format
@@ -730,4 +731,164 @@ fn producer_state_snapshots() {
         reseal(Path::new("x.snapshot"), &mut bytes);
         let _ = minibroker_state::decode_snapshot(&bytes);
     }
+}
+
+/// A transaction log of several ids in every state, as the coordinator writes it.
+fn transaction_log() -> Vec<u8> {
+    use minibroker_transactions::{Limits, TransactionCoordinator};
+    let storage = SimStorage::new();
+    let coordinator = TransactionCoordinator::open(
+        Limits::default(),
+        Arc::new(storage.clone()),
+        Path::new("/data"),
+    )
+    .expect("a new log");
+    let issue = |id| move || Ok::<i64, std::convert::Infallible>(id);
+    for (n, id) in [
+        "ongoing",
+        "prepared",
+        "committed",
+        "a name with spaces",
+        "é",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let producer_id = 1000 + n as i64;
+        coordinator
+            .init_producer(id, None, 60_000, issue(producer_id), 1)
+            .unwrap();
+        let partitions = vec![("out".to_owned(), 0), ("other topic".to_owned(), 7)];
+        coordinator
+            .add_partitions(id, producer_id, 0, &partitions, 2)
+            .unwrap();
+        coordinator
+            .add_group(id, producer_id, 0, "group", 3)
+            .unwrap();
+        if n >= 1 {
+            coordinator.end(id, producer_id, 0, n % 2 == 0, 4).unwrap();
+        }
+        if n >= 2 {
+            coordinator.complete(id, 5).unwrap();
+        }
+    }
+    drop(coordinator);
+    storage
+        .contents(&Path::new("/data").join(minibroker_transactions::FILE_NAME))
+        .expect("the log")
+}
+
+#[test]
+fn transaction_log_records_through_its_reader() {
+    use minibroker_transactions::TransactionLog;
+    let original = transaction_log();
+    let path = Path::new("/data").join(minibroker_transactions::FILE_NAME);
+    // The framed records: a u32 length, then a sealed record (its CRC-32C last).
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while at + 4 <= original.len() {
+        let len = u32::from_be_bytes(original[at..at + 4].try_into().unwrap()) as usize;
+        frames.push(original[at + 4..at + 4 + len].to_vec());
+        at += 4 + len;
+    }
+    assert!(frames.len() >= 5, "{} records", frames.len());
+    let mut rng = rng(6);
+    let (mut opened, mut refused) = (0, 0);
+    for _ in 0..iterations() {
+        let bytes = if rng.chance(0.3) {
+            // The file as a whole: lengths, cuts, records spliced.
+            let mut bytes = original.clone();
+            mutate(&mut rng, &mut bytes);
+            bytes
+        } else {
+            // One record, its checksum fixed so the mutation reaches the record's reader.
+            let mut records = frames.clone();
+            let pick = below(&mut rng, records.len());
+            mutate(&mut rng, &mut records[pick]);
+            reseal(Path::new("x.record"), &mut records[pick]);
+            records
+                .iter()
+                .flat_map(|record| {
+                    let mut framed = (record.len() as u32).to_be_bytes().to_vec();
+                    framed.extend_from_slice(record);
+                    framed
+                })
+                .collect()
+        };
+        let storage = SimStorage::new();
+        storage.set_contents(&path, bytes);
+        let _ = TransactionLog::check(&storage, Path::new("/data"));
+        match TransactionLog::open(Arc::new(storage), Path::new("/data")) {
+            Ok(_) => opened += 1,
+            Err(_) => refused += 1,
+        }
+    }
+    assert!(
+        opened > 0 && refused > 0,
+        "opened {opened}, refused {refused}"
+    );
+}
+
+#[test]
+fn producer_owners_files_with_any_principal_through_their_reader() {
+    use minibroker_security::ProducerOwners;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("producer-owners");
+    let mut rng = rng(7);
+    let (mut opened, mut refused) = (0, 0);
+    for round in 0..iterations() {
+        // Principals of any characters a certificate or a login could give.
+        let principal: String = (0..1 + below(&mut rng, 12))
+            .map(|_| {
+                let pick = [
+                    ' ',
+                    '%',
+                    '\n',
+                    '\t',
+                    'é',
+                    '\u{0}',
+                    'a',
+                    '=',
+                    ',',
+                    '\u{1F600}',
+                ];
+                pick[below(&mut rng, pick.len())]
+            })
+            .collect();
+        let principal = format!("User:{principal}");
+        let _ = std::fs::remove_file(&path);
+        let owners = ProducerOwners::open(Some(path.clone()), 100, 86_400_000, 1).unwrap();
+        owners.record(1000, &principal, 1).unwrap();
+        owners.record(1001, "User:alice", 1).unwrap();
+        drop(owners);
+        assert_eq!(ProducerOwners::check(&path).unwrap(), 2, "{principal:?}");
+        let reopened = ProducerOwners::open(Some(path.clone()), 100, 86_400_000, 1).unwrap();
+        assert_eq!(reopened.owner(1000), Some(principal.clone()));
+        drop(reopened);
+        // Then the file damaged, each line's checksum fixed half of the time.
+        let text = std::fs::read(&path).unwrap();
+        let mut lines: Vec<Vec<u8>> = text
+            .split_inclusive(|b| *b == b'\n')
+            .map(<[u8]>::to_vec)
+            .collect();
+        let pick = 1 + below(&mut rng, lines.len() - 1);
+        mutate(&mut rng, &mut lines[pick]);
+        if round % 2 == 0
+            && let Ok(line) = std::str::from_utf8(&lines[pick])
+            && let Some((content, _)) = line.trim_end_matches('\n').rsplit_once(' ')
+        {
+            let crc = crc32c::crc32c(content.as_bytes());
+            lines[pick] = format!("{content} {crc:08x}\n").into_bytes();
+        }
+        std::fs::write(&path, lines.concat()).unwrap();
+        let _ = ProducerOwners::check(&path);
+        match ProducerOwners::open(Some(path.clone()), 100, 86_400_000, 1) {
+            Ok(_) => opened += 1,
+            Err(_) => refused += 1,
+        }
+    }
+    assert!(
+        opened > 0 && refused > 0,
+        "opened {opened}, refused {refused}"
+    );
 }

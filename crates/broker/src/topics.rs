@@ -324,9 +324,10 @@ impl TopicRegistry {
                     tracing::warn!(
                         topic = name,
                         partition = index,
+                        file = %opened.log.active_path().display(),
                         bytes,
                         reason,
-                        "cut a torn or damaged tail from the log"
+                        "cut a torn or damaged tail from the log (a crash leaves one; anything else is lost data)"
                     );
                 }
                 let mut log = PartitionLog::Durable(opened.log);

@@ -419,6 +419,12 @@ impl DurableLog {
         &self.dir
     }
 
+    /// The active segment's file.
+    #[must_use]
+    pub fn active_path(&self) -> PathBuf {
+        self.dir.join(self.active.file_name())
+    }
+
     /// Whether its files still take writes; clones share the state.
     #[must_use]
     pub fn health(&self) -> &Health {

@@ -111,7 +111,16 @@ impl ProducerOwners {
         let mut held = Held::default();
         if let Some(path) = &path {
             if let Some(text) = read_text(path)? {
-                held = parse(&text, path)?;
+                let torn;
+                (held, torn) = parse(&text, path)?;
+                if let Some((line, bytes)) = torn {
+                    tracing::warn!(
+                        file = %path.display(),
+                        line,
+                        bytes,
+                        "dropped a torn last line of producer-owners: an issue a crash interrupted (never handed out), or lost data"
+                    );
+                }
                 held.forget(now_ms, expiration_ms, max_remembered.max(1));
             }
             // Start from a file holding only what is kept (and, for a new one, its header).
@@ -131,10 +140,20 @@ impl ProducerOwners {
     ///
     /// # Errors
     /// As [`Self::open`]: the first line that does not read, or whose checksum fails.
+    /// A torn last line is reported as the segments' torn tail is: the next start drops it.
     pub fn check(path: &Path) -> Result<usize, FileError> {
-        match read_text(path)? {
-            Some(text) => parse(&text, path).map(|held| held.owners.len()),
-            None => Ok(0),
+        let Some(text) = read_text(path)? else {
+            return Ok(0);
+        };
+        match parse(&text, path)? {
+            (held, None) => Ok(held.owners.len()),
+            (_, Some((line, bytes))) => Err(FileError::Line {
+                path: path.to_owned(),
+                line,
+                reason: format!(
+                    "a torn last line ({bytes} bytes, no newline); the next start drops it (a crash leaves one; anything else is lost data)"
+                ),
+            }),
         }
     }
 
@@ -224,7 +243,8 @@ impl ProducerOwners {
     }
 }
 
-fn parse(text: &str, path: &Path) -> Result<Held, FileError> {
+/// The ids a file's `text` holds, and its torn last line (its number and length), if any.
+fn parse(text: &str, path: &Path) -> Result<(Held, Option<(usize, usize)>), FileError> {
     let bad = |line: usize, reason: String| FileError::Line {
         path: path.to_owned(),
         line,
@@ -243,13 +263,13 @@ fn parse(text: &str, path: &Path) -> Result<Held, FileError> {
                 ),
             ));
         }
-        None => return Ok(Held::default()),
+        None => return Ok((Held::default(), None)),
     };
     let mut held = Held::default();
     for (index, line) in lines {
         let Some(line) = line.strip_suffix('\n') else {
             // Torn by a crash mid-append: never synced, so never handed out.
-            break;
+            return Ok((held, Some((index + 1, line.len()))));
         };
         let Some((content, checksum)) = line.rsplit_once(' ') else {
             return Err(bad(index + 1, "expected ID ISSUED_MS User:NAME CRC".into()));
@@ -279,7 +299,7 @@ fn parse(text: &str, path: &Path) -> Result<Held, FileError> {
         held.insert(id, principal, at);
         held.lines += 1;
     }
-    Ok(held)
+    Ok((held, None))
 }
 
 /// One line of the file, checksum and newline included.

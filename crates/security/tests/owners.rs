@@ -36,6 +36,12 @@ fn a_torn_last_line_is_dropped_and_a_damaged_one_refused() {
     let text = std::fs::read_to_string(&path).unwrap();
     // A crash mid-append: the last line has no newline.
     std::fs::write(&path, &text[..text.len() - 5]).unwrap();
+    // check-data reports it, as a segment's torn tail: the next start drops it.
+    let reported = ProducerOwners::check(&path).unwrap_err().to_string();
+    assert!(
+        reported.contains("line 3") && reported.contains("torn last line"),
+        "{reported}"
+    );
     let torn = ProducerOwners::open(Some(path.clone()), 100, DAY_MS, NOW).unwrap();
     assert_eq!(torn.owner(1000).as_deref(), Some("User:alice"));
     assert_eq!(torn.owner(1001), None);
