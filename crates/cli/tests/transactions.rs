@@ -422,7 +422,11 @@ fn a_broker_killed_while_ending_a_transaction_finishes_that_end_after_the_restar
         let addrs = (free_addr(), free_addr());
         let mut landed = false;
         for attempt in 0..5 {
-            let broker = ServeProcess::spawn(&mut durable_command(&addrs, dir.path()));
+            // The markers' line is debug: asked for, for this broker's transaction service.
+            let broker = ServeProcess::spawn(
+                durable_command(&addrs, dir.path())
+                    .env("RUST_LOG", "info,minibroker_transactions=debug"),
+            );
             let topic = format!("wide-{end}-{attempt}");
             let id = format!("{topic}-txn");
             let mut producer = kafka_script(
