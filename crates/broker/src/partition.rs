@@ -118,9 +118,7 @@ impl Partition {
     /// Whether its topic was deleted ([`Self::retire`]).
     #[must_use]
     pub fn is_deleted(&self) -> bool {
-        self.health
-            .failure()
-            .is_some_and(|failure| failure.is_deleted())
+        self.health.is_deleted()
     }
 
     /// Whether the partition stopped taking writes after a storage error.
@@ -135,6 +133,8 @@ impl Partition {
     /// [`BrokerError::ReadOnly`] once a write or sync of the partition failed.
     pub fn refuse_if_read_only(&self) -> Result<(), BrokerError> {
         match self.health.failure() {
+            // Deleted after a failed write: the topic is gone, whatever failed first.
+            Some(_) if self.health.is_deleted() => Err(LogError::Deleted.into()),
             Some(first) => Err(BrokerError::ReadOnly(Arc::clone(first))),
             None => Ok(()),
         }

@@ -334,10 +334,10 @@ impl DurableLog {
     /// [`LogError::Deleted`] once the partition's topic is deleted: its directory may be a
     /// re-created topic's now, so nothing is done there by path.
     fn refuse_if_deleted(&self) -> Result<(), LogError> {
-        match self.health.failure() {
-            Some(failure) if failure.is_deleted() => Err(LogError::Deleted),
-            _ => Ok(()),
+        if self.health.is_deleted() {
+            return Err(LogError::Deleted);
         }
+        Ok(())
     }
 
     /// Drops the batches not yet written, as if they had never been appended.

@@ -66,6 +66,17 @@ impl Health {
         (!*held).then_some(held)
     }
 
+    /// Whether the partition was retired ([`Self::retire`]). Not read from the failure: a
+    /// partition a failed write made read-only keeps that first failure when it is retired.
+    #[must_use]
+    pub fn is_deleted(&self) -> bool {
+        *self
+            .0
+            .retired
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The failure that made it read-only, if one did.
     #[must_use]
     pub fn failure(&self) -> Option<&Arc<LogError>> {
@@ -93,5 +104,21 @@ mod tests {
         health.fail(failure("writing batches"));
         let first = shared.failure().expect("failed").to_string();
         assert!(first.contains("syncing a segment"), "{first}");
+    }
+
+    #[test]
+    fn a_read_only_partition_retired_is_deleted_and_its_files_are_no_longer_held() {
+        let health = Health::default();
+        assert!(health.files().is_some());
+        health.fail(LogError::storage(
+            "writing",
+            "/p",
+            std::io::Error::other("disk"),
+        ));
+        assert!(!health.is_deleted());
+        health.retire();
+        assert!(health.is_deleted(), "though its first failure is kept");
+        assert!(!health.failure().expect("failed").is_deleted());
+        assert!(health.files().is_none());
     }
 }
