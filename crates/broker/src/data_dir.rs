@@ -339,13 +339,13 @@ impl DataDir {
     /// As the file system reports (a missing directory is not an error).
     pub fn remove_topic(&self, topic: &str) -> io::Result<()> {
         match self.retire_topic(topic)? {
-            Some(retired) => self.remove_deleted(Some(&retired)),
+            Some(retired) => self.remove_retired(&retired),
             None => Ok(()),
         }
     }
 
     /// Moves `topic`'s directory out of `logs/` to `deleted/` (one rename, so the name is free
-    /// for a new topic at once); `None` when it has none. [`Self::remove_deleted`] removes it.
+    /// for a new topic at once); `None` when it has none. [`Self::remove_retired`] removes it.
     ///
     /// # Errors
     /// As the file system reports.
@@ -364,28 +364,30 @@ impl DataDir {
         Ok(Some(to))
     }
 
-    /// Removes what [`Self::retire_topic`] moved aside, or every directory under `deleted/`
-    /// (what a crash in the middle of a removal left) with `None`.
+    /// Removes a directory [`Self::retire_topic`] moved aside.
     ///
     /// # Errors
     /// As the file system reports (a missing directory is not an error).
-    pub fn remove_deleted(&self, retired: Option<&Path>) -> io::Result<()> {
-        let deleted = self.root.join(DELETED);
-        let targets = match retired {
-            Some(dir) => vec![dir.to_owned()],
-            None => match self.storage.list(&deleted) {
-                Ok(names) => names.iter().map(|name| deleted.join(name)).collect(),
-                Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
-                Err(error) => return Err(error),
-            },
-        };
-        for dir in targets {
-            match self.storage.remove_dir_all(&dir) {
-                Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
-                _ => {}
-            }
+    pub fn remove_retired(&self, retired: &Path) -> io::Result<()> {
+        match self.storage.remove_dir_all(retired) {
+            Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
+            _ => self.storage.sync_dir(&self.root.join(DELETED)),
         }
-        self.storage.sync_dir(&deleted)
+    }
+
+    /// Removes every directory under `deleted/`: what a crash in the middle of a removal left.
+    ///
+    /// # Errors
+    /// As the file system reports (no `deleted/` is not an error).
+    pub fn remove_deleted(&self) -> io::Result<()> {
+        let deleted = self.root.join(DELETED);
+        let names = match self.storage.list(&deleted) {
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(()),
+            listed => listed?,
+        };
+        names
+            .iter()
+            .try_for_each(|name| self.remove_retired(&deleted.join(name)))
     }
 
     /// Moves the directories under `logs/` that name no topic in `known` to `set-aside/` (a

@@ -166,7 +166,7 @@ impl TopicRegistry {
                 data.set_aside_unknown_topics(&stored).map_err(|error| {
                     ServerError::data_dir_io(data.root(), "setting unknown topics aside", error)
                 })?;
-                data.remove_deleted(None).map_err(|error| {
+                data.remove_deleted().map_err(|error| {
                     ServerError::data_dir_io(data.root(), "removing deleted topics' files", error)
                 })?;
                 stored
@@ -597,14 +597,17 @@ impl TopicRegistry {
         for partition in topic.partitions() {
             partition.retire();
         }
-        let retired = self.data.as_ref().map(|data| data.retire_topic(name));
+        let retired = self
+            .data
+            .as_ref()
+            .map(|data| (data, data.retire_topic(name)));
         drop(topics);
         self.overrides.remove(name);
-        let removed = match (&self.data, retired) {
-            (Some(data), Some(Ok(Some(dir)))) => data.remove_deleted(Some(&dir)),
-            (_, Some(Err(error))) => Err(error),
-            _ => Ok(()),
-        };
+        // The files go outside the registry's lock: the name is free already.
+        let removed = retired.map_or(Ok(()), |(data, retired)| match retired? {
+            Some(dir) => data.remove_retired(&dir),
+            None => Ok(()),
+        });
         if let Err(error) = removed {
             // The topic is gone from the list; its files are moved aside or removed at the
             // next start.
