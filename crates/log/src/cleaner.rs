@@ -15,25 +15,25 @@
 //! Offsets never change: a batch keeps its header and only loses records
 //! (`minibroker_records::retain_records`). Transactions are compacted as Kafka compacts them: a
 //! committed transaction's records are mapped and cleaned like any others (so a later tombstone
-//! hides them, and once it goes they do not come back), while an aborted transaction's batches
-//! and every marker are passed over and kept as written (an aborted record must hide nothing),
-//! and nothing at or past the last stable offset is mapped (an open transaction may still
-//! abort). What exactly-once needs stays: the last batch of every producer is kept, at least as its header, so the sequences it took
-//! are still in the log when producer state is rebuilt from it. The last batch of each piece
-//! (segment or chunk) is kept too, so each still ends where it did and the next begins after it.
+//! hides them, and once it goes they do not come back), while an aborted transaction's batches and
+//! every marker are passed over and kept as written (an aborted record must hide nothing), and
+//! nothing at or past the last stable offset is mapped (an open transaction may still abort). What
+//! exactly-once needs stays: the last batch of every producer is kept, at least as its header, so
+//! the sequences it took are still in the log when producer state is rebuilt from it. The last
+//! batch of each piece (segment or chunk) is kept too, so each still ends where it did and the next
+//! begins after it.
 //! A batch left with no records is otherwise dropped.
 //!
 //! The map has a fixed budget of key bytes ([`OffsetMap::new`]): a pass maps as much of the
 //! dirty part as fits, and the next pass goes on from there.
 
 use bytes::Bytes;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::LogError;
 use minibroker_records::{
     KeyedRecord, Retained, for_each_record, is_control, is_transactional, retain_records,
 };
-use std::collections::BTreeMap;
 
 /// Bytes an entry of the offset map costs besides its key (the offset, the map's own slot and
 /// the key's allocation), so a budget bounds memory whatever the keys' sizes.
@@ -119,9 +119,7 @@ impl OffsetMap {
         self.end = end;
         Ok(true)
     }
-}
 
-impl OffsetMap {
     /// Moves past `batch` without mapping its records ([`CleanRules::passes_over`]).
     pub fn pass_over(&mut self, batch: &[u8]) {
         self.end = minibroker_records::end_offset(batch);
@@ -210,11 +208,10 @@ impl CleanRules {
         last_in_piece: bool,
         stats: &mut CleanStats,
     ) -> Result<BatchCleaned, LogError> {
-        let beyond_map = minibroker_records::base_offset(batch) >= map.end;
-        if self.passes_over(batch) || (is_transactional(batch) && beyond_map) {
+        let base = minibroker_records::base_offset(batch);
+        if self.passes_over(batch) || (is_transactional(batch) && base >= map.end) {
             return Ok(BatchCleaned::Whole);
         }
-        let base = minibroker_records::base_offset(batch);
         let horizon = minibroker_records::delete_horizon(batch);
         let keeps_a_seen_tombstone = std::cell::Cell::new(false);
         let keep = |record: KeyedRecord<'_>| {
