@@ -12,47 +12,21 @@
 //!
 //! Each seed is a different run; the test goes through 2000.
 
+mod support;
+
 use bytes::Bytes;
-use minibroker_broker::{Broker, BrokerConfig, FlushPolicy, Isolation, Unacknowledged};
-use minibroker_groups::{GroupConfig, GroupCoordinator};
+use minibroker_broker::{Broker, Isolation, Unacknowledged};
 use minibroker_log::sim::SimStorage;
 use minibroker_records::{NewRecord, Writer};
-use minibroker_transactions::{TransactionConfig, TransactionLog, TransactionService};
+use minibroker_transactions::TransactionLog;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::sync::Arc;
+use support::{Node, open};
 
 const TOPIC: &str = "out";
 const PARTITIONS: u32 = 2;
 const IDS: [&str; 3] = ["a", "b", "c"];
 const GROUP: &str = "g";
 const SEEDS: u64 = 2000;
-
-struct Node {
-    broker: Arc<Broker>,
-    groups: Arc<GroupCoordinator>,
-    service: TransactionService,
-}
-
-fn open(storage: &SimStorage) -> Node {
-    let config = BrokerConfig {
-        data_dir: Some("/data".into()),
-        flush: FlushPolicy::Always,
-        ..BrokerConfig::default()
-    };
-    let broker = Arc::new(Broker::with_storage(&config, Arc::new(storage.clone())).unwrap());
-    let groups = Arc::new(GroupCoordinator::for_broker(&broker, &GroupConfig::default()).unwrap());
-    let service = TransactionService::for_broker(
-        Arc::clone(&broker),
-        Arc::clone(&groups),
-        &TransactionConfig::default(),
-    )
-    .unwrap();
-    Node {
-        broker,
-        groups,
-        service,
-    }
-}
 
 /// A small deterministic generator: the run of each seed is the same every time.
 struct Rng(u64);

@@ -4,15 +4,14 @@
 //!
 //! Nothing is timed: the futures are polled by hand, so each interleaving is the one written.
 
-use minibroker_broker::{Broker, BrokerConfig, FlushPolicy};
-use minibroker_groups::{GroupConfig, GroupCoordinator};
+mod support;
+
 use minibroker_log::sim::SimStorage;
-use minibroker_transactions::{TransactionConfig, TransactionService};
 use std::future::{Future, poll_fn};
 use std::pin::{Pin, pin};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::Poll;
+use support::{Node, open};
 
 /// Polls `future` once: whether it finished.
 async fn poll_once<F: Future>(future: Pin<&mut F>) -> bool {
@@ -23,19 +22,9 @@ async fn poll_once<F: Future>(future: Pin<&mut F>) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zombies_offsets_held_up_through_a_fence_are_refused_not_committed_by_its_successor() {
     let storage = SimStorage::new();
-    let config = BrokerConfig {
-        data_dir: Some("/data".into()),
-        flush: FlushPolicy::Always,
-        ..BrokerConfig::default()
-    };
-    let broker = Arc::new(Broker::with_storage(&config, Arc::new(storage.clone())).unwrap());
-    let groups = Arc::new(GroupCoordinator::for_broker(&broker, &GroupConfig::default()).unwrap());
-    let service = TransactionService::for_broker(
-        Arc::clone(&broker),
-        Arc::clone(&groups),
-        &TransactionConfig::default(),
-    )
-    .unwrap();
+    let Node {
+        groups, service, ..
+    } = open(&storage);
     let (producer_id, zombie_epoch) = service.init_producer("app", None, 60_000).await.unwrap();
     service
         .add_offsets("app", producer_id, zombie_epoch, "g")
