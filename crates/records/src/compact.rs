@@ -235,7 +235,8 @@ fn put_rebased(out: &mut BytesMut, records: &[u8], place: &RecordPlace, timestam
 }
 
 /// A zigzag varint, as the record format writes both its varints and varlongs (a value that fits
-/// an i32 encodes the same either way).
+/// an i32 encodes the same either way). Written here because kafka-protocol's varint encoder is
+/// private to that crate (its record encoder cannot keep a batch's header, which a rewrite must).
 fn put_varlong(out: &mut Vec<u8>, value: i64) {
     let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
     while zigzag >= 0x80 {
