@@ -33,6 +33,15 @@ fn by_id(states: &[Transaction], id: &str) -> Option<Transaction> {
         .cloned()
 }
 
+/// A log on `storage` holding ids a and b, Ongoing; returns its bytes.
+fn a_and_b(storage: &SimStorage) -> Vec<u8> {
+    let (mut log, _) = open(storage).unwrap();
+    log.append(&ongoing("a", 1000)).unwrap();
+    log.append(&ongoing("b", 1001)).unwrap();
+    drop(log);
+    storage.contents(&path()).unwrap()
+}
+
 #[test]
 fn the_last_record_of_each_id_is_its_state_after_a_crash() {
     for seed in 0..50 {
@@ -121,11 +130,7 @@ fn a_torn_append_is_cut_and_what_came_before_is_kept() {
 #[test]
 fn the_last_record_cut_short_is_reported_by_check_data_and_cut_at_the_start() {
     let storage = SimStorage::new();
-    let (mut log, _) = open(&storage).unwrap();
-    log.append(&ongoing("a", 1000)).unwrap();
-    log.append(&ongoing("b", 1001)).unwrap();
-    drop(log);
-    let whole = storage.contents(&path()).unwrap();
+    let whole = a_and_b(&storage);
     // Three bytes cut from the last, acknowledged record.
     storage.set_contents(&path(), whole[..whole.len() - 3].to_vec());
     let (_, problem) = TransactionLog::check(&storage, Path::new("/data")).unwrap();
@@ -137,11 +142,7 @@ fn the_last_record_cut_short_is_reported_by_check_data_and_cut_at_the_start() {
 #[test]
 fn a_damaged_record_refuses_the_open_and_names_the_file() {
     let storage = SimStorage::new();
-    let (mut log, _) = open(&storage).unwrap();
-    log.append(&ongoing("a", 1000)).unwrap();
-    log.append(&ongoing("b", 1001)).unwrap();
-    drop(log);
-    let whole = storage.contents(&path()).unwrap();
+    let whole = a_and_b(&storage);
     for at in [6, whole.len() - 1] {
         let mut bytes = whole.clone();
         bytes[at] ^= 0x04;
@@ -158,11 +159,7 @@ fn a_damaged_record_refuses_the_open_and_names_the_file() {
 #[test]
 fn a_damaged_length_is_damage_not_a_torn_tail() {
     let storage = SimStorage::new();
-    let (mut log, _) = open(&storage).unwrap();
-    log.append(&ongoing("a", 1000)).unwrap();
-    log.append(&ongoing("b", 1001)).unwrap();
-    drop(log);
-    let whole = storage.contents(&path()).unwrap();
+    let whole = a_and_b(&storage);
     let second = u32::from_be_bytes(whole[..4].try_into().unwrap()) as usize + 4;
     // Every bit of both records' lengths: a length grown past the file would look torn.
     for at in (0..4).chain(second..second + 4) {
