@@ -31,8 +31,13 @@ impl FieldWriter {
 
     /// Appends `text` as its byte length, then its bytes.
     pub fn string(&mut self, text: &str) {
-        self.count(text.len());
-        self.0.extend_from_slice(text.as_bytes());
+        self.bytes(text.as_bytes());
+    }
+
+    /// Appends opaque `bytes` as their length, then themselves (a string's layout).
+    pub fn bytes(&mut self, bytes: &[u8]) {
+        self.count(bytes.len());
+        self.0.extend_from_slice(bytes);
     }
 
     /// The body written.
@@ -73,13 +78,18 @@ impl<'a> Fields<'a> {
 
     /// A string: its byte length, then its bytes.
     pub fn string(&mut self) -> Option<String> {
+        String::from_utf8(self.bytes()?.to_vec()).ok()
+    }
+
+    /// Opaque bytes: their length, then themselves.
+    pub fn bytes(&mut self) -> Option<&'a [u8]> {
         let len = self.count()? as usize;
         if self.0.len() < len {
             return None;
         }
-        let (text, rest) = self.0.split_at(len);
+        let (bytes, rest) = self.0.split_at(len);
         self.0 = rest;
-        String::from_utf8(text.to_vec()).ok()
+        Some(bytes)
     }
 
     /// How many bytes are left unread.
@@ -100,12 +110,18 @@ mod tests {
         out.int((-2i16).to_be_bytes());
         out.string("héllo");
         out.int(9i64.to_be_bytes());
+        out.bytes(&[0xff, 0]);
         let body = out.into_body();
         let mut fields = Fields::new(&body);
         assert_eq!(fields.u8(), Some(7));
         assert_eq!(fields.take().map(i16::from_be_bytes), Some(-2));
         assert_eq!(fields.string().as_deref(), Some("héllo"));
         assert_eq!(fields.take().map(i64::from_be_bytes), Some(9));
+        assert_eq!(
+            fields.bytes(),
+            Some(&[0xff, 0][..]),
+            "bytes need not be UTF-8"
+        );
         assert_eq!(fields.remaining(), 0);
         assert_eq!(fields.u8(), None);
         let mut short = Fields::new(&body[..5]);

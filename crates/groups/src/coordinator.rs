@@ -2,7 +2,6 @@
 
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -15,7 +14,7 @@ use crate::config::GroupConfig;
 use crate::group::{self, Group};
 use crate::model::{
     Committed, GroupDescription, GroupError, GroupState, JoinRequest, Joined,
-    MAX_MEMBER_METADATA_BYTES, MAX_PROTOCOLS_PER_MEMBER, TopicPartition, Waiting,
+    MAX_MEMBER_METADATA_BYTES, MAX_PROTOCOLS_PER_MEMBER, SavedGroup, TopicPartition, Waiting,
 };
 use crate::store::{self, OffsetStore};
 
@@ -94,7 +93,6 @@ pub struct GroupCoordinator {
     store: Option<OffsetStore>,
     /// What groups hold is charged here, with everything else the broker keeps.
     budget: Arc<StorageBudget>,
-    next_member: AtomicU64,
 }
 
 impl GroupCoordinator {
@@ -141,8 +139,9 @@ impl GroupCoordinator {
         let store = data.map(OffsetStore::new);
         let mut registry = Registry::default();
         if let Some(store) = &store {
-            for (group_id, file, offsets) in store.load()? {
-                let group = Group::with_offsets(offsets);
+            let now = Instant::now();
+            for (group_id, file, saved) in store.load()? {
+                let group = Group::restored(saved, now);
                 // What is on disk is kept whatever the budget: it was accepted once.
                 budget.charge(GROUP_BYTES + group.bytes());
                 registry.files.insert(file.clone());
@@ -165,7 +164,6 @@ impl GroupCoordinator {
             },
             store,
             budget,
-            next_member: AtomicU64::new(1),
         })
     }
 
@@ -268,7 +266,7 @@ impl GroupCoordinator {
         let slot = self.find_or_add(group_id)?;
         let result = self.apply(&slot, needs, change);
         drop(slot);
-        self.remove_if(group_id, Group::is_empty);
+        self.remove_if(group_id, Group::is_empty_unsaved);
         result
     }
 
@@ -281,7 +279,7 @@ impl GroupCoordinator {
         let slot = self.find(group_id)?;
         let result = self.apply(&slot, 0, change);
         drop(slot);
-        self.remove_if(group_id, Group::is_empty);
+        self.remove_if(group_id, Group::is_empty_unsaved);
         Some(result)
     }
 
@@ -290,10 +288,14 @@ impl GroupCoordinator {
     /// # Errors
     /// [`GroupError`] for a request the group refuses.
     pub async fn join(&self, request: JoinRequest) -> Result<Joined, GroupError> {
+        let group_id = request.group_id.clone();
         let waiting = self.begin_join(request)?;
-        waiting
+        let joined = waiting
             .await
-            .unwrap_or(Err(GroupError::RebalanceInProgress))
+            .unwrap_or(Err(GroupError::RebalanceInProgress))?;
+        // The generation is on disk before anyone learns it: a restart never opens it again.
+        self.save_membership_of(&group_id).await?;
+        Ok(joined)
     }
 
     fn begin_join(&self, request: JoinRequest) -> Result<Waiting<Joined>, GroupError> {
@@ -330,14 +332,15 @@ impl GroupCoordinator {
                 .issued()
                 .remove(&(request.group_id.clone(), request.member_id.clone()));
         let group_id = request.group_id.clone();
+        // As Kafka: the client's id and a random UUID, so an id is never handed out twice, not
+        // even across a restart that kept the group's members.
         let new_member_id = || {
-            let n = self.next_member.fetch_add(1, Ordering::Relaxed);
             let client = if request.client_id.is_empty() {
                 "member"
             } else {
                 &request.client_id
             };
-            format!("{client}-{n:016x}")
+            format!("{client}-{}", uuid::Uuid::new_v4())
         };
         let needs = group::join_bytes(&request);
         let joined = self.with_group(&group_id, needs, |group| {
@@ -380,9 +383,50 @@ impl GroupCoordinator {
             group.sync(generation, member_id, assignments, Instant::now())
         })?;
         drop(slot);
-        waiting
+        let assignment = waiting
             .await
-            .unwrap_or(Err(GroupError::RebalanceInProgress))
+            .unwrap_or(Err(GroupError::RebalanceInProgress))?;
+        // The assignment is on disk before any member acts on it, as in Kafka.
+        self.save_membership_of(group_id).await?;
+        Ok(assignment)
+    }
+
+    /// Writes `group_id`'s file if a generation opened or an assignment completed since it
+    /// was last written (one write serves every member waiting for it).
+    async fn save_membership_of(&self, group_id: &str) -> Result<(), GroupError> {
+        match self.find(group_id) {
+            Some(slot) => self.save_membership(&slot).await,
+            None => Ok(()),
+        }
+    }
+
+    /// [`Self::save_membership_of`] for `slot`'s group.
+    async fn save_membership(&self, slot: &Slot) -> Result<(), GroupError> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let _writing = slot.writer.lock().await;
+        let saved = {
+            let mut group = slot.lock();
+            if !group.membership_unsaved() {
+                return Ok(());
+            }
+            group.snapshot_for_file()
+        };
+        self.write(store, slot, saved).await
+    }
+
+    /// Writes `saved` (taken under `slot`'s writer lock, which the caller holds) to the
+    /// group's file, and notes what membership it holds.
+    async fn write(
+        &self,
+        store: &OffsetStore,
+        slot: &Slot,
+        (saved, changes): (SavedGroup, u64),
+    ) -> Result<(), GroupError> {
+        store.save(&slot.file, slot.id.clone(), saved).await?;
+        slot.lock().membership_saved(changes);
+        Ok(())
     }
 
     /// A member's heartbeat.
@@ -453,12 +497,10 @@ impl GroupCoordinator {
             .sum();
         let slot = self.find_or_add(group_id)?;
         let result = self
-            .change_offsets(&slot, group_id, needs, |group| {
-                commit(group, offsets, commit_ms)
-            })
+            .change_offsets(&slot, needs, |group| commit(group, offsets, commit_ms))
             .await;
         drop(slot);
-        self.remove_if(group_id, Group::is_empty);
+        self.remove_if_empty(group_id).await?;
         result
     }
 
@@ -469,7 +511,6 @@ impl GroupCoordinator {
     async fn change_offsets<T>(
         &self,
         slot: &Slot,
-        group_id: &str,
         needs: u64,
         change: impl FnOnce(&mut Group) -> Result<T, GroupError>,
     ) -> Result<T, GroupError> {
@@ -477,11 +518,11 @@ impl GroupCoordinator {
             return self.apply(slot, needs, change);
         };
         let _writing = slot.writer.lock().await;
-        let (result, offsets) = self.apply(slot, needs, |group| {
+        let (result, saved) = self.apply(slot, needs, |group| {
             let result = change(group)?;
-            Ok((result, group.saved_offsets()))
+            Ok((result, group.snapshot_for_file()))
         })?;
-        store.save(&slot.file, group_id.to_owned(), offsets).await?;
+        self.write(store, slot, saved).await?;
         Ok(result)
     }
 
@@ -564,16 +605,14 @@ impl GroupCoordinator {
             return Ok(());
         }
         let result = self
-            .change_offsets(&slot, group_id, 0, |group| {
+            .change_offsets(&slot, 0, |group| {
                 group.end_transaction(producer_id, commit);
                 Ok(())
             })
             .await;
         drop(slot);
         // An abort may leave the group with nothing: it goes, with its file.
-        if let Some(file) = self.remove_if(group_id, Group::is_empty) {
-            self.remove_file(file).await?;
-        }
+        self.remove_if_empty(group_id).await?;
         result
     }
 
@@ -663,14 +702,21 @@ impl GroupCoordinator {
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
         let slot = self.find(group_id).ok_or(GroupError::GroupIdNotFound)?;
         let outcomes = self
-            .change_offsets(&slot, group_id, 0, |group| {
+            .change_offsets(&slot, 0, |group| {
                 group.delete_offsets(partitions, subscribed)
             })
             .await;
         drop(slot);
         // A group left with no members and no offsets goes, as after a commit.
-        self.remove_if(group_id, Group::is_empty);
+        self.remove_if_empty(group_id).await?;
         outcomes
+    }
+
+    /// Removes the group `group_id` if it holds nothing (and nobody else holds it), with its
+    /// file.
+    async fn remove_if_empty(&self, group_id: &str) -> Result<(), GroupError> {
+        let file = self.remove_if(group_id, Group::is_empty).flatten();
+        self.remove_file(file).await
     }
 
     /// Removes a removed group's file, if it had one, then frees its name.
@@ -695,6 +741,7 @@ impl GroupCoordinator {
         loop {
             ticks.tick().await;
             self.tick();
+            self.save_changes().await;
             if last_expiry.elapsed() >= self.limits.expiry_interval {
                 last_expiry = Instant::now();
                 let groups = self.expire_offsets(minibroker_records::now_millis()).await;
@@ -718,11 +765,32 @@ impl GroupCoordinator {
                 .unwrap_or(false);
             // A group whose last member left and that holds no offsets goes at once (Kafka's
             // coordinator drops such a group as it empties), so it holds no place of
-            // `max_groups`.
+            // `max_groups`; one with a file goes in [`Self::save_changes`], with its file.
             if empty {
                 let id = slot.id.clone();
                 drop(slot);
-                self.remove_if(&id, Group::is_empty);
+                self.remove_if(&id, Group::is_empty_unsaved);
+            }
+        }
+    }
+
+    /// Writes the membership of groups whose generation opened or emptied outside a member's
+    /// request (a session expired, a rebalance timed out, the last member left), and removes
+    /// groups left with nothing, with their files; [`Self::run`] calls it after each tick.
+    pub async fn save_changes(&self) {
+        for slot in self.slots() {
+            let (unsaved, empty) = {
+                let group = slot.lock();
+                (group.membership_unsaved(), group.is_empty())
+            };
+            if empty {
+                let id = slot.id.clone();
+                drop(slot);
+                if let Err(error) = self.remove_if_empty(&id).await {
+                    tracing::warn!(%error, group = id, "could not remove an empty group's file");
+                }
+            } else if unsaved && let Err(error) = self.save_membership(&slot).await {
+                tracing::warn!(%error, group = slot.id, "could not save a group's members");
             }
         }
     }

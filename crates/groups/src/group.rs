@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::model::{
     Committed, GroupDescription, GroupError, GroupState, JoinRequest, Joined, MemberDescription,
-    SavedOffsets, Waiting,
+    SavedGroup, SavedMember, SavedMembership, Waiting,
 };
 
 #[derive(Debug)]
@@ -78,10 +78,10 @@ fn member_bytes(
 }
 
 /// What a member joining with `request` costs (before its assignment; a new member's id is
-/// made by the coordinator).
+/// made by the coordinator: its client id, a dash and a UUID).
 pub(super) fn join_bytes(request: &JoinRequest) -> u64 {
     let client = (request.client_id.as_str(), request.client_host.as_str());
-    let id_len = request.member_id.len().max(32);
+    let id_len = request.member_id.len().max(request.client_id.len() + 37);
     member_bytes(
         id_len,
         request.group_instance_id.as_ref(),
@@ -135,9 +135,14 @@ pub(super) struct Group {
     /// Offsets committed in producers' open transactions, by producer id: not visible until the
     /// transaction commits, dropped if it aborts.
     pending: BTreeMap<i64, BTreeMap<(String, i32), Committed>>,
-    /// Whether offsets of the group, committed or pending, were ever saved (its file must go
-    /// with it, even once an abort left it empty).
+    /// Whether the group was ever saved (its file must go with it, even once an abort or its
+    /// last member's leaving left it empty).
     pub(super) saved: bool,
+    /// Counts the changes of membership a restart must not lose: a generation opened, an
+    /// assignment completed.
+    membership_changes: u64,
+    /// `membership_changes` as last written to the group's file.
+    membership_saved: u64,
     /// When the group last had a member or a commit (milliseconds), for offset expiry.
     last_active_ms: i64,
 }
@@ -156,18 +161,48 @@ impl Default for Group {
             offsets_bytes: 0,
             pending: BTreeMap::new(),
             saved: false,
+            membership_changes: 0,
+            membership_saved: 0,
             last_active_ms: minibroker_records::now_millis(),
         }
     }
 }
 
 impl Group {
-    /// An empty group holding offsets recovered from disk.
-    pub(super) fn with_offsets(saved: SavedOffsets) -> Self {
+    /// A group as it was saved, its members' sessions starting again at `now`. A generation
+    /// saved before its assignment was complete is not resumed: its members are asked to join
+    /// again (with the ids they hold) within their rebalance timeout.
+    pub(super) fn restored(saved: SavedGroup, now: Instant) -> Self {
         let last_active_ms = saved.committed.iter().map(|(_, c)| c.commit_ms).max();
         let offsets: BTreeMap<_, _> = saved.committed.into_iter().collect();
         let offsets_bytes = offsets_bytes(&offsets);
-        Self {
+        let membership = saved.membership;
+        let members: BTreeMap<String, Member> = membership
+            .members
+            .into_iter()
+            .map(|m| {
+                let member = Member {
+                    group_instance_id: m.group_instance_id,
+                    client_id: m.client_id,
+                    client_host: m.client_host,
+                    session_timeout: m.session_timeout,
+                    rebalance_timeout: m.rebalance_timeout,
+                    protocols: m.protocols,
+                    assignment: m.assignment,
+                    last_seen: now,
+                    joining: None,
+                    syncing: None,
+                };
+                (m.id, member)
+            })
+            .collect();
+        let mut group = Self {
+            generation: membership.generation,
+            protocol_type: membership.protocol_type,
+            protocol: membership.protocol,
+            leader: membership.leader,
+            state: GroupState::Stable,
+            members,
             offsets,
             offsets_bytes,
             pending: saved
@@ -178,12 +213,41 @@ impl Group {
             saved: true,
             last_active_ms: last_active_ms.unwrap_or_else(minibroker_records::now_millis),
             ..Self::default()
+        };
+        if group.members.is_empty() {
+            group.state = GroupState::Empty;
+        } else if !membership.assigned {
+            group.prepare_rebalance(now);
         }
+        group
     }
 
-    /// Committed and pending offsets, copied out of the group's lock for the store.
-    pub(super) fn saved_offsets(&self) -> SavedOffsets {
-        SavedOffsets {
+    /// The group as its file keeps it, copied out of the group's lock, and the count of
+    /// membership changes it includes (for [`Self::membership_saved`]).
+    pub(super) fn snapshot_for_file(&mut self) -> (SavedGroup, u64) {
+        self.saved = true;
+        let membership = SavedMembership {
+            generation: self.generation,
+            assigned: self.state == GroupState::Stable,
+            protocol_type: self.protocol_type.clone(),
+            protocol: self.protocol.clone(),
+            leader: self.leader.clone(),
+            members: self
+                .members
+                .iter()
+                .map(|(id, m)| SavedMember {
+                    id: id.clone(),
+                    group_instance_id: m.group_instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    session_timeout: m.session_timeout,
+                    rebalance_timeout: m.rebalance_timeout,
+                    protocols: m.protocols.clone(),
+                    assignment: m.assignment.clone(),
+                })
+                .collect(),
+        };
+        let saved = SavedGroup {
             committed: self.all_offsets(),
             pending: self
                 .pending
@@ -193,7 +257,20 @@ impl Group {
                     (*producer_id, offsets.collect())
                 })
                 .collect(),
-        }
+            membership,
+        };
+        (saved, self.membership_changes)
+    }
+
+    /// The group's file now holds its membership as of `changes` ([`Self::to_save`]).
+    pub(super) fn membership_saved(&mut self, changes: u64) {
+        self.membership_saved = self.membership_saved.max(changes);
+    }
+
+    /// Whether a generation opened or an assignment completed since the group's file was last
+    /// written.
+    pub(super) fn membership_unsaved(&self) -> bool {
+        self.membership_changes != self.membership_saved
     }
 
     /// What the group costs the broker's memory: its members (with their subscriptions and
@@ -343,6 +420,7 @@ impl Group {
     fn complete_join(&mut self, now: Instant) {
         self.members.retain(|_, m| m.joining.is_some());
         self.generation = self.generation.wrapping_add(1).max(1);
+        self.membership_changes += 1;
         self.rebalance_deadline = None;
         let Some(first) = self.members.keys().next().cloned() else {
             self.state = GroupState::Empty;
@@ -437,6 +515,7 @@ impl Group {
                         }
                     }
                     self.state = GroupState::Stable;
+                    self.membership_changes += 1;
                     for member in self.members.values_mut() {
                         if let Some(syncing) = member.syncing.take() {
                             let _ = syncing.send(Ok(member.assignment.clone()));
@@ -672,6 +751,11 @@ impl Group {
     /// Neither members nor offsets, committed or pending: nothing to keep the group for.
     pub(super) fn is_empty(&self) -> bool {
         !self.has_members() && self.offsets.is_empty() && self.pending.is_empty()
+    }
+
+    /// [`Self::is_empty`], and never written to a file: it may go without a file to remove.
+    pub(super) fn is_empty_unsaved(&self) -> bool {
+        self.is_empty() && !self.saved
     }
 
     /// Idle past the retention, with no member and no transaction waiting to commit to it.

@@ -220,19 +220,61 @@ pub struct GroupDescription {
 /// A topic and partition.
 pub type TopicPartition = (String, i32);
 
-/// One group's offsets as the store saves them: those committed, and those of producers' open
-/// transactions (TxnOffsetCommit), by producer id, which become committed only with the
-/// transaction's COMMIT.
+/// One group as the store saves it: its offsets, those committed and those of producers' open
+/// transactions (TxnOffsetCommit, by producer id, which become committed only with the
+/// transaction's COMMIT), and its membership.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct SavedOffsets {
+pub(crate) struct SavedGroup {
     /// Committed offsets.
     pub committed: Vec<(TopicPartition, Committed)>,
     /// Pending offsets, by producer id.
     pub pending: Vec<(i64, Vec<(TopicPartition, Committed)>)>,
+    /// Its generation and members.
+    pub membership: SavedMembership,
 }
 
-/// Groups' offsets: what the store saves.
-pub(crate) type OffsetsSnapshot = Vec<(String, SavedOffsets)>;
+/// A group's generation and members, saved each time a generation opens and each time its
+/// assignment is complete, so a restart neither forgets a member nor opens a generation twice.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct SavedMembership {
+    /// The current generation (0: none yet).
+    pub generation: i32,
+    /// Whether the generation's assignment was complete (Stable) when saved; if not, its
+    /// members are asked to join again after a restart.
+    pub assigned: bool,
+    /// The members' protocol type ("consumer").
+    pub protocol_type: Option<String>,
+    /// The generation's strategy.
+    pub protocol: Option<String>,
+    /// The generation's leader.
+    pub leader: Option<String>,
+    /// The members, each with its assignment.
+    pub members: Vec<SavedMember>,
+}
+
+/// One member as saved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SavedMember {
+    /// Its id.
+    pub id: String,
+    /// Its static membership id.
+    pub group_instance_id: Option<String>,
+    /// Its client's id.
+    pub client_id: String,
+    /// Its client's host.
+    pub client_host: String,
+    /// Its session timeout.
+    pub session_timeout: Duration,
+    /// Its rebalance timeout.
+    pub rebalance_timeout: Duration,
+    /// Its strategies, each with its subscription metadata.
+    pub protocols: Vec<(String, Bytes)>,
+    /// Its share of the generation's assignment.
+    pub assignment: Bytes,
+}
+
+/// Groups as the store saves them.
+pub(crate) type GroupsSnapshot = Vec<(String, SavedGroup)>;
 
 /// What waits for a join or sync to complete.
 pub(crate) type Waiting<T> = oneshot::Receiver<Result<T, GroupError>>;

@@ -1,8 +1,8 @@
-//! Committed offsets on disk: one checksummed file per group, `DIR/groups/<name>.offsets`,
-//! replaced atomically (written aside, synced, renamed) on each commit of that group, before the
-//! commit is answered.
+//! Groups on disk: one checksummed file per group, `DIR/groups/<name>.offsets`, replaced
+//! atomically (written aside, synced, renamed) before a change is answered: on each commit of
+//! its offsets, each generation it opens and each assignment it completes.
 //!
-//! A commit rewrites only its own group's file, so what it costs depends on what its group
+//! A write rewrites only its own group's file, so what it costs depends on what its group
 //! holds, never on what other groups hold (one client with a 125 MiB group cannot make another's
 //! commit slow). A whole-file rewrite keeps recovery trivial: read each file; a damaged one is
 //! an error naming it, never half-loaded.
@@ -19,15 +19,23 @@
 //! ```text
 //! "MBGO" version:u8 groups:u32
 //! groups × { id:str offsets
-//!            v2: pending:u32  pending × { producer_id:i64 offsets } }
-//! offsets = count:u32  count × { topic:str partition:i32 offset:i64
-//!                                has_metadata:u8 metadata:str commit_ms:i64 }
+//!            v2: pending:u32  pending × { producer_id:i64 offsets }
+//!            v3: generation:i32 assigned:u8 protocol_type:opt protocol:opt leader:opt
+//!                members:u32  members × { id:str instance_id:opt client_id:str client_host:str
+//!                                         session_ms:u64 rebalance_ms:u64
+//!                                         protocols:u32  protocols × { name:str metadata:bytes }
+//!                                         assignment:bytes } }
+//! offsets = count:u32  count × { topic:str partition:i32 offset:i64 metadata:opt commit_ms:i64 }
+//! opt = present:u8 str        (0 and an empty string when absent)
 //! crc32c:u32
 //! ```
-//! (`str` is a u32 length and UTF-8 bytes; integers big-endian.) A per-group file holds one
-//! group. Version 2 added the offsets producers committed in their open transactions
-//! (TxnOffsetCommit), kept until the transaction's COMMIT makes them the group's or its ABORT
-//! drops them; version 1 files, from before transactions, are still read.
+//! (`str` and `bytes` are a u32 length and the bytes, UTF-8 for `str`; integers big-endian.) A
+//! per-group file holds one group. Version 2 added the offsets producers committed in their
+//! open transactions (TxnOffsetCommit), kept until the transaction's COMMIT makes them the
+//! group's or its ABORT drops them. Version 3 added the group's generation and members, so a
+//! restart neither tells running consumers UNKNOWN_MEMBER_ID nor opens a generation a second
+//! time (Kafka keeps them in its group metadata records). Versions 1 and 2 are still read: their
+//! groups have no members and generation 0.
 
 use minibroker_log::sealed::{FieldWriter, Fields};
 use minibroker_log::storage::TEMPORARY_SUFFIX;
@@ -37,8 +45,12 @@ use std::sync::Arc;
 use minibroker_broker::ServerError;
 use minibroker_broker::data_dir::DataDir;
 
+use bytes::Bytes;
+use std::time::Duration;
+
 use crate::model::{
-    Committed, GroupError, OffsetsSnapshot, SavedOffsets, StoreFailure, TopicPartition,
+    Committed, GroupError, GroupsSnapshot, SavedGroup, SavedMember, SavedMembership, StoreFailure,
+    TopicPartition,
 };
 
 /// The directory of per-group files.
@@ -48,15 +60,15 @@ const LEGACY_FILE: &str = "group-offsets";
 const SUFFIX: &str = ".offsets";
 const MAGIC: &[u8; 4] = b"MBGO";
 /// The version written.
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 /// The oldest version read.
 const OLDEST_VERSION: u8 = 1;
 
-/// Groups' committed offsets, as saved.
-type Snapshot = OffsetsSnapshot;
+/// Groups, as saved.
+type Snapshot = GroupsSnapshot;
 
-/// One group as loaded: its id, its file's name and its offsets.
-pub(super) type Saved = (String, String, SavedOffsets);
+/// One group as loaded: its id, its file's name and what it holds.
+pub(super) type Saved = (String, String, SavedGroup);
 
 /// Where a durable broker keeps committed offsets.
 #[derive(Debug)]
@@ -147,16 +159,16 @@ impl OffsetStore {
         Ok(())
     }
 
-    /// Writes `group`'s offsets to its file `name` on a blocking thread.
+    /// Writes `group` to its file `name` on a blocking thread.
     pub(super) async fn save(
         &self,
         name: &str,
         group: String,
-        offsets: SavedOffsets,
+        saved: SavedGroup,
     ) -> Result<(), GroupError> {
         let path = Self::path(name);
-        self.blocking("saving committed offsets", move |data| {
-            data.write_file(&path, &encode(&[(group, offsets)]))
+        self.blocking("saving a group", move |data| {
+            data.write_file(&path, &encode(&[(group, saved)]))
         })
         .await
     }
@@ -252,7 +264,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-fn encode(snapshot: &[(String, SavedOffsets)]) -> Vec<u8> {
+fn encode(snapshot: &[(String, SavedGroup)]) -> Vec<u8> {
     let mut out = FieldWriter::default();
     out.count(snapshot.len());
     for (group, saved) in snapshot {
@@ -263,6 +275,7 @@ fn encode(snapshot: &[(String, SavedOffsets)]) -> Vec<u8> {
             out.int(producer_id.to_be_bytes());
             encode_offsets(&mut out, offsets);
         }
+        encode_membership(&mut out, &saved.membership);
     }
     minibroker_log::sealed::seal(MAGIC, VERSION, &out.into_body())
 }
@@ -273,9 +286,51 @@ fn encode_offsets(out: &mut FieldWriter, offsets: &[(TopicPartition, Committed)]
         out.string(topic);
         out.int(partition.to_be_bytes());
         out.int(committed.offset.to_be_bytes());
-        out.u8(u8::from(committed.metadata.is_some()));
-        out.string(committed.metadata.as_deref().unwrap_or(""));
+        put_optional(out, committed.metadata.as_deref());
         out.int(committed.commit_ms.to_be_bytes());
+    }
+}
+
+fn encode_membership(out: &mut FieldWriter, membership: &SavedMembership) {
+    out.int(membership.generation.to_be_bytes());
+    out.u8(u8::from(membership.assigned));
+    put_optional(out, membership.protocol_type.as_deref());
+    put_optional(out, membership.protocol.as_deref());
+    put_optional(out, membership.leader.as_deref());
+    out.count(membership.members.len());
+    for member in &membership.members {
+        out.string(&member.id);
+        put_optional(out, member.group_instance_id.as_deref());
+        out.string(&member.client_id);
+        out.string(&member.client_host);
+        out.int(millis(member.session_timeout).to_be_bytes());
+        out.int(millis(member.rebalance_timeout).to_be_bytes());
+        out.count(member.protocols.len());
+        for (name, metadata) in &member.protocols {
+            out.string(name);
+            out.bytes(metadata);
+        }
+        out.bytes(&member.assignment);
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// An optional string: `1` and the string, or `0` and an empty one.
+fn put_optional(out: &mut FieldWriter, text: Option<&str>) {
+    out.u8(u8::from(text.is_some()));
+    out.string(text.unwrap_or(""));
+}
+
+fn optional(r: &mut Fields<'_>) -> Option<Option<String>> {
+    let present = r.u8()?;
+    let text = r.string()?;
+    match present {
+        0 => Some(None),
+        1 => Some(Some(text)),
+        _ => None,
     }
 }
 
@@ -295,7 +350,17 @@ fn decode(bytes: &[u8]) -> Option<Snapshot> {
                 pending.push((producer_id, decode_offsets(&mut r)?));
             }
         }
-        snapshot.push((group, SavedOffsets { committed, pending }));
+        let membership = if version >= 3 {
+            decode_membership(&mut r)?
+        } else {
+            SavedMembership::default()
+        };
+        let saved = SavedGroup {
+            committed,
+            pending,
+            membership,
+        };
+        snapshot.push((group, saved));
     }
     (r.remaining() == 0).then_some(snapshot)
 }
@@ -307,19 +372,63 @@ fn decode_offsets(r: &mut Fields<'_>) -> Option<Vec<(TopicPartition, Committed)>
         let topic = r.string()?;
         let partition = i32::from_be_bytes(r.take()?);
         let offset = i64::from_be_bytes(r.take()?);
-        let has_metadata = r.u8()?;
-        let metadata = r.string()?;
+        let metadata = optional(r)?;
         let commit_ms = i64::from_be_bytes(r.take()?);
         offsets.push((
             (topic, partition),
             Committed {
                 offset,
-                metadata: (has_metadata == 1).then_some(metadata),
+                metadata,
                 commit_ms,
             },
         ));
     }
     Some(offsets)
+}
+
+fn decode_membership(r: &mut Fields<'_>) -> Option<SavedMembership> {
+    let generation = i32::from_be_bytes(r.take()?);
+    let assigned = match r.u8()? {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
+    let protocol_type = optional(r)?;
+    let protocol = optional(r)?;
+    let leader = optional(r)?;
+    let mut members = Vec::new();
+    for _ in 0..r.count()? {
+        let id = r.string()?;
+        let group_instance_id = optional(r)?;
+        let client_id = r.string()?;
+        let client_host = r.string()?;
+        let session_timeout = Duration::from_millis(u64::from_be_bytes(r.take()?));
+        let rebalance_timeout = Duration::from_millis(u64::from_be_bytes(r.take()?));
+        let mut protocols = Vec::new();
+        for _ in 0..r.count()? {
+            let name = r.string()?;
+            protocols.push((name, Bytes::copy_from_slice(r.bytes()?)));
+        }
+        let assignment = Bytes::copy_from_slice(r.bytes()?);
+        members.push(SavedMember {
+            id,
+            group_instance_id,
+            client_id,
+            client_host,
+            session_timeout,
+            rebalance_timeout,
+            protocols,
+            assignment,
+        });
+    }
+    Some(SavedMembership {
+        generation,
+        assigned,
+        protocol_type,
+        protocol,
+        leader,
+        members,
+    })
 }
 
 #[cfg(test)]
@@ -341,19 +450,55 @@ mod tests {
         body.string("g");
         encode_offsets(&mut body, &[(("t".into(), 3), committed(5))]);
         let bytes = minibroker_log::sealed::seal(MAGIC, 1, &body.into_body());
-        let saved = SavedOffsets {
+        let saved = SavedGroup {
             committed: vec![(("t".into(), 3), committed(5))],
-            pending: vec![],
+            ..SavedGroup::default()
         };
         assert_eq!(decode(&bytes), Some(vec![("g".into(), saved)]));
     }
 
     #[test]
-    fn offsets_round_trip_and_damage_is_detected() {
+    fn a_version_2_file_is_read_with_no_members() {
+        let mut body = FieldWriter::default();
+        body.count(1);
+        body.string("g");
+        encode_offsets(&mut body, &[]);
+        body.count(1);
+        body.int(4000i64.to_be_bytes());
+        encode_offsets(&mut body, &[(("in".into(), 0), committed(11))]);
+        let bytes = minibroker_log::sealed::seal(MAGIC, 2, &body.into_body());
+        let saved = SavedGroup {
+            pending: vec![(4000, vec![(("in".into(), 0), committed(11))])],
+            ..SavedGroup::default()
+        };
+        assert_eq!(decode(&bytes), Some(vec![("g".into(), saved)]));
+    }
+
+    #[test]
+    fn groups_round_trip_with_their_members_and_damage_is_detected() {
         let pending = vec![(4000, vec![(("in".into(), 0), committed(11))])];
+        let member = |id: &str, instance: Option<&str>| SavedMember {
+            id: id.into(),
+            group_instance_id: instance.map(Into::into),
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout: Duration::from_millis(45_000),
+            rebalance_timeout: Duration::from_millis(300_000),
+            protocols: vec![("range".into(), Bytes::from_static(&[0, 1, 0xff]))],
+            assignment: Bytes::from_static(&[0, 0, 9]),
+        };
+        let membership = SavedMembership {
+            generation: 7,
+            assigned: true,
+            protocol_type: Some("consumer".into()),
+            protocol: Some("range".into()),
+            leader: Some("c-1".into()),
+            members: vec![member("c-1", None), member("c-2", Some("static"))],
+        };
         let snapshot: Snapshot = vec![(
             "g".into(),
-            SavedOffsets {
+            SavedGroup {
+                membership,
                 pending,
                 committed: vec![
                     (

@@ -3,72 +3,18 @@
 //! that survive a crash of a durable broker's disk.
 
 use bytes::Bytes;
-use minibroker_broker::{Broker, BrokerConfig, ServerError, StorageBudget};
+use minibroker_broker::{BrokerConfig, StorageBudget};
 use minibroker_groups::{
-    GroupConfig, GroupCoordinator, GroupError, GroupState, JoinRequest, Joined,
-    MAX_MEMBER_METADATA_BYTES, MAX_OFFSET_METADATA_BYTES, MAX_PROTOCOLS_PER_MEMBER,
+    GroupConfig, GroupCoordinator, GroupError, GroupState, JoinRequest, MAX_MEMBER_METADATA_BYTES,
+    MAX_OFFSET_METADATA_BYTES, MAX_PROTOCOLS_PER_MEMBER,
 };
 use minibroker_log::sim::SimStorage;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-fn config() -> GroupConfig {
-    GroupConfig {
-        group_min_session_timeout_ms: 1,
-        max_group_members: 3,
-        ..GroupConfig::default()
-    }
-}
-
-/// A durable broker on `storage` and its group coordinator, built as the host builds them:
-/// the coordinator keeps its offsets in the broker's data directory, charged to its budget.
-struct Durable {
-    _broker: Broker,
-    groups: GroupCoordinator,
-}
-
-impl Durable {
-    fn groups(&self) -> &GroupCoordinator {
-        &self.groups
-    }
-}
-
-fn open(config: &BrokerConfig, storage: SimStorage) -> Result<Durable, ServerError> {
-    let broker = Broker::with_storage(config, Arc::new(storage))?;
-    let groups = GroupCoordinator::for_broker(&broker, &self::config())?;
-    Ok(Durable {
-        _broker: broker,
-        groups,
-    })
-}
-
-fn coordinator() -> Arc<GroupCoordinator> {
-    Arc::new(GroupCoordinator::new(&config(), None).unwrap())
-}
-
-fn request(member_id: &str, session_ms: u64) -> JoinRequest {
-    JoinRequest {
-        group_id: "g".into(),
-        member_id: member_id.into(),
-        group_instance_id: None,
-        client_id: "test".into(),
-        client_host: String::new(),
-        session_timeout: Duration::from_millis(session_ms),
-        rebalance_timeout: Duration::from_secs(5),
-        protocol_type: "consumer".into(),
-        protocols: vec![("range".into(), Bytes::from_static(b"subscription"))],
-        require_known_member: true,
-    }
-}
-
-/// A first join: MEMBER_ID_REQUIRED with an id, then the join with it.
-async fn join_new(groups: &GroupCoordinator, session_ms: u64) -> Joined {
-    let Err(GroupError::MemberIdRequired(id)) = groups.join(request("", session_ms)).await else {
-        panic!("a first join must be asked for its member id");
-    };
-    groups.join(request(&id, session_ms)).await.unwrap()
-}
+mod support;
+use support::{Durable, config, coordinator, durable_broker, join_new, open, request};
 
 #[tokio::test]
 async fn a_lone_member_is_leader_of_generation_one_and_gets_its_own_assignment() {
@@ -419,16 +365,6 @@ async fn what_groups_hold_is_charged_to_the_storage_budget() {
     assert!(budget.charged() < before - (4 << 20));
     let offsets = vec![("topic".to_owned(), 0, 1, None)];
     groups.commit("after", -1, "", offsets).await.unwrap();
-}
-
-/// A durable broker on `storage` whose groups commit offsets to its data directory.
-fn durable_broker(storage: &SimStorage) -> Durable {
-    let config = BrokerConfig {
-        data_dir: Some("/data".into()),
-        max_stored_bytes: 1 << 30,
-        ..BrokerConfig::default()
-    };
-    open(&config, storage.clone()).unwrap()
 }
 
 #[tokio::test]
