@@ -12,9 +12,9 @@ Each command prints one JSON summary line and exits non-zero when what it checks
         until SOURCE is drained; with DIE_AFTER, the process kills itself (no clean-up) in the
         middle of the transaction after that many records were produced: it says so on stdout
         and waits to be killed
-    python transactions.py check-output BOOTSTRAP SOURCE SINK COUNT
+    python transactions.py check-output BOOTSTRAP SOURCE SINK COUNT [GROUP]
         SINK, read_committed, holds each of SOURCE's COUNT values transformed exactly once, and
-        group "processor" has committed offsets past every record of SOURCE
+        GROUP ("processor" by default) has committed offsets past every record of SOURCE
     python transactions.py zombie BOOTSTRAP TOPIC
         a second producer with the same transactional id fences the first: the first's commit
         fails, its open transaction is aborted, and only the second's records are read_committed
@@ -269,12 +269,12 @@ def drained(consumer, source):
     return True
 
 
-def run_check_output(bootstrap, source, sink, count):
+def run_check_output(bootstrap, source, sink, count, group="processor"):
     from confluent_kafka import Consumer, TopicPartition
 
     values = read_values(bootstrap, sink, PARTITIONS, "read_committed")
     wanted = sorted(f"{source}-{i}".upper() for i in range(count))
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "processor",
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                          "isolation.level": "read_committed", "enable.auto.commit": False,
                          "enable.partition.eof": True})
     committed = consumer.committed([TopicPartition(source, p) for p in range(PARTITIONS)], 10)
@@ -414,7 +414,7 @@ def main(argv):
         die_after = int(args[4]) if len(args) > 4 else None
         run_process(args[0], args[1], args[2], args[3], die_after)
     elif command == "check-output":
-        run_check_output(args[0], args[1], args[2], int(args[3]))
+        run_check_output(args[0], args[1], args[2], int(args[3]), *args[4:5])
     elif command == "zombie":
         run_zombie(args[0], args[1])
     elif command == "timeout":

@@ -11,10 +11,11 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::{Command, Stdio};
-use support::{ServeProcess, free_addr, kafka_script, serve_command, summary_of};
+use support::{
+    ServeProcess, durable_command, fill_source, free_addr, kafka_script, serve_command,
+    start_script, summary_of,
+};
 
 fn script(args: &[&str]) -> serde_json::Value {
     let output = kafka_script("transactions.py", args).output().unwrap();
@@ -61,16 +62,6 @@ fn read_committed_once(
 
 fn memory_broker() -> ServeProcess {
     ServeProcess::spawn(&mut serve_command("127.0.0.1:0", "127.0.0.1:0"))
-}
-
-/// A durable broker on fixed addresses (restarts reuse them), with the `always` flush policy.
-fn durable_command(addrs: &(String, String), dir: &Path) -> Command {
-    let mut command = serve_command(&addrs.0, &addrs.1);
-    command
-        .arg("--data-dir")
-        .arg(dir)
-        .args(["--flush", "always"]);
-    command
 }
 
 #[test]
@@ -148,33 +139,11 @@ fn a_transaction_open_past_its_timeout_is_aborted_and_its_producer_fenced() {
     );
 }
 
-/// Writes `count` values `SOURCE-i` over the source topic's partitions, in one transaction of
-/// transactional id SOURCE.
-fn fill_source(kafka: &str, source: &str, count: usize) {
-    let summary = script(&[
-        "produce-open",
-        kafka,
-        source,
-        source,
-        &count.to_string(),
-        "commit",
-    ]);
-    assert_eq!(summary["written"], count);
-}
-
 /// Starts `transactions.py ARGS` and waits for the first line it prints (it says so once it is
 /// where the test wants it, and waits to be killed); returns the process and that line.
 fn started_script(args: &[&str]) -> (std::process::Child, String) {
-    let mut child = kafka_script("transactions.py", args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    (child, line)
+    let started = start_script("transactions.py", args);
+    (started.child, started.first_line)
 }
 
 /// Starts the processor, which kills nothing itself: it stops in the middle of a transaction

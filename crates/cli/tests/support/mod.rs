@@ -289,3 +289,70 @@ pub fn add_user(users: &std::path::Path, name: &str, password: &str) {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// A durable broker on fixed addresses (restarts reuse them), with the `always` flush policy.
+pub fn durable_command(addrs: &(String, String), dir: &std::path::Path) -> Command {
+    let mut command = serve_command(&addrs.0, &addrs.1);
+    command
+        .arg("--data-dir")
+        .arg(dir)
+        .args(["--flush", "always"]);
+    command
+}
+
+/// Writes `count` values `SOURCE-i` over the source topic's 3 partitions, in one transaction of
+/// transactional id SOURCE.
+pub fn fill_source(kafka: &str, source: &str, count: usize) {
+    let args = [
+        "produce-open",
+        kafka,
+        source,
+        source,
+        &count.to_string(),
+        "commit",
+    ];
+    let output = kafka_script("transactions.py", &args).output().unwrap();
+    let summary = summary_of(&output, &format!("transactions.py {args:?}"));
+    assert_eq!(summary["written"], count);
+}
+
+/// A Kafka-client script running in the background, once it printed its first line.
+pub struct StartedScript {
+    /// The script's process.
+    pub child: Child,
+    /// The first line it printed.
+    pub first_line: String,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl StartedScript {
+    /// Waits for the script to finish; the summary it printed last, asserting that it
+    /// succeeded.
+    pub fn summary(mut self) -> serde_json::Value {
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut self.stdout, &mut rest).unwrap();
+        let status = self.child.wait().unwrap();
+        let last = rest.lines().last().unwrap_or_default();
+        assert!(status.success(), "{status}: {}{rest}", self.first_line);
+        let summary: serde_json::Value = serde_json::from_str(last).expect("json");
+        assert_eq!(summary["ok"], true, "{summary}");
+        summary
+    }
+}
+
+/// Starts the Kafka-client script `script` with `args` and waits for the first line it prints.
+pub fn start_script(script: &str, args: &[&str]) -> StartedScript {
+    let mut child = kafka_script(script, args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first_line = String::new();
+    stdout.read_line(&mut first_line).unwrap();
+    StartedScript {
+        child,
+        first_line,
+        stdout,
+    }
+}
