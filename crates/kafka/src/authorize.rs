@@ -62,7 +62,8 @@ impl KafkaFrontEnd {
     }
 
     /// CLUSTER_AUTHORIZATION_FAILED for a batch whose producer id was not issued to this
-    /// principal (another's, or no one's).
+    /// principal (another's, or no one's); UNKNOWN_PRODUCER_ID for one forgotten since it was
+    /// issued (the producer asks for a new id).
     pub(crate) fn foreign_producer(&self, batch: &[u8]) -> Option<ResponseError> {
         if !self.guard.is_on() {
             return None;
@@ -71,6 +72,7 @@ impl KafkaFrontEnd {
         match self.guard.producer_use(producer_id) {
             ProducerUse::Allowed => None,
             ProducerUse::Refused => Some(ResponseError::ClusterAuthorizationFailed),
+            ProducerUse::Forgotten => Some(ResponseError::UnknownProducerId),
             ProducerUse::StorageFailed => Some(ResponseError::KafkaStorageError),
         }
     }

@@ -259,6 +259,12 @@ impl NativeFrontEnd {
                                 self.guard.principal()
                             ),
                         ))),
+                        ProducerUse::Forgotten => Some(Response::Error(ErrorResponse::new(
+                            ErrorCode::UnknownProducerId,
+                            format!(
+                                "producer id {producer_id} was forgotten: init the producer again"
+                            ),
+                        ))),
                         ProducerUse::StorageFailed => Some(Response::Error(ErrorResponse::new(
                             ErrorCode::StorageError,
                             "the producer-owners file could not be written",

@@ -112,6 +112,8 @@ pub enum ProducerUse {
     Allowed,
     /// No: another principal's id, or one issued to no one.
     Refused,
+    /// No: an id issued once and forgotten since; the producer is to ask for a new one.
+    Forgotten,
     /// The owners file could not be written (a refreshed record): not stored.
     StorageFailed,
 }
@@ -268,6 +270,11 @@ impl Guard {
                 tracing::info!(principal = %self.principal, producer_id, %owner,
                     "denied: the producer id was issued to another principal");
                 ProducerUse::Refused
+            }
+            Ok(Use::Forgotten) => {
+                tracing::info!(principal = %self.principal, producer_id,
+                    "refused: the producer id was forgotten (expired, or its owner's least recently used beyond max_producer_ids)");
+                ProducerUse::Forgotten
             }
             Ok(Use::Nobody) => {
                 tracing::info!(principal = %self.principal, producer_id,

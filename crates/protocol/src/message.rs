@@ -391,7 +391,8 @@ pub enum ErrorCode {
     CorruptBatch,
     /// A fetch offset outside the partition's log.
     OffsetOutOfRange,
-    /// An init-producer request named a producer id this broker never issued.
+    /// An init-producer request named a producer id this broker never issued, or a batch's
+    /// producer id was forgotten since it was issued (init the producer again).
     UnknownProducerId,
     /// The producer's epoch cannot be bumped further.
     EpochExhausted,

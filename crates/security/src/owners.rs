@@ -22,11 +22,15 @@
 //! last line (a crash mid-append: that id was never handed out) is dropped; any other line that
 //! does not read, or whose checksum fails, is an error naming the file and line: a flipped byte
 //! must not hand an id to someone else. The file is rewritten, without
-//! the forgotten ids, when it has grown to twice what it holds. At most `max_remembered` ids
-//! are kept, each until `expiration` after it was issued: a producer whose id is forgotten is
-//! refused and asks for a new one, as for a forgotten epoch.
+//! the forgotten ids, when it has grown to twice what it holds. Each id is kept until
+//! `expiration` after it was issued (or last refreshed by use), and at most `max_remembered`
+//! ids are kept: beyond that, the principal holding the most ids forgets its least recently
+//! used, so one principal taking ids by the thousand cannot make the broker forget another's
+//! id in use. A batch with a forgotten id is refused UNKNOWN_PRODUCER_ID, on which Kafka's
+//! producers ask for a new id and go on (a never-issued or another principal's id stays an
+//! authorisation failure).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
@@ -39,6 +43,10 @@ const HEADER: &str = "minibroker producer-owners 2";
 /// The first line of version 1, still read: the principal as it was, not encoded.
 const HEADER_V1: &str = "minibroker producer-owners 1";
 
+/// How much later a use must be than the last one noted for it to be noted again (an id's
+/// place among its owner's least recently used moves at most once a second, not per batch).
+const USE_RESOLUTION_MS: i64 = 1_000;
+
 /// Whose a producer id is, to the principal asking.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Use {
@@ -46,6 +54,10 @@ pub enum Use {
     Owner,
     /// Issued to this other principal.
     Other(String),
+    /// Issued once, and forgotten since (past its expiration, or its owner's least recently
+    /// used beyond the cap): the producer asks for a new id, as Kafka's producers do when told
+    /// UNKNOWN_PRODUCER_ID.
+    Forgotten,
     /// Not issued to anyone the broker remembers.
     Nobody,
 }
@@ -59,38 +71,121 @@ pub struct ProducerOwners {
     held: Mutex<Held>,
 }
 
+/// One remembered id.
+#[derive(Debug)]
+struct Owner {
+    principal: String,
+    /// When its line was last written (issued, or refreshed by use), in ms.
+    written_ms: i64,
+    /// When it was last used, in ms (to [`USE_RESOLUTION_MS`]); only in memory.
+    used_ms: i64,
+}
+
+/// The remembered ids, indexed for the two ways one is forgotten: past its expiration (by when
+/// its line was written), and beyond the cap, where the principal holding the most ids loses
+/// its least recently used (when every principal holds one, the least recently used of all
+/// goes). So one principal taking ids by the thousand forgets its own, never another's that is
+/// in use.
 #[derive(Debug, Default)]
 struct Held {
-    /// Id → (principal, when issued, in ms).
-    owners: HashMap<i64, (String, i64)>,
-    /// Ids by when they were issued, for forgetting the oldest.
-    by_time: BTreeMap<(i64, i64), ()>,
+    owners: HashMap<i64, Owner>,
+    /// (written_ms, id): expiration, and the file's order.
+    by_written: BTreeSet<(i64, i64)>,
+    /// (used_ms, id) of every id.
+    by_used: BTreeSet<(i64, i64)>,
+    /// Each principal's (used_ms, id).
+    by_principal: HashMap<String, BTreeSet<(i64, i64)>>,
+    /// (ids held, principal): the largest holder is the last.
+    by_count: BTreeSet<(usize, String)>,
+    /// The highest id ever recorded: an unknown id at or below it was issued and forgotten.
+    highest: Option<i64>,
     /// Lines in the file, for knowing when to rewrite it.
     lines: usize,
 }
 
 impl Held {
     fn insert(&mut self, id: i64, principal: String, at_ms: i64) {
-        if let Some((_, old)) = self.owners.insert(id, (principal, at_ms)) {
-            self.by_time.remove(&(old, id));
+        self.remove(id);
+        self.by_written.insert((at_ms, id));
+        self.by_used.insert((at_ms, id));
+        let ids = self.by_principal.entry(principal.clone()).or_default();
+        ids.insert((at_ms, id));
+        let count = ids.len();
+        self.by_count.remove(&(count - 1, principal.clone()));
+        self.by_count.insert((count, principal.clone()));
+        self.highest = self.highest.max(Some(id));
+        let owner = Owner {
+            principal,
+            written_ms: at_ms,
+            used_ms: at_ms,
+        };
+        self.owners.insert(id, owner);
+    }
+
+    fn remove(&mut self, id: i64) {
+        let Some(owner) = self.owners.remove(&id) else {
+            return;
+        };
+        self.by_written.remove(&(owner.written_ms, id));
+        self.by_used.remove(&(owner.used_ms, id));
+        let Some(ids) = self.by_principal.get_mut(&owner.principal) else {
+            return;
+        };
+        ids.remove(&(owner.used_ms, id));
+        let count = ids.len();
+        if count == 0 {
+            self.by_principal.remove(&owner.principal);
         }
-        self.by_time.insert((at_ms, id), ());
+        self.by_count.remove(&(count + 1, owner.principal.clone()));
+        if count > 0 {
+            self.by_count.insert((count, owner.principal));
+        }
+    }
+
+    /// Notes a use of `id` at `now_ms`: it is its owner's most recently used.
+    fn used(&mut self, id: i64, now_ms: i64) {
+        let Some(owner) = self.owners.get_mut(&id) else {
+            return;
+        };
+        if now_ms.saturating_sub(owner.used_ms) < USE_RESOLUTION_MS {
+            return;
+        }
+        if let Some(ids) = self.by_principal.get_mut(&owner.principal) {
+            ids.remove(&(owner.used_ms, id));
+            ids.insert((now_ms, id));
+        }
+        self.by_used.remove(&(owner.used_ms, id));
+        self.by_used.insert((now_ms, id));
+        owner.used_ms = now_ms;
     }
 
     fn forget(&mut self, now_ms: i64, expiration_ms: i64, keep: usize) {
-        while let Some((&(at, id), ())) = self.by_time.first_key_value() {
-            if now_ms.saturating_sub(at) <= expiration_ms && self.owners.len() <= keep {
-                return;
+        while let Some(&(at, id)) = self.by_written.first() {
+            if now_ms.saturating_sub(at) <= expiration_ms {
+                break;
             }
-            self.by_time.remove(&(at, id));
-            self.owners.remove(&id);
+            self.remove(id);
+        }
+        while self.owners.len() > keep {
+            let Some((count, largest)) = self.by_count.last() else {
+                return;
+            };
+            let least_used = if *count > 1 {
+                self.by_principal.get(largest).and_then(BTreeSet::first)
+            } else {
+                self.by_used.first()
+            };
+            let Some(&(_, id)) = least_used else {
+                return;
+            };
+            self.remove(id);
         }
     }
 
     fn text(&self) -> String {
         let mut text = format!("{HEADER}\n");
-        for &(at, id) in self.by_time.keys() {
-            text.push_str(&line(id, at, &self.owners[&id].0));
+        for &(at, id) in &self.by_written {
+            text.push_str(&line(id, at, &self.owners[&id].principal));
         }
         text
     }
@@ -163,7 +258,7 @@ impl ProducerOwners {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         held.owners
             .get(&producer_id)
-            .map(|(owner, _)| owner.clone())
+            .map(|owner| owner.principal.clone())
     }
 
     /// Records that `producer_id` was issued to `principal` at `now_ms`, durably (synced)
@@ -176,7 +271,7 @@ impl ProducerOwners {
         if held
             .owners
             .get(&producer_id)
-            .is_some_and(|(owner, _)| owner == principal)
+            .is_some_and(|owner| owner.principal == principal)
         {
             // The same owner again (an epoch bump): nothing new to keep.
             return Ok(());
@@ -210,13 +305,16 @@ impl ProducerOwners {
         now_ms: i64,
     ) -> Result<Use, FileError> {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some((owner, at)) = held.owners.get(&producer_id) else {
-            return Ok(Use::Nobody);
+        let Some(owner) = held.owners.get(&producer_id) else {
+            let issued = held.highest.is_some_and(|highest| producer_id <= highest);
+            return Ok(if issued { Use::Forgotten } else { Use::Nobody });
         };
-        if owner != principal {
-            return Ok(Use::Other(owner.clone()));
+        if owner.principal != principal {
+            return Ok(Use::Other(owner.principal.clone()));
         }
-        if now_ms.saturating_sub(*at) > self.expiration_ms / 2 {
+        let written_ms = owner.written_ms;
+        held.used(producer_id, now_ms);
+        if now_ms.saturating_sub(written_ms) > self.expiration_ms / 2 {
             if let Some(path) = &self.path {
                 append(path, &line(producer_id, now_ms, principal))?;
                 held.lines += 1;

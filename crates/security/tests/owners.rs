@@ -175,3 +175,36 @@ fn a_certificate_name_with_a_space_is_read_back_and_an_older_file_still_reads() 
     assert!(text.starts_with("minibroker producer-owners 2\n"), "{text}");
     assert!(text.contains("User:John%20Roe"), "{text}");
 }
+
+#[test]
+fn one_principal_taking_ids_by_the_thousand_forgets_its_own_not_anothers_in_use() {
+    // Before, the oldest-issued ids went beyond the cap, whoever owned them: 1,000 InitProducerIds
+    // of one principal made the broker forget another's id used moments before, and its next
+    // batch was refused CLUSTER_AUTHORIZATION_FAILED, fatal to a Kafka producer.
+    let owners = ProducerOwners::open(None, 100, DAY_MS, NOW).unwrap();
+    owners.record(1, "User:alice", NOW).unwrap();
+    owners.record(2, "User:bob", NOW).unwrap();
+    for id in 3..1003 {
+        let at = NOW + id;
+        owners.record(id, "User:mallory", at).unwrap();
+        // Alice writes all along; Bob has not written since he got his id.
+        assert_eq!(owners.check_use(1, "User:alice", at).unwrap(), Use::Owner);
+    }
+    assert_eq!(owners.len(), 100);
+    assert_eq!(owners.owner(1).as_deref(), Some("User:alice"));
+    assert_eq!(
+        owners.owner(2).as_deref(),
+        Some("User:bob"),
+        "one id: never the largest holder's"
+    );
+    assert_eq!(owners.owner(1002).as_deref(), Some("User:mallory"));
+    // Mallory's least recently used went; her producer is told to ask again, not refused.
+    assert_eq!(
+        owners.check_use(3, "User:mallory", NOW + 2000).unwrap(),
+        Use::Forgotten
+    );
+    assert_eq!(
+        owners.check_use(5000, "User:mallory", NOW + 2000).unwrap(),
+        Use::Nobody
+    );
+}

@@ -468,3 +468,44 @@ async fn describe_transactions_names_only_the_topics_the_asker_may_describe() ->
     assert_eq!(topics_seen(answer), ["secret", "visible"]);
     Ok(())
 }
+
+#[tokio::test]
+async fn a_principal_taking_a_thousand_ids_forgets_its_own_not_another_principals() -> Result<()> {
+    // Before, the oldest-issued ids went beyond max_producer_ids whoever owned them: mallory's
+    // 1,000 InitProducerIds made the broker forget alice's id used moments before, and her next
+    // batch got CLUSTER_AUTHORIZATION_FAILED, fatal to a Kafka producer.
+    let dir = tempfile::tempdir()?;
+    let mut config = secured(dir.path(), ALICE_ACLS);
+    config.broker.max_producer_ids = 1000;
+    let broker = TestBroker::start(config).await?;
+    let addr = start_kafka(&broker).await?.addr;
+    let mut alice = login(addr, "alice").await?;
+    let alices = init_producer(&mut alice, None, -1).await?.producer_id.0;
+    assert_eq!(
+        produce(&mut alice, "shared", batch(alices, 0, 0, &[b"a0"])).await?,
+        0
+    );
+    let mut mallory = login(addr, "mallory").await?;
+    let mut mallorys = Vec::new();
+    for _ in 0..1000 {
+        let issued = init_producer(&mut mallory, None, -1).await?;
+        assert_eq!(issued.error_code, 0);
+        mallorys.push(issued.producer_id.0);
+    }
+    assert_eq!(
+        produce(&mut alice, "shared", batch(alices, 0, 1, &[b"a1"])).await?,
+        0,
+        "alice's id is still hers"
+    );
+    // Mallory's own oldest was forgotten: her producer is told to ask for a new id.
+    assert_eq!(
+        produce(&mut mallory, "shared", batch(mallorys[0], 0, 0, &[b"m0"])).await?,
+        code(ResponseError::UnknownProducerId)
+    );
+    let newest = *mallorys.last().unwrap();
+    assert_eq!(
+        produce(&mut mallory, "shared", batch(newest, 0, 0, &[b"m1"])).await?,
+        0
+    );
+    Ok(())
+}
