@@ -2,7 +2,9 @@
 //!
 //! One file in the data directory, `transactions.log`, to which every changed transactional id's
 //! record ([`Transaction::encode`]) is appended — a u32 big-endian length, then the sealed
-//! record — and synced. The last record of an id is its state; a Dead one is a tombstone.
+//! record — and synced. The last whole record of an id is its state, with the additions after
+//! it (an add to an open transaction writes only what it added, never the whole record again:
+//! see `record`); a Dead one is a tombstone.
 //!
 //! At open the file is read whole. The torn-tail rule is the segments' (and Kafka's log
 //! recovery's): bytes at the end that are not a whole record are what a crash in the middle of an
@@ -24,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use thiserror::Error;
 
+use crate::record::Entry;
 use crate::{RecordError, Transaction, TxnState};
 
 /// The log's file name in the data directory.
@@ -70,8 +73,8 @@ pub struct TransactionLog {
     file: Arc<dyn StorageFile>,
     /// Bytes in the file.
     size: u64,
-    /// Each live id's last record, framed as it is in the file.
-    live: BTreeMap<String, Vec<u8>>,
+    /// Each live id's state, and what its records since its last whole one take in the file.
+    live: BTreeMap<String, (Transaction, u64)>,
     /// What those records take together.
     live_bytes: u64,
     /// A sync failed: what the file holds past `size` is unknown, so nothing more is appended
@@ -102,7 +105,7 @@ impl TransactionLog {
                 });
             }
         };
-        let (live, states, torn) = read_records(&bytes, &path)?;
+        let (states, torn) = read_records(&bytes, &path)?;
         if let Some(torn) = &torn {
             tracing::warn!(
                 file = %path.display(),
@@ -111,7 +114,9 @@ impl TransactionLog {
                 "cut a torn tail off the transaction log: an append a crash interrupted (never answered), or lost data"
             );
         }
-        let (file, size) = rewrite(&*storage, &path, &live)?;
+        let mut live = states.into_iter().map(|(id, txn)| (id, (txn, 0))).collect();
+        let (file, size) = rewrite(&*storage, &path, &mut live)?;
+        let states = live.values().map(|(txn, _)| txn.clone()).collect();
         let log = Self {
             storage,
             path,
@@ -121,7 +126,7 @@ impl TransactionLog {
             live,
             failed_sync: false,
         };
-        Ok((log, states.into_values().collect()))
+        Ok((log, states))
     }
 
     /// Reads the log in `dir` without changing it (`minibroker check-data`): its path, and what
@@ -131,7 +136,7 @@ impl TransactionLog {
         let path = dir.join(FILE_NAME);
         let problem = match read_whole(storage, &path) {
             Ok(bytes) => match read_records(&bytes, &path) {
-                Ok((_, _, Some(torn))) => Some(format!(
+                Ok((_, Some(torn))) => Some(format!(
                     "{} bytes at byte {} are not a whole record; the next start cuts them (a crash leaves a torn tail; anything else is lost data)",
                     torn.bytes, torn.at
                 )),
@@ -145,12 +150,21 @@ impl TransactionLog {
     }
 
     /// Appends `transaction`'s record and syncs it: the change is durable when this returns.
-    /// A Dead one is forgotten at the next compaction.
+    /// When all it changed is partitions or groups added to the open transaction, only those
+    /// are written. A Dead one is forgotten at the next compaction.
     ///
     /// # Errors
     /// [`TransactionLogError::Io`] when the write or the sync fails.
     pub fn append(&mut self, transaction: &Transaction) -> Result<(), TransactionLogError> {
-        let framed = frame(&transaction.encode());
+        let id = transaction.transactional_id();
+        let addition = self
+            .live
+            .get(id)
+            .and_then(|(before, _)| transaction.addition_since(before));
+        let record = addition
+            .as_ref()
+            .map_or_else(|| transaction.encode(), crate::record::Addition::encode);
+        let framed = frame(&record);
         let failed = |what, source| TransactionLogError::Io {
             what,
             path: self.path.clone(),
@@ -174,25 +188,34 @@ impl TransactionLog {
             self.failed_sync = true;
             return Err(failed("syncing", error));
         }
-        self.size += framed.len() as u64;
-        let id = transaction.transactional_id();
         let added = framed.len() as u64;
-        let replaced = if transaction.state() == TxnState::Dead {
-            self.live.remove(id)
+        self.size += added;
+        // What the id's records take: a whole record starts them again, an addition adds to
+        // them.
+        let earlier = self.live.get(id).map_or(0, |(_, bytes)| *bytes);
+        self.live_bytes -= earlier;
+        if transaction.state() == TxnState::Dead {
+            self.live.remove(id);
         } else {
-            self.live_bytes += added;
-            self.live.insert(id.to_owned(), framed)
-        };
-        self.live_bytes -= replaced.map_or(0, |old| old.len() as u64);
+            let bytes = if addition.is_some() {
+                earlier + added
+            } else {
+                added
+            };
+            self.live_bytes += bytes;
+            self.live
+                .insert(id.to_owned(), (transaction.clone(), bytes));
+        }
         if self.size > COMPACT_BYTES && self.size > 2 * self.live_bytes {
             self.compact()?;
         }
         Ok(())
     }
 
-    /// Rewrites the file with one record per live id.
+    /// Rewrites the file with one whole record per live id.
     fn compact(&mut self) -> Result<(), TransactionLogError> {
-        (self.file, self.size) = rewrite(&*self.storage, &self.path, &self.live)?;
+        (self.file, self.size) = rewrite(&*self.storage, &self.path, &mut self.live)?;
+        self.live_bytes = self.size;
         Ok(())
     }
 
@@ -203,13 +226,8 @@ impl TransactionLog {
     }
 }
 
-/// Each live id's last record as framed in the file, each live id's state, and the torn tail
-/// left out.
-type Records = (
-    BTreeMap<String, Vec<u8>>,
-    BTreeMap<String, Transaction>,
-    Option<TornTail>,
-);
+/// Each live id's state, and the torn tail left out.
+type Records = (BTreeMap<String, Transaction>, Option<TornTail>);
 
 /// Bytes at the end of the log that are not a whole record: where they begin, how many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,38 +238,42 @@ pub struct TornTail {
     pub bytes: usize,
 }
 
-/// Each live id's last record, framed, and its state, from the log's `bytes`, with the torn
-/// record at the end (an append that never finished), which is left out.
+/// Each live id's state from the log's `bytes`, with the torn record at the end (an append
+/// that never finished), which is left out.
 fn read_records(bytes: &[u8], path: &Path) -> Result<Records, TransactionLogError> {
-    let mut live = BTreeMap::new();
-    let mut states = BTreeMap::new();
+    let mut states: BTreeMap<String, Transaction> = BTreeMap::new();
     let mut at = 0;
     while let Some(framed) = frame_at(bytes, at) {
+        let damaged = |source| TransactionLogError::Damaged {
+            path: path.to_owned(),
+            at,
+            source,
+        };
         // A whole record that does not decode is damage, wherever it is: an append that did
         // not finish leaves a short one, never a whole wrong one.
-        let transaction = Transaction::decode(&framed[LENGTH_LEN..]).map_err(|source| {
-            TransactionLogError::Damaged {
-                path: path.to_owned(),
-                at,
-                source,
+        let entry = Entry::decode(&framed[LENGTH_LEN..]).map_err(damaged)?;
+        let id = entry.transactional_id().to_owned();
+        match entry {
+            Entry::Whole(transaction) if transaction.state() == TxnState::Dead => {
+                states.remove(&id);
             }
-        })?;
-        at += framed.len();
-        let id = transaction.transactional_id().to_owned();
-        if transaction.state() == TxnState::Dead {
-            live.remove(&id);
-            states.remove(&id);
-        } else {
-            live.insert(id.clone(), framed.to_vec());
-            states.insert(id, transaction);
+            Entry::Whole(transaction) => {
+                states.insert(id, transaction);
+            }
+            Entry::Addition(addition) => {
+                let impossible = RecordError::Impossible("an addition to an unknown id");
+                let state = states.get_mut(&id).ok_or_else(|| damaged(impossible))?;
+                state.apply_addition(addition).map_err(damaged)?;
+            }
         }
+        at += framed.len();
     }
     // What is left looks like a torn append, which only the last write can be. If it is a whole
     // record after all, or a whole record follows, a length was damaged instead: cutting there
     // would drop records that were answered.
     let rest_is_whole = bytes
         .get(at + LENGTH_LEN..)
-        .is_some_and(|rest| Transaction::decode(rest).is_ok());
+        .is_some_and(|rest| Entry::decode(rest).is_ok());
     if at < bytes.len() && (rest_is_whole || whole_record_after(bytes, at + 1)) {
         return Err(TransactionLogError::Damaged {
             path: path.to_owned(),
@@ -263,32 +285,40 @@ fn read_records(bytes: &[u8], path: &Path) -> Result<Records, TransactionLogErro
         at,
         bytes: bytes.len() - at,
     });
-    Ok((live, states, torn))
+    Ok((states, torn))
 }
 
 /// Whether a whole record that decodes starts anywhere from `from` on (found by its magic).
 fn whole_record_after(bytes: &[u8], from: usize) -> bool {
-    let magic = crate::record::MAGIC;
-    (from..bytes.len().saturating_sub(magic.len() - 1))
-        .filter(|&at| at >= LENGTH_LEN && bytes[at..].starts_with(magic))
+    let magics = [crate::record::MAGIC, crate::record::ADDITION_MAGIC];
+    (from..bytes.len())
+        .filter(|&at| {
+            at >= LENGTH_LEN && magics.iter().any(|magic| bytes[at..].starts_with(*magic))
+        })
         .any(|at| {
             frame_at(bytes, at - LENGTH_LEN)
-                .is_some_and(|framed| Transaction::decode(&framed[LENGTH_LEN..]).is_ok())
+                .is_some_and(|framed| Entry::decode(&framed[LENGTH_LEN..]).is_ok())
         })
 }
 
-/// Replaces the file at `path` with the `live` records, atomically, and opens it for appends.
+/// Replaces the file at `path` with a whole record of each `live` id, atomically, noting what
+/// each takes, and opens it for appends.
 fn rewrite(
     storage: &dyn Storage,
     path: &Path,
-    live: &BTreeMap<String, Vec<u8>>,
+    live: &mut BTreeMap<String, (Transaction, u64)>,
 ) -> Result<(Arc<dyn StorageFile>, u64), TransactionLogError> {
     let failed = |what, source| TransactionLogError::Io {
         what,
         path: path.to_owned(),
         source,
     };
-    let records: Vec<u8> = live.values().flatten().copied().collect();
+    let mut records = Vec::new();
+    for (transaction, bytes) in live.values_mut() {
+        let framed = frame(&transaction.encode());
+        *bytes = framed.len() as u64;
+        records.extend_from_slice(&framed);
+    }
     write_atomically(storage, path, &records).map_err(|error| failed("rewriting", error))?;
     let file = storage
         .open(path)

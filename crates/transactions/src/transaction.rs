@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use thiserror::Error;
 
 use crate::TxnState;
+use crate::record::{Addition, RecordError};
 
 /// Why a transactional request is refused; each is one Kafka error code.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -428,6 +429,55 @@ impl Transaction {
             start_ms,
             last_update_ms,
         }
+    }
+
+    /// What `self` added to `before`'s open transaction, when that is all that changed: both
+    /// Ongoing, of one producer, epoch, timeout and start, and `self` holding every partition
+    /// and group `before` holds. The log writes that instead of the whole record.
+    pub(crate) fn addition_since(&self, before: &Self) -> Option<Addition> {
+        let same = self.state == TxnState::Ongoing
+            && before.state == TxnState::Ongoing
+            && self.transactional_id == before.transactional_id
+            && (self.producer_id, self.epoch, self.timeout_ms, self.start_ms)
+                == (
+                    before.producer_id,
+                    before.epoch,
+                    before.timeout_ms,
+                    before.start_ms,
+                )
+            && self.partitions.is_superset(&before.partitions)
+            && self.groups.is_superset(&before.groups);
+        same.then(|| Addition {
+            transactional_id: self.transactional_id.clone(),
+            producer_id: self.producer_id,
+            epoch: self.epoch,
+            last_update_ms: self.last_update_ms,
+            partitions: self
+                .partitions
+                .difference(&before.partitions)
+                .cloned()
+                .collect(),
+            groups: self.groups.difference(&before.groups).cloned().collect(),
+        })
+    }
+
+    /// Replays an [`Addition`] read from the log onto the state the log held before it.
+    ///
+    /// # Errors
+    /// [`RecordError::Impossible`] when it is not an addition to this producer's open
+    /// transaction.
+    pub(crate) fn apply_addition(&mut self, addition: Addition) -> Result<(), RecordError> {
+        if self.state != TxnState::Ongoing
+            || (self.producer_id, self.epoch) != (addition.producer_id, addition.epoch)
+        {
+            return Err(RecordError::Impossible(
+                "an addition to no open transaction of its producer and epoch",
+            ));
+        }
+        self.partitions.extend(addition.partitions);
+        self.groups.extend(addition.groups);
+        self.last_update_ms = addition.last_update_ms;
+        Ok(())
     }
 
     /// TxnOffsetCommit's check: the producer is current, and its open transaction has added
