@@ -11,6 +11,7 @@
 //! fence or a timeout, the driver writes the markers to the partitions it is given, then calls
 //! [`TransactionCoordinator::complete`].
 
+use minibroker_broker::{BrokerConfig, StorageBudget};
 use minibroker_log::Storage;
 use std::collections::HashMap;
 use std::path::Path;
@@ -40,6 +41,14 @@ impl Default for Limits {
     }
 }
 
+/// The longest transactional id accepted, in bytes (Kafka sets none below its 32 KiB string;
+/// the ids clients make, Kafka Streams' included, are a few dozen bytes).
+pub const MAX_TRANSACTIONAL_ID_BYTES: usize = 1024;
+
+/// Most consumer groups one transaction may commit offsets of (AddOffsetsToTxn); a pipeline
+/// commits one.
+pub const MAX_GROUPS_PER_TRANSACTION: usize = 100;
+
 /// Why a request to the coordinator failed.
 #[derive(Debug, Error)]
 pub enum CoordinatorError {
@@ -49,6 +58,18 @@ pub enum CoordinatorError {
     /// An empty transactional id (INVALID_REQUEST).
     #[error("a transactional id must not be empty")]
     EmptyTransactionalId,
+    /// A transactional id longer than [`MAX_TRANSACTIONAL_ID_BYTES`] (INVALID_REQUEST).
+    #[error(
+        "a transactional id of {0} bytes is longer than the {MAX_TRANSACTIONAL_ID_BYTES} accepted"
+    )]
+    TransactionalIdTooLong(usize),
+    /// A transaction's groups would pass [`MAX_GROUPS_PER_TRANSACTION`] (POLICY_VIOLATION).
+    #[error("a transaction commits offsets of at most {MAX_GROUPS_PER_TRANSACTION} groups")]
+    TooManyGroups,
+    /// What transactional ids hold would pass the broker's `max_stored_bytes`
+    /// (POLICY_VIOLATION); nothing changed.
+    #[error("the broker holds its maximum of {0} bytes")]
+    StorageFull(u64),
     /// No such transactional id (an add or end before any InitProducerId).
     #[error("no transaction is known for transactional id {0:?}")]
     UnknownTransactionalId(String),
@@ -60,12 +81,19 @@ pub enum CoordinatorError {
     ProducerId(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
+/// A budget of the broker's default `max_stored_bytes`, for a coordinator built alone.
+fn default_budget() -> Arc<StorageBudget> {
+    Arc::new(StorageBudget::new(BrokerConfig::default().max_stored_bytes))
+}
+
 /// Every transactional id; see the module docs.
 #[derive(Debug)]
 pub struct TransactionCoordinator {
     ids: Mutex<HashMap<String, Transaction>>,
     log: Option<Mutex<TransactionLog>>,
     limits: Limits,
+    /// What the ids hold ([`Transaction::held_bytes`]) is charged here.
+    budget: Arc<StorageBudget>,
 }
 
 impl TransactionCoordinator {
@@ -76,6 +104,7 @@ impl TransactionCoordinator {
             ids: Mutex::default(),
             log: None,
             limits,
+            budget: default_budget(),
         }
     }
 
@@ -94,11 +123,30 @@ impl TransactionCoordinator {
             .into_iter()
             .map(|txn| (txn.transactional_id().to_owned(), txn))
             .collect();
-        Ok(Self {
+        let coordinator = Self {
             ids: Mutex::new(ids),
             log: Some(Mutex::new(log)),
             limits,
-        })
+            budget: default_budget(),
+        };
+        coordinator.budget.charge(coordinator.held_bytes());
+        Ok(coordinator)
+    }
+
+    /// The coordinator, what its ids hold charged to `budget` (the broker's) instead of a
+    /// budget of its own of the default `max_stored_bytes`. What was loaded is charged whatever
+    /// the budget: it was accepted once.
+    #[must_use]
+    pub fn charged_to(mut self, budget: Arc<StorageBudget>) -> Self {
+        let held = self.held_bytes();
+        self.budget.release(held);
+        budget.charge(held);
+        self.budget = budget;
+        self
+    }
+
+    fn held_bytes(&self) -> u64 {
+        self.ids().values().map(Transaction::held_bytes).sum()
     }
 
     fn ids(&self) -> MutexGuard<'_, HashMap<String, Transaction>> {
@@ -124,17 +172,36 @@ impl TransactionCoordinator {
         Ok(answer)
     }
 
-    /// Makes `changed` durable, then the id's state.
+    /// Makes `changed` durable, then the id's state; what it grew by is charged to the budget
+    /// first (refused when the budget has no room), what it shrank by released.
     fn keep(
         &self,
         ids: &mut HashMap<String, Transaction>,
         changed: Transaction,
     ) -> Result<(), CoordinatorError> {
-        if let Some(log) = &self.log {
-            log.lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .append(&changed)?;
+        let before = ids
+            .get(changed.transactional_id())
+            .map_or(0, Transaction::held_bytes);
+        let after = if changed.state() == TxnState::Dead {
+            0
+        } else {
+            changed.held_bytes()
+        };
+        let grows = after.saturating_sub(before);
+        if grows > 0 && !self.budget.try_charge(grows) {
+            return Err(CoordinatorError::StorageFull(self.budget.max()));
         }
+        if let Some(log) = &self.log {
+            let appended = log
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .append(&changed);
+            if let Err(error) = appended {
+                self.budget.release(grows);
+                return Err(error.into());
+            }
+        }
+        self.budget.release(before.saturating_sub(after));
         // A forgotten id is not kept: its tombstone is in the log.
         if changed.state() == TxnState::Dead {
             ids.remove(changed.transactional_id());
@@ -161,6 +228,9 @@ impl TransactionCoordinator {
     ) -> Result<InitOutcome, CoordinatorError> {
         if id.is_empty() {
             return Err(CoordinatorError::EmptyTransactionalId);
+        }
+        if id.len() > MAX_TRANSACTIONAL_ID_BYTES {
+            return Err(CoordinatorError::TransactionalIdTooLong(id.len()));
         }
         if timeout_ms > self.limits.max_timeout_ms {
             return Err(TxnError::InvalidTransactionTimeout {
@@ -230,6 +300,10 @@ impl TransactionCoordinator {
         now: i64,
     ) -> Result<(), CoordinatorError> {
         self.apply(id, |txn| {
+            let new = !txn.groups().any(|held| held == group);
+            if new && txn.group_count() >= MAX_GROUPS_PER_TRANSACTION {
+                return Err(CoordinatorError::TooManyGroups);
+            }
             Ok(((), txn.add_group(producer_id, epoch, group, now)?))
         })
     }

@@ -43,7 +43,10 @@ mod state;
 mod transaction;
 
 pub use config::TransactionConfig;
-pub use coordinator::{CoordinatorError, Limits, TransactionCoordinator};
+pub use coordinator::{
+    CoordinatorError, Limits, MAX_GROUPS_PER_TRANSACTION, MAX_TRANSACTIONAL_ID_BYTES,
+    TransactionCoordinator,
+};
 pub use log::{COMPACT_BYTES, FILE_NAME, TransactionLog, TransactionLogError};
 pub use record::RecordError;
 pub use service::{AddPartitionsError, OffsetCommitError, TransactionCounts, TransactionService};

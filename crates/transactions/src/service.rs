@@ -123,7 +123,8 @@ impl TransactionService {
                 )
             })?,
             None => TransactionCoordinator::in_memory(config.limits()),
-        };
+        }
+        .charged_to(Arc::clone(broker.budget()));
         let service = Self {
             coordinator,
             expiry_interval: Duration::from_millis(broker.config().maintenance_interval_ms),

@@ -156,6 +156,23 @@ impl Transaction {
         self.groups.iter()
     }
 
+    /// How many groups the open or ending transaction commits offsets of.
+    #[must_use]
+    pub fn group_count(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// What the id costs the broker's memory: its state in the coordinator and its copy in the
+    /// transaction log, each an entry with its id, partitions and groups.
+    #[must_use]
+    pub fn held_bytes(&self) -> u64 {
+        const ENTRY: usize = 256;
+        const ITEM: usize = 48;
+        let partitions: usize = self.partitions.iter().map(|(t, _)| ITEM + t.len()).sum();
+        let groups: usize = self.groups.iter().map(|g| ITEM + g.len()).sum();
+        2 * (ENTRY + self.transactional_id.len() + partitions + groups) as u64
+    }
+
     /// InitProducerId for this id at `now`: a new epoch (or `new_producer_id`, when
     /// [`Self::needs_new_producer_id`] says one is needed) with a timeout of `timeout_ms`, or the
     /// fence of an open transaction. `expected` is the (producer id, epoch) a KIP-360 client

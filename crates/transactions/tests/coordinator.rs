@@ -1,9 +1,11 @@
 //! The coordinator over the transaction log on a crashing storage: every change is durable
 //! before it applies, a failed write changes nothing, and a restart finds each id where it was.
 
+use minibroker_broker::StorageBudget;
 use minibroker_log::sim::SimStorage;
 use minibroker_transactions::{
-    CoordinatorError, InitOutcome, Limits, TransactionCoordinator, TxnError, TxnState,
+    CoordinatorError, FILE_NAME, InitOutcome, Limits, MAX_GROUPS_PER_TRANSACTION,
+    MAX_TRANSACTIONAL_ID_BYTES, TransactionCoordinator, TxnError, TxnState,
 };
 use std::convert::Infallible;
 use std::path::Path;
@@ -218,4 +220,73 @@ fn a_new_id_is_kept_for_the_expiration_time_from_its_init_not_from_1970() {
     assert_eq!(coordinator.expire(inited + 60_001).unwrap(), 1);
     assert!(coordinator.describe("idle").is_none());
     assert!(coordinator.describe("app").is_some());
+}
+
+#[test]
+fn transactional_ids_are_bounded_in_length_and_charged_to_the_storage_budget() {
+    // 2,097 ids of 32 KB each were accepted, 4 times a 16 MiB budget: RSS went from 10 to
+    // 268 MiB and transactions.log grew to 64 MiB.
+    const BUDGET: u64 = 16 << 20;
+    let storage = SimStorage::new();
+    let budget = Arc::new(StorageBudget::new(BUDGET));
+    let coordinator = open(&storage).charged_to(Arc::clone(&budget));
+    for n in 0..2097 {
+        let id = format!("{n:05}{}", "x".repeat(32 * 1024));
+        assert!(matches!(
+            coordinator.init_producer(&id, None, 60_000, never, 0),
+            Err(CoordinatorError::TransactionalIdTooLong(_))
+        ));
+    }
+    assert!(coordinator.is_empty());
+    // Ids at the longest accepted: taken until the budget is full, then refused.
+    let mut accepted = 0;
+    let refused = loop {
+        let id = format!(
+            "{accepted:05}{}",
+            "x".repeat(MAX_TRANSACTIONAL_ID_BYTES - 5)
+        );
+        match coordinator.init_producer(&id, None, 60_000, issue(accepted), 0) {
+            Ok(_) => accepted += 1,
+            Err(error) => break error,
+        }
+    };
+    assert!(
+        matches!(refused, CoordinatorError::StorageFull(BUDGET)),
+        "{refused}"
+    );
+    assert!(budget.charged() <= BUDGET);
+    let log = storage
+        .contents(&Path::new("/data").join(FILE_NAME))
+        .unwrap();
+    assert!((log.len() as u64) < BUDGET, "{} bytes of log", log.len());
+    // Forgetting them gives the room back.
+    let expiration = i64::try_from(Limits::default().expiration_ms).unwrap();
+    assert_eq!(
+        coordinator.expire(expiration + 1).unwrap(),
+        usize::try_from(accepted).unwrap()
+    );
+    assert_eq!(budget.charged(), 0);
+}
+
+#[test]
+fn a_transaction_commits_offsets_of_a_bounded_number_of_groups() {
+    let coordinator = TransactionCoordinator::in_memory(Limits::default());
+    coordinator
+        .init_producer("app", None, 60_000, issue(1000), 0)
+        .unwrap();
+    for n in 0..MAX_GROUPS_PER_TRANSACTION {
+        coordinator
+            .add_group("app", 1000, 0, &format!("group-{n}"), 1)
+            .unwrap();
+    }
+    // A group it holds again is fine; one more is not.
+    coordinator.add_group("app", 1000, 0, "group-0", 2).unwrap();
+    assert!(matches!(
+        coordinator.add_group("app", 1000, 0, "one-more", 2),
+        Err(CoordinatorError::TooManyGroups)
+    ));
+    assert_eq!(
+        coordinator.describe("app").unwrap().group_count(),
+        MAX_GROUPS_PER_TRANSACTION
+    );
 }

@@ -39,7 +39,13 @@ fn coordinator_code(error: &CoordinatorError, fenced_is_90: bool) -> ResponseErr
             TxnError::InvalidTxnState { .. } => ResponseError::InvalidTxnState,
             TxnError::InvalidTransactionTimeout { .. } => ResponseError::InvalidTransactionTimeout,
         },
-        CoordinatorError::EmptyTransactionalId => ResponseError::InvalidRequest,
+        CoordinatorError::EmptyTransactionalId | CoordinatorError::TransactionalIdTooLong(_) => {
+            ResponseError::InvalidRequest
+        }
+        // As for groups: a bound of the broker's, which no retry passes.
+        CoordinatorError::TooManyGroups | CoordinatorError::StorageFull(_) => {
+            ResponseError::PolicyViolation
+        }
         // An add or end before any InitProducerId: the id maps to no producer.
         CoordinatorError::UnknownTransactionalId(_) => ResponseError::InvalidProducerIdMapping,
         // Retriable: the client asks again (a full disk or a failed write heals, or not).
