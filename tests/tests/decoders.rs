@@ -617,6 +617,27 @@ async fn data_directory() -> (Config, BTreeMap<PathBuf, Vec<u8>>) {
         .commit("g", -1, "", vec![("t".into(), 0, 12, Some("meta".into()))])
         .await
         .expect("commits");
+    // A group with a member and its assignment: its file holds its membership too.
+    let joined = groups
+        .join(minibroker_groups::JoinRequest {
+            group_id: "members".into(),
+            member_id: String::new(),
+            group_instance_id: Some("static".into()),
+            client_id: "client".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout: Duration::from_secs(30),
+            rebalance_timeout: Duration::from_secs(30),
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), Bytes::from_static(b"\0\x01subscription"))],
+            require_known_member: false,
+        })
+        .await
+        .expect("joins");
+    let assignment = vec![(joined.member_id.clone(), Bytes::from_static(b"\0\x01mine"))];
+    groups
+        .sync("members", joined.generation, &joined.member_id, assignment)
+        .await
+        .expect("syncs");
     broker.close();
     drop((groups, broker));
     let files = storage
@@ -792,6 +813,10 @@ fn transaction_log_records_through_its_reader() {
         at += 4 + len;
     }
     assert!(frames.len() >= 5, "{} records", frames.len());
+    assert!(
+        frames.iter().any(|record| record.starts_with(b"MBTA")),
+        "an add to an open transaction is an addition record, fuzzed with the whole ones"
+    );
     let mut rng = rng(6);
     let (mut opened, mut refused) = (0, 0);
     for _ in 0..iterations() {
