@@ -31,7 +31,6 @@
 //! producer's open transaction at that epoch.
 
 use minibroker_envelope::{FieldWriter, Fields, SealError};
-use std::collections::BTreeSet;
 use thiserror::Error;
 
 use crate::{Transaction, TxnState};
@@ -94,15 +93,7 @@ impl Addition {
         out.int(self.producer_id.to_be_bytes());
         out.int(self.epoch.to_be_bytes());
         out.int(self.last_update_ms.to_be_bytes());
-        out.count(self.partitions.len());
-        for (topic, index) in &self.partitions {
-            out.string(topic);
-            out.int(index.to_be_bytes());
-        }
-        out.count(self.groups.len());
-        for group in &self.groups {
-            out.string(group);
-        }
+        put_partitions_and_groups(&mut out, self.partitions.iter(), self.groups.iter());
         minibroker_envelope::seal(ADDITION_MAGIC, ADDITION_VERSION, &out.into_body())
     }
 
@@ -115,15 +106,7 @@ impl Addition {
             let producer_id = i64::from_be_bytes(fields.take()?);
             let epoch = i16::from_be_bytes(fields.take()?);
             let last_update_ms = i64::from_be_bytes(fields.take()?);
-            let mut partitions = Vec::new();
-            for _ in 0..fields.count()? {
-                let topic = fields.string()?;
-                partitions.push((topic, u32::from_be_bytes(fields.take()?)));
-            }
-            let mut groups = Vec::new();
-            for _ in 0..fields.count()? {
-                groups.push(fields.string()?);
-            }
+            let (partitions, groups) = partitions_and_groups(&mut fields)?;
             Some(Self {
                 transactional_id,
                 producer_id,
@@ -155,6 +138,41 @@ pub enum RecordError {
     Impossible(&'static str),
 }
 
+/// A transaction's partitions and groups, as both records write them.
+fn put_partitions_and_groups<'a>(
+    out: &mut FieldWriter,
+    partitions: impl Iterator<Item = &'a (String, u32)> + Clone,
+    groups: impl Iterator<Item = &'a String> + Clone,
+) {
+    out.count(partitions.clone().count());
+    for (topic, index) in partitions {
+        out.string(topic);
+        out.int(index.to_be_bytes());
+    }
+    out.count(groups.clone().count());
+    for group in groups {
+        out.string(group);
+    }
+}
+
+/// What [`put_partitions_and_groups`] wrote, in any collection.
+fn partitions_and_groups<P, G>(fields: &mut Fields<'_>) -> Option<(P, G)>
+where
+    P: Default + Extend<(String, u32)>,
+    G: Default + Extend<String>,
+{
+    let mut partitions = P::default();
+    for _ in 0..fields.count()? {
+        let topic = fields.string()?;
+        partitions.extend([(topic, u32::from_be_bytes(fields.take()?))]);
+    }
+    let mut groups = G::default();
+    for _ in 0..fields.count()? {
+        groups.extend([fields.string()?]);
+    }
+    Some((partitions, groups))
+}
+
 impl Transaction {
     /// The record of this id, to write before a changed transaction's answer.
     #[must_use]
@@ -168,15 +186,7 @@ impl Transaction {
         out.u8(state.id());
         out.int(start_ms.unwrap_or(-1).to_be_bytes());
         out.int(last_update_ms.to_be_bytes());
-        out.count(self.partitions().count());
-        for (topic, index) in self.partitions() {
-            out.string(topic);
-            out.int(index.to_be_bytes());
-        }
-        out.count(self.groups().count());
-        for group in self.groups() {
-            out.string(group);
-        }
+        put_partitions_and_groups(&mut out, self.partitions(), self.groups());
         minibroker_envelope::seal(MAGIC, VERSION, &out.into_body())
     }
 
@@ -196,15 +206,7 @@ impl Transaction {
             let state = fields.u8()?;
             let start_ms = i64::from_be_bytes(fields.take()?);
             let last_update_ms = i64::from_be_bytes(fields.take()?);
-            let mut partitions = BTreeSet::new();
-            for _ in 0..fields.count()? {
-                let topic = fields.string()?;
-                partitions.insert((topic, u32::from_be_bytes(fields.take()?)));
-            }
-            let mut groups = BTreeSet::new();
-            for _ in 0..fields.count()? {
-                groups.insert(fields.string()?);
-            }
+            let (partitions, groups) = partitions_and_groups(&mut fields)?;
             Some(Self::from_parts(
                 id,
                 (producer_id, epoch, timeout_ms),

@@ -147,12 +147,12 @@ impl Transaction {
     }
 
     /// The partitions of the open or ending transaction, by topic and index.
-    pub fn partitions(&self) -> impl Iterator<Item = &(String, u32)> {
+    pub fn partitions(&self) -> impl Iterator<Item = &(String, u32)> + Clone {
         self.partitions.iter()
     }
 
     /// The groups whose offsets the open or ending transaction commits.
-    pub fn groups(&self) -> impl Iterator<Item = &String> {
+    pub fn groups(&self) -> impl Iterator<Item = &String> + Clone {
         self.groups.iter()
     }
 
