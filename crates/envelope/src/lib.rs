@@ -11,6 +11,7 @@
 //! A file that does not open is refused, never half-read: the caller stops with the file's name.
 
 mod fields;
+pub mod framed;
 
 pub use fields::{FieldWriter, Fields};
 

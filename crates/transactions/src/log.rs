@@ -28,15 +28,13 @@ use thiserror::Error;
 
 use crate::record::Entry;
 use crate::{RecordError, Transaction, TxnState};
+use minibroker_envelope::framed::{TornTail, frame, read_framed};
 
 /// The log's file name in the data directory.
 pub const FILE_NAME: &str = "transactions.log";
 
 /// A log larger than this, and than twice its live records, is rewritten with those alone.
 pub const COMPACT_BYTES: u64 = 1 << 20;
-
-/// Bytes of a record's length prefix.
-const LENGTH_LEN: usize = 4;
 
 /// Why the log could not be opened or written.
 #[derive(Debug, Error)]
@@ -229,29 +227,12 @@ impl TransactionLog {
 /// Each live id's state, and the torn tail left out.
 type Records = (BTreeMap<String, Transaction>, Option<TornTail>);
 
-/// Bytes at the end of the log that are not a whole record: where they begin, how many.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TornTail {
-    /// Where they begin.
-    pub at: usize,
-    /// How many bytes.
-    pub bytes: usize,
-}
-
 /// Each live id's state from the log's `bytes`, with the torn record at the end (an append
 /// that never finished), which is left out.
 fn read_records(bytes: &[u8], path: &Path) -> Result<Records, TransactionLogError> {
     let mut states: BTreeMap<String, Transaction> = BTreeMap::new();
-    let mut at = 0;
-    while let Some(framed) = frame_at(bytes, at) {
-        let damaged = |source| TransactionLogError::Damaged {
-            path: path.to_owned(),
-            at,
-            source,
-        };
-        // A whole record that does not decode is damage, wherever it is: an append that did
-        // not finish leaves a short one, never a whole wrong one.
-        let entry = Entry::decode(&framed[LENGTH_LEN..]).map_err(damaged)?;
+    let apply = |_at: usize, record: &[u8]| -> Result<(), RecordError> {
+        let entry = Entry::decode(record)?;
         let id = entry.transactional_id().to_owned();
         match entry {
             Entry::Whole(transaction) if transaction.state() == TxnState::Dead => {
@@ -260,45 +241,25 @@ fn read_records(bytes: &[u8], path: &Path) -> Result<Records, TransactionLogErro
             Entry::Whole(transaction) => {
                 states.insert(id, transaction);
             }
-            Entry::Addition(addition) => {
-                let impossible = RecordError::Impossible("an addition to an unknown id");
-                let state = states.get_mut(&id).ok_or_else(|| damaged(impossible))?;
-                state.apply_addition(addition).map_err(damaged)?;
-            }
+            Entry::Addition(addition) => states
+                .get_mut(&id)
+                .ok_or(RecordError::Impossible("an addition to an unknown id"))?
+                .apply_addition(addition)?,
         }
-        at += framed.len();
-    }
-    // What is left looks like a torn append, which only the last write can be. If it is a whole
-    // record after all, or a whole record follows, a length was damaged instead: cutting there
-    // would drop records that were answered.
-    let rest_is_whole = bytes
-        .get(at + LENGTH_LEN..)
-        .is_some_and(|rest| Entry::decode(rest).is_ok());
-    if at < bytes.len() && (rest_is_whole || whole_record_after(bytes, at + 1)) {
-        return Err(TransactionLogError::Damaged {
-            path: path.to_owned(),
-            at,
-            source: RecordError::Damaged("its length is damaged: whole records follow it"),
-        });
-    }
-    let torn = (at < bytes.len()).then(|| TornTail {
-        at,
-        bytes: bytes.len() - at,
-    });
-    Ok((states, torn))
-}
-
-/// Whether a whole record that decodes starts anywhere from `from` on (found by its magic).
-fn whole_record_after(bytes: &[u8], from: usize) -> bool {
+        Ok(())
+    };
     let magics = [crate::record::MAGIC, crate::record::ADDITION_MAGIC];
-    (from..bytes.len())
-        .filter(|&at| {
-            at >= LENGTH_LEN && magics.iter().any(|magic| bytes[at..].starts_with(*magic))
-        })
-        .any(|at| {
-            frame_at(bytes, at - LENGTH_LEN)
-                .is_some_and(|framed| Entry::decode(&framed[LENGTH_LEN..]).is_ok())
-        })
+    let reads_whole = |record: &[u8]| Entry::decode(record).is_ok();
+    let torn = read_framed(bytes, &magics, apply, reads_whole).map_err(|error| {
+        TransactionLogError::Damaged {
+            path: path.to_owned(),
+            at: error.at,
+            source: error.source.unwrap_or(RecordError::Damaged(
+                "its length is damaged: whole records follow it",
+            )),
+        }
+    })?;
+    Ok((states, torn))
 }
 
 /// Replaces the file at `path` with a whole record of each `live` id, atomically, noting what
@@ -324,23 +285,4 @@ fn rewrite(
         .open(path)
         .map_err(|error| failed("opening", error))?;
     Ok((file, records.len() as u64))
-}
-
-/// `record` with its length prefix.
-fn frame(record: &[u8]) -> Vec<u8> {
-    let mut framed = Vec::with_capacity(LENGTH_LEN + record.len());
-    framed.extend_from_slice(
-        &u32::try_from(record.len())
-            .unwrap_or(u32::MAX)
-            .to_be_bytes(),
-    );
-    framed.extend_from_slice(record);
-    framed
-}
-
-/// The framed record at `at`, if the bytes hold all of it.
-fn frame_at(bytes: &[u8], at: usize) -> Option<&[u8]> {
-    let length = bytes.get(at..at + LENGTH_LEN)?;
-    let length = u32::from_be_bytes(length.try_into().ok()?) as usize;
-    bytes.get(at..at.checked_add(LENGTH_LEN)?.checked_add(length)?)
 }
