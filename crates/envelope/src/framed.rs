@@ -74,7 +74,7 @@ pub fn read_framed<E>(
     }
     let rest_is_whole = bytes
         .get(at + LENGTH_LEN..)
-        .is_some_and(|rest| reads_whole(rest));
+        .is_some_and(&reads_whole);
     let whole_after = (at + 1..bytes.len())
         .filter(|&start| {
             start >= LENGTH_LEN
