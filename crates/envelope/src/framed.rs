@@ -20,6 +20,16 @@ pub struct TornTail {
     pub bytes: usize,
 }
 
+impl std::fmt::Display for TornTail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} bytes at byte {} are not a whole record; the next start cuts them (a crash leaves a torn tail; anything else is lost data)",
+            self.bytes, self.at
+        )
+    }
+}
+
 /// Why a file of framed records was not read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FramedError<E> {
@@ -72,9 +82,7 @@ pub fn read_framed<E>(
     if at == bytes.len() {
         return Ok(None);
     }
-    let rest_is_whole = bytes
-        .get(at + LENGTH_LEN..)
-        .is_some_and(&reads_whole);
+    let rest_is_whole = bytes.get(at + LENGTH_LEN..).is_some_and(&reads_whole);
     let whole_after = (at + 1..bytes.len())
         .filter(|&start| {
             start >= LENGTH_LEN

@@ -13,10 +13,10 @@ use crate::config::GroupConfig;
 
 use crate::group::{self, Group};
 use crate::model::{
-    Committed, GroupDescription, GroupError, GroupState, JoinRequest, Joined,
+    Committed, GroupChange, GroupDescription, GroupError, GroupState, JoinRequest, Joined,
     MAX_MEMBER_METADATA_BYTES, MAX_PROTOCOLS_PER_MEMBER, SavedGroup, TopicPartition, Waiting,
 };
-use crate::store::{self, OffsetStore};
+use crate::store::{self, FileState, OffsetStore};
 
 /// The bounds the coordinator enforces.
 #[derive(Debug, Clone, Copy)]
@@ -47,19 +47,19 @@ struct Slot {
     /// The group's id (also its key in the registry).
     id: String,
     group: Mutex<Group>,
-    /// Held while the group's committed offsets are changed and written, so its file is written
-    /// in commit order (with a data directory).
-    writer: tokio::sync::Mutex<()>,
-    /// The name of its file of committed offsets (with a data directory).
+    /// Held while the group is changed and its file written, so its file is written in the
+    /// order of its changes (with a data directory); it holds what is known of the file.
+    writer: tokio::sync::Mutex<FileState>,
+    /// The name of its file (with a data directory).
     file: String,
 }
 
 impl Slot {
-    fn new(id: String, group: Group, file: String) -> Arc<Self> {
+    fn new(id: String, group: Group, file: String, state: FileState) -> Arc<Self> {
         Arc::new(Self {
             id,
             group: Mutex::new(group),
-            writer: tokio::sync::Mutex::new(()),
+            writer: tokio::sync::Mutex::new(state),
             file,
         })
     }
@@ -140,12 +140,12 @@ impl GroupCoordinator {
         let mut registry = Registry::default();
         if let Some(store) = &store {
             let now = Instant::now();
-            for (group_id, file, saved) in store.load()? {
+            for (group_id, file, saved, state) in store.load()? {
                 let group = Group::restored(saved, now);
                 // What is on disk is kept whatever the budget: it was accepted once.
                 budget.charge(GROUP_BYTES + group.bytes());
                 registry.files.insert(file.clone());
-                let slot = Slot::new(group_id.clone(), group, file);
+                let slot = Slot::new(group_id.clone(), group, file, state);
                 registry.groups.insert(group_id, slot);
             }
         }
@@ -195,7 +195,12 @@ impl GroupCoordinator {
         } else {
             String::new()
         };
-        let slot = Slot::new(group_id.to_owned(), Group::default(), file);
+        let slot = Slot::new(
+            group_id.to_owned(),
+            Group::default(),
+            file,
+            FileState::new_group(),
+        );
         registry
             .groups
             .insert(group_id.to_owned(), Arc::clone(&slot));
@@ -405,27 +410,52 @@ impl GroupCoordinator {
         let Some(store) = &self.store else {
             return Ok(());
         };
-        let _writing = slot.writer.lock().await;
-        let saved = {
+        let mut file = slot.writer.lock().await;
+        let write = {
             let mut group = slot.lock();
             if !group.membership_unsaved() {
                 return Ok(());
             }
-            group.snapshot_for_file()
+            let membership = GroupChange::Membership(group.membership_for_file());
+            Write::of(&file, &mut group, membership)
         };
-        self.write(store, slot, saved).await
+        self.write(store, slot, &mut file, write).await
     }
 
-    /// Writes `saved` (taken under `slot`'s writer lock, which the caller holds) to the
-    /// group's file, and notes what membership it holds.
+    /// Writes `write` to `slot`'s file, whose state `file` is (its writer lock, which the
+    /// caller holds), and notes what membership the file now holds.
     async fn write(
         &self,
         store: &OffsetStore,
         slot: &Slot,
-        (saved, changes): (SavedGroup, u64),
+        file: &mut FileState,
+        write: Write,
     ) -> Result<(), GroupError> {
-        store.save(&slot.file, slot.id.clone(), saved).await?;
-        slot.lock().membership_saved(changes);
+        let membership = match write {
+            Write::Whole(saved, changes) => {
+                let bytes = store.save_whole(&slot.file, slot.id.clone(), saved).await?;
+                *file = FileState {
+                    bytes,
+                    whole_needed: false,
+                };
+                Some(changes)
+            }
+            Write::Change(change, changes) => {
+                match store.append(&slot.file, file.bytes, &change).await {
+                    Ok(added) => file.bytes += added,
+                    Err(error) => {
+                        // What the file holds past its last whole record is unknown: the next
+                        // write replaces it.
+                        file.whole_needed = true;
+                        return Err(error);
+                    }
+                }
+                changes
+            }
+        };
+        if let Some(changes) = membership {
+            slot.lock().membership_saved(changes);
+        }
         Ok(())
     }
 
@@ -470,7 +500,9 @@ impl GroupCoordinator {
         offsets: Vec<(String, i32, i64, Option<String>)>,
     ) -> Result<(), GroupError> {
         self.commit_with(group_id, offsets, |group, offsets, commit_ms| {
-            group.commit(generation, member_id, offsets, commit_ms, Instant::now())
+            let change = GroupChange::Committed(committed(&offsets, commit_ms));
+            group.commit(generation, member_id, offsets, commit_ms, Instant::now())?;
+            Ok(((), Some(change)))
         })
         .await
     }
@@ -485,7 +517,7 @@ impl GroupCoordinator {
             &mut Group,
             Vec<(String, i32, i64, Option<String>)>,
             i64,
-        ) -> Result<T, GroupError>,
+        ) -> Result<(T, Option<GroupChange>), GroupError>,
     ) -> Result<T, GroupError> {
         if group_id.is_empty() {
             return Err(GroupError::InvalidGroupId);
@@ -504,25 +536,27 @@ impl GroupCoordinator {
         result
     }
 
-    /// Applies `change` to `slot`'s group and, with a data directory, writes the group's
-    /// offsets to its file before returning. One writer per group at a time, each writing
-    /// the group's offsets as its change left them, so the file never goes back to an older
-    /// state; other groups' commits go on meanwhile.
+    /// Applies `change` to `slot`'s group and, with a data directory, writes what it changed
+    /// (the [`GroupChange`] it returns, if any) to the group's file before returning. One
+    /// writer per group at a time, each writing its change in the order the changes were made,
+    /// so the file never goes back to an older state; other groups' commits go on meanwhile.
     async fn change_offsets<T>(
         &self,
         slot: &Slot,
         needs: u64,
-        change: impl FnOnce(&mut Group) -> Result<T, GroupError>,
+        change: impl FnOnce(&mut Group) -> Result<(T, Option<GroupChange>), GroupError>,
     ) -> Result<T, GroupError> {
         let Some(store) = &self.store else {
-            return self.apply(slot, needs, change);
+            return self.apply(slot, needs, |group| Ok(change(group)?.0));
         };
-        let _writing = slot.writer.lock().await;
-        let (result, saved) = self.apply(slot, needs, |group| {
-            let result = change(group)?;
-            Ok((result, group.snapshot_for_file()))
+        let mut file = slot.writer.lock().await;
+        let (result, write) = self.apply(slot, needs, |group| {
+            let (result, change) = change(group)?;
+            Ok((result, change.map(|change| Write::of(&file, group, change))))
         })?;
-        self.write(store, slot, saved).await?;
+        if let Some(write) = write {
+            self.write(store, slot, &mut file, write).await?;
+        }
         Ok(result)
     }
 
@@ -577,11 +611,12 @@ impl GroupCoordinator {
     ) -> Result<Result<(), E>, GroupError> {
         self.commit_with(group_id, offsets, |group, offsets, commit_ms| {
             if let Err(refused) = allowed() {
-                return Ok(Err(refused));
+                return Ok((Err(refused), None));
             }
             let member = (generation, member_id);
+            let change = GroupChange::Pending(producer_id, committed(&offsets, commit_ms));
             group.commit_in_transaction(producer_id, member, offsets, commit_ms, Instant::now())?;
-            Ok(Ok(()))
+            Ok((Ok(()), Some(change)))
         })
         .await
     }
@@ -607,7 +642,7 @@ impl GroupCoordinator {
         let result = self
             .change_offsets(&slot, 0, |group| {
                 group.end_transaction(producer_id, commit);
-                Ok(())
+                Ok(((), Some(GroupChange::Ended(producer_id, commit))))
             })
             .await;
         drop(slot);
@@ -703,7 +738,15 @@ impl GroupCoordinator {
         let slot = self.find(group_id).ok_or(GroupError::GroupIdNotFound)?;
         let outcomes = self
             .change_offsets(&slot, 0, |group| {
-                group.delete_offsets(partitions, subscribed)
+                let outcomes = group.delete_offsets(partitions, subscribed)?;
+                let deleted: Vec<TopicPartition> = partitions
+                    .iter()
+                    .zip(&outcomes)
+                    .filter(|(_, outcome)| outcome.is_ok())
+                    .map(|(partition, _)| partition.clone())
+                    .collect();
+                let change = (!deleted.is_empty()).then_some(GroupChange::Deleted(deleted));
+                Ok((outcomes, change))
             })
             .await;
         drop(slot);
@@ -817,5 +860,45 @@ impl GroupCoordinator {
             }
         }
         count
+    }
+}
+
+/// Offsets as a commit's request gives them, as the group keeps them.
+fn committed(
+    offsets: &[(String, i32, i64, Option<String>)],
+    commit_ms: i64,
+) -> Vec<(TopicPartition, Committed)> {
+    offsets
+        .iter()
+        .map(|(topic, partition, offset, metadata)| {
+            let committed = Committed {
+                offset: *offset,
+                metadata: metadata.clone(),
+                commit_ms,
+            };
+            ((topic.clone(), *partition), committed)
+        })
+        .collect()
+}
+
+/// What a change writes to its group's file: the whole group, with the membership changes it
+/// holds, or the change alone (with them, for a membership change).
+enum Write {
+    Whole(SavedGroup, u64),
+    Change(GroupChange, Option<u64>),
+}
+
+impl Write {
+    /// What `change`, just made to `group`, writes to a file in state `file`: the whole group
+    /// when the file is due to be replaced, the change otherwise.
+    fn of(file: &FileState, group: &mut Group, change: GroupChange) -> Self {
+        if file.whole_due(group.bytes()) {
+            let (saved, changes) = group.snapshot_for_file();
+            return Self::Whole(saved, changes);
+        }
+        group.mark_saved();
+        let changes =
+            matches!(change, GroupChange::Membership(_)).then(|| group.membership_changes());
+        Self::Change(change, changes)
     }
 }

@@ -226,7 +226,24 @@ impl Group {
     /// membership changes it includes (for [`Self::membership_saved`]).
     pub(super) fn snapshot_for_file(&mut self) -> (SavedGroup, u64) {
         self.saved = true;
-        let membership = SavedMembership {
+        let saved = SavedGroup {
+            committed: self.all_offsets(),
+            pending: self
+                .pending
+                .iter()
+                .map(|(producer_id, offsets)| {
+                    let offsets = offsets.iter().map(|(k, c)| (k.clone(), c.clone()));
+                    (*producer_id, offsets.collect())
+                })
+                .collect(),
+            membership: self.membership_for_file(),
+        };
+        (saved, self.membership_changes)
+    }
+
+    /// The group's generation and members as its file keeps them.
+    pub(super) fn membership_for_file(&self) -> SavedMembership {
+        SavedMembership {
             generation: self.generation,
             assigned: self.state == GroupState::Stable,
             protocol_type: self.protocol_type.clone(),
@@ -246,20 +263,17 @@ impl Group {
                     assignment: m.assignment.clone(),
                 })
                 .collect(),
-        };
-        let saved = SavedGroup {
-            committed: self.all_offsets(),
-            pending: self
-                .pending
-                .iter()
-                .map(|(producer_id, offsets)| {
-                    let offsets = offsets.iter().map(|(k, c)| (k.clone(), c.clone()));
-                    (*producer_id, offsets.collect())
-                })
-                .collect(),
-            membership,
-        };
-        (saved, self.membership_changes)
+        }
+    }
+
+    /// How many membership changes the group has had (see [`Self::membership_saved`]).
+    pub(super) fn membership_changes(&self) -> u64 {
+        self.membership_changes
+    }
+
+    /// Notes that the group is about to be written to its file (its removal must remove it).
+    pub(super) fn mark_saved(&mut self) {
+        self.saved = true;
     }
 
     /// The group's file now holds its membership as of `changes` ([`Self::to_save`]).

@@ -18,13 +18,15 @@
 //! - `model` — the requests, answers and refusals, in domain terms.
 //! - `group` — one group's state machine (Empty → PreparingRebalance → CompletingRebalance →
 //!   Stable), under its own lock; waiting joins and syncs are one-shot channels.
-//! - `store` — the committed offsets on disk, a file per group.
+//! - `store` — groups on disk, a file per group, each change appended.
+//! - `codec` — the records of a group's file: a whole group, one change of it.
 //!
 //! Each group has its own lock (the coordinator's registry is locked only to find, add or
 //! remove one), its work per request is bounded (protocol names and metadata are capped), and
 //! what it holds is charged to the broker's `max_stored_bytes`: one client's group can neither
 //! stall another group nor grow the broker past its budget.
 
+mod codec;
 mod config;
 mod coordinator;
 mod group;

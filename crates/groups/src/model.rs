@@ -273,6 +273,22 @@ pub(crate) struct SavedMember {
     pub assignment: Bytes,
 }
 
+/// One change of a group, as its file appends it (see `store`): what one request changed,
+/// never the whole group again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum GroupChange {
+    /// Offsets committed.
+    Committed(Vec<(TopicPartition, Committed)>),
+    /// Offsets committed in a producer's open transaction (TxnOffsetCommit), by producer id.
+    Pending(i64, Vec<(TopicPartition, Committed)>),
+    /// A producer's transaction ended: its pending offsets committed (`true`) or dropped.
+    Ended(i64, bool),
+    /// Committed offsets deleted (OffsetDelete).
+    Deleted(Vec<TopicPartition>),
+    /// The generation and members as they are now.
+    Membership(SavedMembership),
+}
+
 /// Groups as the store saves them.
 pub(crate) type GroupsSnapshot = Vec<(String, SavedGroup)>;
 

@@ -134,10 +134,7 @@ impl TransactionLog {
         let path = dir.join(FILE_NAME);
         let problem = match read_whole(storage, &path) {
             Ok(bytes) => match read_records(&bytes, &path) {
-                Ok((_, Some(torn))) => Some(format!(
-                    "{} bytes at byte {} are not a whole record; the next start cuts them (a crash leaves a torn tail; anything else is lost data)",
-                    torn.bytes, torn.at
-                )),
+                Ok((_, Some(torn))) => Some(torn.to_string()),
                 Ok(_) => None,
                 Err(error) => Some(error.to_string()),
             },
