@@ -73,6 +73,9 @@ pub fn check_data_dir(
     if root.join("topic-configs").exists() {
         small_file(&mut report, "topic-configs", root, data.topic_settings());
     }
+    for (path, torn) in data.torn_small_files() {
+        report.add_damage(path, torn.to_string());
+    }
     for (path, reason) in check_others(&data) {
         report.files += 1;
         if let Some(reason) = reason {

@@ -14,10 +14,11 @@
 //!                                  what a crash left here)
 //! ```
 //!
-//! The topic list and the producer-id reservation are small files replaced atomically (written
-//! aside, synced, renamed), each in the checksummed envelope of [`minibroker_log::sealed`]: a
-//! damaged one stops the broker with its name. Files of older brokers (plain text, no checksum)
-//! are still read, and replaced by sealed ones at the next write. Producer ids are reserved a
+//! The topic list and the topics' settings are kept by appending what each change changed
+//! (`keyed_lines`), and the producer-id reservation is replaced atomically (written aside,
+//! synced, renamed); each record is in the checksummed envelope of [`minibroker_log::sealed`]:
+//! a damaged one stops the broker with its name. Files of older brokers (plain text, no
+//! checksum, or one sealed whole list) are still read, and replaced at the next write. Producer ids are reserved a
 //! block at a time: the file is rewritten only when a block runs out, and a restarted broker
 //! starts after the last reserved block, so an id is never issued twice even if the broker was
 //! killed mid-block.
@@ -25,6 +26,7 @@
 //! A directory under `logs/` that the topic list does not name is never deleted (the list may be
 //! what is wrong): it is moved to `set-aside/` with a warning, for the operator to look at.
 
+use minibroker_log::sealed::framed::TornTail;
 use minibroker_log::sealed::{seal, unseal};
 use minibroker_log::storage::{read_whole, write_atomically};
 use minibroker_log::{DurableLog, LogError, OpenFiles, Opened, SegmentConfig, Storage};
@@ -34,6 +36,7 @@ use std::sync::Arc;
 
 use crate::ServerError;
 use crate::descriptors::{self, DescriptorPlan};
+use crate::keyed_lines::KeyedLines;
 
 /// Where deleted topics' directories wait for their removal.
 const DELETED: &str = "deleted";
@@ -45,6 +48,8 @@ pub const PRODUCER_ID_BLOCK: i64 = 1000;
 /// neither is printable, so no single changed byte makes a sealed file look like the plain text
 /// of an older broker (see [`DataDir::read_sealed`]).
 const TOPICS_MAGIC: &[u8; 4] = b"\0MBT";
+const TOPICS: &str = "topics";
+const TOPIC_CONFIGS: &str = "topic-configs";
 const PRODUCER_IDS_MAGIC: &[u8; 4] = b"\0MBI";
 const TOPIC_CONFIGS_MAGIC: &[u8; 4] = b"\0MBC";
 const VERSION: u8 = 1;
@@ -61,6 +66,10 @@ pub struct DataDir {
     descriptors: DescriptorPlan,
     /// Held for as long as the broker runs, so a second broker cannot use the same directory.
     _lock: Option<std::fs::File>,
+    /// The topic list, a line per topic (`<name> <partitions>`).
+    topics_file: KeyedLines,
+    /// The topics' own settings, a line per topic and setting (`<topic> <name>=<value>`).
+    topic_configs_file: KeyedLines,
 }
 
 impl DataDir {
@@ -111,6 +120,13 @@ impl DataDir {
             segments,
             descriptors,
             _lock: lock,
+            topics_file: KeyedLines::new(TOPICS_MAGIC, |line| {
+                line.split_once(' ').map_or(line, |(name, _)| name)
+            }),
+            topic_configs_file: KeyedLines::new(TOPIC_CONFIGS_MAGIC, |line| {
+                line.split_once('=')
+                    .map_or(line, |(topic_and_name, _)| topic_and_name)
+            }),
         })
     }
 
@@ -133,31 +149,25 @@ impl DataDir {
         &self.storage
     }
 
-    /// The topics saved by [`Self::save_topics`], in file order.
+    /// The topics saved by [`Self::save_topics`], by name.
     ///
     /// # Errors
     /// [`ServerError::DataDir`] for a file that cannot be read or parsed.
     pub fn topics(&self) -> Result<Vec<(String, u32)>, ServerError> {
-        let path = self.root.join("topics");
-        let Some(bytes) = self.read_sealed(&path, TOPICS_MAGIC)? else {
-            return Ok(Vec::new());
-        };
-        let text = String::from_utf8(bytes).map_err(|_| self.damaged(&path, "not UTF-8"))?;
-        text.lines()
-            .filter(|line| !line.is_empty())
+        let path = self.root.join(TOPICS);
+        self.keyed_lines(&self.topics_file, TOPICS)?
+            .iter()
             .map(|line| {
-                let (name, partitions) = line
-                    .split_once(' ')
-                    .ok_or_else(|| self.damaged(&path, &format!("bad line {line:?}")))?;
-                let partitions = partitions
-                    .parse()
-                    .map_err(|_| self.damaged(&path, &format!("bad line {line:?}")))?;
-                Ok((name.to_owned(), partitions))
+                line.split_once(' ')
+                    .and_then(|(name, partitions)| {
+                        Some((name.to_owned(), partitions.parse().ok()?))
+                    })
+                    .ok_or_else(|| self.damaged(&path, &format!("bad line {line:?}")))
             })
             .collect()
     }
 
-    /// Replaces the topic list.
+    /// Replaces the topic list (appending what changed since the last save).
     ///
     /// # Errors
     /// As the file system reports.
@@ -165,33 +175,23 @@ impl DataDir {
         &self,
         topics: impl IntoIterator<Item = (&'a str, u32)>,
     ) -> io::Result<()> {
-        let text: String = topics
+        let lines = topics
             .into_iter()
-            .map(|(name, partitions)| format!("{name} {partitions}\n"))
-            .collect();
-        let sealed = seal(TOPICS_MAGIC, VERSION, text.as_bytes());
-        write_atomically(&*self.storage, &self.root.join("topics"), &sealed)
+            .map(|(name, partitions)| format!("{name} {partitions}"));
+        self.topics_file
+            .save(&*self.storage, &self.root.join(TOPICS), lines)
     }
 
     /// The topics' own settings saved by [`Self::save_topic_settings`], as (topic, name,
-    /// value); each is checked again by the caller. The file is new with this format (version
-    /// 1): an older broker's directory has none, and no topic has settings of its own then.
+    /// value); each is checked again by the caller. An older broker's directory may have none,
+    /// and no topic has settings of its own then.
     ///
     /// # Errors
-    /// [`ServerError::DataDir`] for a file that cannot be read or is not sealed.
+    /// [`ServerError::DataDir`] for a file that cannot be read or parsed.
     pub fn topic_settings(&self) -> Result<Vec<(String, String, String)>, ServerError> {
-        let path = self.root.join("topic-configs");
-        let Some(bytes) = self
-            .read_file("topic-configs")
-            .map_err(|error| ServerError::data_dir_io(&path, "reading it", error))?
-        else {
-            return Ok(Vec::new());
-        };
-        let body = unseal(TOPIC_CONFIGS_MAGIC, VERSION, &bytes)
-            .map_err(|error| ServerError::data_dir(&path, error))?;
-        let text = std::str::from_utf8(body).map_err(|_| self.damaged(&path, "not UTF-8"))?;
-        text.lines()
-            .filter(|line| !line.is_empty())
+        let path = self.root.join(TOPIC_CONFIGS);
+        self.keyed_lines(&self.topic_configs_file, TOPIC_CONFIGS)?
+            .iter()
             .map(|line| {
                 line.split_once(' ')
                     .and_then(|(topic, setting)| {
@@ -212,12 +212,52 @@ impl DataDir {
         &self,
         settings: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
     ) -> io::Result<()> {
-        let text: String = settings
+        let lines = settings
             .into_iter()
-            .map(|(topic, name, value)| format!("{topic} {name}={value}\n"))
-            .collect();
-        let sealed = seal(TOPIC_CONFIGS_MAGIC, VERSION, text.as_bytes());
-        write_atomically(&*self.storage, &self.root.join("topic-configs"), &sealed)
+            .map(|(topic, name, value)| format!("{topic} {name}={value}"));
+        self.topic_configs_file
+            .save(&*self.storage, &self.root.join(TOPIC_CONFIGS), lines)
+    }
+
+    /// The lines of the keyed-lines file `name`, none if there is no file; a torn tail is left
+    /// out with a warning.
+    fn keyed_lines(&self, file: &KeyedLines, name: &str) -> Result<Vec<String>, ServerError> {
+        let path = self.root.join(name);
+        let Some(bytes) = self
+            .read_file(name)
+            .map_err(|error| ServerError::data_dir_io(&path, "reading it", error))?
+        else {
+            return Ok(Vec::new());
+        };
+        let (lines, torn) = file
+            .read(&bytes)
+            .map_err(|reason| self.damaged(&path, &reason))?;
+        if let Some(torn) = torn {
+            tracing::warn!(
+                file = %path.display(),
+                at = torn.at,
+                bytes = torn.bytes,
+                "left out a torn tail: an append a crash interrupted (never answered), or lost data"
+            );
+        }
+        Ok(lines)
+    }
+
+    /// The topic list and the topics' settings, each with the torn tail it holds, if any: for
+    /// `minibroker check-data`, which reports them as damage (the start leaves them out).
+    #[must_use]
+    pub fn torn_small_files(&self) -> Vec<(PathBuf, TornTail)> {
+        [
+            (&self.topics_file, TOPICS),
+            (&self.topic_configs_file, TOPIC_CONFIGS),
+        ]
+        .into_iter()
+        .filter_map(|(file, name)| {
+            let bytes = self.read_file(name).ok()??;
+            let (_, torn) = file.read(&bytes).ok()?;
+            Some((self.root.join(name), torn?))
+        })
+        .collect()
     }
 
     /// The body of the sealed file at `path` (see the module doc), or an older broker's

@@ -46,6 +46,7 @@ pub mod data_dir;
 pub mod descriptors;
 mod error;
 mod group_commit;
+mod keyed_lines;
 mod overrides_store;
 mod partition;
 mod producers;

@@ -1,6 +1,7 @@
 //! The topics' own settings ([`Overrides`]), kept beside the topic registry: in memory, and for
-//! a durable broker saved whole in the data directory's `topic-configs` before a change is
-//! applied, so a change that was answered survives a crash.
+//! a durable broker saved in the data directory's `topic-configs` (what changed appended and
+//! synced, see `keyed_lines`) before a change is applied, so a change that was answered
+//! survives a crash.
 //!
 //! The file is written before the topic list when a topic is created with settings, and after
 //! it when a topic is deleted, so a crash in between leaves settings of a topic that does not

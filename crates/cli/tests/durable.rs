@@ -527,3 +527,32 @@ fn check_data_reads_the_producer_owners_and_finds_a_flipped_byte() {
         "{report}"
     );
 }
+
+#[test]
+fn a_torn_change_of_the_topic_list_is_reported_by_check_data_and_left_out_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let addr = free_addr();
+    let server = DurableServer::spawn(&mut DurableServer::command(&addr, &data, "os"), &data);
+    server.run(&["topic", "create", "--topic", "first", "--partitions", "2"]);
+    server.run(&["topic", "create", "--topic", "second", "--partitions", "3"]);
+    let data = server.terminate();
+    // A crash in the middle of appending a third topic: part of its record reached the disk.
+    let topics = data.join("topics");
+    let mut bytes = std::fs::read(&topics).unwrap();
+    bytes.extend_from_slice(&[0, 0, 0, 30, 0, b'M', b'B', b't']);
+    std::fs::write(&topics, bytes).unwrap();
+    let output = check_data(&data);
+    let report = String::from_utf8_lossy(&output.stdout);
+    assert!(!output.status.success(), "{report}");
+    assert!(
+        report.contains(&format!("DAMAGED {}", topics.display())) && report.contains("torn tail"),
+        "{report}"
+    );
+    let server = DurableServer::spawn(&mut DurableServer::command(&addr, &data, "os"), &data);
+    let listed = server.run(&["topic", "list"]);
+    assert!(
+        listed.contains("first") && listed.contains("second"),
+        "{listed}"
+    );
+}
