@@ -491,8 +491,11 @@ impl Broker {
                 .record_batch(info.producer_id, appended.base_offset),
             Write::Records { .. } => {}
             Write::Marker { commit } => {
-                data.transactions
-                    .record_marker(info.producer_id, appended.base_offset, commit);
+                data.transactions.record_marker(
+                    (info.producer_id, info.epoch),
+                    appended.base_offset,
+                    commit,
+                );
             }
         }
         self.give_back(&mut data, appended.released);

@@ -61,6 +61,19 @@ pub enum BrokerError {
         /// What does not fit.
         reason: &'static str,
     },
+    /// A transactional batch at an epoch whose abort reached the partition before any of the
+    /// aborted transaction's batches did: it may be one of them, late, so none of that epoch is
+    /// taken; the producer must move to a new epoch (Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER, on
+    /// which clients bump their epoch, KIP-360).
+    #[error(
+        "producer {producer_id} at epoch {epoch}: a transaction of this epoch was aborted on the partition before any of its batches arrived, so a batch of it may still be on its way; move to a new epoch (InitProducerId)"
+    )]
+    AbortedEpoch {
+        /// The producer id.
+        producer_id: i64,
+        /// Its epoch.
+        epoch: i16,
+    },
     /// A transaction marker older than the producer's epoch on the partition.
     #[error(
         "producer {producer_id}'s epoch on the partition is {current}, above the marker's {epoch}"
@@ -199,6 +212,8 @@ pub enum ErrorKind {
     Storage,
     /// A batch outside the producer's transaction.
     InvalidTxnState,
+    /// A transactional batch of an epoch that must not write any more on the partition.
+    AbortedEpoch,
     /// A marker of an older producer epoch.
     ProducerFenced,
 }
@@ -223,6 +238,7 @@ impl BrokerError {
             Self::BatchTooLarge { .. } => ErrorKind::BatchTooLarge,
             Self::ControlBatch => ErrorKind::InvalidBatch,
             Self::InvalidTxnState { .. } => ErrorKind::InvalidTxnState,
+            Self::AbortedEpoch { .. } => ErrorKind::AbortedEpoch,
             Self::MarkerFenced { .. } => ErrorKind::ProducerFenced,
             Self::Log(LogError::OffsetOutOfRange { .. }) => ErrorKind::OffsetOutOfRange,
             Self::UnknownProducerId(_) => ErrorKind::UnknownProducerId,

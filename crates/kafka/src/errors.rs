@@ -17,6 +17,8 @@ pub(crate) fn code_of(error: &BrokerError) -> ResponseError {
         }
         ErrorKind::InvalidInput | ErrorKind::InvalidBatch => ResponseError::InvalidRecord,
         ErrorKind::InvalidTxnState => ResponseError::InvalidTxnState,
+        // What makes a client move to a new epoch (KIP-360), which fences the late batch.
+        ErrorKind::AbortedEpoch => ResponseError::OutOfOrderSequenceNumber,
         ErrorKind::ProducerFenced => ResponseError::InvalidProducerEpoch,
         ErrorKind::CorruptBatch => ResponseError::CorruptMessage,
         ErrorKind::BatchTooLarge => ResponseError::MessageTooLarge,

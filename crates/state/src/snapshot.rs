@@ -234,7 +234,7 @@ mod tests {
         let mut transactions = PartitionTransactions::default();
         transactions.record_batch(11, 40);
         transactions.record_batch(12, 41);
-        transactions.record_marker(12, 42, false);
+        transactions.record_marker((12, 0), 42, false);
         transactions
     }
 

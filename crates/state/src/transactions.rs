@@ -13,6 +13,12 @@
 //!   (AddPartitionsToTxn), until the marker that ends it: a transactional batch of any other
 //!   producer, or of another epoch, is refused (KIP-890 part 1), so a late batch of an ended
 //!   transaction can never reopen one that no coordinator will close.
+//! - A producer whose transaction added the partition and was **aborted before any of its batches
+//!   arrived** may still have one on its way (a request held in the network, a batch the client
+//!   gave up on). A client that does not bump its epoch at every end (KIP-890 part 2) writes its
+//!   next transaction at the same epoch, where that late batch would be taken for the next
+//!   transaction's. So the (producer, epoch) is remembered, and a transactional batch of it is
+//!   refused here until the producer moves to a newer epoch (KAFKA-17754).
 //!
 //! Kept under the partition's lock, and only changed there: by an append of a transactional batch,
 //! by a marker, by the coordinator's add. Snapshots carry the open and aborted transactions; the
@@ -43,6 +49,9 @@ pub struct PartitionTransactions {
     aborted: VecDeque<AbortedTransaction>,
     /// Producer id → the epoch its coordinator added this partition at.
     expected: BTreeMap<i64, i16>,
+    /// Producer id → the epoch of an abort that ended its transaction here before any of its
+    /// batches arrived: a batch of that epoch may still be on its way, so none is taken.
+    aborted_unwritten: BTreeMap<i64, i16>,
 }
 
 impl PartitionTransactions {
@@ -78,12 +87,33 @@ impl PartitionTransactions {
     /// The producer's coordinator added this partition to its transaction at `epoch`.
     pub fn expect(&mut self, producer_id: i64, epoch: i16) {
         self.expected.insert(producer_id, epoch);
+        self.forget_unwritten_before(producer_id, epoch);
     }
 
     /// Whether a transactional batch of `producer_id` at `epoch` may be appended.
     #[must_use]
     pub fn is_expected(&self, producer_id: i64, epoch: i16) -> bool {
         self.expected.get(&producer_id) == Some(&epoch)
+    }
+
+    /// Whether an abort at `epoch` ended a transaction of `producer_id` here before any of its
+    /// batches arrived, and the producer has not moved past that epoch since: a batch of that
+    /// epoch may be the late one of the aborted transaction.
+    #[must_use]
+    pub fn was_aborted_unwritten(&self, producer_id: i64, epoch: i16) -> bool {
+        self.aborted_unwritten.get(&producer_id) == Some(&epoch)
+    }
+
+    /// The producer moved to `epoch`: an abort remembered at an older one no longer matters
+    /// (every batch of that epoch is fenced now).
+    fn forget_unwritten_before(&mut self, producer_id: i64, epoch: i16) {
+        if self
+            .aborted_unwritten
+            .get(&producer_id)
+            .is_some_and(|&aborted| aborted < epoch)
+        {
+            self.aborted_unwritten.remove(&producer_id);
+        }
     }
 
     /// Whether `producer_id` has a transaction open here.
@@ -101,16 +131,25 @@ impl PartitionTransactions {
         }
     }
 
-    /// A COMMIT or ABORT marker of `producer_id` was appended at `marker_offset`: its transaction
-    /// here ends and it is no longer expected. Returns the aborted transaction an ABORT closed.
+    /// A COMMIT or ABORT marker of `producer_id` at `epoch` was appended at `marker_offset`: its
+    /// transaction here ends and it is no longer expected. Returns the aborted transaction an
+    /// ABORT closed. An ABORT at the epoch the partition was added at, with none of the
+    /// transaction's batches here, is remembered (see [`Self::was_aborted_unwritten`]); one at a
+    /// newer epoch (a fence) needs nothing more, as that epoch fences every older batch.
     pub fn record_marker(
         &mut self,
-        producer_id: i64,
+        (producer_id, epoch): (i64, i16),
         marker_offset: i64,
         commit: bool,
     ) -> Option<AbortedTransaction> {
-        self.expected.remove(&producer_id);
-        let first_offset = self.open.remove(&producer_id)?;
+        let added_at = self.expected.remove(&producer_id);
+        self.forget_unwritten_before(producer_id, epoch);
+        let Some(first_offset) = self.open.remove(&producer_id) else {
+            if !commit && added_at == Some(epoch) {
+                self.aborted_unwritten.insert(producer_id, epoch);
+            }
+            return None;
+        };
         self.open_by_offset.remove(&(first_offset, producer_id));
         if commit {
             return None;
@@ -177,9 +216,9 @@ mod tests {
         txns.record_batch(8, 12);
         txns.record_batch(7, 14); // still open from 10
         assert_eq!(txns.last_stable_offset(20), 10);
-        assert_eq!(txns.record_marker(7, 20, true), None);
+        assert_eq!(txns.record_marker((7, 0), 20, true), None);
         assert_eq!(txns.last_stable_offset(21), 12);
-        let aborted = txns.record_marker(8, 21, false).unwrap();
+        let aborted = txns.record_marker((8, 0), 21, false).unwrap();
         assert_eq!(
             aborted,
             AbortedTransaction {
@@ -197,9 +236,53 @@ mod tests {
         txns.expect(3, 1);
         assert!(txns.is_expected(3, 1));
         assert!(!txns.is_expected(3, 0));
-        assert_eq!(txns.record_marker(3, 5, false), None);
+        assert_eq!(txns.record_marker((3, 1), 5, false), None);
         assert!(!txns.is_expected(3, 1), "the marker ends the expectation");
         assert_eq!(txns.aborted().len(), 0);
+    }
+
+    #[test]
+    fn an_abort_before_any_batch_arrived_refuses_that_epoch_until_the_producer_moves_on() {
+        let mut txns = PartitionTransactions::default();
+        txns.expect(3, 4);
+        assert_eq!(txns.record_marker((3, 4), 5, false), None);
+        assert!(txns.was_aborted_unwritten(3, 4));
+        // The next transaction adds the partition at the same epoch: still refused.
+        txns.expect(3, 4);
+        assert!(txns.is_expected(3, 4));
+        assert!(txns.was_aborted_unwritten(3, 4));
+        assert!(!txns.was_aborted_unwritten(3, 5));
+        assert!(!txns.was_aborted_unwritten(9, 4));
+        // A newer epoch moves it on.
+        txns.expect(3, 5);
+        assert!(!txns.was_aborted_unwritten(3, 4));
+    }
+
+    #[test]
+    fn only_an_abort_at_the_added_epoch_with_nothing_written_is_remembered() {
+        let mut txns = PartitionTransactions::default();
+        // A commit with nothing written.
+        txns.expect(1, 0);
+        txns.record_marker((1, 0), 0, true);
+        assert!(!txns.was_aborted_unwritten(1, 0));
+        // An abort of a transaction that wrote here.
+        txns.expect(2, 0);
+        txns.record_batch(2, 1);
+        txns.record_marker((2, 0), 2, false);
+        assert!(!txns.was_aborted_unwritten(2, 0));
+        // A fence: the marker's epoch is above the one added, and fences every older batch.
+        txns.expect(3, 0);
+        txns.record_marker((3, 1), 3, false);
+        assert!(!txns.was_aborted_unwritten(3, 0));
+        assert!(!txns.was_aborted_unwritten(3, 1));
+        // A marker replayed at start, no add before it.
+        txns.record_marker((4, 0), 4, false);
+        assert!(!txns.was_aborted_unwritten(4, 0));
+        // A newer marker forgets an older abort.
+        txns.expect(5, 0);
+        txns.record_marker((5, 0), 5, false);
+        txns.record_marker((5, 1), 6, false);
+        assert!(!txns.was_aborted_unwritten(5, 0));
     }
 
     #[test]
@@ -207,7 +290,7 @@ mod tests {
         let mut txns = PartitionTransactions::default();
         for (producer, first, marker) in [(1, 0, 4), (2, 2, 9), (3, 10, 12)] {
             txns.record_batch(producer, first);
-            txns.record_marker(producer, marker, false);
+            txns.record_marker((producer, 0), marker, false);
         }
         fn found(txns: &PartitionTransactions, from: i64, to: i64) -> Vec<i64> {
             txns.aborted_between(from, to)
@@ -226,7 +309,7 @@ mod tests {
     fn parts_round_trip_and_impossible_ones_are_refused() {
         let mut txns = PartitionTransactions::default();
         txns.record_batch(1, 0);
-        txns.record_marker(1, 3, false);
+        txns.record_marker((1, 0), 3, false);
         txns.record_batch(2, 4);
         let open: Vec<_> = txns.open().collect();
         let aborted: Vec<_> = txns.aborted().collect();

@@ -4,6 +4,7 @@ mod acl;
 mod admin;
 mod answers;
 mod client;
+mod delayed;
 mod faults;
 mod format;
 mod fuzz;

@@ -26,15 +26,19 @@ use minibroker_tests::KafkaConnection;
 
 use crate::kafka::kafka;
 
-fn text(value: &str) -> StrBytes {
+pub(crate) fn text(value: &str) -> StrBytes {
     StrBytes::from_string(value.to_owned())
 }
 
-fn code(error: ResponseError) -> i16 {
+pub(crate) fn code(error: ResponseError) -> i16 {
     error.code()
 }
 
-async fn init(conn: &mut KafkaConnection, id: &str, version: i16) -> Result<(i64, i16, i16)> {
+pub(crate) async fn init(
+    conn: &mut KafkaConnection,
+    id: &str,
+    version: i16,
+) -> Result<(i64, i16, i16)> {
     let request = InitProducerIdRequest::default()
         .with_transactional_id(Some(TransactionalId(text(id))))
         .with_transaction_timeout_ms(60_000)
@@ -49,7 +53,7 @@ async fn init(conn: &mut KafkaConnection, id: &str, version: i16) -> Result<(i64
     ))
 }
 
-async fn add_partitions(
+pub(crate) async fn add_partitions(
     conn: &mut KafkaConnection,
     (id, producer_id, epoch): (&str, i64, i16),
     topic: &str,
@@ -75,7 +79,7 @@ async fn add_partitions(
         .collect())
 }
 
-async fn end(
+pub(crate) async fn end(
     conn: &mut KafkaConnection,
     (id, producer_id, epoch): (&str, i64, i16),
     commit: bool,
@@ -92,16 +96,28 @@ async fn end(
 
 async fn produce_transactional(
     conn: &mut KafkaConnection,
+    producer: (&str, i64, i16),
+    to: (&str, i32),
+    sequence: i32,
+) -> Result<i16> {
+    produce_value(conn, producer, to, sequence, "v").await
+}
+
+/// A transactional batch of one record holding `value`; the partition's error code.
+pub(crate) async fn produce_value(
+    conn: &mut KafkaConnection,
     (id, producer_id, epoch): (&str, i64, i16),
     (topic, partition): (&str, i32),
     sequence: i32,
+    value: &str,
 ) -> Result<i16> {
     let writer = Writer {
         producer_id,
         epoch,
         base_sequence: sequence,
     };
-    let records = minibroker_records::encode_transactional(writer, &[NewRecord::value("v")], 0)?;
+    let records =
+        minibroker_records::encode_transactional(writer, &[NewRecord::value(value.to_owned())], 0)?;
     let request = ProduceRequest::default()
         .with_transactional_id(Some(TransactionalId(text(id))))
         .with_acks(-1)

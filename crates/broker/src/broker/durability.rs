@@ -95,7 +95,11 @@ impl Broker {
                             info.epoch,
                             now_ms,
                         );
-                        transactions.record_marker(info.producer_id, base_offset, marker.commit);
+                        transactions.record_marker(
+                            (info.producer_id, info.epoch),
+                            base_offset,
+                            marker.commit,
+                        );
                     }
                     _ => bad = Some(base_offset),
                 }

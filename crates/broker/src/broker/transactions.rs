@@ -27,8 +27,10 @@ pub enum Isolation {
 
 /// Refuses a producer's batch that does not fit its transaction on the partition: a
 /// transactional batch its coordinator has not added the partition for at this epoch (KIP-890
-/// part 1: a late batch of an ended transaction would open one no coordinator ever ends), or a
-/// plain batch while its transaction is open here.
+/// part 1: a late batch of an ended transaction would open one no coordinator ever ends), one of
+/// an epoch whose abort came here before any of its batches (it may be that transaction's late
+/// batch; the producer must move to a new epoch), or a plain batch while its transaction is open
+/// here.
 pub(super) fn check_fits(
     transactions: &minibroker_state::PartitionTransactions,
     info: &BatchInfo,
@@ -36,6 +38,12 @@ pub(super) fn check_fits(
     if info.transactional {
         if !transactions.is_expected(info.producer_id, info.epoch) {
             return Err(not_added(info));
+        }
+        if transactions.was_aborted_unwritten(info.producer_id, info.epoch) {
+            return Err(BrokerError::AbortedEpoch {
+                producer_id: info.producer_id,
+                epoch: info.epoch,
+            });
         }
     } else if transactions.is_open(info.producer_id) {
         return Err(BrokerError::InvalidTxnState {

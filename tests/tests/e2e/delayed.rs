@@ -1,0 +1,127 @@
+//! Requests of one transaction that arrive late, after their client has moved on to the next
+//! (KAFKA-17754), as raw frames in the order a network can deliver them: none may land in the
+//! next transaction. Judged by what `read_committed` and `read_uncommitted` reads serve.
+
+use anyhow::Result;
+use bytes::Bytes;
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::TransactionalId;
+use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+use minibroker_broker::{Broker, Isolation};
+use minibroker_net::Config;
+use minibroker_tests::KafkaConnection;
+
+use crate::kafka::kafka;
+use crate::transactions::{add_partitions, code, end, init, produce_value, text};
+
+/// Every record value of `topic`'s partition 0 a consumer reading at `isolation` keeps
+/// (markers, and at `read_committed` aborted transactions, left out).
+pub(crate) fn values(broker: &Broker, topic: &str, isolation: Isolation) -> Vec<String> {
+    let (_, end) = broker.offsets(topic, 0).unwrap();
+    let mut values = Vec::new();
+    let mut next = 0;
+    while next < end {
+        let fetched = broker.fetch(topic, 0, next, 1 << 20, 0, isolation).unwrap();
+        if fetched.batches.is_empty() {
+            break;
+        }
+        for stored in &fetched.batches {
+            next = minibroker_records::end_offset(stored);
+            let batch = minibroker_records::decode(stored).unwrap();
+            let aborted = fetched.aborted.iter().any(|txn| {
+                txn.producer_id == batch.info.producer_id
+                    && (txn.first_offset..=txn.last_offset).contains(&batch.base_offset)
+            });
+            if batch.info.control || aborted {
+                continue;
+            }
+            let text = |bytes: &Bytes| String::from_utf8_lossy(bytes).into_owned();
+            values.extend(
+                batch
+                    .records
+                    .iter()
+                    .filter_map(|r| r.value.as_ref().map(text)),
+            );
+        }
+    }
+    values
+}
+
+/// InitProducerId v4 naming the producer's current pair (KIP-360): its new epoch.
+async fn bump(
+    conn: &mut KafkaConnection,
+    (id, producer_id, epoch): (&str, i64, i16),
+) -> Result<i16> {
+    let request = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(text(id))))
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id(ProducerId(producer_id))
+        .with_producer_epoch(epoch);
+    let answer: InitProducerIdResponse = conn.call(ApiKey::InitProducerId, 4, &request).await?;
+    assert_eq!(answer.error_code, 0);
+    assert_eq!(answer.producer_id.0, producer_id);
+    Ok(answer.producer_epoch)
+}
+
+#[tokio::test]
+async fn a_late_batch_of_an_aborted_transaction_never_lands_in_the_next() -> Result<()> {
+    let (broker, _kafka, mut conn) = kafka(Config::default()).await?;
+    broker.broker.create_topic("t", 1)?;
+    let (producer_id, epoch, _) = init(&mut conn, "late", 4).await?;
+    let producer = ("late", producer_id, epoch);
+    // Transaction N adds the partition; its only batch, N-a at sequence 0, is held in the
+    // network. The client gives up on it and aborts N.
+    assert_eq!(
+        add_partitions(&mut conn, producer, "t", vec![0], 3).await?,
+        [0]
+    );
+    assert_eq!(end(&mut conn, producer, false, 3).await?, 0);
+    // N+1 adds the partition at the same epoch (a client without KIP-890 part 2 keeps it).
+    assert_eq!(
+        add_partitions(&mut conn, producer, "t", vec![0], 3).await?,
+        [0]
+    );
+    // The held batch arrives now: refused with the code that makes the client bump its epoch.
+    let out_of_order = code(ResponseError::OutOfOrderSequenceNumber);
+    assert_eq!(
+        produce_value(&mut conn, producer, ("t", 0), 0, "N-a").await?,
+        out_of_order,
+        "the late batch of the aborted transaction"
+    );
+    // So is N+1's own first batch at that epoch, which could not be told from it.
+    assert_eq!(
+        produce_value(&mut conn, producer, ("t", 0), 0, "N1-a").await?,
+        out_of_order
+    );
+    // The client moves on (KIP-360): its open transaction is aborted and the epoch bumped.
+    let moved_on = bump(&mut conn, producer).await?;
+    assert!(moved_on > epoch);
+    let current = ("late", producer_id, moved_on);
+    assert_eq!(
+        add_partitions(&mut conn, current, "t", vec![0], 3).await?,
+        [0]
+    );
+    assert_eq!(
+        produce_value(&mut conn, current, ("t", 0), 0, "N1-a").await?,
+        0
+    );
+    // The held batch again, at its old epoch: fenced.
+    assert_ne!(
+        produce_value(&mut conn, producer, ("t", 0), 0, "N-a").await?,
+        0
+    );
+    assert_eq!(
+        produce_value(&mut conn, current, ("t", 0), 1, "N1-b").await?,
+        0
+    );
+    assert_eq!(end(&mut conn, current, true, 3).await?, 0);
+    assert_eq!(
+        values(&broker.broker, "t", Isolation::ReadCommitted),
+        ["N1-a", "N1-b"]
+    );
+    assert_eq!(
+        values(&broker.broker, "t", Isolation::ReadUncommitted),
+        ["N1-a", "N1-b"]
+    );
+    Ok(())
+}
