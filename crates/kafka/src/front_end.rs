@@ -28,6 +28,9 @@ pub struct KafkaFrontEnd {
     pub(crate) broker: Arc<Broker>,
     pub(crate) groups: Arc<GroupCoordinator>,
     pub(crate) transactions: Arc<TransactionService>,
+    /// This connection's place among the connections opened, which the transaction coordinator
+    /// judges a late EndTxn by.
+    pub(crate) connection: minibroker_transactions::ConnectionNumber,
     /// The connection's produces whose answers wait for their batches to be stored.
     pub(crate) unacknowledged: Unacknowledged,
     pub(crate) config: Arc<KafkaConfig>,
@@ -52,6 +55,7 @@ impl KafkaFrontEnd {
             broker: Arc::clone(node.broker()),
             groups: Arc::clone(node.groups()),
             transactions: Arc::clone(node.transactions()),
+            connection: node.transactions().open_connection(),
             unacknowledged: Unacknowledged::default(),
             raw_sasl: false,
             session: node.session(config.login),

@@ -16,6 +16,9 @@
 //!   applied and answered.
 //! - [`TransactionService`] — the coordinator wired to the broker's partitions and groups, and
 //!   its clock (timeouts, unfinished ends, expiry); [`TransactionConfig`] its configuration.
+//! - [`ConnectionNumber`] — client connections in the order they were opened: an EndTxn from a
+//!   connection older than the one that began the open transaction is a delayed end of an
+//!   earlier one, and is refused (`openers`).
 //! - [`TxnError`] — each refusal, named as Kafka's error code is; the Kafka front end picks the
 //!   code its request version has (PRODUCER_FENCED or INVALID_PRODUCER_EPOCH).
 //!
@@ -37,6 +40,7 @@
 mod config;
 mod coordinator;
 mod log;
+mod openers;
 mod record;
 mod service;
 mod state;
@@ -48,6 +52,7 @@ pub use coordinator::{
     TransactionCoordinator,
 };
 pub use log::{COMPACT_BYTES, FILE_NAME, TransactionLog, TransactionLogError};
+pub use openers::ConnectionNumber;
 pub use record::RecordError;
 pub use service::{AddPartitionsError, OffsetCommitError, TransactionCounts, TransactionService};
 pub use state::TxnState;

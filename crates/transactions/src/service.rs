@@ -27,9 +27,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use thiserror::Error;
 
+use crate::openers::Openers;
 use crate::{
-    CoordinatorError, InitOutcome, Transaction, TransactionConfig, TransactionCoordinator,
-    TxnError, TxnState,
+    ConnectionNumber, CoordinatorError, InitOutcome, Transaction, TransactionConfig,
+    TransactionCoordinator, TxnError, TxnState,
 };
 
 /// How often the clock looks for timed-out transactions and unfinished ends.
@@ -82,6 +83,8 @@ pub struct TransactionService {
     timed_out: AtomicU64,
     /// How often idle ids are looked for (the broker's `maintenance_interval_ms`).
     expiry_interval: Duration,
+    /// Which connection began each open transaction, to tell a late EndTxn.
+    openers: Openers,
 }
 
 /// A transactional id's end, claimed by one task until dropped.
@@ -134,6 +137,7 @@ impl TransactionService {
             committed: AtomicU64::new(0),
             aborted: AtomicU64::new(0),
             timed_out: AtomicU64::new(0),
+            openers: Openers::default(),
         };
         for txn in service.coordinator.all() {
             if txn.state() == TxnState::Ongoing {
@@ -149,6 +153,12 @@ impl TransactionService {
             }
         }
         Ok(service)
+    }
+
+    /// The number of a client connection just opened: each transactional request names the
+    /// connection it came on.
+    pub fn open_connection(&self) -> ConnectionNumber {
+        self.openers.open_connection()
     }
 
     /// The coordinator, for what only reads it (describe, list, metrics).
@@ -237,10 +247,9 @@ impl TransactionService {
     /// the coordinator's refusals.
     pub fn add_partitions(
         &self,
-        id: &str,
-        producer_id: i64,
-        epoch: i16,
+        (id, producer_id, epoch): (&str, i64, i16),
         partitions: &[(String, u32)],
+        via: ConnectionNumber,
     ) -> Result<(), AddPartitionsError> {
         let unknown: Vec<(String, u32)> = partitions
             .iter()
@@ -258,6 +267,7 @@ impl TransactionService {
         self.coordinator
             .add_partitions(id, producer_id, epoch, partitions, now_millis())?;
         if let Some(txn) = self.coordinator.describe(id) {
+            self.openers.added(&txn, via);
             self.expect_batches(&txn, partitions.iter().cloned());
         }
         Ok(())
@@ -282,13 +292,16 @@ impl TransactionService {
     /// The coordinator's refusals.
     pub fn add_offsets(
         &self,
-        id: &str,
-        producer_id: i64,
-        epoch: i16,
+        (id, producer_id, epoch): (&str, i64, i16),
         group: &str,
+        via: ConnectionNumber,
     ) -> Result<(), CoordinatorError> {
         self.coordinator
-            .add_group(id, producer_id, epoch, group, now_millis())
+            .add_group(id, producer_id, epoch, group, now_millis())?;
+        if let Some(txn) = self.coordinator.describe(id) {
+            self.openers.added(&txn, via);
+        }
+        Ok(())
     }
 
     /// TxnOffsetCommit: offsets `group` will show once `id`'s transaction commits. The producer
@@ -316,23 +329,32 @@ impl TransactionService {
         Ok(())
     }
 
-    /// EndTxn: commit (`commit`) or abort `id`'s transaction, its markers written and its
-    /// groups' offsets settled before this returns. A retry of an end already complete is
-    /// answered as it was.
+    /// EndTxn on connection `via`: commit (`commit`) or abort `id`'s transaction, its markers
+    /// written and its groups' offsets settled before this returns. A retry of an end already
+    /// complete is answered as it was.
     ///
     /// # Errors
-    /// The coordinator's refusals; [`TxnError::ConcurrentTransactions`] when the end could not
-    /// be written in full yet (the clock goes on with it; the client asks again).
+    /// The coordinator's refusals; [`TxnError::LateEnd`] from a connection opened before the one
+    /// that began the open transaction (a delayed end of an earlier one, see `openers`);
+    /// [`TxnError::ConcurrentTransactions`] when the end could not be written in full yet (the
+    /// clock goes on with it; the client asks again).
     pub async fn end(
         &self,
-        id: &str,
-        producer_id: i64,
-        epoch: i16,
+        (id, producer_id, epoch): (&str, i64, i16),
         commit: bool,
+        via: ConnectionNumber,
     ) -> Result<(), CoordinatorError> {
+        let open = self.coordinator.describe(id);
+        if open.is_some_and(|txn| {
+            (txn.producer_id(), txn.epoch()) == (producer_id, epoch)
+                && self.openers.is_late_end(&txn, via)
+        }) {
+            return Err(TxnError::LateEnd.into());
+        }
         let prepared = self
             .coordinator
             .end(id, producer_id, epoch, commit, now_millis())?;
+        self.openers.ended(id);
         if prepared.is_some() && !self.finish_by_id(id).await {
             return Err(TxnError::ConcurrentTransactions.into());
         }
@@ -460,6 +482,12 @@ impl TransactionService {
                     Ok(forgotten) => tracing::info!(forgotten, "forgot idle transactional ids"),
                     Err(error) => tracing::warn!(%error, "could not forget idle transactional ids"),
                 }
+                // Transactions ended by a timeout or a fence need their beginning no more.
+                self.openers.keep_only(|id| {
+                    self.coordinator
+                        .describe(id)
+                        .is_some_and(|txn| txn.state() == TxnState::Ongoing)
+                });
             }
         }
     }

@@ -31,6 +31,13 @@ pub enum TxnError {
         /// The state it is in.
         state: TxnState,
     },
+    /// An EndTxn from a connection opened before the one that began the open transaction: a
+    /// delayed end of an earlier transaction of the same epoch, which must not end this one
+    /// (INVALID_TXN_STATE).
+    #[error(
+        "an end from a connection opened before the one that began the open transaction: a delayed end of an earlier transaction"
+    )]
+    LateEnd,
     /// The transaction timeout asked for is above the broker's maximum
     /// (INVALID_TRANSACTION_TIMEOUT).
     #[error("a transaction timeout of {asked} ms is above the broker's maximum of {max} ms")]

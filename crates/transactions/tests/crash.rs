@@ -104,12 +104,12 @@ async fn run_until_crash(
             let partitions: Vec<(String, u32)> = (0..count)
                 .map(|i| (TOPIC.to_owned(), (first + i) % PARTITIONS))
                 .collect();
+            let via = node.service.open_connection();
             node.service
                 .add_partitions(
-                    producer.id,
-                    producer.producer_id,
-                    producer.epoch,
+                    (producer.id, producer.producer_id, producer.epoch),
                     &partitions,
+                    via,
                 )
                 .unwrap();
             let index = transactions.len();
@@ -120,9 +120,8 @@ async fn run_until_crash(
                 expected.values.push(value);
             }
             if rng.below(2) == 0 {
-                node.service
-                    .add_offsets(producer.id, producer.producer_id, producer.epoch, GROUP)
-                    .unwrap();
+                let transaction = (producer.id, producer.producer_id, producer.epoch);
+                node.service.add_offsets(transaction, GROUP, via).unwrap();
                 let offset = index as i64;
                 let offsets = vec![("in".to_owned(), 0, offset, None)];
                 let transaction = (producer.id, producer.producer_id, producer.epoch);
@@ -179,10 +178,9 @@ async fn run_until_crash(
                 return (transactions, Crash::OneMarker);
             }
             _ => {
-                node.service
-                    .end(producer.id, producer.producer_id, producer.epoch, commit)
-                    .await
-                    .unwrap();
+                let transaction = (producer.id, producer.producer_id, producer.epoch);
+                let via = node.service.open_connection();
+                node.service.end(transaction, commit, via).await.unwrap();
                 ends += 1;
                 transactions[index].acknowledged = Some(commit);
                 transactions[index].ended_at = ends;
@@ -358,13 +356,14 @@ async fn transactions_keep_their_outcomes_through_crashes_at_every_point() {
                 .await
                 .unwrap();
             let partitions = [(TOPIC.to_owned(), 0)];
+            let via = restarted.service.open_connection();
             restarted
                 .service
-                .add_partitions(id, producer_id, epoch, &partitions)
+                .add_partitions((id, producer_id, epoch), &partitions, via)
                 .unwrap();
             restarted
                 .service
-                .end(id, producer_id, epoch, true)
+                .end((id, producer_id, epoch), true, via)
                 .await
                 .unwrap();
         }

@@ -27,7 +27,11 @@ async fn a_zombies_offsets_held_up_through_a_fence_are_refused_not_committed_by_
     } = open(&storage);
     let (producer_id, zombie_epoch) = service.init_producer("app", None, 60_000).await.unwrap();
     service
-        .add_offsets("app", producer_id, zombie_epoch, "g")
+        .add_offsets(
+            ("app", producer_id, zombie_epoch),
+            "g",
+            service.open_connection(),
+        )
         .unwrap();
 
     // Another client's commit to the group holds its writer while its file is synced slowly.
@@ -53,7 +57,10 @@ async fn a_zombies_offsets_held_up_through_a_fence_are_refused_not_committed_by_
     let (same_id, epoch) = service.init_producer("app", None, 60_000).await.unwrap();
     assert_eq!(same_id, producer_id);
     assert!(epoch > zombie_epoch);
-    service.add_offsets("app", producer_id, epoch, "g").unwrap();
+    let via = service.open_connection();
+    service
+        .add_offsets(("app", producer_id, epoch), "g", via)
+        .unwrap();
 
     other.await.unwrap();
     let refused = zombie.await;
@@ -61,7 +68,10 @@ async fn a_zombies_offsets_held_up_through_a_fence_are_refused_not_committed_by_
         refused.is_err(),
         "the zombie's offsets were taken: {refused:?}"
     );
-    service.end("app", producer_id, epoch, true).await.unwrap();
+    service
+        .end(("app", producer_id, epoch), true, via)
+        .await
+        .unwrap();
     let committed = groups.committed("g", None);
     assert!(
         committed

@@ -9,7 +9,7 @@ use kafka_protocol::messages::TransactionalId;
 use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use minibroker_broker::{Broker, Isolation};
 use minibroker_net::Config;
-use minibroker_tests::KafkaConnection;
+use minibroker_tests::{KafkaConnection, kafka_connection};
 
 use crate::kafka::kafka;
 use crate::transactions::{add_partitions, code, end, init, produce_value, text};
@@ -123,5 +123,58 @@ async fn a_late_batch_of_an_aborted_transaction_never_lands_in_the_next() -> Res
         values(&broker.broker, "t", Isolation::ReadUncommitted),
         ["N1-a", "N1-b"]
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_late_end_of_a_transaction_never_ends_the_next() -> Result<()> {
+    for commit in [false, true] {
+        let (broker, kafka, mut first) = kafka(Config::default()).await?;
+        broker.broker.create_topic("t", 1)?;
+        let (producer_id, epoch, _) = init(&mut first, "ends", 4).await?;
+        let producer = ("ends", producer_id, epoch);
+        assert_eq!(
+            add_partitions(&mut first, producer, "t", vec![0], 3).await?,
+            [0]
+        );
+        assert_eq!(
+            produce_value(&mut first, producer, ("t", 0), 0, "N-a").await?,
+            0
+        );
+        // N's EndTxn on the first connection is held in the network; the client gives up on
+        // it, and its retry on a new connection ends N.
+        let mut second = kafka_connection(kafka.addr).await?;
+        assert_eq!(end(&mut second, producer, commit, 3).await?, 0);
+        // N+1 begins on the new connection, at the same epoch.
+        assert_eq!(
+            add_partitions(&mut second, producer, "t", vec![0], 3).await?,
+            [0]
+        );
+        assert_eq!(
+            produce_value(&mut second, producer, ("t", 0), 1, "N1-a").await?,
+            0
+        );
+        // The held end arrives: it must not end N+1.
+        assert_eq!(
+            end(&mut first, producer, commit, 3).await?,
+            code(ResponseError::InvalidTxnState),
+            "the late end (commit: {commit})"
+        );
+        assert_eq!(
+            produce_value(&mut second, producer, ("t", 0), 2, "N1-b").await?,
+            0
+        );
+        assert_eq!(end(&mut second, producer, true, 3).await?, 0);
+        let n = if commit { vec!["N-a"] } else { vec![] };
+        let committed: Vec<&str> = n.into_iter().chain(["N1-a", "N1-b"]).collect();
+        assert_eq!(
+            values(&broker.broker, "t", Isolation::ReadCommitted),
+            committed
+        );
+        assert_eq!(
+            values(&broker.broker, "t", Isolation::ReadUncommitted),
+            ["N-a", "N1-a", "N1-b"]
+        );
+    }
     Ok(())
 }

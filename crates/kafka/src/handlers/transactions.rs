@@ -36,7 +36,7 @@ fn coordinator_code(error: &CoordinatorError, fenced_is_90: bool) -> ResponseErr
             TxnError::ProducerFenced => ResponseError::InvalidProducerEpoch,
             TxnError::InvalidProducerIdMapping => ResponseError::InvalidProducerIdMapping,
             TxnError::ConcurrentTransactions => ResponseError::ConcurrentTransactions,
-            TxnError::InvalidTxnState { .. } => ResponseError::InvalidTxnState,
+            TxnError::InvalidTxnState { .. } | TxnError::LateEnd => ResponseError::InvalidTxnState,
             TxnError::InvalidTransactionTimeout { .. } => ResponseError::InvalidTransactionTimeout,
         },
         CoordinatorError::EmptyTransactionalId | CoordinatorError::TransactionalIdTooLong(_) => {
@@ -152,10 +152,13 @@ impl KafkaFrontEnd {
         let result = match partitions {
             _ if refusal.is_some() || !denied_topics.is_empty() => Ok(()),
             Some(partitions) => self.transactions.add_partitions(
-                id,
-                request.v3_and_below_producer_id.0,
-                request.v3_and_below_producer_epoch,
+                (
+                    id,
+                    request.v3_and_below_producer_id.0,
+                    request.v3_and_below_producer_epoch,
+                ),
                 &partitions,
+                self.connection,
             ),
             // A negative index names no partition of any topic.
             None => Err(AddPartitionsError::Unknown(Vec::new())),
@@ -226,10 +229,13 @@ impl KafkaFrontEnd {
                 .with_error_code(ResponseError::GroupAuthorizationFailed.code());
         }
         let result = self.transactions.add_offsets(
-            &request.transactional_id.0,
-            request.producer_id.0,
-            request.producer_epoch,
+            (
+                &request.transactional_id.0,
+                request.producer_id.0,
+                request.producer_epoch,
+            ),
             &request.group_id.0,
+            self.connection,
         );
         AddOffsetsToTxnResponse::default().with_error_code(code_of_result(result, version >= 2))
     }
@@ -353,10 +359,13 @@ impl KafkaFrontEnd {
         let result = self
             .transactions
             .end(
-                &request.transactional_id.0,
-                request.producer_id.0,
-                request.producer_epoch,
+                (
+                    &request.transactional_id.0,
+                    request.producer_id.0,
+                    request.producer_epoch,
+                ),
                 request.committed,
+                self.connection,
             )
             .await;
         EndTxnResponse::default().with_error_code(code_of_result(result, version >= 2))
