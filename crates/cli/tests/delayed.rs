@@ -1,0 +1,132 @@
+//! Requests of one transaction that the network delays until their client has moved on to the
+//! next (KAFKA-17754), with real clients (`tests/kafka/delayed.py`) behind `minibroker proxy
+//! --kafka` holding one frame; only the clients' timeouts are shortened. Judged by what
+//! `read_committed` and `read_uncommitted` consumers read: no aborted read, no lost write, no
+//! torn transaction, and the next transaction commits.
+//!
+//! Before the defences, each failed as found: kafka-python's held Produce (N-a) showed up
+//! committed in N+1 and N+1's second record was lost; librdkafka's held EndTxn(abort) aborted
+//! N+1's first half (only N1-b was read_committed), and its EndTxn(commit) committed N+1's first
+//! half while N+1 was still open.
+
+mod support;
+
+use support::{ServeProcess, free_addr, kafka_script, serve_command, start_proxy, summary_of};
+
+/// Runs `delayed.py` against a broker behind a proxy holding the first frame of `api` (or the
+/// first `count`) for `hold_ms`; `args` follow the command, with `BOOTSTRAP` for the proxy.
+fn through_a_proxy_holding(
+    api: &str,
+    count: u32,
+    hold_ms: u32,
+    args: &[&str],
+) -> serde_json::Value {
+    let broker = ServeProcess::spawn(&mut serve_command(&free_addr(), &free_addr()));
+    let hold_at: Vec<String> = (1..=count).map(|n| n.to_string()).collect();
+    let (mut proxy, proxy_addr, _) = start_proxy(
+        "127.0.0.1:0",
+        &broker.kafka_addr,
+        &[
+            "--kafka",
+            "--api",
+            api,
+            "--hold-at",
+            &hold_at.join(","),
+            "--hold-ms",
+            &hold_ms.to_string(),
+        ],
+    );
+    let hold = hold_ms.to_string();
+    let args: Vec<&str> = args
+        .iter()
+        .map(|arg| match *arg {
+            "BOOTSTRAP" => proxy_addr.as_str(),
+            "HOLD_MS" => hold.as_str(),
+            other => other,
+        })
+        .collect();
+    let output = kafka_script("delayed.py", &args)
+        .output()
+        .expect("run delayed.py");
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+    summary_of(&output, &args.join(" "))
+}
+
+#[test]
+fn kafka_pythons_held_produce_never_lands_in_the_next_transaction() {
+    // Both attempts of N's only batch are held past its delivery timeout.
+    let summary = through_a_proxy_holding(
+        "produce",
+        2,
+        6700,
+        &[
+            "produce",
+            "kafka-python",
+            "BOOTSTRAP",
+            "late-produce",
+            "late-produce",
+            "HOLD_MS",
+        ],
+    );
+    assert_eq!(
+        summary["read_committed"],
+        serde_json::json!(["N1-a", "N1-b"]),
+        "{summary}"
+    );
+    assert!(
+        !summary["read_uncommitted"].to_string().contains("N-a"),
+        "the held batch was never stored: {summary}"
+    );
+}
+
+#[test]
+fn librdkafkas_held_abort_never_ends_the_next_transaction() {
+    let summary = through_a_proxy_holding(
+        "end_txn",
+        1,
+        4000,
+        &[
+            "end",
+            "confluent",
+            "BOOTSTRAP",
+            "late-abort",
+            "late-abort",
+            "abort",
+            "HOLD_MS",
+        ],
+    );
+    assert_eq!(
+        summary["read_committed"],
+        serde_json::json!(["N1-a", "N1-b"]),
+        "{summary}"
+    );
+}
+
+#[test]
+fn librdkafkas_held_commit_never_commits_the_next_transaction_early() {
+    let summary = through_a_proxy_holding(
+        "end_txn",
+        1,
+        4000,
+        &[
+            "end",
+            "confluent",
+            "BOOTSTRAP",
+            "late-commit",
+            "late-commit",
+            "commit",
+            "HOLD_MS",
+        ],
+    );
+    assert_eq!(
+        summary["read_committed_mid"],
+        serde_json::json!(["N-a"]),
+        "{summary}"
+    );
+    assert_eq!(
+        summary["read_committed"],
+        serde_json::json!(["N-a", "N1-a", "N1-b"]),
+        "{summary}"
+    );
+}
