@@ -787,7 +787,11 @@ fn transaction_log() -> Vec<u8> {
             .add_group(id, producer_id, 0, "group", 3)
             .unwrap();
         if n >= 1 {
-            coordinator.end(id, producer_id, 0, n % 2 == 0, 4).unwrap();
+            // Some ends bump the epoch (KIP-890 part 2): their records are version 2.
+            let (commit, bump) = (n % 2 == 0, n >= 2);
+            coordinator
+                .end(id, (producer_id, 0), (commit, bump), issue(0), 4)
+                .unwrap();
         }
         if n >= 2 {
             coordinator.complete(id, 5).unwrap();

@@ -19,7 +19,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use thiserror::Error;
 
 use crate::{
-    Change, InitOutcome, Transaction, TransactionLog, TransactionLogError, TxnError, TxnState,
+    Change, EndEpoch, InitOutcome, Transaction, TransactionLog, TransactionLogError, TxnError,
+    TxnState,
 };
 
 /// The coordinator's bounds (Kafka's `transaction.max.timeout.ms` and
@@ -308,22 +309,34 @@ impl TransactionCoordinator {
         })
     }
 
-    /// EndTxn for `id`. When it prepared the end, returns the transaction as it is now (its
-    /// partitions and groups are where the markers go, with its producer id and epoch); for a
-    /// retry of an end already complete, `None`.
+    /// EndTxn for `id` from `producer` (id and epoch), bumping the epoch if `bump` (EndTxn v5;
+    /// an epoch that ran out takes a new producer id from `issue`). When it prepared the end,
+    /// returns the transaction as it is now (its partitions and groups are where the markers
+    /// go, with its producer id and epoch); for a retry of an end already complete, `None`.
     ///
     /// # Errors
-    /// The refusals of [`Transaction::end`]; an unknown id; a storage error.
-    pub fn end(
+    /// The refusals of [`Transaction::end`]; an unknown id; a producer id not issued; a storage
+    /// error.
+    pub fn end<E: std::error::Error + Send + Sync + 'static>(
         &self,
         id: &str,
-        producer_id: i64,
-        epoch: i16,
-        commit: bool,
+        producer: (i64, i16),
+        (commit, bump): (bool, bool),
+        issue: impl FnOnce() -> Result<i64, E>,
         now: i64,
     ) -> Result<Option<Transaction>, CoordinatorError> {
         self.apply(id, |txn| {
-            let change = txn.end(producer_id, epoch, commit, now)?;
+            let epoch_after = if bump {
+                let spare_producer_id = if txn.needs_spare_producer_id() {
+                    Some(issue().map_err(|error| CoordinatorError::ProducerId(Box::new(error)))?)
+                } else {
+                    None
+                };
+                EndEpoch::Bumped { spare_producer_id }
+            } else {
+                EndEpoch::Kept
+            };
+            let change = txn.end(producer, commit, epoch_after, now)?;
             let prepared = (change == Change::Changed).then(|| txn.clone());
             Ok((prepared, change))
         })

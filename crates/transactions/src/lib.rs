@@ -24,13 +24,14 @@
 //!
 //! # Example
 //! ```
-//! use minibroker_transactions::{Change, Transaction, TxnState};
+//! use minibroker_transactions::{Change, EndEpoch, Transaction, TxnState};
 //!
 //! let mut txn = Transaction::new("pipeline", 1000, 60_000, 0);
 //! let (producer_id, epoch) = (txn.producer_id(), txn.epoch());
 //! txn.add_partitions(producer_id, epoch, [("out".to_owned(), 0)], 10)?;
 //! assert_eq!(txn.state(), TxnState::Ongoing);
-//! assert_eq!(txn.end(producer_id, epoch, true, 20)?, Change::Changed); // PrepareCommit, to persist
+//! let end = txn.end((producer_id, epoch), true, EndEpoch::Kept, 20)?;
+//! assert_eq!(end, Change::Changed); // PrepareCommit, to persist
 //! // ... the COMMIT markers are written to every partition of the transaction ...
 //! txn.complete(30)?;
 //! assert_eq!(txn.state(), TxnState::CompleteCommit);
@@ -56,4 +57,4 @@ pub use openers::ConnectionNumber;
 pub use record::RecordError;
 pub use service::{AddPartitionsError, OffsetCommitError, TransactionCounts, TransactionService};
 pub use state::TxnState;
-pub use transaction::{Change, InitOutcome, Transaction, TxnError};
+pub use transaction::{Change, EndEpoch, InitOutcome, Transaction, TxnError};

@@ -3,13 +3,18 @@
 //! damaged record is refused with its reason, never half-read:
 //!
 //! ```text
-//! "MBTX" version:u8 (1)
+//! "MBTX" version:u8 (1 or 2)
 //! transactional_id:string producer_id:i64 epoch:i16 timeout_ms:u64 state:u8
 //! start_ms:i64 (-1: none) last_update_ms:i64
 //! partitions:u32 × { topic:string index:u32 }
 //! groups:u32 × { group:string }
+//! version 2 only: previous_producer_id:i64 previous_epoch:i16 next_producer_id:i64 (-1: none)
 //! crc32c:u32 (of everything before it)
 //! ```
+//!
+//! Version 2 adds what an end that bumped the epoch (KIP-890 part 2) leaves: the pair it was
+//! asked with, which its retry carries, and the producer id it completes with when the epoch
+//! ran out. A record with neither is written as version 1, which older brokers read.
 //!
 //! Integers are big-endian; a string is its u32 byte length, then UTF-8. The state is Kafka's
 //! id ([`TxnState::id`]); PrepareEpochFence, which is never current, is never stored.
@@ -37,7 +42,10 @@ use crate::{Transaction, TxnState};
 
 /// The magic every whole record starts with.
 pub(crate) const MAGIC: &[u8; 4] = b"MBTX";
+/// The record without an epoch bump's fields.
 const VERSION: u8 = 1;
+/// The record with them.
+const BUMP_VERSION: u8 = 2;
 
 /// The magic an [`Addition`] starts with.
 pub(crate) const ADDITION_MAGIC: &[u8; 4] = b"MBTA";
@@ -187,7 +195,17 @@ impl Transaction {
         out.int(start_ms.unwrap_or(-1).to_be_bytes());
         out.int(last_update_ms.to_be_bytes());
         put_partitions_and_groups(&mut out, self.partitions(), self.groups());
-        minibroker_envelope::seal(MAGIC, VERSION, &out.into_body())
+        let version = match self.bump_parts() {
+            (None, None) => VERSION,
+            (previous, next_producer_id) => {
+                let (previous_producer_id, previous_epoch) = previous.unwrap_or((-1, -1));
+                out.int(previous_producer_id.to_be_bytes());
+                out.int(previous_epoch.to_be_bytes());
+                out.int(next_producer_id.unwrap_or(-1).to_be_bytes());
+                BUMP_VERSION
+            }
+        };
+        minibroker_envelope::seal(MAGIC, version, &out.into_body())
     }
 
     /// The transaction a record written by [`Self::encode`] holds.
@@ -195,7 +213,8 @@ impl Transaction {
     /// # Errors
     /// [`RecordError`] for bytes that are damaged, or fields no transition leaves.
     pub fn decode(record: &[u8]) -> Result<Self, RecordError> {
-        let body = minibroker_envelope::unseal(MAGIC, VERSION, record)?;
+        let (version, body) =
+            minibroker_envelope::unseal_versions(MAGIC, VERSION..=BUMP_VERSION, record)?;
         let mut fields = Fields::new(body);
         let short = RecordError::Damaged("it ends early, or holds a string that is not UTF-8");
         let mut read = || -> Option<Self> {
@@ -207,18 +226,29 @@ impl Transaction {
             let start_ms = i64::from_be_bytes(fields.take()?);
             let last_update_ms = i64::from_be_bytes(fields.take()?);
             let (partitions, groups) = partitions_and_groups(&mut fields)?;
-            Some(Self::from_parts(
+            let mut bump = (None, None);
+            if version == BUMP_VERSION {
+                let previous_producer_id = i64::from_be_bytes(fields.take()?);
+                let previous_epoch = i16::from_be_bytes(fields.take()?);
+                let next_producer_id = i64::from_be_bytes(fields.take()?);
+                bump = (
+                    (previous_producer_id >= 0).then_some((previous_producer_id, previous_epoch)),
+                    (next_producer_id >= 0).then_some(next_producer_id),
+                );
+            }
+            let txn = Self::from_parts(
                 id,
                 (producer_id, epoch, timeout_ms),
                 TxnState::from_id(state).unwrap_or(TxnState::PrepareEpochFence),
                 ((start_ms >= 0).then_some(start_ms), last_update_ms),
                 partitions,
                 groups,
-            ))
+            );
+            Some(txn.with_bump_parts(bump))
         };
         let txn = read().ok_or(short)?;
         if fields.remaining() > 0 {
-            return Err(RecordError::Damaged("bytes after the last group"));
+            return Err(RecordError::Damaged("bytes after the last field"));
         }
         txn.check()?;
         Ok(txn)
@@ -229,6 +259,13 @@ impl Transaction {
         let impossible = |why| Err(RecordError::Impossible(why));
         if self.producer_id() < 0 || self.epoch() < 0 {
             return impossible("a negative producer id or epoch");
+        }
+        let (previous, next_producer_id) = self.bump_parts();
+        if previous.is_some_and(|(_, epoch)| epoch < 0) {
+            return impossible("a negative previous epoch");
+        }
+        if next_producer_id.is_some() && !self.state().is_preparing() {
+            return impossible("a next producer id with no end being written");
         }
         let open = matches!(
             self.state(),
@@ -251,6 +288,7 @@ impl Transaction {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::EndEpoch;
 
     fn committing() -> Transaction {
         let mut txn = Transaction::new("pipeline-7", 1042, 30_000, 0);
@@ -258,7 +296,7 @@ mod tests {
         txn.add_partitions(1042, 1, [("out".to_owned(), 2), ("out".to_owned(), 0)], 10)
             .unwrap();
         txn.add_group(1042, 1, "readers", 11).unwrap();
-        txn.end(1042, 1, true, 12).unwrap();
+        txn.end((1042, 1), true, EndEpoch::Kept, 12).unwrap();
         txn
     }
 
@@ -270,6 +308,30 @@ mod tests {
         assert_eq!(Transaction::decode(&txn.encode()), Ok(txn.clone()));
         let fresh = Transaction::new("", 0, 0, 0);
         assert_eq!(Transaction::decode(&fresh.encode()), Ok(fresh));
+    }
+
+    #[test]
+    fn what_a_bumping_end_leaves_round_trips_in_version_2_and_the_rest_stays_version_1() {
+        let mut txn = Transaction::new("pipeline-7", 1042, 30_000, 0);
+        txn.add_partitions(1042, 0, [("out".to_owned(), 0)], 10)
+            .unwrap();
+        assert_eq!(txn.encode()[4], VERSION);
+        let bumped = EndEpoch::Bumped {
+            spare_producer_id: None,
+        };
+        txn.end((1042, 0), true, bumped, 12).unwrap();
+        let record = txn.encode();
+        assert_eq!(record[4], BUMP_VERSION);
+        assert_eq!(Transaction::decode(&record), Ok(txn.clone()));
+        txn.complete(13).unwrap();
+        let completed = Transaction::decode(&txn.encode()).unwrap();
+        assert_eq!(completed, txn);
+        // Its retry is still known after a restart.
+        let mut restored = completed;
+        assert_eq!(
+            restored.end((1042, 0), true, bumped, 14),
+            Ok(crate::Change::Unchanged)
+        );
     }
 
     #[test]
@@ -300,7 +362,7 @@ mod tests {
         }
         // An end is not an addition; nor is an add that opens the transaction.
         let mut ended = after.clone();
-        ended.end(1042, 0, true, 13).unwrap();
+        ended.end((1042, 0), true, EndEpoch::Kept, 13).unwrap();
         assert_eq!(ended.addition_since(&after), None);
         let fresh = Transaction::new("pipeline-7", 1042, 30_000, 0);
         assert_eq!(before.addition_since(&fresh), None);

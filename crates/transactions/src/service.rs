@@ -330,8 +330,9 @@ impl TransactionService {
     }
 
     /// EndTxn on connection `via`: commit (`commit`) or abort `id`'s transaction, its markers
-    /// written and its groups' offsets settled before this returns. A retry of an end already
-    /// complete is answered as it was.
+    /// written and its groups' offsets settled before this returns, bumping the producer's epoch
+    /// if `bump` (EndTxn v5, KIP-890 part 2). A retry of an end already complete is answered as
+    /// it was. Returns the producer id and epoch the producer goes on with.
     ///
     /// # Errors
     /// The coordinator's refusals; [`TxnError::LateEnd`] from a connection opened before the one
@@ -341,9 +342,9 @@ impl TransactionService {
     pub async fn end(
         &self,
         (id, producer_id, epoch): (&str, i64, i16),
-        commit: bool,
+        (commit, bump): (bool, bool),
         via: ConnectionNumber,
-    ) -> Result<(), CoordinatorError> {
+    ) -> Result<(i64, i16), CoordinatorError> {
         let open = self.coordinator.describe(id);
         if open.is_some_and(|txn| {
             (txn.producer_id(), txn.epoch()) == (producer_id, epoch)
@@ -351,14 +352,27 @@ impl TransactionService {
         }) {
             return Err(TxnError::LateEnd.into());
         }
-        let prepared = self
-            .coordinator
-            .end(id, producer_id, epoch, commit, now_millis())?;
+        let issue = || {
+            self.broker
+                .init_producer(None)
+                .map(|issued| issued.producer_id)
+        };
+        let prepared = self.coordinator.end(
+            id,
+            (producer_id, epoch),
+            (commit, bump),
+            issue,
+            now_millis(),
+        )?;
         self.openers.ended(id);
         if prepared.is_some() && !self.finish_by_id(id).await {
             return Err(TxnError::ConcurrentTransactions.into());
         }
-        Ok(())
+        let txn = self
+            .coordinator
+            .describe(id)
+            .ok_or_else(|| CoordinatorError::UnknownTransactionalId(id.to_owned()))?;
+        Ok((txn.producer_id(), txn.epoch()))
     }
 
     /// Finishes `id`'s Prepare* state, unless another task is doing it; returns whether it is

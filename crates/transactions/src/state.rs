@@ -67,7 +67,12 @@ impl TxnState {
             Empty => matches!(previous, Empty | CompleteCommit | CompleteAbort),
             Ongoing => matches!(previous, Ongoing | Empty | CompleteCommit | CompleteAbort),
             PrepareCommit => previous == Ongoing,
-            PrepareAbort => matches!(previous, Ongoing | PrepareEpochFence),
+            // From Empty or Complete*: an abort with nothing open that bumps the epoch (KIP-890
+            // part 2, as Kafka's coordinator allows it).
+            PrepareAbort => matches!(
+                previous,
+                Ongoing | PrepareEpochFence | Empty | CompleteCommit | CompleteAbort
+            ),
             CompleteCommit => previous == PrepareCommit,
             CompleteAbort => previous == PrepareAbort,
             Dead => matches!(previous, Empty | CompleteCommit | CompleteAbort),
@@ -105,6 +110,12 @@ impl TxnState {
             self,
             Self::PrepareCommit | Self::PrepareAbort | Self::PrepareEpochFence
         )
+    }
+
+    /// Whether the last transaction ended and its markers are written.
+    #[must_use]
+    pub const fn is_complete(self) -> bool {
+        matches!(self, Self::CompleteCommit | Self::CompleteAbort)
     }
 }
 
@@ -150,6 +161,10 @@ mod tests {
             (Ongoing, PrepareCommit),
             (Ongoing, PrepareAbort),
             (PrepareEpochFence, PrepareAbort),
+            // KIP-890 part 2: an abort with nothing open, which bumps the epoch.
+            (Empty, PrepareAbort),
+            (CompleteCommit, PrepareAbort),
+            (CompleteAbort, PrepareAbort),
             (PrepareCommit, CompleteCommit),
             (PrepareAbort, CompleteAbort),
             (Empty, Dead),

@@ -49,6 +49,22 @@ pub enum TxnError {
     },
 }
 
+/// Whether an end moves the producer to a new epoch (KIP-890 part 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndEpoch {
+    /// Keep it (EndTxn v0-4): the producer's next transaction uses the same epoch, so nothing
+    /// tells a late request of this transaction from one of the next.
+    Kept,
+    /// Bump it (EndTxn v5): the markers and the producer's next transaction carry the next
+    /// epoch, which fences every late request of this one. Once the epoch has run out, the
+    /// producer goes on as `spare_producer_id` (which must then be given) at epoch 0.
+    Bumped {
+        /// A new producer id, for an epoch that has run out
+        /// ([`Transaction::needs_spare_producer_id`]).
+        spare_producer_id: Option<i64>,
+    },
+}
+
 /// Whether a request changed the transaction (and so must be made durable before its answer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
@@ -97,6 +113,11 @@ pub struct Transaction {
     start_ms: Option<i64>,
     /// When it last changed (expiry counts from here).
     last_update_ms: i64,
+    /// The producer id and epoch the last end that bumped the epoch was asked with: a retry of
+    /// that end carries them (Kafka's previous producer id and last producer epoch).
+    previous: Option<(i64, i16)>,
+    /// The producer id an end whose epoch ran out completes with (Kafka's next producer id).
+    next_producer_id: Option<i64>,
 }
 
 impl Transaction {
@@ -114,6 +135,8 @@ impl Transaction {
             groups: BTreeSet::new(),
             start_ms: None,
             last_update_ms: now,
+            previous: None,
+            next_producer_id: None,
         }
     }
 
@@ -222,6 +245,8 @@ impl Transaction {
                 self.partitions.clear();
                 self.groups.clear();
                 self.start_ms = None;
+                self.previous = None;
+                self.next_producer_id = None;
                 Ok(self.ready())
             }
         }
@@ -317,41 +342,91 @@ impl Transaction {
         }
     }
 
-    /// EndTxn: commit (`commit`) or abort the open transaction. The answer may go once the
-    /// returned change is durable; the markers follow ([`Self::complete`]). A retry of an end
-    /// that completed changes nothing.
+    /// EndTxn: commit (`commit`) or abort the open transaction, keeping the epoch or bumping it
+    /// (`epoch_after`). The answer may go once the returned change is durable; the markers follow
+    /// ([`Self::complete`]). A retry of an end that completed changes nothing: with a kept epoch
+    /// it carries the current pair, with a bumped one the pair the end was asked with.
+    ///
+    /// With a bumped epoch an abort with nothing open is an end too (it only moves the epoch on),
+    /// as Kafka's coordinator answers EndTxn v5.
     ///
     /// # Errors
     /// [`TxnError::InvalidProducerIdMapping`], [`TxnError::ProducerFenced`] as for the adds;
-    /// [`TxnError::ConcurrentTransactions`] for a retry while its markers are being written;
-    /// [`TxnError::InvalidTxnState`] for an end with no open transaction, or the other result
-    /// of one that is ending or ended.
+    /// [`TxnError::ConcurrentTransactions`] for a retry while its markers are being written, or
+    /// an epoch that ran out without a spare producer id; [`TxnError::InvalidTxnState`] for an
+    /// end with no open transaction, or the other result of one that is ending or ended.
     pub fn end(
         &mut self,
-        producer_id: i64,
-        epoch: i16,
+        (producer_id, epoch): (i64, i16),
         commit: bool,
+        epoch_after: EndEpoch,
         now: i64,
     ) -> Result<Change, TxnError> {
+        let bumped = matches!(epoch_after, EndEpoch::Bumped { .. });
+        let ending_or_ended = self.state.is_preparing() || self.state.is_complete();
+        if bumped && ending_or_ended && self.previous == Some((producer_id, epoch)) {
+            // A retry of the end that bumped the epoch.
+            return self.retried_end(commit);
+        }
         self.check_producer(producer_id, epoch)?;
-        let invalid = Err(TxnError::InvalidTxnState { state: self.state });
         match (self.state, commit) {
-            (TxnState::Ongoing, true) => {
-                self.move_to(TxnState::PrepareCommit, now);
-                Ok(Change::Changed)
+            (TxnState::Ongoing, _) => self.prepare_end(commit, epoch_after, now),
+            (TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort, false)
+                if bumped =>
+            {
+                self.prepare_end(false, epoch_after, now)
             }
-            (TxnState::Ongoing, false) => {
-                self.move_to(TxnState::PrepareAbort, now);
-                Ok(Change::Changed)
-            }
+            _ if !bumped && ending_or_ended => self.retried_end(commit),
+            _ => Err(TxnError::InvalidTxnState { state: self.state }),
+        }
+    }
+
+    /// The answer to a retry of the end that left this state.
+    fn retried_end(&self, commit: bool) -> Result<Change, TxnError> {
+        match (self.state, commit) {
             (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
                 Err(TxnError::ConcurrentTransactions)
             }
             (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => {
                 Ok(Change::Unchanged)
             }
-            _ => invalid,
+            _ => Err(TxnError::InvalidTxnState { state: self.state }),
         }
+    }
+
+    /// PrepareCommit or PrepareAbort, the epoch moved on first if `epoch_after` says so.
+    fn prepare_end(
+        &mut self,
+        commit: bool,
+        epoch_after: EndEpoch,
+        now: i64,
+    ) -> Result<Change, TxnError> {
+        if let EndEpoch::Bumped { spare_producer_id } = epoch_after {
+            if self.needs_spare_producer_id() {
+                self.next_producer_id =
+                    Some(spare_producer_id.ok_or(TxnError::ConcurrentTransactions)?);
+            }
+            self.previous = Some((self.producer_id, self.epoch));
+            self.epoch = self.epoch.saturating_add(1);
+        }
+        if self.start_ms.is_none() {
+            // An abort with nothing open: it starts and ends now.
+            self.start_ms = Some(now);
+        }
+        let next = if commit {
+            TxnState::PrepareCommit
+        } else {
+            TxnState::PrepareAbort
+        };
+        self.move_to(next, now);
+        Ok(Change::Changed)
+    }
+
+    /// Whether an end that bumps the epoch needs a spare producer id: the epoch has run out
+    /// (the markers take the last one, and the producer goes on with a new id at epoch 0).
+    #[must_use]
+    pub fn needs_spare_producer_id(&self) -> bool {
+        self.epoch >= LAST_BUMPED_EPOCH
     }
 
     /// Completes a Prepare* state once its markers are written: CompleteCommit or
@@ -369,6 +444,10 @@ impl Transaction {
         self.partitions.clear();
         self.groups.clear();
         self.start_ms = None;
+        if let Some(next_producer_id) = self.next_producer_id.take() {
+            self.producer_id = next_producer_id;
+            self.epoch = 0;
+        }
         Ok(())
     }
 
@@ -394,6 +473,8 @@ impl Transaction {
         }
         self.move_to(TxnState::PrepareEpochFence, now);
         self.epoch = self.epoch.saturating_add(1);
+        // No request of the fenced instance is a retry now.
+        self.previous = None;
         self.move_to(TxnState::PrepareAbort, now);
         Ok(self.epoch)
     }
@@ -433,6 +514,22 @@ impl Transaction {
         )
     }
 
+    /// What an end that bumped the epoch left: the pair it was asked with, and the producer id
+    /// it completes with when the epoch ran out (see `record`).
+    pub(crate) fn bump_parts(&self) -> (Option<(i64, i16)>, Option<i64>) {
+        (self.previous, self.next_producer_id)
+    }
+
+    /// The same transaction with what an end that bumped the epoch left (see `record`).
+    pub(crate) fn with_bump_parts(
+        mut self,
+        (previous, next_producer_id): (Option<(i64, i16)>, Option<i64>),
+    ) -> Self {
+        self.previous = previous;
+        self.next_producer_id = next_producer_id;
+        self
+    }
+
     /// A transaction from a record's fields, unchecked (see `record`).
     pub(crate) fn from_parts(
         transactional_id: String,
@@ -452,6 +549,8 @@ impl Transaction {
             groups,
             start_ms,
             last_update_ms,
+            previous: None,
+            next_producer_id: None,
         }
     }
 

@@ -72,7 +72,7 @@ fn a_commit_is_durable_at_each_step() {
         .unwrap();
     coordinator.add_group("app", 1000, 0, "readers", 3).unwrap();
     let prepared = coordinator
-        .end("app", 1000, 0, true, 4)
+        .end("app", (1000, 0), (true, false), never, 4)
         .unwrap()
         .expect("the commit was prepared");
     assert_eq!(
@@ -88,7 +88,9 @@ fn a_commit_is_durable_at_each_step() {
     );
     coordinator.complete("app", 5).unwrap();
     assert_eq!(
-        coordinator.end("app", 1000, 0, true, 6).unwrap(),
+        coordinator
+            .end("app", (1000, 0), (true, false), never, 6)
+            .unwrap(),
         None,
         "a retry of the finished commit"
     );

@@ -3,7 +3,9 @@
 //! partitions and a group's offsets, and the disk crashed at a seed-chosen point — between
 //! requests, after an end's Prepare* is durable but before any marker, with only some of its
 //! markers written, or in the middle of the transaction log's append of an end (any part of the
-//! record kept: a torn tail, cut at the start as the segments' is). After the restart (its clock run past every timeout) it must hold:
+//! record kept: a torn tail, cut at the start as the segments' is). Each id's ends keep its
+//! epoch or bump it (KIP-890 part 2), as the seed chooses. After the restart (its clock run past
+//! every timeout) it must hold:
 //! - every transaction acknowledged as committed is read by a `read_committed` consumer, each
 //!   record once; none acknowledged as aborted is;
 //! - every other transaction is all or nothing: its records are read on every partition or on
@@ -59,8 +61,21 @@ struct Producer {
     id: &'static str,
     producer_id: i64,
     epoch: i16,
+    /// Whether its ends bump the epoch (EndTxn v5, KIP-890 part 2).
+    bumps: bool,
     sequences: BTreeMap<u32, i32>,
     open: Option<usize>,
+}
+
+impl Producer {
+    fn pair(&self) -> (i64, i16) {
+        (self.producer_id, self.epoch)
+    }
+}
+
+/// No end here runs its epoch out, so none needs a new producer id.
+fn never() -> Result<i64, std::convert::Infallible> {
+    panic!("no producer id was to be issued")
 }
 
 /// How the run stops.
@@ -88,6 +103,7 @@ async fn run_until_crash(
             id,
             producer_id,
             epoch,
+            bumps: rng.below(2) == 0,
             sequences: BTreeMap::new(),
             open: None,
         });
@@ -143,8 +159,13 @@ async fn run_until_crash(
                     .failing_sync
                     .store(true, std::sync::atomic::Ordering::Relaxed);
                 let coordinator = node.service.coordinator();
-                let ended =
-                    coordinator.end(producer.id, producer.producer_id, producer.epoch, commit, 0);
+                let ended = coordinator.end(
+                    producer.id,
+                    producer.pair(),
+                    (commit, producer.bumps),
+                    never,
+                    0,
+                );
                 assert!(ended.is_err(), "the sync failed");
                 return (transactions, Crash::TornAppend);
             }
@@ -152,14 +173,20 @@ async fn run_until_crash(
                 let coordinator = node.service.coordinator();
                 let id = producer.id;
                 coordinator
-                    .end(id, producer.producer_id, producer.epoch, commit, 0)
+                    .end(id, producer.pair(), (commit, producer.bumps), never, 0)
                     .unwrap();
                 return (transactions, Crash::Prepared);
             }
             1 => {
                 let txn = node.service.coordinator();
                 let ended = txn
-                    .end(producer.id, producer.producer_id, producer.epoch, commit, 0)
+                    .end(
+                        producer.id,
+                        producer.pair(),
+                        (commit, producer.bumps),
+                        never,
+                        0,
+                    )
                     .unwrap()
                     .unwrap();
                 let (topic, partition) = ended.partitions().next().unwrap().clone();
@@ -169,8 +196,8 @@ async fn run_until_crash(
                         &mut unacknowledged,
                         &topic,
                         partition,
-                        producer.producer_id,
-                        producer.epoch,
+                        ended.producer_id(),
+                        ended.epoch(),
                         commit,
                     )
                     .unwrap();
@@ -180,7 +207,18 @@ async fn run_until_crash(
             _ => {
                 let transaction = (producer.id, producer.producer_id, producer.epoch);
                 let via = node.service.open_connection();
-                node.service.end(transaction, commit, via).await.unwrap();
+                let (producer_id, epoch) = node
+                    .service
+                    .end(transaction, (commit, producer.bumps), via)
+                    .await
+                    .unwrap();
+                if (producer_id, epoch) != producer.pair() {
+                    // A new epoch: each partition's sequence starts again.
+                    assert!(producer.bumps, "only a bumping end moves the epoch");
+                    producer.producer_id = producer_id;
+                    producer.epoch = epoch;
+                    producer.sequences.clear();
+                }
                 ends += 1;
                 transactions[index].acknowledged = Some(commit);
                 transactions[index].ended_at = ends;
@@ -363,7 +401,7 @@ async fn transactions_keep_their_outcomes_through_crashes_at_every_point() {
                 .unwrap();
             restarted
                 .service
-                .end((id, producer_id, epoch), true, via)
+                .end((id, producer_id, epoch), (true, false), via)
                 .await
                 .unwrap();
         }

@@ -3,7 +3,7 @@
 
 use minibroker_log::sim::SimStorage;
 use minibroker_transactions::{
-    COMPACT_BYTES, FILE_NAME, Transaction, TransactionLog, TransactionLogError, TxnState,
+    COMPACT_BYTES, EndEpoch, FILE_NAME, Transaction, TransactionLog, TransactionLogError, TxnState,
 };
 use std::path::Path;
 use std::sync::Arc;
@@ -53,7 +53,7 @@ fn the_last_record_of_each_id_is_its_state_after_a_crash() {
         let b = Transaction::new("b", 1001, 60_000, 0);
         log.append(&a).unwrap();
         log.append(&b).unwrap();
-        a.end(1000, 0, true, 20).unwrap();
+        a.end((1000, 0), true, EndEpoch::Kept, 20).unwrap();
         log.append(&a).unwrap();
         // Each append was synced before it returned: a crash keeps them all.
         let (_, states) = open(&storage.crash(seed)).unwrap();

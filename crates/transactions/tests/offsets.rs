@@ -69,7 +69,7 @@ async fn a_zombies_offsets_held_up_through_a_fence_are_refused_not_committed_by_
         "the zombie's offsets were taken: {refused:?}"
     );
     service
-        .end(("app", producer_id, epoch), true, via)
+        .end(("app", producer_id, epoch), (true, false), via)
         .await
         .unwrap();
     let committed = groups.committed("g", None);

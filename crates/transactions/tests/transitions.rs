@@ -1,7 +1,7 @@
 //! Every transition of one transactional id, and every refusal, as Kafka's coordinator answers
 //! them (the table in Kafka's `TransactionMetadata` and `TransactionCoordinator`).
 
-use minibroker_transactions::{Change, InitOutcome, Transaction, TxnError, TxnState};
+use minibroker_transactions::{Change, EndEpoch, InitOutcome, Transaction, TxnError, TxnState};
 
 const PID: i64 = 1000;
 const TIMEOUT: u64 = 60_000;
@@ -91,9 +91,12 @@ fn another_producer_id_or_epoch_is_refused_by_every_request() {
         Err(TxnError::InvalidProducerIdMapping)
     );
     assert_eq!(txn.add_group(PID, 1, "g", 1), Err(TxnError::ProducerFenced));
-    assert_eq!(txn.end(PID, 1, true, 1), Err(TxnError::ProducerFenced));
     assert_eq!(
-        txn.end(PID + 1, 0, false, 1),
+        txn.end((PID, 1), true, EndEpoch::Kept, 1),
+        Err(TxnError::ProducerFenced)
+    );
+    assert_eq!(
+        txn.end((PID + 1, 0), false, EndEpoch::Kept, 1),
         Err(TxnError::InvalidProducerIdMapping)
     );
     assert_eq!(txn, before, "a refusal changes nothing");
@@ -102,14 +105,17 @@ fn another_producer_id_or_epoch_is_refused_by_every_request() {
 #[test]
 fn a_commit_prepares_then_completes_and_its_retry_is_answered() {
     let mut txn = ongoing();
-    assert_eq!(txn.end(PID, 0, true, 300), Ok(Change::Changed));
+    assert_eq!(
+        txn.end((PID, 0), true, EndEpoch::Kept, 300),
+        Ok(Change::Changed)
+    );
     assert_eq!(txn.state(), TxnState::PrepareCommit);
     assert_eq!(
-        txn.end(PID, 0, true, 301),
+        txn.end((PID, 0), true, EndEpoch::Kept, 301),
         Err(TxnError::ConcurrentTransactions)
     );
     assert_eq!(
-        txn.end(PID, 0, false, 301),
+        txn.end((PID, 0), false, EndEpoch::Kept, 301),
         Err(TxnError::InvalidTxnState {
             state: TxnState::PrepareCommit
         })
@@ -130,9 +136,12 @@ fn a_commit_prepares_then_completes_and_its_retry_is_answered() {
     txn.complete(302).unwrap();
     assert_eq!(txn.state(), TxnState::CompleteCommit);
     assert_eq!(txn.partitions().count(), 0);
-    assert_eq!(txn.end(PID, 0, true, 303), Ok(Change::Unchanged));
     assert_eq!(
-        txn.end(PID, 0, false, 303),
+        txn.end((PID, 0), true, EndEpoch::Kept, 303),
+        Ok(Change::Unchanged)
+    );
+    assert_eq!(
+        txn.end((PID, 0), false, EndEpoch::Kept, 303),
         Err(TxnError::InvalidTxnState {
             state: TxnState::CompleteCommit
         })
@@ -148,23 +157,29 @@ fn a_commit_prepares_then_completes_and_its_retry_is_answered() {
 #[test]
 fn an_abort_prepares_then_completes_and_its_retry_is_answered() {
     let mut txn = ongoing();
-    assert_eq!(txn.end(PID, 0, false, 300), Ok(Change::Changed));
+    assert_eq!(
+        txn.end((PID, 0), false, EndEpoch::Kept, 300),
+        Ok(Change::Changed)
+    );
     assert_eq!(txn.state(), TxnState::PrepareAbort);
     assert_eq!(
-        txn.end(PID, 0, false, 301),
+        txn.end((PID, 0), false, EndEpoch::Kept, 301),
         Err(TxnError::ConcurrentTransactions)
     );
     assert_eq!(
-        txn.end(PID, 0, true, 301),
+        txn.end((PID, 0), true, EndEpoch::Kept, 301),
         Err(TxnError::InvalidTxnState {
             state: TxnState::PrepareAbort
         })
     );
     txn.complete(302).unwrap();
     assert_eq!(txn.state(), TxnState::CompleteAbort);
-    assert_eq!(txn.end(PID, 0, false, 303), Ok(Change::Unchanged));
     assert_eq!(
-        txn.end(PID, 0, true, 303),
+        txn.end((PID, 0), false, EndEpoch::Kept, 303),
+        Ok(Change::Unchanged)
+    );
+    assert_eq!(
+        txn.end((PID, 0), true, EndEpoch::Kept, 303),
         Err(TxnError::InvalidTxnState {
             state: TxnState::CompleteAbort
         })
@@ -176,7 +191,7 @@ fn nothing_to_end_or_complete_without_an_open_transaction() {
     let mut txn = Transaction::new("t", PID, TIMEOUT, 0);
     for commit in [true, false] {
         assert_eq!(
-            txn.end(PID, 0, commit, 1),
+            txn.end((PID, 0), commit, EndEpoch::Kept, 1),
             Err(TxnError::InvalidTxnState {
                 state: TxnState::Empty
             })
@@ -214,7 +229,10 @@ fn a_newer_instance_fences_the_open_transaction_and_gets_the_epoch_after() {
         txn.add_partitions(PID, 0, partition("out", 0), 501),
         Err(TxnError::ProducerFenced)
     );
-    assert_eq!(txn.end(PID, 0, true, 501), Err(TxnError::ProducerFenced));
+    assert_eq!(
+        txn.end((PID, 0), true, EndEpoch::Kept, 501),
+        Err(TxnError::ProducerFenced)
+    );
     // The new instance's retry waits for the markers, then gets the next epoch.
     assert_eq!(
         txn.init(None, TIMEOUT, None, 501),
@@ -261,7 +279,7 @@ fn only_an_id_with_nothing_open_expires_and_a_dead_id_starts_over() {
         !open.is_expired(i64::MAX, 1_000),
         "an open transaction never expires"
     );
-    open.end(PID, 0, true, 200).unwrap();
+    open.end((PID, 0), true, EndEpoch::Kept, 200).unwrap();
     assert!(
         !open.is_expired(i64::MAX, 1_000),
         "nor one whose markers are being written"
@@ -291,4 +309,144 @@ fn only_an_id_with_nothing_open_expires_and_a_dead_id_starts_over() {
         })
     );
     assert_eq!(txn.state(), TxnState::Empty);
+}
+
+/// An end that bumps the epoch (EndTxn v5): with no spare producer id needed.
+const BUMPED: EndEpoch = EndEpoch::Bumped {
+    spare_producer_id: None,
+};
+
+#[test]
+fn a_bumping_end_moves_the_epoch_on_and_fences_every_request_of_the_old_one() {
+    let mut txn = ongoing();
+    assert_eq!(txn.end((PID, 0), true, BUMPED, 300), Ok(Change::Changed));
+    // The markers carry the new epoch.
+    assert_eq!((txn.state(), txn.epoch()), (TxnState::PrepareCommit, 1));
+    // The end's retry while its markers are written, and the other result.
+    assert_eq!(
+        txn.end((PID, 0), true, BUMPED, 301),
+        Err(TxnError::ConcurrentTransactions)
+    );
+    assert_eq!(
+        txn.end((PID, 0), false, BUMPED, 301),
+        Err(TxnError::InvalidTxnState {
+            state: TxnState::PrepareCommit
+        })
+    );
+    txn.complete(302).unwrap();
+    assert_eq!((txn.state(), txn.epoch()), (TxnState::CompleteCommit, 1));
+    // Its retry, with the pair it was asked with, is answered as it was.
+    assert_eq!(txn.end((PID, 0), true, BUMPED, 303), Ok(Change::Unchanged));
+    assert_eq!(
+        txn.end((PID, 0), false, BUMPED, 303),
+        Err(TxnError::InvalidTxnState {
+            state: TxnState::CompleteCommit
+        })
+    );
+    // A commit with nothing open is no end.
+    assert_eq!(
+        txn.end((PID, 1), true, BUMPED, 303),
+        Err(TxnError::InvalidTxnState {
+            state: TxnState::CompleteCommit
+        })
+    );
+    // The next transaction, at the new epoch: every request of the old epoch is fenced.
+    txn.add_partitions(PID, 1, partition("out", 0), 304)
+        .unwrap();
+    assert_eq!(
+        txn.add_partitions(PID, 0, partition("out", 1), 305),
+        Err(TxnError::ProducerFenced)
+    );
+    assert_eq!(
+        txn.end((PID, 0), true, BUMPED, 305),
+        Err(TxnError::ProducerFenced),
+        "a late end of the last transaction must not end this one"
+    );
+    assert_eq!(
+        txn.end((PID, 0), true, EndEpoch::Kept, 305),
+        Err(TxnError::ProducerFenced)
+    );
+    assert_eq!(txn.end((PID, 1), false, BUMPED, 306), Ok(Change::Changed));
+    assert_eq!(txn.epoch(), 2);
+}
+
+#[test]
+fn a_bumping_abort_with_nothing_open_moves_the_epoch_on() {
+    let mut txn = Transaction::new("t", PID, TIMEOUT, 0);
+    assert_eq!(txn.end((PID, 0), false, BUMPED, 1), Ok(Change::Changed));
+    assert_eq!((txn.state(), txn.epoch()), (TxnState::PrepareAbort, 1));
+    assert_eq!(txn.partitions().count(), 0, "no marker to write");
+    txn.complete(2).unwrap();
+    assert_eq!((txn.state(), txn.epoch()), (TxnState::CompleteAbort, 1));
+    // Kept epochs (EndTxn v0-4) have no such end.
+    let mut kept = Transaction::new("t", PID, TIMEOUT, 0);
+    assert_eq!(
+        kept.end((PID, 0), false, EndEpoch::Kept, 1),
+        Err(TxnError::InvalidTxnState {
+            state: TxnState::Empty
+        })
+    );
+}
+
+#[test]
+fn a_bumping_end_at_the_last_epoch_completes_with_a_new_producer_id() {
+    let mut txn = Transaction::new("t", PID, TIMEOUT, 0);
+    for _ in 0..i16::MAX - 2 {
+        txn.init(None, TIMEOUT, None, 1).unwrap();
+    }
+    let last = txn.epoch();
+    assert_eq!(last, i16::MAX - 2);
+    txn.add_partitions(PID, last, partition("out", 0), 2)
+        .unwrap();
+    txn.end((PID, last), true, BUMPED, 3).unwrap();
+    txn.complete(4).unwrap();
+    let ran_out = txn.epoch();
+    assert!(txn.needs_spare_producer_id());
+    txn.add_partitions(PID, ran_out, partition("out", 0), 5)
+        .unwrap();
+    let before = txn.clone();
+    // Without a spare producer id the client asks again.
+    assert_eq!(
+        txn.end((PID, ran_out), true, BUMPED, 6),
+        Err(TxnError::ConcurrentTransactions)
+    );
+    assert_eq!(txn, before, "a refusal changes nothing");
+    let spare = EndEpoch::Bumped {
+        spare_producer_id: Some(PID + 7),
+    };
+    assert_eq!(txn.end((PID, ran_out), true, spare, 6), Ok(Change::Changed));
+    // The markers take the last epoch; the producer goes on as the new id at epoch 0.
+    assert_eq!((txn.producer_id(), txn.epoch()), (PID, i16::MAX));
+    txn.complete(7).unwrap();
+    assert_eq!((txn.producer_id(), txn.epoch()), (PID + 7, 0));
+    assert_eq!(
+        txn.end((PID, ran_out), true, BUMPED, 8),
+        Ok(Change::Unchanged),
+        "the end's retry, under the old id"
+    );
+    assert_eq!(
+        txn.add_partitions(PID, ran_out, partition("out", 0), 8),
+        Err(TxnError::InvalidProducerIdMapping)
+    );
+}
+
+#[test]
+fn after_a_fence_no_request_of_the_fenced_epoch_is_a_retry() {
+    let mut txn = ongoing();
+    txn.end((PID, 0), false, BUMPED, 300).unwrap();
+    txn.complete(301).unwrap();
+    txn.add_partitions(PID, 1, partition("out", 0), 302)
+        .unwrap();
+    // A newer instance (or the timeout) fences the open transaction.
+    txn.fence(303).unwrap();
+    txn.complete(304).unwrap();
+    assert_eq!((txn.state(), txn.epoch()), (TxnState::CompleteAbort, 2));
+    assert_eq!(
+        txn.end((PID, 0), false, BUMPED, 305),
+        Err(TxnError::ProducerFenced)
+    );
+    assert_eq!(
+        txn.end((PID, 1), false, BUMPED, 305),
+        Err(TxnError::ProducerFenced)
+    );
 }

@@ -350,13 +350,20 @@ impl KafkaFrontEnd {
         })
     }
 
-    /// EndTxn: answered once the markers are written and the groups' offsets settled.
+    /// EndTxn: answered once the markers are written and the groups' offsets settled. From v5
+    /// (KIP-890 part 2) every end moves the producer to a new epoch, which the answer carries:
+    /// no late request of this transaction can be taken for one of the next.
     pub(crate) async fn end_txn(&self, request: &EndTxnRequest, version: i16) -> EndTxnResponse {
+        let refused = |code: ResponseError| {
+            EndTxnResponse::default()
+                .with_error_code(code.code())
+                .with_producer_id(ProducerId(NO_PRODUCER_ID))
+                .with_producer_epoch(-1)
+        };
         if !self.may_write_transaction(&request.transactional_id) {
-            return EndTxnResponse::default()
-                .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code());
+            return refused(ResponseError::TransactionalIdAuthorizationFailed);
         }
-        let result = self
+        let ended = self
             .transactions
             .end(
                 (
@@ -364,13 +371,24 @@ impl KafkaFrontEnd {
                     request.producer_id.0,
                     request.producer_epoch,
                 ),
-                request.committed,
+                (request.committed, version >= BUMPING_END_VERSION),
                 self.connection,
             )
             .await;
-        EndTxnResponse::default().with_error_code(code_of_result(result, version >= 2))
+        match ended {
+            Ok((producer_id, epoch)) => EndTxnResponse::default()
+                .with_producer_id(ProducerId(producer_id))
+                .with_producer_epoch(epoch),
+            Err(error) => {
+                tracing::debug!(%error, "EndTxn refused");
+                refused(coordinator_code(&error, version >= 2))
+            }
+        }
     }
 }
+
+/// The first EndTxn version whose ends bump the producer's epoch (KIP-890 part 2).
+pub(crate) const BUMPING_END_VERSION: i16 = 5;
 
 #[cfg(test)]
 mod tests {
