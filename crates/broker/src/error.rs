@@ -61,6 +61,18 @@ pub enum BrokerError {
         /// What does not fit.
         reason: &'static str,
     },
+    /// A transactional batch for a partition its coordinator has not added to the producer's
+    /// transaction at its epoch (KIP-890 part 1): Kafka's INVALID_TXN_STATE, or
+    /// TRANSACTION_ABORTABLE to the Produce versions that know it.
+    #[error(
+        "producer {producer_id} at epoch {epoch}: the partition was not added to the producer's transaction"
+    )]
+    NotAddedToTransaction {
+        /// The producer id.
+        producer_id: i64,
+        /// Its epoch.
+        epoch: i16,
+    },
     /// A transactional batch at an epoch whose abort reached the partition before any of the
     /// aborted transaction's batches did: it may be one of them, late, so none of that epoch is
     /// taken; the producer must move to a new epoch (Kafka's OUT_OF_ORDER_SEQUENCE_NUMBER, on
@@ -212,6 +224,8 @@ pub enum ErrorKind {
     Storage,
     /// A batch outside the producer's transaction.
     InvalidTxnState,
+    /// A transactional batch for a partition not added to its transaction.
+    NotAddedToTransaction,
     /// A transactional batch of an epoch that must not write any more on the partition.
     AbortedEpoch,
     /// A marker of an older producer epoch.
@@ -239,6 +253,7 @@ impl BrokerError {
             Self::ControlBatch => ErrorKind::InvalidBatch,
             Self::InvalidTxnState { .. } => ErrorKind::InvalidTxnState,
             Self::AbortedEpoch { .. } => ErrorKind::AbortedEpoch,
+            Self::NotAddedToTransaction { .. } => ErrorKind::NotAddedToTransaction,
             Self::MarkerFenced { .. } => ErrorKind::ProducerFenced,
             Self::Log(LogError::OffsetOutOfRange { .. }) => ErrorKind::OffsetOutOfRange,
             Self::UnknownProducerId(_) => ErrorKind::UnknownProducerId,

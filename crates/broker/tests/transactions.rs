@@ -69,10 +69,10 @@ fn memory_broker() -> Broker {
 async fn a_transactional_batch_needs_its_partition_added_at_its_epoch() {
     let broker = memory_broker();
     let refused = produce(&broker, &batch(0, 0, 1, true)).await.unwrap_err();
-    assert_eq!(refused.kind(), ErrorKind::InvalidTxnState);
+    assert_eq!(refused.kind(), ErrorKind::NotAddedToTransaction);
     broker.add_to_transaction("t", 0, PRODUCER, 1).unwrap();
     let other_epoch = produce(&broker, &batch(0, 0, 1, true)).await.unwrap_err();
-    assert_eq!(other_epoch.kind(), ErrorKind::InvalidTxnState);
+    assert_eq!(other_epoch.kind(), ErrorKind::NotAddedToTransaction);
     assert_eq!(
         produce(&broker, &batch(1, 0, 1, true)).await.unwrap(),
         Outcome::Accepted
@@ -88,7 +88,7 @@ async fn a_transactional_batch_needs_its_partition_added_at_its_epoch() {
     marker(&broker, 1, true).await.unwrap();
     // A late batch of the ended transaction cannot reopen it.
     let late = produce(&broker, &batch(1, 1, 1, true)).await.unwrap_err();
-    assert_eq!(late.kind(), ErrorKind::InvalidTxnState);
+    assert_eq!(late.kind(), ErrorKind::NotAddedToTransaction);
     // An older epoch is the rule's to refuse.
     assert_eq!(
         produce(&broker, &batch(0, 0, 1, true)).await.unwrap(),

@@ -4,22 +4,24 @@
 //! — and connect to those, so a proxy that forwards bytes only carries the bootstrap request.
 //! A Kafka-aware proxy reads each request's header (API, version, correlation id), remembers it
 //! per connection, and rewrites every broker address in those answers to a listener of its own,
-//! one per upstream broker (so a cluster of several works too). It also lowers the highest
-//! Produce and Fetch versions advertised by ApiVersions to the last ones whose answers carry no
-//! leader endpoints (KIP-951), so no answer names a broker it did not rewrite. Everything else
-//! passes as it came; knowing each frame's API lets faults be aimed at some APIs only.
+//! one per upstream broker (so a cluster of several works too). A Produce answer from version
+//! 10 may name a new leader's endpoint (KIP-951) and is rewritten too (Produce v12 is what
+//! KIP-890 part 2 clients need); Fetch answers, which carry the records, are not taken apart, so
+//! the highest Fetch version advertised by ApiVersions is lowered to the last one whose answers
+//! name no endpoint. Everything else passes as it came; knowing each frame's API lets faults be
+//! aimed at some APIs only.
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsResponse, DescribeClusterResponse, FindCoordinatorResponse,
-    MetadataResponse, ResponseHeader,
+    MetadataResponse, ProduceResponse, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
 /// Produce answers name leaders' endpoints from version 10, Fetch answers from 16.
-const PRODUCE_WITHOUT_ENDPOINTS: i16 = 9;
+const PRODUCE_WITH_ENDPOINTS: i16 = 10;
 const FETCH_WITHOUT_ENDPOINTS: i16 = 15;
 
 /// The largest Kafka frame relayed: twice a consumer's default `fetch.max.bytes` (50 MiB).
@@ -125,6 +127,7 @@ pub(crate) enum Addressed {
     FindCoordinator(FindCoordinatorResponse),
     DescribeCluster(DescribeClusterResponse),
     ApiVersions(ApiVersionsResponse),
+    Produce(ProduceResponse),
 }
 
 /// An answer taken apart: its header, its body and how to put it back.
@@ -141,13 +144,15 @@ impl Answer {
         let api = ApiKey::try_from(api).ok()?;
         // Only these answers are taken apart: every other one (a Fetch's records among them)
         // passes without a copy.
-        if !matches!(
-            api,
+        let names_brokers = match api {
             ApiKey::Metadata
-                | ApiKey::FindCoordinator
-                | ApiKey::DescribeCluster
-                | ApiKey::ApiVersions
-        ) {
+            | ApiKey::FindCoordinator
+            | ApiKey::DescribeCluster
+            | ApiKey::ApiVersions => true,
+            ApiKey::Produce => version >= PRODUCE_WITH_ENDPOINTS,
+            _ => false,
+        };
+        if !names_brokers {
             return None;
         }
         let mut bytes = Bytes::copy_from_slice(frame);
@@ -165,6 +170,9 @@ impl Answer {
             ),
             ApiKey::ApiVersions => {
                 Addressed::ApiVersions(ApiVersionsResponse::decode(&mut bytes, version).ok()?)
+            }
+            ApiKey::Produce => {
+                Addressed::Produce(ProduceResponse::decode(&mut bytes, version).ok()?)
             }
             _ => return None,
         };
@@ -187,17 +195,17 @@ impl Answer {
     }
 
     /// Replaces every address the answer names by `routes[address]` (host, port), and lowers
-    /// the advertised Produce and Fetch versions.
+    /// the advertised Fetch versions.
     pub(crate) fn readdress(&mut self, routes: &HashMap<String, HostPort>) {
         self.visit(&mut |host, port| routes.get(&format!("{host}:{port}")).cloned());
         if let Addressed::ApiVersions(versions) = &mut self.body {
             for key in &mut versions.api_keys {
-                let cap = match ApiKey::try_from(key.api_key) {
-                    Ok(ApiKey::Produce) => PRODUCE_WITHOUT_ENDPOINTS,
-                    Ok(ApiKey::Fetch) => FETCH_WITHOUT_ENDPOINTS,
-                    _ => continue,
-                };
-                key.max_version = key.max_version.min(cap).max(key.min_version);
+                if ApiKey::try_from(key.api_key) == Ok(ApiKey::Fetch) {
+                    key.max_version = key
+                        .max_version
+                        .min(FETCH_WITHOUT_ENDPOINTS)
+                        .max(key.min_version);
+                }
             }
         }
     }
@@ -230,6 +238,11 @@ impl Answer {
                     one(&mut broker.host, &mut broker.port);
                 }
             }
+            Addressed::Produce(answer) => {
+                for endpoint in &mut answer.node_endpoints {
+                    one(&mut endpoint.host, &mut endpoint.port);
+                }
+            }
             Addressed::ApiVersions(_) => {}
         }
     }
@@ -246,6 +259,7 @@ impl Answer {
             Addressed::FindCoordinator(answer) => answer.encode(&mut out, self.version),
             Addressed::DescribeCluster(answer) => answer.encode(&mut out, self.version),
             Addressed::ApiVersions(answer) => answer.encode(&mut out, self.version),
+            Addressed::Produce(answer) => answer.encode(&mut out, self.version),
         }
         .ok()?;
         Some(out)
@@ -343,7 +357,7 @@ mod tests {
     }
 
     #[test]
-    fn api_versions_stop_below_answers_that_name_leaders() {
+    fn api_versions_stop_fetch_below_answers_that_name_leaders() {
         use kafka_protocol::messages::api_versions_response::ApiVersion;
         let versions = ApiVersionsResponse::default().with_api_keys(vec![
             ApiVersion::default()
@@ -366,6 +380,34 @@ mod tests {
             panic!("an ApiVersions answer")
         };
         let max: Vec<i16> = capped.api_keys.iter().map(|k| k.max_version).collect();
-        assert_eq!(max, vec![9, 15, 12]);
+        assert_eq!(
+            max,
+            vec![12, 15, 12],
+            "Produce answers are rewritten instead"
+        );
+    }
+
+    #[test]
+    fn a_produce_answer_naming_a_new_leader_is_readdressed() {
+        use kafka_protocol::messages::produce_response::NodeEndpoint;
+        let answer = ProduceResponse::default().with_node_endpoints(vec![
+            NodeEndpoint::default()
+                .with_node_id(BrokerId(2))
+                .with_host(StrBytes::from_static_str("kafka-2"))
+                .with_port(9093),
+        ]);
+        let routes = HashMap::from([("kafka-2:9093".to_owned(), ("127.0.0.1".to_owned(), 4001))]);
+        for version in 10..=12 {
+            let frame = frame_of(ApiKey::Produce, version, &answer);
+            let mut decoded = Answer::decode(&frame, 0, version).expect("decodes");
+            assert_eq!(decoded.addresses(), vec!["kafka-2:9093".to_owned()]);
+            decoded.readdress(&routes);
+            let again = decoded.encode().expect("encodes");
+            let mut back = Answer::decode(&again, 0, version).expect("decodes again");
+            assert_eq!(back.addresses(), vec!["127.0.0.1:4001".to_owned()]);
+        }
+        // Before version 10 no Produce answer is taken apart.
+        let frame = frame_of(ApiKey::Produce, 9, &ProduceResponse::default());
+        assert!(Answer::decode(&frame, 0, 9).is_none());
     }
 }

@@ -592,3 +592,37 @@ pub async fn agree_versions(
     }
     Ok(versions)
 }
+
+/// The `transaction.version` feature the broker at the other end of `conn` has finalized (0
+/// when it names none, or speaks no ApiVersions that carries features): 2 and above is KIP-890
+/// part 2, where every transaction end bumps the producer's epoch.
+///
+/// # Errors
+/// If a request fails.
+pub async fn finalized_transaction_version(
+    conn: &mut KafkaConnection,
+) -> Result<i16, KafkaProduceError> {
+    /// The first ApiVersions version whose answer carries the finalized features.
+    const WITH_FEATURES: i16 = 3;
+    let listed: ApiVersionsResponse = conn
+        .call(ApiKey::ApiVersions, 0, &ApiVersionsRequest::default())
+        .await?;
+    let speaks_features = listed
+        .api_keys
+        .iter()
+        .any(|k| k.api_key == ApiKey::ApiVersions as i16 && k.max_version >= WITH_FEATURES);
+    if !speaks_features {
+        return Ok(0);
+    }
+    let request = ApiVersionsRequest::default()
+        .with_client_software_name(StrBytes::from_static_str("minibroker"))
+        .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
+    let answer: ApiVersionsResponse = conn
+        .call(ApiKey::ApiVersions, WITH_FEATURES, &request)
+        .await?;
+    Ok(answer
+        .finalized_features
+        .iter()
+        .find(|feature| feature.name.as_str() == "transaction.version")
+        .map_or(0, |feature| feature.max_version_level))
+}

@@ -3,17 +3,19 @@
 //! before any other request is decoded.
 
 use kafka_protocol::messages::ApiKey;
+use kafka_protocol::messages::api_versions_response::{FinalizedFeatureKey, SupportedFeatureKey};
+use kafka_protocol::protocol::StrBytes;
 
 /// (API, lowest version, highest version) for every API implemented.
 pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 9),
+    (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 7),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
-    (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::InitProducerId, 0, 5),
     (ApiKey::FindCoordinator, 0, 3),
     (ApiKey::JoinGroup, 0, 5),
     (ApiKey::SyncGroup, 0, 3),
@@ -24,10 +26,10 @@ pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 4),
     (ApiKey::DescribeGroups, 0, 4),
     (ApiKey::DeleteGroups, 0, 1),
-    (ApiKey::AddPartitionsToTxn, 0, 3),
-    (ApiKey::AddOffsetsToTxn, 0, 3),
-    (ApiKey::EndTxn, 0, 3),
-    (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::AddPartitionsToTxn, 0, 5),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 5),
+    (ApiKey::TxnOffsetCommit, 0, 5),
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
@@ -62,6 +64,39 @@ pub(crate) fn advertised_min(api: ApiKey, min: i16) -> i16 {
     } else {
         min
     }
+}
+
+/// The transaction protocol this broker finalizes: 2 is KIP-890 part 2 (every transaction end
+/// bumps the producer's epoch; Produce v12 adds a partition to the transaction by its first
+/// transactional batch). Clients that know the feature use it; the others keep the older
+/// requests, which are served too.
+pub(crate) const TRANSACTION_VERSION: i16 = 2;
+
+/// The epoch of the finalized features: they never change while the broker runs.
+pub(crate) const FINALIZED_FEATURES_EPOCH: i64 = 1;
+
+/// The features ApiVersions advertises to a request of `version` (the fields exist from v3):
+/// supported `transaction.version` 0-2 (left out below v4, as Kafka leaves out features whose
+/// lowest version is 0 for clients that cannot read it, KAFKA-17492) and finalized at
+/// [`TRANSACTION_VERSION`].
+pub(crate) fn features(version: i16) -> (Vec<SupportedFeatureKey>, Vec<FinalizedFeatureKey>) {
+    let name = || StrBytes::from_static_str("transaction.version");
+    let supported = (version >= 4)
+        .then(|| {
+            SupportedFeatureKey::default()
+                .with_name(name())
+                .with_min_version(0)
+                .with_max_version(TRANSACTION_VERSION)
+        })
+        .into_iter()
+        .collect();
+    let finalized = vec![
+        FinalizedFeatureKey::default()
+            .with_name(name())
+            .with_min_version_level(TRANSACTION_VERSION)
+            .with_max_version_level(TRANSACTION_VERSION),
+    ];
+    (supported, finalized)
 }
 
 /// Whether `version` of `api` is implemented.

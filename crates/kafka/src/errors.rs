@@ -16,7 +16,10 @@ pub(crate) fn code_of(error: &BrokerError) -> ResponseError {
             ResponseError::InvalidConfig
         }
         ErrorKind::InvalidInput | ErrorKind::InvalidBatch => ResponseError::InvalidRecord,
-        ErrorKind::InvalidTxnState => ResponseError::InvalidTxnState,
+        // TRANSACTION_ABORTABLE to the Produce versions that know it (see `handlers::produce`).
+        ErrorKind::InvalidTxnState | ErrorKind::NotAddedToTransaction => {
+            ResponseError::InvalidTxnState
+        }
         // What makes a client move to a new epoch (KIP-360), which fences the late batch.
         ErrorKind::AbortedEpoch => ResponseError::OutOfOrderSequenceNumber,
         ErrorKind::ProducerFenced => ResponseError::InvalidProducerEpoch,

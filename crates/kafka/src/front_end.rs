@@ -96,7 +96,7 @@ impl KafkaFrontEnd {
             if api == ApiKey::ApiVersions {
                 // Kafka's answer to an ApiVersions it does not speak: v0, with the error and the
                 // versions it does speak, so the client can retry with one of them.
-                let answer = api_versions(ResponseError::UnsupportedVersion.code());
+                let answer = api_versions(ResponseError::UnsupportedVersion.code(), 0);
                 return encode(
                     out,
                     header.correlation_id,
@@ -218,7 +218,7 @@ impl KafkaFrontEnd {
         out: &mut BytesMut,
     ) -> Next {
         let answer = match request {
-            RequestKind::ApiVersions(_) => Ok(ResponseKind::ApiVersions(api_versions(0))),
+            RequestKind::ApiVersions(_) => Ok(ResponseKind::ApiVersions(api_versions(0, version))),
             RequestKind::Metadata(request) => {
                 self.metadata(request, version).map(ResponseKind::Metadata)
             }
@@ -424,8 +424,9 @@ fn wrong_listener(out: &mut BytesMut) {
     }
 }
 
-/// The ApiVersions answer: every API and version implemented.
-fn api_versions(error_code: i16) -> ApiVersionsResponse {
+/// The ApiVersions answer to a request of `version`: every API and version implemented, and,
+/// from v3, the features finalized (see [`apis::features`]).
+fn api_versions(error_code: i16, version: i16) -> ApiVersionsResponse {
     let api_keys = SUPPORTED
         .iter()
         .map(|(key, min, max)| {
@@ -435,9 +436,13 @@ fn api_versions(error_code: i16) -> ApiVersionsResponse {
                 .with_max_version(*max)
         })
         .collect();
+    let (supported, finalized) = apis::features(version);
     ApiVersionsResponse::default()
         .with_error_code(error_code)
         .with_api_keys(api_keys)
+        .with_supported_features(supported)
+        .with_finalized_features_epoch(apis::FINALIZED_FEATURES_EPOCH)
+        .with_finalized_features(finalized)
 }
 
 /// Appends one answer frame: length, response header, body.

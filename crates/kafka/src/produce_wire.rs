@@ -1,4 +1,4 @@
-//! Kafka Produce (v3-v9), read in place from the request frame and answered straight into the
+//! Kafka Produce (v3-v12), read in place from the request frame and answered straight into the
 //! connection's output: the one Kafka message this crate does not decode and encode with
 //! `kafka-protocol`.
 //!
@@ -67,7 +67,7 @@ pub struct PartitionData<'a> {
 }
 
 /// Reads a Produce request frame (request header included) of `version`, which must be one
-/// served (3-9; 9 is the flexible one). Bytes after the request are ignored, as the crate
+/// served (3-12; from 9 they are flexible, and 10-12 add only tagged fields and semantics). Bytes after the request are ignored, as the crate
 /// ignores them.
 ///
 /// # Errors
@@ -258,7 +258,8 @@ pub struct PartitionAnswer {
 }
 
 /// Appends the whole answer frame (length, response header, body) of a Produce of `version`
-/// (3-9) to `out`: `answers[i]` answers `request.partitions[i]`, grouped under their topics as
+/// (3-12) to `out` (the tagged fields of 10 and later, a new leader's address, are left out:
+/// this broker leads every partition): `answers[i]` answers `request.partitions[i]`, grouped under their topics as
 /// the request had them. Nothing written can fail: each length is bounded by the request's.
 pub fn write_answer(
     out: &mut BytesMut,

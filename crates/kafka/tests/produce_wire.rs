@@ -18,7 +18,7 @@ use minibroker_kafka::produce_wire::{self, PartitionAnswer, PartitionData, Produ
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
-const VERSIONS: std::ops::RangeInclusive<i16> = 3..=9;
+const VERSIONS: std::ops::RangeInclusive<i16> = 3..=12;
 
 fn text(value: &str) -> StrBytes {
     StrBytes::from_string(value.to_owned())

@@ -536,9 +536,10 @@ fn wire_code(kind: ErrorKind) -> ErrorCode {
         ErrorKind::CorruptBatch => ErrorCode::CorruptBatch,
         ErrorKind::InvalidBatch | ErrorKind::BatchTooLarge => ErrorCode::InvalidBatch,
         // The native protocol has no transactions: a transactional batch is never expected.
-        ErrorKind::InvalidTxnState | ErrorKind::AbortedEpoch | ErrorKind::ProducerFenced => {
-            ErrorCode::Unsupported
-        }
+        ErrorKind::InvalidTxnState
+        | ErrorKind::NotAddedToTransaction
+        | ErrorKind::AbortedEpoch
+        | ErrorKind::ProducerFenced => ErrorCode::Unsupported,
         ErrorKind::OffsetOutOfRange => ErrorCode::OffsetOutOfRange,
         ErrorKind::UnknownProducerId => ErrorCode::UnknownProducerId,
         ErrorKind::EpochExhausted => ErrorCode::EpochExhausted,

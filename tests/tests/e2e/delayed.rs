@@ -178,3 +178,153 @@ async fn a_late_end_of_a_transaction_never_ends_the_next() -> Result<()> {
     }
     Ok(())
 }
+
+/// A transactional batch of one record holding `value`, sent as Produce v12 (its partition is
+/// added by the batch itself); the partition's error code.
+async fn produce_v12(
+    conn: &mut KafkaConnection,
+    (id, producer_id, epoch): (&str, i64, i16),
+    sequence: i32,
+    value: &str,
+) -> Result<i16> {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
+    use minibroker_records::{NewRecord, Writer};
+    let writer = Writer {
+        producer_id,
+        epoch,
+        base_sequence: sequence,
+    };
+    let records =
+        minibroker_records::encode_transactional(writer, &[NewRecord::value(value.to_owned())], 0)?;
+    let request = ProduceRequest::default()
+        .with_transactional_id(Some(TransactionalId(text(id))))
+        .with_acks(-1)
+        .with_timeout_ms(1000)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(TopicName(text("t")))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(0)
+                        .with_records(Some(records)),
+                ]),
+        ]);
+    let answer: ProduceResponse = conn.call(ApiKey::Produce, 12, &request).await?;
+    Ok(answer.responses[0].partition_responses[0].error_code)
+}
+
+/// EndTxn v5: (error code, the producer id and epoch it answers).
+async fn end_v5(
+    conn: &mut KafkaConnection,
+    (id, producer_id, epoch): (&str, i64, i16),
+    commit: bool,
+) -> Result<(i16, i64, i16)> {
+    use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse};
+    let request = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(text(id)))
+        .with_producer_id(ProducerId(producer_id))
+        .with_producer_epoch(epoch)
+        .with_committed(commit);
+    let answer: EndTxnResponse = conn.call(ApiKey::EndTxn, 5, &request).await?;
+    Ok((
+        answer.error_code,
+        answer.producer_id.0,
+        answer.producer_epoch,
+    ))
+}
+
+#[tokio::test]
+async fn part_2_is_finalized_in_api_versions() -> Result<()> {
+    use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+    let (_broker, _kafka, mut conn) = kafka(Config::default()).await?;
+    let request = ApiVersionsRequest::default()
+        .with_client_software_name(text("test"))
+        .with_client_software_version(text("1"));
+    for version in 0..=4 {
+        let answer: ApiVersionsResponse = conn.call(ApiKey::ApiVersions, version, &request).await?;
+        let max = |api: ApiKey| {
+            answer
+                .api_keys
+                .iter()
+                .find(|k| k.api_key == api as i16)
+                .map(|k| k.max_version)
+        };
+        assert_eq!(max(ApiKey::Produce), Some(12));
+        assert_eq!(max(ApiKey::EndTxn), Some(5));
+        let finalized: Vec<_> = answer
+            .finalized_features
+            .iter()
+            .map(|f| (f.name.to_string(), f.min_version_level, f.max_version_level))
+            .collect();
+        let supported: Vec<_> = answer
+            .supported_features
+            .iter()
+            .map(|f| (f.name.to_string(), f.min_version, f.max_version))
+            .collect();
+        if version >= 3 {
+            assert_eq!(
+                finalized,
+                [("transaction.version".to_owned(), 2, 2)],
+                "v{version}"
+            );
+        } else {
+            assert!(finalized.is_empty(), "v{version}");
+        }
+        if version >= 4 {
+            assert_eq!(
+                supported,
+                [("transaction.version".to_owned(), 0, 2)],
+                "v{version}"
+            );
+        } else {
+            assert!(supported.is_empty(), "v{version}");
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn with_part_2_late_requests_of_a_transaction_are_fenced_in_the_next() -> Result<()> {
+    let (broker, _kafka, mut conn) = kafka(Config::default()).await?;
+    broker.broker.create_topic("t", 1)?;
+    let (producer_id, epoch, _) = init(&mut conn, "part-2", 5).await?;
+    let first = ("part-2", producer_id, epoch);
+    // N: its batch adds the partition itself (no AddPartitionsToTxn).
+    assert_eq!(produce_v12(&mut conn, first, 0, "N-a").await?, 0);
+    let (ended, answered_id, next_epoch) = end_v5(&mut conn, first, true).await?;
+    assert_eq!((ended, answered_id), (0, producer_id));
+    assert_eq!(next_epoch, epoch + 1, "every end bumps the epoch");
+    // A retry of that end is answered as it was, with the new epoch.
+    assert_eq!(
+        end_v5(&mut conn, first, true).await?,
+        (0, producer_id, next_epoch)
+    );
+    let second = ("part-2", producer_id, next_epoch);
+    // N+1 at the new epoch, from sequence 0.
+    assert_eq!(produce_v12(&mut conn, second, 0, "N1-a").await?, 0);
+    // N's late requests arrive now: a batch, and an end of either kind. All are fenced.
+    assert_eq!(
+        produce_v12(&mut conn, first, 1, "N-b").await?,
+        code(ResponseError::InvalidProducerEpoch)
+    );
+    for commit in [false, true] {
+        assert_eq!(
+            end_v5(&mut conn, first, commit).await?.0,
+            code(ResponseError::ProducerFenced),
+            "the late end (commit: {commit})"
+        );
+    }
+    assert_eq!(produce_v12(&mut conn, second, 1, "N1-b").await?, 0);
+    let (ended, _, third_epoch) = end_v5(&mut conn, second, true).await?;
+    assert_eq!((ended, third_epoch), (0, next_epoch + 1));
+    assert_eq!(
+        values(&broker.broker, "t", Isolation::ReadCommitted),
+        ["N-a", "N1-a", "N1-b"]
+    );
+    assert_eq!(
+        values(&broker.broker, "t", Isolation::ReadUncommitted),
+        ["N-a", "N1-a", "N1-b"]
+    );
+    Ok(())
+}

@@ -212,7 +212,7 @@ async fn an_unsupported_api_versions_version_gets_the_supported_list() -> Result
         .find(|key| key.api_key == ApiKey::Produce as i16)
         .expect("produce is advertised");
     // Advertised from v0, as Kafka 4 does, so old librdkafka keeps compressing.
-    assert_eq!((produce.min_version, produce.max_version), (0, 9));
+    assert_eq!((produce.min_version, produce.max_version), (0, 12));
     Ok(())
 }
 

@@ -57,10 +57,9 @@ pub(super) fn check_fits(
 
 /// The refusal of a transactional batch for a partition its transaction has not added.
 pub(super) fn not_added(info: &BatchInfo) -> BrokerError {
-    BrokerError::InvalidTxnState {
+    BrokerError::NotAddedToTransaction {
         producer_id: info.producer_id,
         epoch: info.epoch,
-        reason: "the partition was not added to the producer's transaction",
     }
 }
 
@@ -81,6 +80,24 @@ impl Broker {
         let partition = topic.partition(partition)?;
         partition.log().transactions.expect(producer_id, epoch);
         Ok(())
+    }
+
+    /// Whether `topic`/`partition` takes the transactional batches of `producer_id` at `epoch`:
+    /// its coordinator added it to the producer's transaction at that epoch. A Produce that adds
+    /// its partitions itself (v12) asks first, and adds only those that do not.
+    ///
+    /// # Errors
+    /// Unknown topic or partition out of range.
+    pub fn expects_transactional(
+        &self,
+        topic: &str,
+        partition: u32,
+        producer_id: i64,
+        epoch: i16,
+    ) -> Result<bool, BrokerError> {
+        let topic = self.topics.get(topic)?;
+        let partition = topic.partition(partition)?;
+        Ok(partition.log().transactions.is_expected(producer_id, epoch))
     }
 
     /// Writes the COMMIT (`commit`) or ABORT marker that ends the transaction of `producer_id` at

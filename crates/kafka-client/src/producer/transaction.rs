@@ -6,6 +6,13 @@
 //! Every request to the coordinator (FindCoordinator first, through the bootstrap broker) is
 //! sent again after a lost answer or a retriable error, as the data batches are: adding a
 //! partition twice and ending a transaction twice the same way are both answered as done.
+//!
+//! Where the broker finalizes `transaction.version` 2 (KIP-890 part 2) and speaks Produce v12
+//! and EndTxn v5, the producer uses them: a transactional batch adds its own partition (no
+//! AddPartitionsToTxn), and every end answers a new epoch (or, once the epoch runs out, a new
+//! producer id), which the next transaction uses from sequence 0. A request of a transaction
+//! that the network delays past its end can then never be taken for one of the next: its epoch
+//! is fenced (KAFKA-17754).
 
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::{
@@ -27,6 +34,10 @@ const TRANSACTION_VERSIONS: [(ApiKey, i16, i16); 3] = [
     (ApiKey::EndTxn, 0, 3),
 ];
 
+/// The versions KIP-890 part 2 needs: Produce that adds its own partition, EndTxn that answers
+/// the new epoch.
+const PART_2_VERSIONS: [(ApiKey, i16); 2] = [(ApiKey::Produce, 12), (ApiKey::EndTxn, 5)];
+
 /// FindCoordinator's key type for a transactional id.
 const TRANSACTION_KEY: i8 = 1;
 
@@ -41,6 +52,8 @@ pub(super) struct Transaction {
     open: bool,
     /// Partitions added to the open transaction.
     added: HashSet<(String, i32)>,
+    /// Whether it uses KIP-890 part 2 (see the module docs).
+    pub(super) part_2: bool,
 }
 
 impl Transaction {
@@ -61,11 +74,16 @@ impl KafkaProducer {
         transactional_id: &str,
     ) -> Result<Self, KafkaProduceError> {
         let mut producer = Self::open(bootstrap, config, &TRANSACTION_VERSIONS).await?;
+        let part_2 = producer.offers_part_2().await?;
+        if part_2 {
+            producer.versions.extend(PART_2_VERSIONS);
+        }
         producer.transaction = Some(Transaction {
             id: transactional_id.to_owned(),
             coordinator: None,
             open: false,
             added: HashSet::new(),
+            part_2,
         });
         let request = InitProducerIdRequest::default()
             .with_transactional_id(Some(TransactionalId(StrBytes::from_string(
@@ -84,6 +102,29 @@ impl KafkaProducer {
         producer.producer_id = answer.producer_id.0;
         producer.epoch = answer.producer_epoch;
         Ok(producer)
+    }
+
+    /// Whether the bootstrap broker finalizes KIP-890 part 2 and speaks its versions.
+    async fn offers_part_2(&self) -> Result<bool, KafkaProduceError> {
+        let mut conn = KafkaConnection::connect(self.bootstrap.as_str())
+            .await?
+            .with_client_id("minibroker-producer")
+            .with_answer_timeout(self.config.request_timeout);
+        if super::finalized_transaction_version(&mut conn).await? < 2 {
+            return Ok(false);
+        }
+        let versions = super::agree_versions(
+            &mut conn,
+            &PART_2_VERSIONS.map(|(api, version)| (api, version, version)),
+        )
+        .await;
+        Ok(versions.is_ok())
+    }
+
+    /// Whether the producer uses KIP-890 part 2: a new epoch at every transaction end.
+    #[must_use]
+    pub fn uses_part_2(&self) -> bool {
+        self.transaction.as_ref().is_some_and(|t| t.part_2)
     }
 
     /// Starts a transaction: the batches sent until [`Self::commit`] or [`Self::abort`] belong
@@ -132,14 +173,22 @@ impl KafkaProducer {
             return Err(KafkaProduceError::Protocol("no transaction is open".into()));
         }
         let id = transaction.transactional_id();
+        let part_2 = transaction.part_2;
         if !transaction.added.is_empty() {
             let request = EndTxnRequest::default()
                 .with_transactional_id(id)
                 .with_producer_id(ProducerId(self.producer_id))
                 .with_producer_epoch(self.epoch)
                 .with_committed(commit);
-            self.coordinator_call(ApiKey::EndTxn, &request, |a: &EndTxnResponse| a.error_code)
+            let answer = self
+                .coordinator_call(ApiKey::EndTxn, &request, |a: &EndTxnResponse| a.error_code)
                 .await?;
+            if part_2 && answer.producer_id.0 >= 0 {
+                // The next transaction's epoch: every partition's sequence starts again.
+                self.producer_id = answer.producer_id.0;
+                self.epoch = answer.producer_epoch;
+                self.sequences.clear();
+            }
         }
         let transaction = self.transaction_mut()?;
         transaction.open = false;
@@ -168,6 +217,11 @@ impl KafkaProducer {
         }
         self.learn_leaders(topic, &key).await?;
         let transaction = self.transaction_mut()?;
+        if transaction.part_2 {
+            // Its first batch adds it (Produce v12).
+            transaction.added.insert(key);
+            return Ok(());
+        }
         let request = AddPartitionsToTxnRequest::default()
             .with_v3_and_below_transactional_id(transaction.transactional_id())
             .with_v3_and_below_producer_id(ProducerId(self.producer_id))

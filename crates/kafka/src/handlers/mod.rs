@@ -7,6 +7,7 @@ mod configs;
 mod delete_records;
 mod fetch;
 mod groups;
+mod implicit_add;
 mod leader_epoch;
 mod log_dirs;
 mod metadata;

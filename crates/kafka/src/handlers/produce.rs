@@ -5,10 +5,11 @@
 
 use bytes::BytesMut;
 use kafka_protocol::ResponseError;
-use minibroker_broker::{BrokerError, Outcome};
+use minibroker_broker::{BrokerError, ErrorKind, Outcome};
 use minibroker_records::NO_PRODUCER_ID;
 use minibroker_security::{Operation, ResourceType};
 
+use super::implicit_add::{ABORTABLE_VERSION, IMPLICIT_ADD_VERSION};
 use super::{NONE, code, partition_index};
 use crate::errors::{code_of, produce_answer};
 use crate::front_end::KafkaFrontEnd;
@@ -26,6 +27,12 @@ impl KafkaFrontEnd {
         let transaction_denied = request
             .transactional_id
             .is_some_and(|id| !self.may(Operation::Write, ResourceType::TransactionalId, id));
+        let implicit_add = match request.transactional_id {
+            Some(id) if version >= IMPLICIT_ADD_VERSION && !transaction_denied => {
+                self.add_partitions_implicitly(request, id).err()
+            }
+            _ => None,
+        };
         let mut denied_topic = None;
         let mut answers = Vec::with_capacity(request.partitions.len());
         for data in &request.partitions {
@@ -52,7 +59,13 @@ impl KafkaFrontEnd {
                 error_message: Some(message),
             };
             let records = data.records.unwrap_or_default();
-            let answer = if let Some(denied) = denied.or_else(|| self.foreign_producer(records)) {
+            let refused_add = implicit_add.filter(|_| {
+                minibroker_records::inspect(records).is_ok_and(|info| info.transactional)
+            });
+            let answer = if let Some(denied) = denied
+                .or_else(|| self.foreign_producer(records))
+                .or(refused_add)
+            {
                 refused(denied, denied.to_string())
             } else if !valid_acks {
                 refused(
@@ -68,7 +81,7 @@ impl KafkaFrontEnd {
                         log_start_offset,
                         error_message: None,
                     },
-                    Err(error) => refused(code_of(&error), error.to_string()),
+                    Err(error) => refused(produce_code(&error, version), error.to_string()),
                 }
             };
             answers.push(answer);
@@ -77,7 +90,20 @@ impl KafkaFrontEnd {
             produce_wire::write_answer(out, request, &answers, version);
         }
     }
+}
 
+/// Kafka's code for a produce the broker core refused: a batch for a partition its transaction
+/// has not added is TRANSACTION_ABORTABLE to the versions that know it.
+fn produce_code(error: &BrokerError, version: i16) -> ResponseError {
+    match error.kind() {
+        ErrorKind::NotAddedToTransaction if version >= ABORTABLE_VERSION => {
+            ResponseError::TransactionAbortable
+        }
+        _ => code_of(error),
+    }
+}
+
+impl KafkaFrontEnd {
     /// Runs the rule on one partition's batch: (error, base offset, log start offset).
     fn produce_one(
         &mut self,

@@ -8,8 +8,9 @@
 //! INVALID_PRODUCER_EPOCH (47) before (InitProducerId v0-3, the adds and EndTxn v0-1).
 
 use kafka_protocol::ResponseError;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::add_partitions_to_txn_response::{
-    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
 };
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
@@ -20,8 +21,11 @@ use kafka_protocol::messages::{
     InitProducerIdResponse, ProducerId, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 use minibroker_records::NO_PRODUCER_ID;
+use minibroker_security::acl::CLUSTER_NAME;
 use minibroker_security::{Operation, ResourceType};
-use minibroker_transactions::{AddPartitionsError, CoordinatorError, OffsetCommitError, TxnError};
+use minibroker_transactions::{
+    AddPartitionsError, CoordinatorError, OffsetCommitError, TxnError, TxnState,
+};
 use std::collections::HashSet;
 
 use super::groups::group_code;
@@ -29,7 +33,7 @@ use crate::front_end::KafkaFrontEnd;
 
 /// The code of a coordinator's refusal, for a request whose version `fenced_is_90` says whether
 /// it knows PRODUCER_FENCED.
-fn coordinator_code(error: &CoordinatorError, fenced_is_90: bool) -> ResponseError {
+pub(super) fn coordinator_code(error: &CoordinatorError, fenced_is_90: bool) -> ResponseError {
     match error {
         CoordinatorError::Refused(refusal) => match refusal {
             TxnError::ProducerFenced if fenced_is_90 => ResponseError::ProducerFenced,
@@ -116,17 +120,63 @@ impl KafkaFrontEnd {
         }
     }
 
-    /// AddPartitionsToTxn v0-3: every partition gets the one answer, as in Kafka — unknown
-    /// partitions UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, or the
-    /// coordinator's answer for all.
+    /// AddPartitionsToTxn: v0-3 add one transaction's partitions; v4-5 (a broker's request,
+    /// which needs ClusterAction) add or only verify those of several.
     pub(crate) fn add_partitions_to_txn(
         &self,
         request: &AddPartitionsToTxnRequest,
         version: i16,
     ) -> AddPartitionsToTxnResponse {
-        let id = request.v3_and_below_transactional_id.0.as_str();
-        let asked: Vec<(String, i32)> = request
-            .v3_and_below_topics
+        if version < BATCHED_ADD_VERSION {
+            let producer = (
+                request.v3_and_below_transactional_id.0.as_str(),
+                request.v3_and_below_producer_id.0,
+                request.v3_and_below_producer_epoch,
+            );
+            let results = self.add_partitions(producer, &request.v3_and_below_topics, version);
+            return AddPartitionsToTxnResponse::default()
+                .with_results_by_topic_v3_and_below(results);
+        }
+        if !self.may(
+            Operation::ClusterAction,
+            ResourceType::Cluster,
+            CLUSTER_NAME,
+        ) {
+            return AddPartitionsToTxnResponse::default()
+                .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+        }
+        let results = request
+            .transactions
+            .iter()
+            .map(|txn| {
+                let producer = (
+                    txn.transactional_id.0.as_str(),
+                    txn.producer_id.0,
+                    txn.producer_epoch,
+                );
+                let topic_results = if txn.verify_only {
+                    self.verify_partitions(producer, &txn.topics, version)
+                } else {
+                    self.add_partitions(producer, &txn.topics, version)
+                };
+                AddPartitionsToTxnResult::default()
+                    .with_transactional_id(txn.transactional_id.clone())
+                    .with_topic_results(topic_results)
+            })
+            .collect();
+        AddPartitionsToTxnResponse::default().with_results_by_transaction(results)
+    }
+
+    /// One transaction's add: every partition gets the one answer, as in Kafka — unknown
+    /// partitions UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, or the
+    /// coordinator's answer for all.
+    fn add_partitions(
+        &self,
+        (id, producer_id, epoch): (&str, i64, i16),
+        topics: &[AddPartitionsToTxnTopic],
+        version: i16,
+    ) -> Vec<AddPartitionsToTxnTopicResult> {
+        let asked: Vec<(String, i32)> = topics
             .iter()
             .flat_map(|t| t.partitions.iter().map(|p| (t.name.0.to_string(), *p)))
             .collect();
@@ -141,8 +191,7 @@ impl KafkaFrontEnd {
         } else {
             None
         };
-        let denied_topics: HashSet<&str> = request
-            .v3_and_below_topics
+        let denied_topics: HashSet<&str> = topics
             .iter()
             .filter(|t| {
                 refusal.is_none() && !self.may(Operation::Write, ResourceType::Topic, &t.name)
@@ -152,11 +201,7 @@ impl KafkaFrontEnd {
         let result = match partitions {
             _ if refusal.is_some() || !denied_topics.is_empty() => Ok(()),
             Some(partitions) => self.transactions.add_partitions(
-                (
-                    id,
-                    request.v3_and_below_producer_id.0,
-                    request.v3_and_below_producer_epoch,
-                ),
+                (id, producer_id, epoch),
                 &partitions,
                 self.connection,
             ),
@@ -193,25 +238,39 @@ impl KafkaFrontEnd {
         if let Err(error) = &result {
             tracing::debug!(transactional_id = id, %error, "AddPartitionsToTxn refused");
         }
-        let topics = request
-            .v3_and_below_topics
-            .iter()
-            .map(|topic| {
-                let results = topic
-                    .partitions
-                    .iter()
-                    .map(|&partition| {
-                        AddPartitionsToTxnPartitionResult::default()
-                            .with_partition_index(partition)
-                            .with_partition_error_code(code_for(&topic.name.0, partition))
-                    })
-                    .collect();
-                AddPartitionsToTxnTopicResult::default()
-                    .with_name(topic.name.clone())
-                    .with_results_by_partition(results)
-            })
-            .collect();
-        AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(topics)
+        topic_results(topics, code_for)
+    }
+
+    /// One transaction's verification (v4-5 `verify_only`): each partition is in the
+    /// producer's open transaction, or TRANSACTION_ABORTABLE (INVALID_TXN_STATE at v4).
+    fn verify_partitions(
+        &self,
+        (id, producer_id, epoch): (&str, i64, i16),
+        topics: &[AddPartitionsToTxnTopic],
+        version: i16,
+    ) -> Vec<AddPartitionsToTxnTopicResult> {
+        let txn = self.transactions.coordinator().describe(id);
+        let not_in = if version >= 5 {
+            ResponseError::TransactionAbortable
+        } else {
+            ResponseError::InvalidTxnState
+        };
+        let code_for = |topic: &str, partition: i32| -> i16 {
+            let Some(txn) = &txn else {
+                return ResponseError::InvalidProducerIdMapping.code();
+            };
+            if txn.producer_id() != producer_id {
+                return ResponseError::InvalidProducerIdMapping.code();
+            }
+            if txn.epoch() != epoch {
+                return ResponseError::ProducerFenced.code();
+            }
+            let added = txn.state() == TxnState::Ongoing
+                && u32::try_from(partition)
+                    .is_ok_and(|p| txn.partitions().any(|(t, i)| t == topic && *i == p));
+            if added { 0 } else { not_in.code() }
+        };
+        topic_results(topics, code_for)
     }
 
     /// AddOffsetsToTxn: the group's offsets join the transaction.
@@ -289,6 +348,10 @@ impl KafkaFrontEnd {
             Err(refusal)
         } else if offsets.is_empty() {
             Ok(())
+        } else if version >= IMPLICIT_ADD_OFFSETS_VERSION
+            && let Err(refused) = self.add_group_implicitly(&request)
+        {
+            Err(refused)
         } else {
             self.commit_txn_offsets(&request, member, offsets).await
         };
@@ -317,6 +380,27 @@ impl KafkaFrontEnd {
             })
             .collect();
         TxnOffsetCommitResponse::default().with_topics(topics)
+    }
+
+    /// TxnOffsetCommit v5 (KIP-890 part 2): the group joins the transaction with its first
+    /// offsets, as AddOffsetsToTxn would add it; the refusal as Kafka's error.
+    fn add_group_implicitly(&self, request: &TxnOffsetCommitRequest) -> Result<(), ResponseError> {
+        let transaction = (
+            request.transactional_id.0.as_str(),
+            request.producer_id.0,
+            request.producer_epoch,
+        );
+        self.transactions
+            .add_offsets(transaction, &request.group_id.0, self.connection)
+            .map_err(|error| {
+                tracing::debug!(%error, "TxnOffsetCommit's implicit add refused");
+                match error {
+                    CoordinatorError::Refused(TxnError::InvalidTxnState { .. }) => {
+                        ResponseError::TransactionAbortable
+                    }
+                    other => coordinator_code(&other, true),
+                }
+            })
     }
 
     /// Commits `offsets` in the request's transaction; the refusal as Kafka's error.
@@ -386,6 +470,38 @@ impl KafkaFrontEnd {
         }
     }
 }
+
+/// Each asked partition of `topics` with the code `code_for` gives it.
+fn topic_results(
+    topics: &[AddPartitionsToTxnTopic],
+    code_for: impl Fn(&str, i32) -> i16,
+) -> Vec<AddPartitionsToTxnTopicResult> {
+    topics
+        .iter()
+        .map(|topic| {
+            let results = topic
+                .partitions
+                .iter()
+                .map(|&partition| {
+                    AddPartitionsToTxnPartitionResult::default()
+                        .with_partition_index(partition)
+                        .with_partition_error_code(code_for(&topic.name.0, partition))
+                })
+                .collect();
+            AddPartitionsToTxnTopicResult::default()
+                .with_name(topic.name.clone())
+                .with_results_by_partition(results)
+        })
+        .collect()
+}
+
+/// The first AddPartitionsToTxn version that carries several transactions (a broker's add or
+/// verification, KIP-890).
+const BATCHED_ADD_VERSION: i16 = 4;
+
+/// The first TxnOffsetCommit version that adds its group to the transaction itself (KIP-890
+/// part 2: such a client sends no AddOffsetsToTxn).
+const IMPLICIT_ADD_OFFSETS_VERSION: i16 = 5;
 
 /// The first EndTxn version whose ends bump the producer's epoch (KIP-890 part 2).
 pub(crate) const BUMPING_END_VERSION: i16 = 5;

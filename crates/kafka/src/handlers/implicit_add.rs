@@ -1,0 +1,90 @@
+//! Produce v12 (KIP-890 part 2): a transactional batch adds its own partition to its
+//! transaction, so the client sends no AddPartitionsToTxn. The partitions of a request that
+//! their transaction has not added yet (at the batch's producer id and epoch) are added in one
+//! durable change of the coordinator before the batches are taken, as AddPartitionsToTxn adds
+//! them; the partition then takes the batch as it takes any transactional one.
+
+use kafka_protocol::ResponseError;
+use minibroker_security::{Operation, ResourceType};
+use minibroker_transactions::{AddPartitionsError, CoordinatorError, TxnError};
+
+use super::transactions::coordinator_code;
+use crate::front_end::KafkaFrontEnd;
+use crate::produce_wire::ProduceView;
+
+/// The first Produce version whose transactional batches add their partitions themselves.
+pub(crate) const IMPLICIT_ADD_VERSION: i16 = 12;
+
+/// The first Produce version that knows TRANSACTION_ABORTABLE: a batch its transaction cannot
+/// take is answered with it (the client aborts and goes on), not INVALID_TXN_STATE (fatal).
+pub(crate) const ABORTABLE_VERSION: i16 = 11;
+
+impl KafkaFrontEnd {
+    /// Adds to transaction `id` the partitions of `request` whose transactional batch it has not
+    /// added; on a refusal, the code every transactional batch of the request is answered with.
+    pub(crate) fn add_partitions_implicitly(
+        &self,
+        request: &ProduceView<'_>,
+        id: &str,
+    ) -> Result<(), ResponseError> {
+        let mut producer = None;
+        let mut wanted = Vec::new();
+        for data in &request.partitions {
+            let topic = request.topics[data.topic];
+            // Anything not taken here is refused by the produce that follows, as it would be.
+            let Some(info) = data
+                .records
+                .and_then(|records| minibroker_records::inspect(records).ok())
+            else {
+                continue;
+            };
+            let Ok(partition) = u32::try_from(data.index) else {
+                continue;
+            };
+            let expected =
+                self.broker
+                    .expects_transactional(topic, partition, info.producer_id, info.epoch);
+            if !info.transactional
+                || expected.unwrap_or(true)
+                || !self.may(Operation::Write, ResourceType::Topic, topic)
+            {
+                continue;
+            }
+            // One producer per request: a batch of another is refused by the partition.
+            let (producer_id, epoch) = *producer.get_or_insert((info.producer_id, info.epoch));
+            if (producer_id, epoch) == (info.producer_id, info.epoch) {
+                wanted.push((topic.to_owned(), partition));
+            }
+        }
+        let Some((producer_id, epoch)) = producer else {
+            return Ok(());
+        };
+        self.transactions
+            .add_partitions((id, producer_id, epoch), &wanted, self.connection)
+            .map_err(|error| {
+                tracing::debug!(transactional_id = id, %error, "Produce's implicit add refused");
+                implicit_add_code(&error)
+            })
+    }
+}
+
+/// How a Produce answers an implicit add's refusal, as Kafka's broker answers its own
+/// AddPartitionsToTxn to the coordinator for Produce v12.
+fn implicit_add_code(error: &AddPartitionsError) -> ResponseError {
+    match error {
+        AddPartitionsError::Unknown(_) => ResponseError::UnknownTopicOrPartition,
+        AddPartitionsError::Coordinator(error) => match error {
+            CoordinatorError::Refused(TxnError::ProducerFenced) => {
+                ResponseError::InvalidProducerEpoch
+            }
+            CoordinatorError::Refused(TxnError::InvalidTxnState { .. } | TxnError::LateEnd) => {
+                ResponseError::TransactionAbortable
+            }
+            // Retriable, as Kafka answers a produce whose coordinator is unavailable.
+            CoordinatorError::Log(_) | CoordinatorError::ProducerId(_) => {
+                ResponseError::NotEnoughReplicas
+            }
+            other => coordinator_code(other, true),
+        },
+    }
+}
