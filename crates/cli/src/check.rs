@@ -94,6 +94,8 @@ struct Produced {
     elapsed: Duration,
     committed: usize,
     aborted: usize,
+    /// Producers whose every transaction end bumped the epoch (KIP-890 part 2).
+    part_2: usize,
 }
 
 /// What one producer did.
@@ -104,6 +106,7 @@ struct JobRun {
     failure: Option<String>,
     committed: usize,
     aborted: usize,
+    part_2: bool,
 }
 
 pub async fn run(args: Args) -> Result<()> {
@@ -241,6 +244,7 @@ async fn run_producers(args: &Args, proxy: &str, topic: &str) -> Produced {
         produced.failures.extend(run.failure);
         produced.committed += run.committed;
         produced.aborted += run.aborted;
+        produced.part_2 += usize::from(run.part_2);
     }
     produced.elapsed = started.elapsed();
     produced
@@ -316,6 +320,7 @@ impl Job {
             }
         }
         run.stats = producer.stats();
+        run.part_2 = producer.uses_part_2();
         run
     }
 
@@ -401,6 +406,12 @@ fn print_report(
             "    transactions         {:>8}   committed; {} aborted and written again",
             produced.committed, produced.aborted
         );
+        if produced.part_2 > 0 {
+            println!(
+                "    KIP-890 part 2       {:>8}   producers whose every end moved to a new epoch",
+                produced.part_2
+            );
+        }
     }
     if produced.stats.duplicates > 0 {
         println!(

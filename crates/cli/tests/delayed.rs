@@ -4,6 +4,9 @@
 //! `read_committed` and `read_uncommitted` consumers read: no aborted read, no lost write, no
 //! torn transaction, and the next transaction commits.
 //!
+//! The project's own producer uses KIP-890 part 2 (a new epoch at every end): behind a proxy
+//! holding its Produce and EndTxn requests past their retries, `check --transactional` holds.
+//!
 //! Before the defences, each failed as found: kafka-python's held Produce (N-a) showed up
 //! committed in N+1 and N+1's second record was lost; librdkafka's held EndTxn(abort) aborted
 //! N+1's first half (only N1-b was read_committed), and its EndTxn(commit) committed N+1's first
@@ -11,7 +14,7 @@
 
 mod support;
 
-use support::{ServeProcess, free_addr, kafka_script, serve_command, start_proxy, summary_of};
+use support::{BIN, ServeProcess, free_addr, kafka_script, serve_command, start_proxy, summary_of};
 
 /// Runs `delayed.py` against a broker behind a proxy holding the first frame of `api` (or the
 /// first `count`) for `hold_ms`; `args` follow the command, with `BOOTSTRAP` for the proxy.
@@ -129,4 +132,50 @@ fn librdkafkas_held_commit_never_commits_the_next_transaction_early() {
         serde_json::json!(["N-a", "N1-a", "N1-b"]),
         "{summary}"
     );
+}
+
+#[test]
+fn with_part_2_the_projects_producer_is_unharmed_by_held_produces_and_ends() {
+    let broker = ServeProcess::spawn(&mut serve_command(&free_addr(), &free_addr()));
+    // Every Produce and EndTxn held with a chance of 1 in 20, for longer than the producer
+    // waits before it sends the same request again on a new connection.
+    let output = std::process::Command::new(BIN)
+        .args([
+            "check",
+            "--kafka",
+            &broker.kafka_addr,
+            "--transactional",
+            "--producers",
+            "2",
+            "--records",
+            "3000",
+            "--batch-size",
+            "10",
+            "--api",
+            "produce,end_txn",
+            "--hold",
+            "0.05",
+            "--hold-ms",
+            "1500",
+            "--seed",
+            "5",
+        ])
+        .output()
+        .expect("run check");
+    let report = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{report}");
+    assert!(report.contains("EXACTLY-ONCE HELD"), "{report}");
+    let held: u64 = number_after(&report, "stale retries held");
+    assert!(held > 10, "the proxy held requests: {report}");
+    assert_eq!(number_after(&report, "KIP-890 part 2"), 2, "{report}");
+}
+
+/// The number after `label` on its line of `report`.
+fn number_after(report: &str, label: &str) -> u64 {
+    report
+        .lines()
+        .find_map(|line| line.trim().strip_prefix(label))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {label:?} in {report}"))
 }

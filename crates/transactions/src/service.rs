@@ -335,8 +335,9 @@ impl TransactionService {
     /// it was. Returns the producer id and epoch the producer goes on with.
     ///
     /// # Errors
-    /// The coordinator's refusals; [`TxnError::LateEnd`] from a connection opened before the one
-    /// that began the open transaction (a delayed end of an earlier one, see `openers`);
+    /// The coordinator's refusals; [`TxnError::LateEnd`], for an end that keeps the epoch, from
+    /// a connection opened before the one that began the open transaction (a delayed end of an
+    /// earlier one, see `openers`);
     /// [`TxnError::ConcurrentTransactions`] when the end could not be written in full yet (the
     /// clock goes on with it; the client asks again).
     pub async fn end(
@@ -345,7 +346,9 @@ impl TransactionService {
         (commit, bump): (bool, bool),
         via: ConnectionNumber,
     ) -> Result<(i64, i16), CoordinatorError> {
-        let open = self.coordinator.describe(id);
+        // An end that bumps the epoch needs no such guess: a late copy of it is fenced. (Its
+        // client may also have begun the transaction on another connection, its Produce v12's.)
+        let open = self.coordinator.describe(id).filter(|_| !bump);
         if open.is_some_and(|txn| {
             (txn.producer_id(), txn.epoch()) == (producer_id, epoch)
                 && self.openers.is_late_end(&txn, via)
