@@ -6,7 +6,7 @@ Each command prints one JSON summary line and exits non-zero when what it checks
 read_committed shows exactly the records of the transactions whose commit succeeded, each once
 (no aborted read, no lost write, no torn transaction), and the next transaction commits.
 
-    python delayed.py produce kafka-python BOOTSTRAP TOPIC TXN_ID HOLD_MS
+    python delayed.py produce confluent|kafka-python BOOTSTRAP TOPIC TXN_ID HOLD_MS
         transaction N's only Produce (N-a) is held HOLD_MS by the proxy, both attempts: the batch
         expires and N is aborted; N+1 writes N1-a, waits until the held copies have arrived,
         writes N1-b and commits (retried whole, on a new producer if need be, when refused)
@@ -25,9 +25,6 @@ from transactions import ensure_topic, read_values
 
 PARTITIONS = 2
 ATTEMPTS = 4
-# kafka-python's request timeout: a second attempt of a batch goes at about 3 s, and the batch
-# expires (4.5 s) before that attempt times out.
-REQUEST_TIMEOUT_MS = 3000
 
 
 def done(summary, ok):
@@ -48,123 +45,167 @@ def judge(bootstrap, topic, summary, committed):
     done(summary, summary["read_committed"] == sorted(committed) and next_committed and whole)
 
 
-# --- a delayed Produce, kafka-python ----------------------------------------------------------
+# --- the clients, behind one small interface -------------------------------------------------
 
-def kafka_python_producer(bootstrap, txn_id):
-    from kafka import KafkaProducer
+class KafkaPython:
+    """kafka-python's transactional producer. A batch's second attempt goes at about 3 s, and
+    the batch expires (4.5 s) before that attempt times out."""
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=txn_id,
-                             request_timeout_ms=REQUEST_TIMEOUT_MS, delivery_timeout_ms=4500,
-                             retry_backoff_ms=100, linger_ms=0)
-    producer.init_transactions()
-    return producer
+    REQUEST_TIMEOUT_MS = 3000
+
+    def __init__(self, bootstrap, txn_id, topic):
+        self.bootstrap, self.txn_id, self.topic = bootstrap, txn_id, topic
+        self.producer = self.new()
+
+    def new(self):
+        from kafka import KafkaProducer
+
+        producer = KafkaProducer(bootstrap_servers=self.bootstrap, transactional_id=self.txn_id,
+                                 request_timeout_ms=self.REQUEST_TIMEOUT_MS,
+                                 delivery_timeout_ms=4500, retry_backoff_ms=100, linger_ms=0)
+        producer.init_transactions()
+        return producer
+
+    def begin(self):
+        self.producer.begin_transaction()
+
+    def send(self, value, partition):
+        future = self.producer.send(self.topic, value=value.encode(), partition=partition)
+        self.producer.flush(timeout=30)
+        future.get(timeout=30)
+
+    def end(self, commit):
+        if commit:
+            self.producer.commit_transaction()
+        else:
+            self.producer.abort_transaction()
+
+    def renew(self):
+        self.producer.close(timeout=5)
+        self.producer = self.new()
 
 
-def run_produce_kafka_python(bootstrap, topic, txn_id, hold_ms):
+class Confluent:
+    """confluent-kafka (librdkafka): requests time out after 3 s (then go again on a new
+    connection), messages after 4.5 s."""
+
+    REQUEST_TIMEOUT_MS = 3000
+
+    def __init__(self, bootstrap, txn_id, topic):
+        self.bootstrap, self.topic = bootstrap, topic
+        self.conf = {"bootstrap.servers": bootstrap, "transactional.id": txn_id,
+                     "socket.timeout.ms": self.REQUEST_TIMEOUT_MS, "message.timeout.ms": 4500,
+                     "transaction.timeout.ms": 60000}
+        self.producer = self.new()
+
+    def new(self):
+        from confluent_kafka import Producer
+
+        producer = Producer(self.conf)
+        producer.init_transactions(30)
+        return producer
+
+    def begin(self):
+        self.producer.begin_transaction()
+
+    def send(self, value, partition):
+        failed = []
+        self.producer.produce(self.topic, value.encode(), partition=partition,
+                              on_delivery=lambda error, _message: error and failed.append(error))
+        self.producer.flush(30)
+        if failed:
+            raise RuntimeError(str(failed[0]))
+
+    def end(self, commit):
+        if commit:
+            self.producer.commit_transaction(30)
+        else:
+            self.producer.abort_transaction(30)
+
+    def renew(self):
+        self.producer = self.new()
+
+
+CLIENTS = {"kafka-python": KafkaPython, "confluent": Confluent}
+
+
+def next_transaction(client, summary, committed, released, read_mid=False):
+    """N+1: N1-a to partition 0, then, once the held frames have arrived, N1-b to partition
+    1 and a commit; retried whole (on a new producer when abort fails) when refused."""
+    for attempt in range(ATTEMPTS):
+        summary["attempts"] = attempt + 1
+        try:
+            client.begin()
+            client.send("N1-a", 0)
+            time.sleep(max(0.0, released - time.time()))
+            if read_mid and attempt == 0:
+                # Nothing of the open N+1 may be read_committed now.
+                summary["read_committed_mid"] = sorted(
+                    read_values(client.bootstrap, client.topic, PARTITIONS, "read_committed"))
+            client.send("N1-b", 1)
+            client.end(True)
+            committed += ["N1-a", "N1-b"]
+            return
+        except Exception as error:
+            summary["errors"].append(f"N+1 attempt {attempt + 1}: {type(error).__name__}: {error}")
+            try:
+                client.end(False)
+            except Exception:
+                client.renew()
+
+
+# --- a delayed Produce ------------------------------------------------------------------------
+
+def run_produce(name, bootstrap, topic, txn_id, hold_ms):
     ensure_topic(bootstrap, topic, PARTITIONS)
-    summary = {"client": "kafka-python", "errors": []}
-    producer = kafka_python_producer(bootstrap, txn_id)
+    summary = {"client": name, "errors": []}
+    client = CLIENTS[name](bootstrap, txn_id, topic)
     started = time.time()
     # N: its only batch is held in the network, expires, and N is aborted.
-    producer.begin_transaction()
-    late = producer.send(topic, value=b"N-a", partition=0)
+    client.begin()
     try:
-        late.get(timeout=30)
+        client.send("N-a", 0)
         summary["n_a"] = "acknowledged"
     except Exception as error:
         summary["n_a"] = type(error).__name__
     try:
-        producer.abort_transaction()
+        client.end(False)
     except Exception as error:
         summary["errors"].append(f"abort N: {type(error).__name__}")
-        producer.close(timeout=5)
-        producer = kafka_python_producer(bootstrap, txn_id)
-    # N+1, whole again when refused.
+        client.renew()
     committed = []
-    released = started + (REQUEST_TIMEOUT_MS + hold_ms) / 1000 + 1.5
-    for attempt in range(ATTEMPTS):
-        summary["attempts"] = attempt + 1
-        try:
-            producer.begin_transaction()
-            first = producer.send(topic, value=b"N1-a", partition=0)
-            producer.flush(timeout=10)
-            first.get(timeout=10)
-            # The held copies of N-a arrive now, before N1-b.
-            time.sleep(max(0.0, released - time.time()))
-            second = producer.send(topic, value=b"N1-b", partition=0)
-            producer.flush(timeout=10)
-            second.get(timeout=10)
-            producer.commit_transaction()
-            committed += ["N1-a", "N1-b"]
-            break
-        except Exception as error:
-            summary["errors"].append(f"N+1 attempt {attempt + 1}: {type(error).__name__}: {error}")
-            try:
-                producer.abort_transaction()
-            except Exception:
-                producer.close(timeout=5)
-                producer = kafka_python_producer(bootstrap, txn_id)
-    producer.close(timeout=5)
+    # The second attempt was sent about one request timeout after the first.
+    released = started + (client.REQUEST_TIMEOUT_MS + hold_ms) / 1000 + 1.5
+    next_transaction(client, summary, committed, released)
     judge(bootstrap, topic, summary, committed)
 
 
-# --- a delayed EndTxn, librdkafka -------------------------------------------------------------
+# --- a delayed EndTxn -------------------------------------------------------------------------
 
-def run_end_confluent(bootstrap, topic, txn_id, end, hold_ms):
-    from confluent_kafka import Producer
-
+def run_end(name, bootstrap, topic, txn_id, end, hold_ms):
     ensure_topic(bootstrap, topic, PARTITIONS)
-    summary = {"client": "confluent", "end": end, "errors": []}
-    conf = {"bootstrap.servers": bootstrap, "transactional.id": txn_id,
-            "socket.timeout.ms": 1500, "transaction.timeout.ms": 60000}
-    producer = Producer(conf)
-    producer.init_transactions(30)
+    summary = {"client": name, "end": end, "errors": []}
+    client = CLIENTS[name](bootstrap, txn_id, topic)
     # N: its EndTxn is held in the network; the retry on a new connection ends it.
-    producer.begin_transaction()
-    producer.produce(topic, b"N-a", partition=0)
-    producer.flush(10)
+    client.begin()
+    client.send("N-a", 0)
     ended = time.time()
-    if end == "commit":
-        producer.commit_transaction(30)
-        committed = ["N-a"]
-    else:
-        producer.abort_transaction(30)
-        committed = []
+    client.end(end == "commit")
+    committed = ["N-a"] if end == "commit" else []
     summary["n_end_s"] = round(time.time() - ended, 2)
     released = ended + hold_ms / 1000 + 1.0
-    for attempt in range(ATTEMPTS):
-        summary["attempts"] = attempt + 1
-        try:
-            producer.begin_transaction()
-            producer.produce(topic, b"N1-a", partition=0)
-            producer.flush(10)
-            # The held end arrives now, in the middle of N+1, which must stay open: its first
-            # half is not read_committed yet.
-            time.sleep(max(0.0, released - time.time()))
-            if attempt == 0:
-                summary["read_committed_mid"] = sorted(
-                    read_values(bootstrap, topic, PARTITIONS, "read_committed"))
-            producer.produce(topic, b"N1-b", partition=1)
-            producer.flush(10)
-            producer.commit_transaction(30)
-            committed += ["N1-a", "N1-b"]
-            break
-        except Exception as error:
-            summary["errors"].append(f"N+1 attempt {attempt + 1}: {error}")
-            try:
-                producer.abort_transaction(30)
-            except Exception:
-                producer = Producer(conf)
-                producer.init_transactions(30)
+    next_transaction(client, summary, committed, released, read_mid=True)
     judge(bootstrap, topic, summary, committed)
 
 
 def main(argv):
     command = argv[1]
-    if command == "produce" and argv[2] == "kafka-python":
-        run_produce_kafka_python(argv[3], argv[4], argv[5], int(argv[6]))
+    if command == "produce" and argv[2] in CLIENTS:
+        run_produce(argv[2], argv[3], argv[4], argv[5], int(argv[6]))
     elif command == "end" and argv[2] == "confluent":
-        run_end_confluent(argv[3], argv[4], argv[5], argv[6], int(argv[7]))
+        # kafka-python does not send a timed-out EndTxn again: its commit or abort fails, and the
+        # new producer the application makes fences the held one.
+        run_end(argv[2], argv[3], argv[4], argv[5], argv[6], int(argv[7]))
     else:
         sys.exit(f"unknown command: {' '.join(argv[1:])}")
 

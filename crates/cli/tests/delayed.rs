@@ -84,6 +84,29 @@ fn kafka_pythons_held_produce_never_lands_in_the_next_transaction() {
 }
 
 #[test]
+fn librdkafkas_held_produce_never_lands_in_the_next_transaction() {
+    // librdkafka moves to a new epoch itself after a batch that timed out in a transaction.
+    let summary = through_a_proxy_holding(
+        "produce",
+        2,
+        6700,
+        &[
+            "produce",
+            "confluent",
+            "BOOTSTRAP",
+            "late-produce",
+            "late-produce",
+            "HOLD_MS",
+        ],
+    );
+    assert_eq!(
+        summary["read_committed"],
+        serde_json::json!(["N1-a", "N1-b"]),
+        "{summary}"
+    );
+}
+
+#[test]
 fn librdkafkas_held_abort_never_ends_the_next_transaction() {
     let summary = through_a_proxy_holding(
         "end_txn",

@@ -31,6 +31,8 @@ pub struct KafkaFrontEnd {
     /// This connection's place among the connections opened, which the transaction coordinator
     /// judges a late EndTxn by.
     pub(crate) connection: minibroker_transactions::ConnectionNumber,
+    /// The partitions this connection's Produce v12 requests added to their transaction.
+    pub(crate) implicitly_added: crate::handlers::ImplicitlyAdded,
     /// The connection's produces whose answers wait for their batches to be stored.
     pub(crate) unacknowledged: Unacknowledged,
     pub(crate) config: Arc<KafkaConfig>,
@@ -56,6 +58,7 @@ impl KafkaFrontEnd {
             groups: Arc::clone(node.groups()),
             transactions: Arc::clone(node.transactions()),
             connection: node.transactions().open_connection(),
+            implicitly_added: crate::handlers::ImplicitlyAdded::default(),
             unacknowledged: Unacknowledged::default(),
             raw_sasl: false,
             session: node.session(config.login),

@@ -130,6 +130,11 @@ pub struct Args {
     /// With --transactional: how often a transactional producer commits.
     #[arg(long, default_value_t = 100, requires = "transactional")]
     commit_interval_ms: u64,
+    /// With --transactional: the transaction protocol, 2 (KIP-890 part 2: Produce v12 adds a
+    /// transaction's partitions, every EndTxn bumps the epoch) or 1 (AddPartitionsToTxn, an
+    /// epoch kept from one transaction to the next).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(i16).range(1..=2), requires = "transactional")]
+    transaction_version: i16,
 }
 
 const TOPIC: &str = "bench";
@@ -147,6 +152,7 @@ pub async fn run(args: Args) -> Result<()> {
             in_flight: args.in_flight,
             duration: Duration::from_secs_f64(args.duration.max(0.1)),
             commit_interval: Duration::from_millis(args.commit_interval_ms.max(1)),
+            transaction_version: args.transaction_version,
             pairs: args.pairs,
             json: args.json,
         })

@@ -2,8 +2,10 @@
 //! same embedded broker's Kafka listener.
 //!
 //! - **Produce**: each connection is a producer writing every partition with `--in-flight`
-//!   requests outstanding; a transactional one commits every `--commit-interval-ms`
-//!   (AddPartitionsToTxn, its batches, EndTxn, which writes a marker to every partition), an
+//!   requests outstanding; a transactional one commits every `--commit-interval-ms` (with
+//!   `--transaction-version 2`, the default, as KIP-890 part 2 clients do: Produce v12 batches
+//!   that add their own partitions, then EndTxn v5, which writes a marker to every partition and
+//!   answers the next epoch; with 1, AddPartitionsToTxn, Produce v9 batches, EndTxn v3), an
 //!   idempotent one only drains its window at the same interval, so the two differ by the
 //!   transaction alone. The phases alternate in pairs (idempotent, transactional; `--pairs`,
 //!   five) and the headline is the median over the pairs of transactional records/s over
@@ -54,11 +56,16 @@ pub struct Settings {
     pub commit_interval: Duration,
     /// Pairs of produce phases (idempotent, then transactional).
     pub pairs: usize,
+    /// The transaction protocol: 2 is KIP-890 part 2 (an epoch bump at every end), 1 the one
+    /// before it.
+    pub transaction_version: i16,
     /// Print JSON.
     pub json: bool,
 }
 
+/// Produce before KIP-890 part 2, and with it (a transactional batch adds its own partition).
 const PRODUCE_VERSION: i16 = 9;
+const PART_2_PRODUCE_VERSION: i16 = 12;
 const FETCH_VERSION: i16 = 11;
 
 fn text(value: &str) -> StrBytes {
@@ -85,13 +92,14 @@ fn run_pinned(settings: &Settings) -> Result<()> {
     })??;
     if !settings.json {
         println!(
-            "workload: {} producer(s) x {} in flight, {} record(s) of {} B per request, {} partition(s), commit every {} ms",
+            "workload: {} producer(s) x {} in flight, {} record(s) of {} B per request, {} partition(s), commit every {} ms, transaction version {}",
             settings.connections,
             settings.in_flight,
             settings.records_per_batch,
             settings.record_size,
             settings.partitions,
-            settings.commit_interval.as_millis()
+            settings.commit_interval.as_millis(),
+            settings.transaction_version
         );
     }
     let cpu_at_start = super::steal::CpuTimes::now();
@@ -190,6 +198,7 @@ async fn produce_phase(
             in_flight: settings.in_flight,
             until: started + settings.duration,
             commit_interval: settings.commit_interval,
+            part_2: settings.transaction_version >= 2,
         };
         producers.spawn(async move { produce(&kafka, &topic, id.as_deref(), job).await });
     }
@@ -209,6 +218,18 @@ struct Job {
     in_flight: usize,
     until: Instant,
     commit_interval: Duration,
+    /// KIP-890 part 2 (both phases use its Produce version, so they differ by the transaction).
+    part_2: bool,
+}
+
+impl Job {
+    fn produce_version(&self) -> i16 {
+        if self.part_2 {
+            PART_2_PRODUCE_VERSION
+        } else {
+            PRODUCE_VERSION
+        }
+    }
 }
 
 async fn init(conn: &mut KafkaConnection, transactional_id: Option<&str>) -> Result<(i64, i16)> {
@@ -257,29 +278,24 @@ async fn produce(
     job: Job,
 ) -> Result<u64> {
     let mut conn = KafkaConnection::connect(kafka).await?;
-    let (producer_id, epoch) = init(&mut conn, transactional_id).await?;
+    let mut producer = init(&mut conn, transactional_id).await?;
     let records = vec![NewRecord::value(vec![b'x'; job.record_size]); job.records_per_batch];
-    let mut templates = Vec::with_capacity(job.partitions as usize);
-    for _ in 0..job.partitions {
-        let writer = Writer {
-            producer_id,
-            epoch,
-            base_sequence: 0,
-        };
-        let batch = if transactional_id.is_some() {
-            minibroker_records::encode_transactional(writer, &records, 0)?
-        } else {
-            minibroker_records::encode(writer, &records, 0)?
-        };
-        templates.push(BytesMut::from(&batch[..]));
-    }
+    let mut templates = templates(
+        producer,
+        transactional_id.is_some(),
+        &records,
+        job.partitions,
+    )?;
     let mut sequences = vec![0i32; job.partitions as usize];
     let mut acknowledged = 0u64;
     let per_batch = job.records_per_batch as u64;
     let mut next_partition = 0u32;
+    let version = job.produce_version();
     while Instant::now() < job.until {
-        if let Some(id) = transactional_id {
-            add_partitions(&mut conn, id, (producer_id, epoch), topic, job.partitions).await?;
+        if let Some(id) = transactional_id
+            && !job.part_2
+        {
+            add_partitions(&mut conn, id, producer, topic, job.partitions).await?;
         }
         let commit_at = (Instant::now() + job.commit_interval).min(job.until);
         let mut outstanding = 0usize;
@@ -296,29 +312,69 @@ async fn produce(
                 partition,
                 Bytes::copy_from_slice(template),
             );
-            conn.send(ApiKey::Produce, PRODUCE_VERSION, &request)
-                .await?;
+            conn.send(ApiKey::Produce, version, &request).await?;
             outstanding += 1;
             if outstanding == job.in_flight {
-                written += receive_produced(&mut conn).await? * per_batch;
+                written += receive_produced(&mut conn, version).await? * per_batch;
                 outstanding -= 1;
             }
         }
         for _ in 0..outstanding {
-            written += receive_produced(&mut conn).await? * per_batch;
+            written += receive_produced(&mut conn, version).await? * per_batch;
         }
         if let Some(id) = transactional_id {
-            end(&mut conn, id, (producer_id, epoch)).await?;
+            let next = end_with(&mut conn, id, producer, true, job.part_2).await?;
+            if next != producer {
+                // A new epoch: new batches, each partition's sequence from 0.
+                producer = next;
+                templates = templates_for(producer, &records, job.partitions)?;
+                sequences.fill(0);
+            }
         }
         acknowledged += written;
     }
     Ok(acknowledged)
 }
 
+/// One batch per partition of `records` from `producer`, its base sequence set before each send.
+fn templates(
+    producer: (i64, i16),
+    transactional: bool,
+    records: &[NewRecord],
+    partitions: u32,
+) -> Result<Vec<BytesMut>> {
+    if transactional {
+        return templates_for(producer, records, partitions);
+    }
+    let (producer_id, epoch) = producer;
+    let writer = Writer {
+        producer_id,
+        epoch,
+        base_sequence: 0,
+    };
+    let batch = minibroker_records::encode(writer, records, 0)?;
+    Ok(vec![BytesMut::from(&batch[..]); partitions as usize])
+}
+
+/// [`templates`] of a transactional producer.
+fn templates_for(
+    (producer_id, epoch): (i64, i16),
+    records: &[NewRecord],
+    partitions: u32,
+) -> Result<Vec<BytesMut>> {
+    let writer = Writer {
+        producer_id,
+        epoch,
+        base_sequence: 0,
+    };
+    let batch = minibroker_records::encode_transactional(writer, records, 0)?;
+    Ok(vec![BytesMut::from(&batch[..]); partitions as usize])
+}
+
 /// One produce answer: 1 when it was a success.
-async fn receive_produced(conn: &mut KafkaConnection) -> Result<u64> {
+async fn receive_produced(conn: &mut KafkaConnection, version: i16) -> Result<u64> {
     let (_, answer): (i32, ProduceResponse) = conn
-        .receive(ApiKey::Produce, PRODUCE_VERSION)
+        .receive(ApiKey::Produce, version)
         .await?
         .context("the broker closed the connection")?;
     let code = answer
@@ -367,29 +423,33 @@ async fn add_partitions(
     Ok(())
 }
 
-async fn end(conn: &mut KafkaConnection, id: &str, (producer_id, epoch): (i64, i16)) -> Result<()> {
-    end_with(conn, id, (producer_id, epoch), true).await
-}
-
+/// Ends the transaction (EndTxn v5 with `part_2`, else v3); returns the producer id and epoch
+/// the next transaction uses.
 async fn end_with(
     conn: &mut KafkaConnection,
     id: &str,
     (producer_id, epoch): (i64, i16),
     commit: bool,
-) -> Result<()> {
+    part_2: bool,
+) -> Result<(i64, i16)> {
     let request = EndTxnRequest::default()
         .with_transactional_id(TransactionalId(text(id)))
         .with_producer_id(ProducerId(producer_id))
         .with_producer_epoch(epoch)
         .with_committed(commit);
-    let answer: EndTxnResponse = conn.call(ApiKey::EndTxn, 3, &request).await?;
+    let version = if part_2 { 5 } else { 3 };
+    let answer: EndTxnResponse = conn.call(ApiKey::EndTxn, version, &request).await?;
     if answer.error_code != 0 {
         bail!(
             "EndTxn answered {}",
             minibroker_kafka_client::error_name(answer.error_code)
         );
     }
-    Ok(())
+    if part_2 {
+        Ok((answer.producer_id.0, answer.producer_epoch))
+    } else {
+        Ok((producer_id, epoch))
+    }
 }
 
 /// Fills one partition with transactions of ten batches each, one in ten aborted, then reads it
@@ -427,7 +487,14 @@ async fn fetch_phase(
                 )
                 .await?;
         }
-        end_with(&mut conn, id, (producer_id, epoch), transaction % 10 != 9).await?;
+        end_with(
+            &mut conn,
+            id,
+            (producer_id, epoch),
+            transaction % 10 != 9,
+            false,
+        )
+        .await?;
     }
     let mut pairs = Vec::with_capacity(READS);
     for _ in 0..READS {

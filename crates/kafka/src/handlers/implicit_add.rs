@@ -3,6 +3,12 @@
 //! their transaction has not added yet (at the batch's producer id and epoch) are added in one
 //! durable change of the coordinator before the batches are taken, as AddPartitionsToTxn adds
 //! them; the partition then takes the batch as it takes any transactional one.
+//!
+//! The connection remembers the partitions it added for its producer's current id and epoch
+//! ([`ImplicitlyAdded`]), so a transaction's later batches skip the look at the partition. A
+//! stale memory can only cost a refusal, never a wrong append: the partition checks every
+//! transactional batch itself (and with KIP-890 part 2 each end moves the epoch, which empties
+//! it).
 
 use kafka_protocol::ResponseError;
 use minibroker_security::{Operation, ResourceType};
@@ -11,6 +17,27 @@ use minibroker_transactions::{AddPartitionsError, CoordinatorError, TxnError};
 use super::transactions::coordinator_code;
 use crate::front_end::KafkaFrontEnd;
 use crate::produce_wire::ProduceView;
+
+/// The partitions this connection added implicitly for one producer id and epoch.
+#[derive(Debug, Default)]
+pub(crate) struct ImplicitlyAdded {
+    producer: Option<(i64, i16)>,
+    partitions: std::collections::HashSet<(String, u32)>,
+}
+
+impl ImplicitlyAdded {
+    fn contains(&self, producer: (i64, i16), topic: &str, partition: u32) -> bool {
+        self.producer == Some(producer) && self.partitions.contains(&(topic.to_owned(), partition))
+    }
+
+    fn remember(&mut self, producer: (i64, i16), added: Vec<(String, u32)>) {
+        if self.producer != Some(producer) {
+            self.producer = Some(producer);
+            self.partitions.clear();
+        }
+        self.partitions.extend(added);
+    }
+}
 
 /// The first Produce version whose transactional batches add their partitions themselves.
 pub(crate) const IMPLICIT_ADD_VERSION: i16 = 12;
@@ -23,7 +50,7 @@ impl KafkaFrontEnd {
     /// Adds to transaction `id` the partitions of `request` whose transactional batch it has not
     /// added; on a refusal, the code every transactional batch of the request is answered with.
     pub(crate) fn add_partitions_implicitly(
-        &self,
+        &mut self,
         request: &ProduceView<'_>,
         id: &str,
     ) -> Result<(), ResponseError> {
@@ -41,13 +68,17 @@ impl KafkaFrontEnd {
             let Ok(partition) = u32::try_from(data.index) else {
                 continue;
             };
+            if !info.transactional
+                || self
+                    .implicitly_added
+                    .contains((info.producer_id, info.epoch), topic, partition)
+            {
+                continue;
+            }
             let expected =
                 self.broker
                     .expects_transactional(topic, partition, info.producer_id, info.epoch);
-            if !info.transactional
-                || expected.unwrap_or(true)
-                || !self.may(Operation::Write, ResourceType::Topic, topic)
-            {
+            if expected.unwrap_or(true) || !self.may(Operation::Write, ResourceType::Topic, topic) {
                 continue;
             }
             // One producer per request: a batch of another is refused by the partition.
@@ -64,7 +95,9 @@ impl KafkaFrontEnd {
             .map_err(|error| {
                 tracing::debug!(transactional_id = id, %error, "Produce's implicit add refused");
                 implicit_add_code(&error)
-            })
+            })?;
+        self.implicitly_added.remember((producer_id, epoch), wanted);
+        Ok(())
     }
 }
 

@@ -25,6 +25,8 @@ use kafka_protocol::messages::{BrokerId, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use minibroker_broker::BrokerError;
 
+pub(crate) use implicit_add::ImplicitlyAdded;
+
 use crate::front_end::KafkaFrontEnd;
 
 /// Kafka's marker for "no such offset/timestamp".
