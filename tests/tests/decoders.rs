@@ -415,6 +415,67 @@ async fn kafka_requests_through_the_front_end() {
                 delete_records_request::DeleteRecordsPartition::default().with_offset(1),
             ]),
     ]);
+    // KIP-890 part 2: a transactional batch that adds its own partition (Produce v12), the
+    // end that bumps the epoch, a broker's batched add and verification, offsets that add their
+    // group.
+    let transactional_batch = minibroker_records::encode_transactional(
+        Writer {
+            producer_id: 11,
+            epoch: 0,
+            base_sequence: 0,
+        },
+        &[NewRecord::value("t")],
+        0,
+    )
+    .expect("a batch");
+    let produce_implicit = ProduceRequest::default()
+        .with_transactional_id(Some(TransactionalId(text("fz-txn"))))
+        .with_acks(-1)
+        .with_topic_data(vec![
+            produce_request::TopicProduceData::default()
+                .with_name(name("fz"))
+                .with_partition_data(vec![
+                    produce_request::PartitionProduceData::default()
+                        .with_records(Some(transactional_batch)),
+                ]),
+        ]);
+    let init_transactional = InitProducerIdRequest::default()
+        .with_transactional_id(Some(TransactionalId(text("fz-txn"))))
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let end = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(text("fz-txn")))
+        .with_producer_id(ProducerId(11))
+        .with_committed(true);
+    let add_batched = AddPartitionsToTxnRequest::default().with_transactions(
+        [true, false]
+            .map(|verify_only| {
+                add_partitions_to_txn_request::AddPartitionsToTxnTransaction::default()
+                    .with_transactional_id(TransactionalId(text("fz-txn")))
+                    .with_producer_id(ProducerId(11))
+                    .with_verify_only(verify_only)
+                    .with_topics(vec![
+                        add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                            .with_name(name("fz"))
+                            .with_partitions(vec![0, 7]),
+                    ])
+            })
+            .to_vec(),
+    );
+    let txn_offsets = TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(text("fz-txn")))
+        .with_group_id(GroupId(text("fz-group")))
+        .with_producer_id(ProducerId(11))
+        .with_generation_id(-1)
+        .with_topics(vec![
+            txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                .with_name(name("fz"))
+                .with_partitions(vec![
+                    txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                        .with_committed_offset(1),
+                ]),
+        ]);
     fn encoded<R: kafka_protocol::protocol::Encodable>(
         api: ApiKey,
         version: i16,
@@ -465,6 +526,14 @@ async fn kafka_requests_through_the_front_end() {
         encoded(ApiKey::IncrementalAlterConfigs, 0, &incremental),
         encoded(ApiKey::IncrementalAlterConfigs, 1, &incremental),
         encoded(ApiKey::OffsetForLeaderEpoch, 2, &epochs),
+        encoded(ApiKey::InitProducerId, 5, &init_transactional),
+        encoded(ApiKey::Produce, 12, &produce_implicit),
+        encoded(ApiKey::Produce, 10, &produce_many),
+        encoded(ApiKey::TxnOffsetCommit, 5, &txn_offsets),
+        encoded(ApiKey::AddPartitionsToTxn, 5, &add_batched),
+        encoded(ApiKey::AddPartitionsToTxn, 4, &add_batched),
+        encoded(ApiKey::EndTxn, 5, &end),
+        encoded(ApiKey::ApiVersions, 4, &ApiVersionsRequest::default()),
     ];
     // Once as a plain listener, once with authorisation on (everything allowed, as no ACL
     // names anything), so the security admin APIs act too.
