@@ -235,16 +235,20 @@ async fn kafka_requests_through_the_front_end() {
     ));
     let name = |n: &str| TopicName(StrBytes::from_string(n.into()));
     let text = |n: &str| StrBytes::from_string(n.into());
-    let produce = ProduceRequest::default()
-        .with_acks(-1)
-        .with_topic_data(vec![
-            produce_request::TopicProduceData::default()
-                .with_name(name("fz"))
-                .with_partition_data(vec![
-                    produce_request::PartitionProduceData::default()
-                        .with_records(Some(batch(9, 0, 3))),
-                ]),
-        ]);
+    // One batch to fz/0, acks -1.
+    let produce_one = |transactional_id: Option<&str>, batch: Bytes| {
+        ProduceRequest::default()
+            .with_transactional_id(transactional_id.map(|id| TransactionalId(text(id))))
+            .with_acks(-1)
+            .with_topic_data(vec![
+                produce_request::TopicProduceData::default()
+                    .with_name(name("fz"))
+                    .with_partition_data(vec![
+                        produce_request::PartitionProduceData::default().with_records(Some(batch)),
+                    ]),
+            ])
+    };
+    let produce = produce_one(None, batch(9, 0, 3));
     // Produce is read in place (`produce_wire`): seeds with what its reader walks — a
     // transactional id, two topics, several partitions, a null batch.
     let produce_many = ProduceRequest::default()
@@ -428,17 +432,7 @@ async fn kafka_requests_through_the_front_end() {
         0,
     )
     .expect("a batch");
-    let produce_implicit = ProduceRequest::default()
-        .with_transactional_id(Some(TransactionalId(text("fz-txn"))))
-        .with_acks(-1)
-        .with_topic_data(vec![
-            produce_request::TopicProduceData::default()
-                .with_name(name("fz"))
-                .with_partition_data(vec![
-                    produce_request::PartitionProduceData::default()
-                        .with_records(Some(transactional_batch)),
-                ]),
-        ]);
+    let produce_implicit = produce_one(Some("fz-txn"), transactional_batch);
     let init_transactional = InitProducerIdRequest::default()
         .with_transactional_id(Some(TransactionalId(text("fz-txn"))))
         .with_transaction_timeout_ms(60_000)

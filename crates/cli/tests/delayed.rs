@@ -56,22 +56,32 @@ fn through_a_proxy_holding(
     summary_of(&output, &args.join(" "))
 }
 
+/// `client`'s transaction N with its only Produce held, both attempts, past its delivery
+/// timeout.
+fn held_produce(client: &str) -> serde_json::Value {
+    let topic = format!("late-produce-{client}");
+    let args = ["produce", client, "BOOTSTRAP", &topic, &topic, "HOLD_MS"];
+    through_a_proxy_holding("produce", 2, 6700, &args)
+}
+
+/// librdkafka's transaction N with its EndTxn (`end`: commit or abort) held past its retry.
+fn held_end(end: &str) -> serde_json::Value {
+    let topic = format!("late-{end}");
+    let args = [
+        "end",
+        "confluent",
+        "BOOTSTRAP",
+        &topic,
+        &topic,
+        end,
+        "HOLD_MS",
+    ];
+    through_a_proxy_holding("end_txn", 1, 4000, &args)
+}
+
 #[test]
 fn kafka_pythons_held_produce_never_lands_in_the_next_transaction() {
-    // Both attempts of N's only batch are held past its delivery timeout.
-    let summary = through_a_proxy_holding(
-        "produce",
-        2,
-        6700,
-        &[
-            "produce",
-            "kafka-python",
-            "BOOTSTRAP",
-            "late-produce",
-            "late-produce",
-            "HOLD_MS",
-        ],
-    );
+    let summary = held_produce("kafka-python");
     assert_eq!(
         summary["read_committed"],
         serde_json::json!(["N1-a", "N1-b"]),
@@ -86,19 +96,7 @@ fn kafka_pythons_held_produce_never_lands_in_the_next_transaction() {
 #[test]
 fn librdkafkas_held_produce_never_lands_in_the_next_transaction() {
     // librdkafka moves to a new epoch itself after a batch that timed out in a transaction.
-    let summary = through_a_proxy_holding(
-        "produce",
-        2,
-        6700,
-        &[
-            "produce",
-            "confluent",
-            "BOOTSTRAP",
-            "late-produce",
-            "late-produce",
-            "HOLD_MS",
-        ],
-    );
+    let summary = held_produce("confluent");
     assert_eq!(
         summary["read_committed"],
         serde_json::json!(["N1-a", "N1-b"]),
@@ -108,20 +106,7 @@ fn librdkafkas_held_produce_never_lands_in_the_next_transaction() {
 
 #[test]
 fn librdkafkas_held_abort_never_ends_the_next_transaction() {
-    let summary = through_a_proxy_holding(
-        "end_txn",
-        1,
-        4000,
-        &[
-            "end",
-            "confluent",
-            "BOOTSTRAP",
-            "late-abort",
-            "late-abort",
-            "abort",
-            "HOLD_MS",
-        ],
-    );
+    let summary = held_end("abort");
     assert_eq!(
         summary["read_committed"],
         serde_json::json!(["N1-a", "N1-b"]),
@@ -131,20 +116,7 @@ fn librdkafkas_held_abort_never_ends_the_next_transaction() {
 
 #[test]
 fn librdkafkas_held_commit_never_commits_the_next_transaction_early() {
-    let summary = through_a_proxy_holding(
-        "end_txn",
-        1,
-        4000,
-        &[
-            "end",
-            "confluent",
-            "BOOTSTRAP",
-            "late-commit",
-            "late-commit",
-            "commit",
-            "HOLD_MS",
-        ],
-    );
+    let summary = held_end("commit");
     assert_eq!(
         summary["read_committed_mid"],
         serde_json::json!(["N-a"]),

@@ -12,7 +12,7 @@ use minibroker_net::Config;
 use minibroker_tests::{KafkaConnection, kafka_connection};
 
 use crate::kafka::kafka;
-use crate::transactions::{add_partitions, code, end, init, produce_value, text};
+use crate::transactions::{add_partitions, code, end, init, produce_value, produce_value_at, text};
 
 /// Every record value of `topic`'s partition 0 a consumer reading at `isolation` keeps
 /// (markers, and at `read_committed` aborted transactions, left out).
@@ -179,39 +179,15 @@ async fn a_late_end_of_a_transaction_never_ends_the_next() -> Result<()> {
     Ok(())
 }
 
-/// A transactional batch of one record holding `value`, sent as Produce v12 (its partition is
-/// added by the batch itself); the partition's error code.
+/// A transactional batch of one record holding `value` to `t`/0, sent as Produce v12 (its
+/// partition is added by the batch itself); the partition's error code.
 async fn produce_v12(
     conn: &mut KafkaConnection,
-    (id, producer_id, epoch): (&str, i64, i16),
+    producer: (&str, i64, i16),
     sequence: i32,
     value: &str,
 ) -> Result<i16> {
-    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-    use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
-    use minibroker_records::{NewRecord, Writer};
-    let writer = Writer {
-        producer_id,
-        epoch,
-        base_sequence: sequence,
-    };
-    let records =
-        minibroker_records::encode_transactional(writer, &[NewRecord::value(value.to_owned())], 0)?;
-    let request = ProduceRequest::default()
-        .with_transactional_id(Some(TransactionalId(text(id))))
-        .with_acks(-1)
-        .with_timeout_ms(1000)
-        .with_topic_data(vec![
-            TopicProduceData::default()
-                .with_name(TopicName(text("t")))
-                .with_partition_data(vec![
-                    PartitionProduceData::default()
-                        .with_index(0)
-                        .with_records(Some(records)),
-                ]),
-        ]);
-    let answer: ProduceResponse = conn.call(ApiKey::Produce, 12, &request).await?;
-    Ok(answer.responses[0].partition_responses[0].error_code)
+    produce_value_at(conn, 12, producer, ("t", 0), (sequence, value)).await
 }
 
 /// EndTxn v5: (error code, the producer id and epoch it answers).

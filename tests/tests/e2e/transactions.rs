@@ -103,13 +103,25 @@ async fn produce_transactional(
     produce_value(conn, producer, to, sequence, "v").await
 }
 
-/// A transactional batch of one record holding `value`; the partition's error code.
+/// A transactional batch of one record holding `value`, as Produce v9; the partition's error
+/// code.
 pub(crate) async fn produce_value(
     conn: &mut KafkaConnection,
-    (id, producer_id, epoch): (&str, i64, i16),
-    (topic, partition): (&str, i32),
+    producer: (&str, i64, i16),
+    to: (&str, i32),
     sequence: i32,
     value: &str,
+) -> Result<i16> {
+    produce_value_at(conn, 9, producer, to, (sequence, value)).await
+}
+
+/// [`produce_value`] as Produce `version`.
+pub(crate) async fn produce_value_at(
+    conn: &mut KafkaConnection,
+    version: i16,
+    (id, producer_id, epoch): (&str, i64, i16),
+    (topic, partition): (&str, i32),
+    (sequence, value): (i32, &str),
 ) -> Result<i16> {
     let writer = Writer {
         producer_id,
@@ -131,7 +143,7 @@ pub(crate) async fn produce_value(
                         .with_records(Some(records)),
                 ]),
         ]);
-    let answer: ProduceResponse = conn.call(ApiKey::Produce, 9, &request).await?;
+    let answer: ProduceResponse = conn.call(ApiKey::Produce, version, &request).await?;
     Ok(answer.responses[0].partition_responses[0].error_code)
 }
 
