@@ -6,11 +6,11 @@ Each command prints one JSON summary line and exits non-zero when what it checks
 read_committed shows exactly the records of the transactions whose commit succeeded, each once
 (no aborted read, no lost write, no torn transaction), and the next transaction commits.
 
-    python delayed.py produce confluent|kafka-python BOOTSTRAP TOPIC TXN_ID HOLD_MS
+    python delayed.py produce confluent|kafka-python|aiokafka BOOTSTRAP TOPIC TXN_ID HOLD_MS
         transaction N's only Produce (N-a) is held HOLD_MS by the proxy, both attempts: the batch
         expires and N is aborted; N+1 writes N1-a, waits until the held copies have arrived,
         writes N1-b and commits (retried whole, on a new producer if need be, when refused)
-    python delayed.py end confluent BOOTSTRAP TOPIC TXN_ID abort|commit HOLD_MS
+    python delayed.py end confluent|aiokafka BOOTSTRAP TOPIC TXN_ID abort|commit HOLD_MS
         transaction N (N-a) ends, and its EndTxn is held HOLD_MS by the proxy: the client's retry
         on a new connection ends N; N+1 writes N1-a to partition 0, waits until the held end has
         arrived (and reads read_committed then: nothing of N+1 may show), writes N1-b to
@@ -81,8 +81,11 @@ class KafkaPython:
             self.producer.abort_transaction()
 
     def renew(self):
-        self.producer.close(timeout=5)
+        self.close()
         self.producer = self.new()
+
+    def close(self):
+        self.producer.close(timeout=5)
 
 
 class Confluent:
@@ -125,8 +128,66 @@ class Confluent:
     def renew(self):
         self.producer = self.new()
 
+    def close(self):
+        self.producer.flush(5)
 
-CLIENTS = {"kafka-python": KafkaPython, "confluent": Confluent}
+
+class AioKafka:
+    """aiokafka, driven from plain calls through an event loop of its own: requests time out
+    after 3 s."""
+
+    REQUEST_TIMEOUT_MS = 3000
+
+    def __init__(self, bootstrap, txn_id, topic):
+        import asyncio
+
+        self.bootstrap, self.txn_id, self.topic = bootstrap, txn_id, topic
+        self.loop = asyncio.new_event_loop()
+        self.producer = self.new()
+
+    def run(self, step):
+        return self.loop.run_until_complete(step)
+
+    def new(self):
+        from aiokafka import AIOKafkaProducer
+
+        async def start():
+            producer = AIOKafkaProducer(bootstrap_servers=self.bootstrap,
+                                        transactional_id=self.txn_id, enable_idempotence=True,
+                                        request_timeout_ms=self.REQUEST_TIMEOUT_MS)
+            await producer.start()
+            return producer
+
+        return self.run(start())
+
+    def begin(self):
+        self.run(self.producer.begin_transaction())
+
+    def send(self, value, partition):
+        async def send():
+            sent = await self.producer.send(self.topic, value=value.encode(), partition=partition)
+            await sent
+
+        self.run(send())
+
+    def end(self, commit):
+        if commit:
+            self.run(self.producer.commit_transaction())
+        else:
+            self.run(self.producer.abort_transaction())
+
+    def renew(self):
+        self.close()
+        self.producer = self.new()
+
+    def close(self):
+        try:
+            self.run(self.producer.stop())
+        except Exception:
+            pass
+
+
+CLIENTS = {"kafka-python": KafkaPython, "confluent": Confluent, "aiokafka": AioKafka}
 
 
 def next_transaction(client, summary, committed, released, read_mid=False):
@@ -177,6 +238,7 @@ def run_produce(name, bootstrap, topic, txn_id, hold_ms):
     # The second attempt was sent about one request timeout after the first.
     released = started + (client.REQUEST_TIMEOUT_MS + hold_ms) / 1000 + 1.5
     next_transaction(client, summary, committed, released)
+    client.close()
     judge(bootstrap, topic, summary, committed)
 
 
@@ -195,6 +257,7 @@ def run_end(name, bootstrap, topic, txn_id, end, hold_ms):
     summary["n_end_s"] = round(time.time() - ended, 2)
     released = ended + hold_ms / 1000 + 1.0
     next_transaction(client, summary, committed, released, read_mid=True)
+    client.close()
     judge(bootstrap, topic, summary, committed)
 
 
@@ -202,7 +265,7 @@ def main(argv):
     command = argv[1]
     if command == "produce" and argv[2] in CLIENTS:
         run_produce(argv[2], argv[3], argv[4], argv[5], int(argv[6]))
-    elif command == "end" and argv[2] == "confluent":
+    elif command == "end" and argv[2] in ("confluent", "aiokafka"):
         # kafka-python does not send a timed-out EndTxn again: its commit or abort fails, and the
         # new producer the application makes fences the held one.
         run_end(argv[2], argv[3], argv[4], argv[5], argv[6], int(argv[7]))

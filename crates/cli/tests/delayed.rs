@@ -8,9 +8,9 @@
 //! holding its Produce and EndTxn requests past their retries, `check --transactional` holds.
 //!
 //! Before the defences, each failed as found: kafka-python's held Produce (N-a) showed up
-//! committed in N+1 and N+1's second record was lost; librdkafka's held EndTxn(abort) aborted
-//! N+1's first half (only N1-b was read_committed), and its EndTxn(commit) committed N+1's first
-//! half while N+1 was still open.
+//! committed in N+1 and N+1's second record was lost; librdkafka's and aiokafka's held
+//! EndTxn(abort) aborted N+1's first half (only N1-b was read_committed), and their
+//! EndTxn(commit) committed N+1's first half while N+1 was still open.
 
 mod support;
 
@@ -64,19 +64,36 @@ fn held_produce(client: &str) -> serde_json::Value {
     through_a_proxy_holding("produce", 2, 6700, &args)
 }
 
-/// librdkafka's transaction N with its EndTxn (`end`: commit or abort) held past its retry.
-fn held_end(end: &str) -> serde_json::Value {
-    let topic = format!("late-{end}");
-    let args = [
-        "end",
-        "confluent",
-        "BOOTSTRAP",
-        &topic,
-        &topic,
-        end,
-        "HOLD_MS",
-    ];
+/// `client`'s transaction N with its EndTxn (`end`: commit or abort) held past its retry.
+fn held_end(client: &str, end: &str) -> serde_json::Value {
+    let topic = format!("late-{end}-{client}");
+    let args = ["end", client, "BOOTSTRAP", &topic, &topic, end, "HOLD_MS"];
     through_a_proxy_holding("end_txn", 1, 4000, &args)
+}
+
+/// A held abort must not end the next transaction.
+fn held_abort_never_ends_the_next_transaction(client: &str) {
+    let summary = held_end(client, "abort");
+    assert_eq!(
+        summary["read_committed"],
+        serde_json::json!(["N1-a", "N1-b"]),
+        "{summary}"
+    );
+}
+
+/// A held commit must not commit the next transaction's first half while it is open.
+fn held_commit_never_commits_the_next_transaction_early(client: &str) {
+    let summary = held_end(client, "commit");
+    assert_eq!(
+        summary["read_committed_mid"],
+        serde_json::json!(["N-a"]),
+        "{summary}"
+    );
+    assert_eq!(
+        summary["read_committed"],
+        serde_json::json!(["N-a", "N1-a", "N1-b"]),
+        "{summary}"
+    );
 }
 
 #[test]
@@ -106,27 +123,22 @@ fn librdkafkas_held_produce_never_lands_in_the_next_transaction() {
 
 #[test]
 fn librdkafkas_held_abort_never_ends_the_next_transaction() {
-    let summary = held_end("abort");
-    assert_eq!(
-        summary["read_committed"],
-        serde_json::json!(["N1-a", "N1-b"]),
-        "{summary}"
-    );
+    held_abort_never_ends_the_next_transaction("confluent");
 }
 
 #[test]
 fn librdkafkas_held_commit_never_commits_the_next_transaction_early() {
-    let summary = held_end("commit");
-    assert_eq!(
-        summary["read_committed_mid"],
-        serde_json::json!(["N-a"]),
-        "{summary}"
-    );
-    assert_eq!(
-        summary["read_committed"],
-        serde_json::json!(["N-a", "N1-a", "N1-b"]),
-        "{summary}"
-    );
+    held_commit_never_commits_the_next_transaction_early("confluent");
+}
+
+#[test]
+fn aiokafkas_held_abort_never_ends_the_next_transaction() {
+    held_abort_never_ends_the_next_transaction("aiokafka");
+}
+
+#[test]
+fn aiokafkas_held_commit_never_commits_the_next_transaction_early() {
+    held_commit_never_commits_the_next_transaction_early("aiokafka");
 }
 
 #[test]

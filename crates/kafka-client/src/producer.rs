@@ -175,6 +175,8 @@ pub struct KafkaProducer {
     timer: RetransmitTimer,
     /// The transactional id's state, for a transactional producer.
     transaction: Option<transaction::Transaction>,
+    /// The `transaction.version` feature the bootstrap broker finalized (2: KIP-890 part 2).
+    transaction_version: i16,
 }
 
 impl KafkaProducer {
@@ -249,13 +251,19 @@ impl KafkaProducer {
     ) -> Result<Self, KafkaProduceError> {
         let wanted: Vec<(ApiKey, i16, i16)> = VERSIONS.iter().chain(more).copied().collect();
         let deadline = Instant::now() + config.delivery_timeout;
-        let versions = loop {
+        let (versions, transaction_version) = loop {
             let mut conn = connect_within_grace(bootstrap)
                 .await?
                 .with_client_id("minibroker-producer")
                 .with_answer_timeout(config.request_timeout);
-            match agree_versions(&mut conn, &wanted).await {
-                Ok(versions) => break versions,
+            let agreed = match agree_versions(&mut conn, &wanted).await {
+                Ok(versions) => finalized_transaction_version(&mut conn)
+                    .await
+                    .map(|transaction_version| (versions, transaction_version)),
+                Err(error) => Err(error),
+            };
+            match agreed {
+                Ok(agreed) => break agreed,
                 // A lost answer: ask again on a new connection, until the delivery timeout.
                 Err(KafkaProduceError::Client(error))
                     if lost(&error) && Instant::now() < deadline =>
@@ -278,6 +286,7 @@ impl KafkaProducer {
             stats: KafkaProducerStats::default(),
             timer: RetransmitTimer::new(config.request_timeout),
             transaction: None,
+            transaction_version,
         })
     }
 

@@ -27,16 +27,22 @@ use std::time::Instant;
 use super::{KafkaProduceError, KafkaProducer, KafkaProducerConfig, RETRY_BACKOFF, retriable};
 use crate::{KafkaClientError, KafkaConnection};
 
-/// The versions a transactional producer speaks besides the idempotent one's.
-const TRANSACTION_VERSIONS: [(ApiKey, i16, i16); 3] = [
+/// The versions a transactional producer speaks besides the idempotent one's: Produce and
+/// EndTxn up to KIP-890 part 2's, used only where the broker finalizes it (else capped at
+/// [`BEFORE_PART_2`]).
+const TRANSACTION_VERSIONS: [(ApiKey, i16, i16); 4] = [
     (ApiKey::FindCoordinator, 1, 3),
     (ApiKey::AddPartitionsToTxn, 0, 3),
-    (ApiKey::EndTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 5),
+    (ApiKey::Produce, 3, 12),
 ];
 
 /// The versions KIP-890 part 2 needs: Produce that adds its own partition, EndTxn that answers
 /// the new epoch.
 const PART_2_VERSIONS: [(ApiKey, i16); 2] = [(ApiKey::Produce, 12), (ApiKey::EndTxn, 5)];
+
+/// The highest versions of those without part 2.
+const BEFORE_PART_2: [(ApiKey, i16); 2] = [(ApiKey::Produce, 9), (ApiKey::EndTxn, 3)];
 
 /// FindCoordinator's key type for a transactional id.
 const TRANSACTION_KEY: i8 = 1;
@@ -74,9 +80,15 @@ impl KafkaProducer {
         transactional_id: &str,
     ) -> Result<Self, KafkaProduceError> {
         let mut producer = Self::open(bootstrap, config, &TRANSACTION_VERSIONS).await?;
-        let part_2 = producer.offers_part_2().await?;
-        if part_2 {
-            producer.versions.extend(PART_2_VERSIONS);
+        let part_2 = producer.transaction_version >= 2
+            && PART_2_VERSIONS
+                .iter()
+                .all(|(api, needed)| producer.version(*api) >= *needed);
+        if !part_2 {
+            for (api, highest) in BEFORE_PART_2 {
+                let agreed = producer.version(api).min(highest);
+                producer.versions.insert(api, agreed);
+            }
         }
         producer.transaction = Some(Transaction {
             id: transactional_id.to_owned(),
@@ -102,23 +114,6 @@ impl KafkaProducer {
         producer.producer_id = answer.producer_id.0;
         producer.epoch = answer.producer_epoch;
         Ok(producer)
-    }
-
-    /// Whether the bootstrap broker finalizes KIP-890 part 2 and speaks its versions.
-    async fn offers_part_2(&self) -> Result<bool, KafkaProduceError> {
-        let mut conn = KafkaConnection::connect(self.bootstrap.as_str())
-            .await?
-            .with_client_id("minibroker-producer")
-            .with_answer_timeout(self.config.request_timeout);
-        if super::finalized_transaction_version(&mut conn).await? < 2 {
-            return Ok(false);
-        }
-        let versions = super::agree_versions(
-            &mut conn,
-            &PART_2_VERSIONS.map(|(api, version)| (api, version, version)),
-        )
-        .await;
-        Ok(versions.is_ok())
     }
 
     /// Whether the producer uses KIP-890 part 2: a new epoch at every transaction end.
