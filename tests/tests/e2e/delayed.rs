@@ -304,3 +304,109 @@ async fn with_part_2_late_requests_of_a_transaction_are_fenced_in_the_next() -> 
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn part_2_offsets_join_the_transaction_with_their_first_commit() -> Result<()> {
+    use kafka_protocol::messages::txn_offset_commit_request::{
+        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{
+        GroupId, TopicName, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+    };
+    let (broker, _kafka, mut conn) = kafka(Config::default()).await?;
+    broker.broker.create_topic("t", 1)?;
+    let (producer_id, epoch, _) = init(&mut conn, "offsets-2", 5).await?;
+    let producer = ("offsets-2", producer_id, epoch);
+    let commit = |version: i16| {
+        let request = TxnOffsetCommitRequest::default()
+            .with_transactional_id(TransactionalId(text("offsets-2")))
+            .with_group_id(GroupId(text("g")))
+            .with_producer_id(ProducerId(producer_id))
+            .with_producer_epoch(epoch)
+            .with_generation_id(-1)
+            .with_topics(vec![
+                TxnOffsetCommitRequestTopic::default()
+                    .with_name(TopicName(text("t")))
+                    .with_partitions(vec![
+                        TxnOffsetCommitRequestPartition::default()
+                            .with_partition_index(0)
+                            .with_committed_offset(7),
+                    ]),
+            ]);
+        (version, request)
+    };
+    // Before v5 the group must have been added (AddOffsetsToTxn); at v5 the commit adds it.
+    let (version, request) = commit(3);
+    let refused: TxnOffsetCommitResponse = conn
+        .call(ApiKey::TxnOffsetCommit, version, &request)
+        .await?;
+    assert_eq!(
+        refused.topics[0].partitions[0].error_code,
+        code(ResponseError::InvalidTxnState)
+    );
+    let (version, request) = commit(5);
+    let added: TxnOffsetCommitResponse = conn
+        .call(ApiKey::TxnOffsetCommit, version, &request)
+        .await?;
+    assert_eq!(added.topics[0].partitions[0].error_code, 0);
+    let described = broker
+        .host
+        .node()
+        .transactions()
+        .coordinator()
+        .describe("offsets-2")
+        .expect("the id");
+    assert_eq!(described.groups().cloned().collect::<Vec<_>>(), ["g"]);
+    assert_eq!(end_v5(&mut conn, producer, true).await?.0, 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_brokers_batched_add_verifies_or_adds_each_transaction() -> Result<()> {
+    use kafka_protocol::messages::add_partitions_to_txn_request::{
+        AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+    };
+    use kafka_protocol::messages::{
+        AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, TopicName,
+    };
+    let (broker, _kafka, mut conn) = kafka(Config::default()).await?;
+    broker.broker.create_topic("t", 2)?;
+    let (producer_id, epoch, _) = init(&mut conn, "batched", 5).await?;
+    let transaction = |partition: i32, verify_only: bool| {
+        AddPartitionsToTxnTransaction::default()
+            .with_transactional_id(TransactionalId(text("batched")))
+            .with_producer_id(ProducerId(producer_id))
+            .with_producer_epoch(epoch)
+            .with_verify_only(verify_only)
+            .with_topics(vec![
+                AddPartitionsToTxnTopic::default()
+                    .with_name(TopicName(text("t")))
+                    .with_partitions(vec![partition]),
+            ])
+    };
+    let codes = |answer: &AddPartitionsToTxnResponse| -> Vec<i16> {
+        answer
+            .results_by_transaction
+            .iter()
+            .flat_map(|txn| &txn.topic_results)
+            .flat_map(|topic| &topic.results_by_partition)
+            .map(|p| p.partition_error_code)
+            .collect()
+    };
+    // Add partition 0, then verify 0 (added) and 1 (not added).
+    let add = AddPartitionsToTxnRequest::default().with_transactions(vec![transaction(0, false)]);
+    let added: AddPartitionsToTxnResponse = conn.call(ApiKey::AddPartitionsToTxn, 5, &add).await?;
+    assert_eq!((added.error_code, codes(&added)), (0, vec![0]));
+    let verify = AddPartitionsToTxnRequest::default()
+        .with_transactions(vec![transaction(0, true), transaction(1, true)]);
+    let verified: AddPartitionsToTxnResponse =
+        conn.call(ApiKey::AddPartitionsToTxn, 5, &verify).await?;
+    assert_eq!(
+        codes(&verified),
+        [0, code(ResponseError::TransactionAbortable)]
+    );
+    let at_v4: AddPartitionsToTxnResponse =
+        conn.call(ApiKey::AddPartitionsToTxn, 4, &verify).await?;
+    assert_eq!(codes(&at_v4), [0, code(ResponseError::InvalidTxnState)]);
+    Ok(())
+}
