@@ -3,6 +3,10 @@
 //! Each subcommand lives in its own module; this file only parses arguments, sets up logging and
 //! reports errors (with their causes) on stderr with a non-zero exit.
 
+// The flags' doc comments are their --help text, where `<ms>` and the like are meant literally,
+// not as HTML.
+#![allow(rustdoc::invalid_html_tags)]
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
