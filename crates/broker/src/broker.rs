@@ -554,22 +554,22 @@ impl Broker {
     ) -> Result<Fetched, BrokerError> {
         let topic = self.topics.get(topic)?;
         let partition = topic.partition(partition)?;
-        let limits = ReadLimits {
-            max_bytes: max_bytes.min(self.max_fetch_bytes),
-            batch_overhead,
-        };
+        let mut limits = ReadLimits::bytes(max_bytes.min(self.max_fetch_bytes), batch_overhead);
         let fetched = {
             let mut data = partition.log();
-            let mut batches = data.log.read(offset, limits)?;
             let high_watermark = data.log.next_offset();
             let last_stable_offset = data.transactions.last_stable_offset(high_watermark);
-            let mut aborted = Vec::new();
             if isolation == Isolation::ReadCommitted {
-                batches.retain(|b| minibroker_records::base_offset(b) < last_stable_offset);
-                if let Some(last) = batches.last() {
-                    let upper = minibroker_records::end_offset(last);
-                    aborted.extend(data.transactions.aborted_between(offset, upper));
-                }
+                // Nothing at or past the LSO is read: it would only be dropped.
+                limits.before_offset = last_stable_offset;
+            }
+            let batches = data.log.read(offset, limits)?;
+            let mut aborted = Vec::new();
+            if isolation == Isolation::ReadCommitted
+                && let Some(last) = batches.last()
+            {
+                let upper = minibroker_records::end_offset(last);
+                aborted.extend(data.transactions.aborted_between(offset, upper));
             }
             Fetched {
                 high_watermark,

@@ -684,10 +684,7 @@ impl DurableLog {
         read_bytes: usize,
         mut each: impl FnMut(&Bytes) -> bool,
     ) -> Result<(), LogError> {
-        let limits = ReadLimits {
-            max_bytes: read_bytes,
-            batch_overhead: 0,
-        };
+        let limits = ReadLimits::bytes(read_bytes, 0);
         let mut at = from.max(self.start_offset());
         while at < self.next_offset() {
             let batches = self.read(at, limits)?;

@@ -36,14 +36,27 @@ pub struct ReadLimits {
     /// What each returned batch costs besides its bytes (the caller's encoding of it), so the
     /// caller can bound the size of its answer.
     pub batch_overhead: usize,
+    /// Stop at the first batch that begins at or after this offset (a `read_committed` reader
+    /// stops at the last stable offset, so nothing is read beyond it to be dropped);
+    /// `i64::MAX` for no bound.
+    pub before_offset: i64,
+}
+
+impl ReadLimits {
+    /// Up to `max_bytes`, each batch costing `batch_overhead` more, with no offset bound.
+    #[must_use]
+    pub fn bytes(max_bytes: usize, batch_overhead: usize) -> Self {
+        Self {
+            max_bytes,
+            batch_overhead,
+            before_offset: i64::MAX,
+        }
+    }
 }
 
 impl Default for ReadLimits {
     fn default() -> Self {
-        Self {
-            max_bytes: 1 << 20,
-            batch_overhead: 0,
-        }
+        Self::bytes(1 << 20, 0)
     }
 }
 
@@ -409,7 +422,9 @@ impl MemoryLog {
             let first = chunk.entries.partition_point(|b| b.end_offset() <= from);
             for entry in &chunk.entries[first..] {
                 let next = cost.saturating_add(entry.len as usize + limits.batch_overhead);
-                if !batches.is_empty() && next > limits.max_bytes {
+                if entry.base_offset >= limits.before_offset
+                    || (!batches.is_empty() && next > limits.max_bytes)
+                {
                     return Ok(batches);
                 }
                 cost = next;
@@ -491,21 +506,30 @@ mod tests {
         let mut log = sample();
         let all = log.read(0, ReadLimits::default()).unwrap();
         let one = all[0].len();
-        let limits = |max_bytes| ReadLimits {
-            max_bytes,
-            batch_overhead: 0,
-        };
+        let limits = |max_bytes| ReadLimits::bytes(max_bytes, 0);
         assert_eq!(log.read(0, limits(1)).unwrap().len(), 1);
         assert_eq!(log.read(0, limits(one)).unwrap().len(), 1);
         assert_eq!(log.read(0, limits(usize::MAX)).unwrap().len(), 3);
         // The overhead counts too.
         let two = one + all[1].len();
-        let with_overhead = |max_bytes| ReadLimits {
-            max_bytes,
-            batch_overhead: 10,
-        };
+        let with_overhead = |max_bytes| ReadLimits::bytes(max_bytes, 10);
         assert_eq!(log.read(0, with_overhead(two + 19)).unwrap().len(), 1);
         assert_eq!(log.read(0, with_overhead(two + 20)).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn read_stops_before_the_offset_bound() {
+        let mut log = sample();
+        let all = log.read(0, ReadLimits::default()).unwrap();
+        let before = |offset| ReadLimits {
+            before_offset: offset,
+            ..ReadLimits::default()
+        };
+        let second = base_offset(&all[1]);
+        assert_eq!(log.read(0, before(second)).unwrap().len(), 1);
+        assert_eq!(log.read(0, before(second + 1)).unwrap().len(), 2);
+        // Nothing begins below the bound: nothing is read, not even one batch.
+        assert!(log.read(second, before(second)).unwrap().is_empty());
     }
 
     #[test]
@@ -576,10 +600,7 @@ mod tests {
         assert!(log.chunks.len() > 10);
         assert_eq!(log.batch_count(), batches);
         assert_eq!(log.next_offset(), 2 * batches as i64);
-        let all = ReadLimits {
-            max_bytes: usize::MAX,
-            batch_overhead: 0,
-        };
+        let all = ReadLimits::bytes(usize::MAX, 0);
         let read = log.read(0, all).unwrap();
         assert_eq!(read.len(), batches);
         for (i, batch) in read.iter().enumerate() {
@@ -612,13 +633,7 @@ mod tests {
             assert_eq!(log.offset_of_max_timestamp(), Some((i, 1_000 + i)));
             // Every third append is followed by a read, so the chunk is frozen in many pieces.
             if i % 3 == 0 {
-                let all = log.read(
-                    0,
-                    ReadLimits {
-                        max_bytes: usize::MAX,
-                        batch_overhead: 0,
-                    },
-                );
+                let all = log.read(0, ReadLimits::bytes(usize::MAX, 0));
                 let all = all.unwrap();
                 assert_eq!(all.len() as i64, i + 1);
                 for (offset, batch) in all.iter().enumerate() {

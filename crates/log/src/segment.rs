@@ -199,7 +199,8 @@ impl Segment {
         })
     }
 
-    /// The whole batches holding `from` and after, within `limits` (at least one if any).
+    /// The whole batches holding `from` and after, within `limits` (at least one if any below
+    /// `limits.before_offset`).
     ///
     /// Every batch walked must begin where the one before it ended, and every batch returned
     /// must pass [`minibroker_records::inspect_stored`] (its CRC-32C included): a batch damaged on
@@ -235,7 +236,7 @@ impl Segment {
                 continue;
             }
             let next = cost.saturating_add(len + limits.batch_overhead);
-            if !batches.is_empty() && next > limits.max_bytes {
+            if base >= limits.before_offset || (!batches.is_empty() && next > limits.max_bytes) {
                 break;
             }
             let batch = reader.bytes(position, len)?;

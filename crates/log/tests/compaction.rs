@@ -75,15 +75,7 @@ fn held(log: &mut PartitionLog) -> Model {
     let mut found = Model::new();
     let mut at = log.start_offset();
     while at < log.next_offset() {
-        let batches = log
-            .read(
-                at,
-                ReadLimits {
-                    max_bytes: 1 << 20,
-                    batch_overhead: 0,
-                },
-            )
-            .unwrap();
+        let batches = log.read(at, ReadLimits::bytes(1 << 20, 0)).unwrap();
         for batch in &batches {
             for_each_record(batch, |r| {
                 let key = String::from_utf8(r.key.unwrap().to_vec()).unwrap();

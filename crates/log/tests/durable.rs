@@ -251,14 +251,12 @@ fn assert_holds(log: &mut DurableLog, expected: &[Stored]) {
 }
 
 fn limits(max_bytes: usize, batch_overhead: usize) -> ReadLimits {
-    ReadLimits {
-        max_bytes,
-        batch_overhead,
-    }
+    ReadLimits::bytes(max_bytes, batch_overhead)
 }
 
 /// What a read from `from` must return, per [`DurableLog::read`]'s contract: the batch holding
-/// `from`, then the following batches of the same segment while their cost fits `limits`.
+/// `from`, then the following batches of the same segment while their cost fits `limits`, none
+/// beginning at or after `limits.before_offset`.
 fn expected_read(
     model: &Model,
     segment_bases: &[i64],
@@ -275,7 +273,7 @@ fn expected_read(
     for batch in model
         .since(from)
         .iter()
-        .take_while(|b| b.base < segment_end)
+        .take_while(|b| b.base < segment_end && b.base < limits.before_offset)
     {
         cost += batch.bytes.len() + limits.batch_overhead;
         if !read.is_empty() && cost > limits.max_bytes {
@@ -305,6 +303,15 @@ fn assert_reads(log: &mut DurableLog, model: &Model, segment_bases: &[i64]) {
         limits(first + second + 19, 10),
         limits(first + second + 20, 10),
         limits(1500, 0),
+        // A read_committed reader's bound, at each of the first batches' starts.
+        ReadLimits {
+            before_offset: model.batches[1].base,
+            ..ReadLimits::default()
+        },
+        ReadLimits {
+            before_offset: model.batches[2].base,
+            ..limits(1500, 0)
+        },
     ];
     for from in log.start_offset()..log.next_offset() {
         for limits in all_limits {

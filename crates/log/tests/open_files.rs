@@ -35,10 +35,7 @@ fn append(log: &mut DurableLog, sequence: i32) -> Result<i64, LogError> {
 }
 
 fn read_all(log: &mut DurableLog) -> Vec<i64> {
-    let limits = ReadLimits {
-        max_bytes: 1 << 20,
-        batch_overhead: 0,
-    };
+    let limits = ReadLimits::bytes(1 << 20, 0);
     let mut offsets = Vec::new();
     let mut at = log.start_offset();
     while at < log.next_offset() {

@@ -87,10 +87,7 @@ fn a_memory_log_of_many_chunks_answers_as_a_walk_of_every_record() {
         let b = batch(sequence as i32, 3, 4_000, timestamp_of(sequence));
         log.append(&b, count(&b)).expect("appends");
     }
-    let limits = ReadLimits {
-        max_bytes: 1 << 20,
-        batch_overhead: 0,
-    };
+    let limits = ReadLimits::bytes(1 << 20, 0);
     let end = log.next_offset();
     let batches_stored = read_all(|at| log.read(at, limits).expect("reads"), end);
     let stored = records_of(&batches_stored);
@@ -127,10 +124,7 @@ fn a_durable_lookup_reads_one_index_interval_not_the_segment() {
         log.append(&b, count(&b), 0).expect("appends");
     }
     let end = log.next_offset();
-    let limits = ReadLimits {
-        max_bytes: 1 << 20,
-        batch_overhead: 0,
-    };
+    let limits = ReadLimits::bytes(1 << 20, 0);
     let stored = records_of(&read_all(|at| log.read(at, limits).expect("reads"), end));
     assert_eq!(log.segment_count(), 1);
     let check = |log: &mut DurableLog| {
