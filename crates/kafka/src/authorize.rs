@@ -4,7 +4,6 @@
 //! `minibroker_net::access::Guard`'s; this file only turns its answers into Kafka's.
 
 use kafka_protocol::ResponseError;
-use minibroker_net::access::ProducerUse;
 use minibroker_security::acl::Acls;
 use minibroker_security::{FileError, Operation, ResourceType};
 use std::sync::Arc;
@@ -69,12 +68,7 @@ impl KafkaFrontEnd {
             return None;
         }
         let producer_id = minibroker_records::inspect(batch).ok()?.producer_id;
-        match self.guard.producer_use(producer_id) {
-            ProducerUse::Allowed => None,
-            ProducerUse::Refused => Some(ResponseError::ClusterAuthorizationFailed),
-            ProducerUse::Forgotten => Some(ResponseError::UnknownProducerId),
-            ProducerUse::StorageFailed => Some(ResponseError::KafkaStorageError),
-        }
+        crate::errors::producer_use_code(self.guard.producer_use(producer_id))
     }
 
     /// The ACLs now (none without access control).

@@ -2,6 +2,9 @@
 
 use kafka_protocol::ResponseError;
 use minibroker_broker::{BrokerError, ErrorKind, Outcome, Verdict};
+use minibroker_groups::GroupError;
+use minibroker_net::access::ProducerUse;
+use minibroker_transactions::{AddPartitionsError, CoordinatorError, TxnError};
 
 /// Kafka's code for a refusal of the broker core.
 pub(crate) fn code_of(error: &BrokerError) -> ResponseError {
@@ -59,6 +62,103 @@ pub(crate) fn produce_answer(
     }
 }
 
+/// The code of a coordinator's refusal, for a request whose version `fenced_is_90` says whether
+/// it knows PRODUCER_FENCED.
+pub(crate) fn coordinator_code(error: &CoordinatorError, fenced_is_90: bool) -> ResponseError {
+    match error {
+        CoordinatorError::Refused(refusal) => match refusal {
+            TxnError::ProducerFenced if fenced_is_90 => ResponseError::ProducerFenced,
+            TxnError::ProducerFenced => ResponseError::InvalidProducerEpoch,
+            TxnError::InvalidProducerIdMapping => ResponseError::InvalidProducerIdMapping,
+            TxnError::ConcurrentTransactions => ResponseError::ConcurrentTransactions,
+            TxnError::InvalidTxnState { .. } | TxnError::LateEnd => ResponseError::InvalidTxnState,
+            TxnError::InvalidTransactionTimeout { .. } => ResponseError::InvalidTransactionTimeout,
+        },
+        CoordinatorError::EmptyTransactionalId | CoordinatorError::TransactionalIdTooLong(_) => {
+            ResponseError::InvalidRequest
+        }
+        // As for groups: a bound of the broker's, which no retry passes.
+        CoordinatorError::TooManyGroups | CoordinatorError::StorageFull(_) => {
+            ResponseError::PolicyViolation
+        }
+        // An add or end before any InitProducerId: the id maps to no producer.
+        CoordinatorError::UnknownTransactionalId(_) => ResponseError::InvalidProducerIdMapping,
+        // Retriable: the client asks again (a full disk or a failed write heals, or not).
+        CoordinatorError::Log(_) | CoordinatorError::ProducerId(_) => {
+            ResponseError::CoordinatorNotAvailable
+        }
+    }
+}
+
+/// The code of a refused add that a request made itself (KIP-890 part 2: Produce v12,
+/// TxnOffsetCommit v5): a transaction that cannot take it is TRANSACTION_ABORTABLE (the client
+/// aborts and goes on), the rest as [`coordinator_code`].
+pub(crate) fn implicit_add_code(error: &CoordinatorError, fenced_is_90: bool) -> ResponseError {
+    match error {
+        CoordinatorError::Refused(TxnError::InvalidTxnState { .. } | TxnError::LateEnd) => {
+            ResponseError::TransactionAbortable
+        }
+        other => coordinator_code(other, fenced_is_90),
+    }
+}
+
+/// How a Produce v12 answers the refusal of the add it made, as Kafka's broker answers its own
+/// AddPartitionsToTxn to the coordinator: a fence is INVALID_PRODUCER_EPOCH, an unavailable
+/// coordinator the retriable NOT_ENOUGH_REPLICAS.
+pub(crate) fn produce_add_code(error: &AddPartitionsError) -> ResponseError {
+    match error {
+        AddPartitionsError::Unknown(_) => ResponseError::UnknownTopicOrPartition,
+        AddPartitionsError::Coordinator(
+            CoordinatorError::Log(_) | CoordinatorError::ProducerId(_),
+        ) => ResponseError::NotEnoughReplicas,
+        AddPartitionsError::Coordinator(error) => implicit_add_code(error, false),
+    }
+}
+
+/// Kafka's code for a group refusal.
+pub(crate) fn group_code(error: &GroupError) -> ResponseError {
+    match error {
+        GroupError::MemberIdRequired(_) => ResponseError::MemberIdRequired,
+        GroupError::UnknownMemberId => ResponseError::UnknownMemberId,
+        GroupError::IllegalGeneration => ResponseError::IllegalGeneration,
+        GroupError::RebalanceInProgress => ResponseError::RebalanceInProgress,
+        GroupError::InconsistentGroupProtocol => ResponseError::InconsistentGroupProtocol,
+        GroupError::InvalidSessionTimeout { .. } => ResponseError::InvalidSessionTimeout,
+        GroupError::InvalidGroupId => ResponseError::InvalidGroupId,
+        GroupError::NonEmptyGroup => ResponseError::NonEmptyGroup,
+        GroupError::GroupIdNotFound => ResponseError::GroupIdNotFound,
+        GroupError::GroupSubscribedToTopic => ResponseError::GroupSubscribedToTopic,
+        // Retriable: the client commits again.
+        GroupError::Storage(_) => ResponseError::CoordinatorNotAvailable,
+        GroupError::GroupFull(_) => ResponseError::GroupMaxSizeReached,
+        // Not retriable, like a full store (a produce past `max_stored_bytes` gets the same).
+        GroupError::TooManyGroups(_) | GroupError::StorageFull(_) => ResponseError::PolicyViolation,
+        GroupError::TooMuchMetadata(_) => ResponseError::InvalidRequest,
+    }
+}
+
+/// Kafka's code for a produce the broker core refused: a batch for a partition its transaction
+/// has not added is TRANSACTION_ABORTABLE to the versions that know it.
+pub(crate) fn produce_code(error: &BrokerError, version: i16) -> ResponseError {
+    match error.kind() {
+        ErrorKind::NotAddedToTransaction if version >= crate::handlers::ABORTABLE_VERSION => {
+            ResponseError::TransactionAbortable
+        }
+        _ => code_of(error),
+    }
+}
+
+/// The refusal of a batch by whom its producer id was issued to (see `authorize`): none for an
+/// id of this principal's.
+pub(crate) fn producer_use_code(used: ProducerUse) -> Option<ResponseError> {
+    match used {
+        ProducerUse::Allowed => None,
+        ProducerUse::Refused => Some(ResponseError::ClusterAuthorizationFailed),
+        ProducerUse::Forgotten => Some(ResponseError::UnknownProducerId),
+        ProducerUse::StorageFailed => Some(ResponseError::KafkaStorageError),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,5 +197,57 @@ mod tests {
             produce_answer(verdict(Outcome::FencedEpoch, None), 0, true).0,
             Some(ResponseError::InvalidProducerEpoch)
         );
+    }
+
+    #[test]
+    fn each_refusal_has_its_code_and_a_fence_the_one_its_version_knows() {
+        let refused = |error: TxnError| CoordinatorError::Refused(error);
+        let cases = [
+            (
+                refused(TxnError::ProducerFenced),
+                true,
+                ResponseError::ProducerFenced,
+            ),
+            (
+                refused(TxnError::ProducerFenced),
+                false,
+                ResponseError::InvalidProducerEpoch,
+            ),
+            (
+                refused(TxnError::InvalidProducerIdMapping),
+                true,
+                ResponseError::InvalidProducerIdMapping,
+            ),
+            (
+                refused(TxnError::ConcurrentTransactions),
+                false,
+                ResponseError::ConcurrentTransactions,
+            ),
+            (
+                refused(TxnError::InvalidTxnState {
+                    state: minibroker_transactions::TxnState::Empty,
+                }),
+                true,
+                ResponseError::InvalidTxnState,
+            ),
+            (
+                refused(TxnError::InvalidTransactionTimeout { asked: 2, max: 1 }),
+                true,
+                ResponseError::InvalidTransactionTimeout,
+            ),
+            (
+                CoordinatorError::EmptyTransactionalId,
+                true,
+                ResponseError::InvalidRequest,
+            ),
+            (
+                CoordinatorError::UnknownTransactionalId("t".into()),
+                true,
+                ResponseError::InvalidProducerIdMapping,
+            ),
+        ];
+        for (error, fenced_is_90, expected) in cases {
+            assert_eq!(coordinator_code(&error, fenced_is_90), expected, "{error}");
+        }
     }
 }

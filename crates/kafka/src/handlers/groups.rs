@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use crate::KafkaFrontEnd;
 use crate::answer_room::{AnswerRoom, AnswerTooLarge};
+use crate::errors::group_code;
 use minibroker_security::{Operation, ResourceType};
 
 /// FindCoordinator's key type for a consumer group (1 is a transactional id).
@@ -38,31 +39,11 @@ const GROUP_KEY: i8 = 0;
 /// FindCoordinator's key type for a transactional id.
 const TRANSACTION_KEY: i8 = 1;
 
-/// Kafka's code for a group refusal.
-pub(super) fn group_code(error: &GroupError) -> i16 {
-    match error {
-        GroupError::MemberIdRequired(_) => ResponseError::MemberIdRequired,
-        GroupError::UnknownMemberId => ResponseError::UnknownMemberId,
-        GroupError::IllegalGeneration => ResponseError::IllegalGeneration,
-        GroupError::RebalanceInProgress => ResponseError::RebalanceInProgress,
-        GroupError::InconsistentGroupProtocol => ResponseError::InconsistentGroupProtocol,
-        GroupError::InvalidSessionTimeout { .. } => ResponseError::InvalidSessionTimeout,
-        GroupError::InvalidGroupId => ResponseError::InvalidGroupId,
-        GroupError::NonEmptyGroup => ResponseError::NonEmptyGroup,
-        GroupError::GroupIdNotFound => ResponseError::GroupIdNotFound,
-        GroupError::GroupSubscribedToTopic => ResponseError::GroupSubscribedToTopic,
-        // Retriable: the client commits again.
-        GroupError::Storage(_) => ResponseError::CoordinatorNotAvailable,
-        GroupError::GroupFull(_) => ResponseError::GroupMaxSizeReached,
-        // Not retriable, like a full store (a produce past `max_stored_bytes` gets the same).
-        GroupError::TooManyGroups(_) | GroupError::StorageFull(_) => ResponseError::PolicyViolation,
-        GroupError::TooMuchMetadata(_) => ResponseError::InvalidRequest,
-    }
-    .code()
-}
-
 fn code_or_none(result: &Result<(), GroupError>) -> i16 {
-    result.as_ref().err().map_or(0, group_code)
+    result
+        .as_ref()
+        .err()
+        .map_or(0, |error| group_code(error).code())
 }
 
 fn text(value: &str) -> StrBytes {
@@ -176,7 +157,7 @@ impl KafkaFrontEnd {
             Err(GroupError::MemberIdRequired(id)) => {
                 failed(ResponseError::MemberIdRequired.code(), &id)
             }
-            Err(error) => failed(group_code(&error), &request.member_id),
+            Err(error) => failed(group_code(&error).code(), &request.member_id),
         }
     }
 
@@ -201,7 +182,7 @@ impl KafkaFrontEnd {
             .await
         {
             Ok(assignment) => SyncGroupResponse::default().with_assignment(assignment),
-            Err(error) => SyncGroupResponse::default().with_error_code(group_code(&error)),
+            Err(error) => SyncGroupResponse::default().with_error_code(group_code(&error).code()),
         }
     }
 

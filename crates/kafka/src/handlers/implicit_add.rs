@@ -12,9 +12,8 @@
 
 use kafka_protocol::ResponseError;
 use minibroker_security::{Operation, ResourceType};
-use minibroker_transactions::{AddPartitionsError, CoordinatorError, TxnError};
 
-use super::transactions::coordinator_code;
+use crate::errors::produce_add_code;
 use crate::front_end::KafkaFrontEnd;
 use crate::produce_wire::ProduceView;
 
@@ -94,30 +93,9 @@ impl KafkaFrontEnd {
             .add_partitions((id, producer_id, epoch), &wanted, self.connection)
             .map_err(|error| {
                 tracing::debug!(transactional_id = id, %error, "Produce's implicit add refused");
-                implicit_add_code(&error)
+                produce_add_code(&error)
             })?;
         self.implicitly_added.remember((producer_id, epoch), wanted);
         Ok(())
-    }
-}
-
-/// How a Produce answers an implicit add's refusal, as Kafka's broker answers its own
-/// AddPartitionsToTxn to the coordinator for Produce v12.
-fn implicit_add_code(error: &AddPartitionsError) -> ResponseError {
-    match error {
-        AddPartitionsError::Unknown(_) => ResponseError::UnknownTopicOrPartition,
-        AddPartitionsError::Coordinator(error) => match error {
-            CoordinatorError::Refused(TxnError::ProducerFenced) => {
-                ResponseError::InvalidProducerEpoch
-            }
-            CoordinatorError::Refused(TxnError::InvalidTxnState { .. } | TxnError::LateEnd) => {
-                ResponseError::TransactionAbortable
-            }
-            // Retriable, as Kafka answers a produce whose coordinator is unavailable.
-            CoordinatorError::Log(_) | CoordinatorError::ProducerId(_) => {
-                ResponseError::NotEnoughReplicas
-            }
-            other => coordinator_code(other, true),
-        },
     }
 }

@@ -14,7 +14,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::Decodable;
 use minibroker_security::{Operation, ResourceType};
 
-use super::groups::group_code;
+use crate::errors::group_code;
 use crate::front_end::KafkaFrontEnd;
 
 impl KafkaFrontEnd {
@@ -55,7 +55,7 @@ impl KafkaFrontEnd {
         {
             Ok(outcomes) => outcomes,
             Err(error) => {
-                return OffsetDeleteResponse::default().with_error_code(group_code(&error));
+                return OffsetDeleteResponse::default().with_error_code(group_code(&error).code());
             }
         };
         let mut outcomes = outcomes.into_iter();
@@ -66,7 +66,7 @@ impl KafkaFrontEnd {
                 None => outcomes
                     .next()
                     .and_then(Result::err)
-                    .map_or(0, |error| group_code(&error)),
+                    .map_or(0, |error| group_code(&error).code()),
             };
             let answer = OffsetDeleteResponsePartition::default()
                 .with_partition_index(partition)

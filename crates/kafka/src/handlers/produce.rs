@@ -5,13 +5,13 @@
 
 use bytes::BytesMut;
 use kafka_protocol::ResponseError;
-use minibroker_broker::{BrokerError, ErrorKind, Outcome};
+use minibroker_broker::{BrokerError, Outcome};
 use minibroker_records::NO_PRODUCER_ID;
 use minibroker_security::{Operation, ResourceType};
 
-use super::implicit_add::{ABORTABLE_VERSION, IMPLICIT_ADD_VERSION};
+use super::implicit_add::IMPLICIT_ADD_VERSION;
 use super::{NONE, code, partition_index};
-use crate::errors::{code_of, produce_answer};
+use crate::errors::{produce_answer, produce_code};
 use crate::front_end::KafkaFrontEnd;
 use crate::produce_wire::{self, PartitionAnswer, ProduceView};
 
@@ -90,20 +90,7 @@ impl KafkaFrontEnd {
             produce_wire::write_answer(out, request, &answers, version);
         }
     }
-}
 
-/// Kafka's code for a produce the broker core refused: a batch for a partition its transaction
-/// has not added is TRANSACTION_ABORTABLE to the versions that know it.
-fn produce_code(error: &BrokerError, version: i16) -> ResponseError {
-    match error.kind() {
-        ErrorKind::NotAddedToTransaction if version >= ABORTABLE_VERSION => {
-            ResponseError::TransactionAbortable
-        }
-        _ => code_of(error),
-    }
-}
-
-impl KafkaFrontEnd {
     /// Runs the rule on one partition's batch: (error, base offset, log start offset).
     fn produce_one(
         &mut self,

@@ -23,41 +23,11 @@ use kafka_protocol::messages::{
 use minibroker_records::NO_PRODUCER_ID;
 use minibroker_security::acl::CLUSTER_NAME;
 use minibroker_security::{Operation, ResourceType};
-use minibroker_transactions::{
-    AddPartitionsError, CoordinatorError, OffsetCommitError, TxnError, TxnState,
-};
+use minibroker_transactions::{AddPartitionsError, CoordinatorError, OffsetCommitError, TxnState};
 use std::collections::HashSet;
 
-use super::groups::group_code;
+use crate::errors::{coordinator_code, group_code, implicit_add_code};
 use crate::front_end::KafkaFrontEnd;
-
-/// The code of a coordinator's refusal, for a request whose version `fenced_is_90` says whether
-/// it knows PRODUCER_FENCED.
-pub(super) fn coordinator_code(error: &CoordinatorError, fenced_is_90: bool) -> ResponseError {
-    match error {
-        CoordinatorError::Refused(refusal) => match refusal {
-            TxnError::ProducerFenced if fenced_is_90 => ResponseError::ProducerFenced,
-            TxnError::ProducerFenced => ResponseError::InvalidProducerEpoch,
-            TxnError::InvalidProducerIdMapping => ResponseError::InvalidProducerIdMapping,
-            TxnError::ConcurrentTransactions => ResponseError::ConcurrentTransactions,
-            TxnError::InvalidTxnState { .. } | TxnError::LateEnd => ResponseError::InvalidTxnState,
-            TxnError::InvalidTransactionTimeout { .. } => ResponseError::InvalidTransactionTimeout,
-        },
-        CoordinatorError::EmptyTransactionalId | CoordinatorError::TransactionalIdTooLong(_) => {
-            ResponseError::InvalidRequest
-        }
-        // As for groups: a bound of the broker's, which no retry passes.
-        CoordinatorError::TooManyGroups | CoordinatorError::StorageFull(_) => {
-            ResponseError::PolicyViolation
-        }
-        // An add or end before any InitProducerId: the id maps to no producer.
-        CoordinatorError::UnknownTransactionalId(_) => ResponseError::InvalidProducerIdMapping,
-        // Retriable: the client asks again (a full disk or a failed write heals, or not).
-        CoordinatorError::Log(_) | CoordinatorError::ProducerId(_) => {
-            ResponseError::CoordinatorNotAvailable
-        }
-    }
-}
 
 fn code_of_result(result: Result<(), CoordinatorError>, fenced_is_90: bool) -> i16 {
     match result {
@@ -394,12 +364,7 @@ impl KafkaFrontEnd {
             .add_offsets(transaction, &request.group_id.0, self.connection)
             .map_err(|error| {
                 tracing::debug!(%error, "TxnOffsetCommit's implicit add refused");
-                match error {
-                    CoordinatorError::Refused(TxnError::InvalidTxnState { .. }) => {
-                        ResponseError::TransactionAbortable
-                    }
-                    other => coordinator_code(&other, true),
-                }
+                implicit_add_code(&error, true)
             })
     }
 
@@ -429,8 +394,7 @@ impl KafkaFrontEnd {
         committed.map_err(|error| match &error {
             // TxnOffsetCommit has no PRODUCER_FENCED at the versions served.
             OffsetCommitError::Coordinator(error) => coordinator_code(error, false),
-            OffsetCommitError::Group(error) => ResponseError::try_from_code(group_code(error))
-                .unwrap_or(ResponseError::UnknownServerError),
+            OffsetCommitError::Group(error) => group_code(error),
         })
     }
 
@@ -505,60 +469,3 @@ const IMPLICIT_ADD_OFFSETS_VERSION: i16 = 5;
 
 /// The first EndTxn version whose ends bump the producer's epoch (KIP-890 part 2).
 pub(crate) const BUMPING_END_VERSION: i16 = 5;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_refusal_has_its_code_and_a_fence_the_one_its_version_knows() {
-        let refused = |error: TxnError| CoordinatorError::Refused(error);
-        let cases = [
-            (
-                refused(TxnError::ProducerFenced),
-                true,
-                ResponseError::ProducerFenced,
-            ),
-            (
-                refused(TxnError::ProducerFenced),
-                false,
-                ResponseError::InvalidProducerEpoch,
-            ),
-            (
-                refused(TxnError::InvalidProducerIdMapping),
-                true,
-                ResponseError::InvalidProducerIdMapping,
-            ),
-            (
-                refused(TxnError::ConcurrentTransactions),
-                false,
-                ResponseError::ConcurrentTransactions,
-            ),
-            (
-                refused(TxnError::InvalidTxnState {
-                    state: minibroker_transactions::TxnState::Empty,
-                }),
-                true,
-                ResponseError::InvalidTxnState,
-            ),
-            (
-                refused(TxnError::InvalidTransactionTimeout { asked: 2, max: 1 }),
-                true,
-                ResponseError::InvalidTransactionTimeout,
-            ),
-            (
-                CoordinatorError::EmptyTransactionalId,
-                true,
-                ResponseError::InvalidRequest,
-            ),
-            (
-                CoordinatorError::UnknownTransactionalId("t".into()),
-                true,
-                ResponseError::InvalidProducerIdMapping,
-            ),
-        ];
-        for (error, fenced_is_90, expected) in cases {
-            assert_eq!(coordinator_code(&error, fenced_is_90), expected, "{error}");
-        }
-    }
-}
