@@ -58,10 +58,15 @@ pub enum FlushPolicy {
     Os,
 }
 
-impl FromStr for FlushPolicy {
-    type Err = String;
+/// A flush policy written in none of the forms it takes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("flush policy must be always, os or interval:<ms>, got {0:?}")]
+pub struct BadFlushPolicy(pub String);
 
-    fn from_str(text: &str) -> Result<Self, String> {
+impl FromStr for FlushPolicy {
+    type Err = BadFlushPolicy;
+
+    fn from_str(text: &str) -> Result<Self, BadFlushPolicy> {
         match text {
             "always" => Ok(Self::Always),
             "os" => Ok(Self::Os),
@@ -70,17 +75,15 @@ impl FromStr for FlushPolicy {
                 .and_then(|ms| ms.parse().ok())
                 .filter(|ms| *ms > 0)
                 .map(Self::Interval)
-                .ok_or_else(|| {
-                    format!("flush policy must be always, os or interval:<ms>, got {text:?}")
-                }),
+                .ok_or_else(|| BadFlushPolicy(text.to_owned())),
         }
     }
 }
 
 impl TryFrom<String> for FlushPolicy {
-    type Error = String;
+    type Error = BadFlushPolicy;
 
-    fn try_from(text: String) -> Result<Self, String> {
+    fn try_from(text: String) -> Result<Self, BadFlushPolicy> {
         text.parse()
     }
 }

@@ -62,7 +62,7 @@ impl KafkaProxyArgs {
         let apis = self
             .api
             .iter()
-            .map(|name| minibroker_faults::kafka::api_key(name.trim()).map_err(anyhow::Error::msg))
+            .map(|name| Ok(minibroker_faults::kafka::api_key(name.trim())?))
             .collect::<Result<_>>()?;
         Ok(FaultConfig {
             kafka: Some(minibroker_faults::KafkaAware {

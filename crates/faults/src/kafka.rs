@@ -49,16 +49,27 @@ impl KafkaAware {
     }
 }
 
+/// A Kafka API named that no API has.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnknownApi {
+    /// A number that is no API's key.
+    #[error("no Kafka API has key {0}")]
+    Key(i16),
+    /// A name that is no API's.
+    #[error("no Kafka API is called {0:?}")]
+    Name(String),
+}
+
 /// An API key from its name as Kafka spells it (`Produce`, `produce`, `FindCoordinator`,
 /// `find-coordinator`, `find_coordinator`) or its number.
 ///
 /// # Errors
-/// The name, if no API has it.
-pub fn api_key(name: &str) -> Result<i16, String> {
+/// [`UnknownApi`] when no API has it.
+pub fn api_key(name: &str) -> Result<i16, UnknownApi> {
     if let Ok(number) = name.parse::<i16>() {
         return ApiKey::try_from(number)
             .map(|key| key as i16)
-            .map_err(|()| format!("no Kafka API has key {number}"));
+            .map_err(|()| UnknownApi::Key(number));
     }
     let wanted = name.replace(['-', '_'], "").to_ascii_lowercase();
     (0..=i16::MAX)
@@ -66,7 +77,7 @@ pub fn api_key(name: &str) -> Result<i16, String> {
         .filter_map(|key| ApiKey::try_from(key).ok())
         .find(|api| format!("{api:?}").to_ascii_lowercase() == wanted)
         .map(|api| api as i16)
-        .ok_or_else(|| format!("no Kafka API is called {name:?}"))
+        .ok_or_else(|| UnknownApi::Name(name.to_owned()))
 }
 
 /// The name of API `key`, for logs.

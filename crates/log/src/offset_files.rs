@@ -50,8 +50,8 @@ impl OffsetFile {
     }
 
     /// The offset `data` holds, or why it cannot be read.
-    pub(crate) fn decode(self, data: &[u8]) -> Result<i64, String> {
-        decode_body(unseal(self.magic, VERSION, data).map_err(|error| error.to_string())?)
+    pub(crate) fn decode(self, data: &[u8]) -> Result<i64, OffsetFileError> {
+        decode_body(unseal(self.magic, VERSION, data)?)
     }
 
     /// The offset saved in `dir`, if one was.
@@ -86,13 +86,27 @@ impl OffsetFile {
     }
 }
 
-fn decode_body(body: &[u8]) -> Result<i64, String> {
+/// Why an offset file was not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum OffsetFileError {
+    /// Not a whole sealed file of its kind and version.
+    #[error(transparent)]
+    Sealed(#[from] minibroker_envelope::SealError),
+    /// The body is not one offset.
+    #[error("a body of {0} bytes, not 8")]
+    BodyLength(usize),
+    /// An offset no log has.
+    #[error("a negative offset ({0})")]
+    Negative(i64),
+}
+
+fn decode_body(body: &[u8]) -> Result<i64, OffsetFileError> {
     let bytes: [u8; 8] = body
         .try_into()
-        .map_err(|_| format!("a body of {} bytes, not 8", body.len()))?;
+        .map_err(|_| OffsetFileError::BodyLength(body.len()))?;
     let offset = i64::from_be_bytes(bytes);
     if offset < 0 {
-        return Err(format!("a negative offset ({offset})"));
+        return Err(OffsetFileError::Negative(offset));
     }
     Ok(offset)
 }
@@ -107,13 +121,24 @@ mod tests {
             assert_eq!(file.decode(&file.encode(42)), Ok(42));
             let mut damaged = file.encode(42);
             damaged[6] ^= 1;
-            assert!(file.decode(&damaged).unwrap_err().contains("checksum"));
+            assert!(matches!(
+                file.decode(&damaged),
+                Err(OffsetFileError::Sealed(_))
+            ));
             assert!(
-                file.decode(&file.encode(-1))
+                file.decode(&damaged)
                     .unwrap_err()
-                    .contains("negative")
+                    .to_string()
+                    .contains("checksum")
             );
-            assert!(file.decode(&seal(file.magic, VERSION, b"short")).is_err());
+            assert_eq!(
+                file.decode(&file.encode(-1)),
+                Err(OffsetFileError::Negative(-1))
+            );
+            assert_eq!(
+                file.decode(&seal(file.magic, VERSION, b"short")),
+                Err(OffsetFileError::BodyLength(5))
+            );
             assert!(
                 file.decode(&seal(file.magic, 2, &7i64.to_be_bytes()))
                     .is_err()
