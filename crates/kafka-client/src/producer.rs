@@ -256,12 +256,13 @@ impl KafkaProducer {
                 .await?
                 .with_client_id("minibroker-producer")
                 .with_answer_timeout(config.request_timeout);
-            let agreed = match agree_versions(&mut conn, &wanted).await {
-                Ok(versions) => finalized_transaction_version(&mut conn)
-                    .await
-                    .map(|transaction_version| (versions, transaction_version)),
-                Err(error) => Err(error),
-            };
+            let agreed = async {
+                let listed = list_versions(&mut conn).await?;
+                let versions = choose_versions(&listed, &wanted)?;
+                let transaction_version = finalized_transaction_version(&mut conn, &listed).await?;
+                Ok::<_, KafkaProduceError>((versions, transaction_version))
+            }
+            .await;
             match agreed {
                 Ok(agreed) => break agreed,
                 // A lost answer: ask again on a new connection, until the delivery timeout.
@@ -581,6 +582,13 @@ pub async fn agree_versions(
     conn: &mut KafkaConnection,
     wanted: &[(ApiKey, i16, i16)],
 ) -> Result<HashMap<ApiKey, i16>, KafkaProduceError> {
+    choose_versions(&list_versions(conn).await?, wanted)
+}
+
+/// The broker's ApiVersions v0 answer, which every broker gives.
+async fn list_versions(
+    conn: &mut KafkaConnection,
+) -> Result<ApiVersionsResponse, KafkaProduceError> {
     let answer: ApiVersionsResponse = conn
         .call(ApiKey::ApiVersions, 0, &ApiVersionsRequest::default())
         .await?;
@@ -590,9 +598,17 @@ pub async fn agree_versions(
             what: "ApiVersions".into(),
         });
     }
+    Ok(answer)
+}
+
+/// [`agree_versions`] on the broker's `listed` versions.
+fn choose_versions(
+    listed: &ApiVersionsResponse,
+    wanted: &[(ApiKey, i16, i16)],
+) -> Result<HashMap<ApiKey, i16>, KafkaProduceError> {
     let mut versions = HashMap::new();
     for &(api, min, max) in wanted {
-        let theirs = answer.api_keys.iter().find(|k| k.api_key == api as i16);
+        let theirs = listed.api_keys.iter().find(|k| k.api_key == api as i16);
         let chosen = theirs
             .map(|k| k.max_version.min(max))
             .filter(|&v| theirs.is_some_and(|k| v >= k.min_version) && v >= min)
@@ -603,19 +619,18 @@ pub async fn agree_versions(
 }
 
 /// The `transaction.version` feature the broker at the other end of `conn` has finalized (0
-/// when it names none, or speaks no ApiVersions that carries features): 2 and above is KIP-890
-/// part 2, where every transaction end bumps the producer's epoch.
+/// when it names none, or speaks no ApiVersions that carries features; `listed` is its v0
+/// answer): 2 and above is KIP-890 part 2, where every transaction end bumps the producer's
+/// epoch.
 ///
 /// # Errors
-/// If a request fails.
-pub async fn finalized_transaction_version(
+/// If the request fails.
+async fn finalized_transaction_version(
     conn: &mut KafkaConnection,
+    listed: &ApiVersionsResponse,
 ) -> Result<i16, KafkaProduceError> {
     /// The first ApiVersions version whose answer carries the finalized features.
     const WITH_FEATURES: i16 = 3;
-    let listed: ApiVersionsResponse = conn
-        .call(ApiKey::ApiVersions, 0, &ApiVersionsRequest::default())
-        .await?;
     let speaks_features = listed
         .api_keys
         .iter()

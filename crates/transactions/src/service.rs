@@ -348,7 +348,11 @@ impl TransactionService {
     ) -> Result<(i64, i16), CoordinatorError> {
         // An end that bumps the epoch needs no such guess: a late copy of it is fenced. (Its
         // client may also have begun the transaction on another connection, its Produce v12's.)
-        let open = self.coordinator.describe(id).filter(|_| !bump);
+        let open = if bump {
+            None
+        } else {
+            self.coordinator.describe(id)
+        };
         if open.is_some_and(|txn| {
             (txn.producer_id(), txn.epoch()) == (producer_id, epoch)
                 && self.openers.is_late_end(&txn, via)

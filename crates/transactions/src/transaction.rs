@@ -623,6 +623,28 @@ impl Transaction {
         Ok(())
     }
 
+    /// A broker's verification of a batch's partition (AddPartitionsToTxn v4-5 `verify_only`):
+    /// the producer is current, and its open transaction has added `topic`/`partition`.
+    ///
+    /// # Errors
+    /// As [`Self::check_offsets_commit`], for the partition instead of a group.
+    pub fn check_partition(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        (topic, partition): (&str, u32),
+    ) -> Result<(), TxnError> {
+        self.check_producer(producer_id, epoch)?;
+        let added = self
+            .partitions
+            .iter()
+            .any(|(t, p)| t == topic && *p == partition);
+        if self.state != TxnState::Ongoing || !added {
+            return Err(TxnError::InvalidTxnState { state: self.state });
+        }
+        Ok(())
+    }
+
     fn check_producer(&self, producer_id: i64, epoch: i16) -> Result<(), TxnError> {
         if producer_id != self.producer_id {
             return Err(TxnError::InvalidProducerIdMapping);

@@ -450,3 +450,30 @@ fn after_a_fence_no_request_of_the_fenced_epoch_is_a_retry() {
         Err(TxnError::ProducerFenced)
     );
 }
+
+#[test]
+fn a_brokers_verification_finds_only_the_current_producers_added_partitions() {
+    let txn = ongoing();
+    assert_eq!(txn.check_partition(PID, 0, ("out", 0)), Ok(()));
+    assert_eq!(
+        txn.check_partition(PID, 0, ("out", 1)),
+        Err(TxnError::InvalidTxnState {
+            state: TxnState::Ongoing
+        })
+    );
+    assert_eq!(
+        txn.check_partition(PID, 1, ("out", 0)),
+        Err(TxnError::ProducerFenced)
+    );
+    assert_eq!(
+        txn.check_partition(PID + 1, 0, ("out", 0)),
+        Err(TxnError::InvalidProducerIdMapping)
+    );
+    let empty = Transaction::new("t", PID, TIMEOUT, 0);
+    assert_eq!(
+        empty.check_partition(PID, 0, ("out", 0)),
+        Err(TxnError::InvalidTxnState {
+            state: TxnState::Empty
+        })
+    );
+}

@@ -12,21 +12,27 @@
 
 use kafka_protocol::ResponseError;
 use minibroker_security::{Operation, ResourceType};
+use std::collections::{HashMap, HashSet};
 
 use crate::errors::produce_add_code;
 use crate::front_end::KafkaFrontEnd;
 use crate::produce_wire::ProduceView;
 
-/// The partitions this connection added implicitly for one producer id and epoch.
+/// The partitions this connection added implicitly for one producer id and epoch, by topic (a
+/// batch's look-up borrows its topic name, allocating nothing).
 #[derive(Debug, Default)]
 pub(crate) struct ImplicitlyAdded {
     producer: Option<(i64, i16)>,
-    partitions: std::collections::HashSet<(String, u32)>,
+    partitions: HashMap<String, HashSet<u32>>,
 }
 
 impl ImplicitlyAdded {
     fn contains(&self, producer: (i64, i16), topic: &str, partition: u32) -> bool {
-        self.producer == Some(producer) && self.partitions.contains(&(topic.to_owned(), partition))
+        self.producer == Some(producer)
+            && self
+                .partitions
+                .get(topic)
+                .is_some_and(|added| added.contains(&partition))
     }
 
     fn remember(&mut self, producer: (i64, i16), added: Vec<(String, u32)>) {
@@ -34,7 +40,9 @@ impl ImplicitlyAdded {
             self.producer = Some(producer);
             self.partitions.clear();
         }
-        self.partitions.extend(added);
+        for (topic, partition) in added {
+            self.partitions.entry(topic).or_default().insert(partition);
+        }
     }
 }
 

@@ -23,7 +23,7 @@ use kafka_protocol::messages::{
 use minibroker_records::NO_PRODUCER_ID;
 use minibroker_security::acl::CLUSTER_NAME;
 use minibroker_security::{Operation, ResourceType};
-use minibroker_transactions::{AddPartitionsError, CoordinatorError, OffsetCommitError, TxnState};
+use minibroker_transactions::{AddPartitionsError, CoordinatorError, OffsetCommitError};
 use std::collections::HashSet;
 
 use crate::errors::{coordinator_code, group_code, implicit_add_code};
@@ -220,25 +220,20 @@ impl KafkaFrontEnd {
         version: i16,
     ) -> Vec<AddPartitionsToTxnTopicResult> {
         let txn = self.transactions.coordinator().describe(id);
-        let not_in = if version >= 5 {
-            ResponseError::TransactionAbortable
-        } else {
-            ResponseError::InvalidTxnState
-        };
         let code_for = |topic: &str, partition: i32| -> i16 {
-            let Some(txn) = &txn else {
-                return ResponseError::InvalidProducerIdMapping.code();
-            };
-            if txn.producer_id() != producer_id {
-                return ResponseError::InvalidProducerIdMapping.code();
+            let checked = txn
+                .as_ref()
+                .ok_or_else(|| CoordinatorError::UnknownTransactionalId(id.to_owned()))
+                .and_then(|txn| {
+                    // A negative index names no partition of any transaction.
+                    let partition = u32::try_from(partition).unwrap_or(u32::MAX);
+                    Ok(txn.check_partition(producer_id, epoch, (topic, partition))?)
+                });
+            match checked {
+                Ok(()) => 0,
+                Err(error) if version >= 5 => implicit_add_code(&error, true).code(),
+                Err(error) => coordinator_code(&error, true).code(),
             }
-            if txn.epoch() != epoch {
-                return ResponseError::ProducerFenced.code();
-            }
-            let added = txn.state() == TxnState::Ongoing
-                && u32::try_from(partition)
-                    .is_ok_and(|p| txn.partitions().any(|(t, i)| t == topic && *i == p));
-            if added { 0 } else { not_in.code() }
         };
         topic_results(topics, code_for)
     }
