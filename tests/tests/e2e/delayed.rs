@@ -12,7 +12,9 @@ use minibroker_net::Config;
 use minibroker_tests::{KafkaConnection, kafka_connection};
 
 use crate::kafka::kafka;
-use crate::transactions::{add_partitions, code, end, init, produce_value, produce_value_at, text};
+use crate::transactions::{
+    add_partitions, code, end, init, produce_value, produce_value_at, text, txn_offset_commit,
+};
 
 /// Every record value of `topic`'s partition 0 a consumer reading at `isolation` keeps
 /// (markers, and at `read_committed` aborted transactions, left out).
@@ -307,47 +309,19 @@ async fn with_part_2_late_requests_of_a_transaction_are_fenced_in_the_next() -> 
 
 #[tokio::test]
 async fn part_2_offsets_join_the_transaction_with_their_first_commit() -> Result<()> {
-    use kafka_protocol::messages::txn_offset_commit_request::{
-        TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
-    };
-    use kafka_protocol::messages::{
-        GroupId, TopicName, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
-    };
+    use kafka_protocol::messages::TxnOffsetCommitResponse;
     let (broker, _kafka, mut conn) = kafka(Config::default()).await?;
     broker.broker.create_topic("t", 1)?;
     let (producer_id, epoch, _) = init(&mut conn, "offsets-2", 5).await?;
     let producer = ("offsets-2", producer_id, epoch);
-    let commit = |version: i16| {
-        let request = TxnOffsetCommitRequest::default()
-            .with_transactional_id(TransactionalId(text("offsets-2")))
-            .with_group_id(GroupId(text("g")))
-            .with_producer_id(ProducerId(producer_id))
-            .with_producer_epoch(epoch)
-            .with_generation_id(-1)
-            .with_topics(vec![
-                TxnOffsetCommitRequestTopic::default()
-                    .with_name(TopicName(text("t")))
-                    .with_partitions(vec![
-                        TxnOffsetCommitRequestPartition::default()
-                            .with_partition_index(0)
-                            .with_committed_offset(7),
-                    ]),
-            ]);
-        (version, request)
-    };
+    let request = txn_offset_commit(producer, ("t", 7));
     // Before v5 the group must have been added (AddOffsetsToTxn); at v5 the commit adds it.
-    let (version, request) = commit(3);
-    let refused: TxnOffsetCommitResponse = conn
-        .call(ApiKey::TxnOffsetCommit, version, &request)
-        .await?;
+    let refused: TxnOffsetCommitResponse = conn.call(ApiKey::TxnOffsetCommit, 3, &request).await?;
     assert_eq!(
         refused.topics[0].partitions[0].error_code,
         code(ResponseError::InvalidTxnState)
     );
-    let (version, request) = commit(5);
-    let added: TxnOffsetCommitResponse = conn
-        .call(ApiKey::TxnOffsetCommit, version, &request)
-        .await?;
+    let added: TxnOffsetCommitResponse = conn.call(ApiKey::TxnOffsetCommit, 5, &request).await?;
     assert_eq!(added.topics[0].partitions[0].error_code, 0);
     let described = broker
         .host

@@ -287,6 +287,29 @@ async fn a_transactional_batch_needs_its_partition_added_and_an_unknown_one_cann
     Ok(())
 }
 
+/// TxnOffsetCommit of `offset` for `topic`/0 in group `g`, by the producer's transaction, with no
+/// member (generation -1).
+pub(crate) fn txn_offset_commit(
+    (id, producer_id, epoch): (&str, i64, i16),
+    (topic, offset): (&str, i64),
+) -> TxnOffsetCommitRequest {
+    TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(text(id)))
+        .with_group_id(GroupId(text("g")))
+        .with_producer_id(ProducerId(producer_id))
+        .with_producer_epoch(epoch)
+        .with_generation_id(-1)
+        .with_topics(vec![
+            TxnOffsetCommitRequestTopic::default()
+                .with_name(TopicName(text(topic)))
+                .with_partitions(vec![
+                    TxnOffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(offset),
+                ]),
+        ])
+}
+
 async fn offset_fetch(conn: &mut KafkaConnection, require_stable: bool) -> Result<(i16, i64)> {
     let request = OffsetFetchRequest::default()
         .with_group_id(GroupId(text("g")))
@@ -311,21 +334,7 @@ async fn offsets_committed_in_a_transaction_show_only_once_it_commits() -> Resul
         .with_producer_id(ProducerId(producer_id))
         .with_producer_epoch(epoch)
         .with_group_id(GroupId(text("g")));
-    let commit = TxnOffsetCommitRequest::default()
-        .with_transactional_id(TransactionalId(text("offsets")))
-        .with_group_id(GroupId(text("g")))
-        .with_producer_id(ProducerId(producer_id))
-        .with_producer_epoch(epoch)
-        .with_generation_id(-1)
-        .with_topics(vec![
-            TxnOffsetCommitRequestTopic::default()
-                .with_name(TopicName(text("in")))
-                .with_partitions(vec![
-                    TxnOffsetCommitRequestPartition::default()
-                        .with_partition_index(0)
-                        .with_committed_offset(42),
-                ]),
-        ]);
+    let commit = txn_offset_commit(("offsets", producer_id, epoch), ("in", 42));
     // Before AddOffsetsToTxn the group is not in the transaction.
     let early: TxnOffsetCommitResponse = conn.call(ApiKey::TxnOffsetCommit, 3, &commit).await?;
     assert_eq!(
