@@ -79,6 +79,10 @@ const BATCHES_PER_TRANSACTION: usize = 10;
 /// Every this many transactions, one is aborted (and its records written again).
 const ABORT_EVERY: usize = 4;
 
+/// How many times one transactional producer may be fenced and start again before the check
+/// gives up on it: a broker that fences a producer every time it starts is not one to ride out.
+const MAX_RESTARTS: usize = 3;
+
 /// How long a freshly created topic may take to show leaders for all its partitions.
 const TOPIC_READY_WITHIN: Duration = Duration::from_secs(30);
 
@@ -96,6 +100,8 @@ struct Produced {
     aborted: usize,
     /// Producers whose every transaction end bumped the epoch (KIP-890 part 2).
     part_2: usize,
+    /// Times a producer was fenced and started again.
+    restarts: usize,
 }
 
 /// What one producer did.
@@ -107,6 +113,8 @@ struct JobRun {
     committed: usize,
     aborted: usize,
     part_2: bool,
+    /// Times it was fenced and started again.
+    restarts: usize,
 }
 
 pub async fn run(args: Args) -> Result<()> {
@@ -237,14 +245,12 @@ async fn run_producers(args: &Args, proxy: &str, topic: &str) -> Produced {
             ..JobRun::default()
         });
         produced.acked.append(&mut run.acked);
-        produced.stats.batches += run.stats.batches;
-        produced.stats.records += run.stats.records;
-        produced.stats.retries += run.stats.retries;
-        produced.stats.duplicates += run.stats.duplicates;
+        produced.stats += run.stats;
         produced.failures.extend(run.failure);
         produced.committed += run.committed;
         produced.aborted += run.aborted;
         produced.part_2 += usize::from(run.part_2);
+        produced.restarts += run.restarts;
     }
     produced.elapsed = started.elapsed();
     produced
@@ -270,11 +276,7 @@ impl Job {
     /// transactions only — and, if it stopped early, why.
     async fn run(self) -> JobRun {
         let mut run = JobRun::default();
-        let connected = match &self.transactional_id {
-            Some(id) => KafkaProducer::connect_transactional(&self.address, self.config, id).await,
-            None => KafkaProducer::connect(&self.address, self.config).await,
-        };
-        let mut producer = match connected {
+        let mut producer = match self.start().await {
             Ok(producer) => producer,
             Err(error) => {
                 run.failure = Some(format!("cannot start a producer: {error}"));
@@ -313,15 +315,43 @@ impl Job {
                     run.committed += usize::from(transactional);
                     run.acked.append(&mut transaction);
                 }
+                // A delayed InitProducerId of this very producer reached the broker after the
+                // one it answered, and fenced it, as it must: a broker cannot tell a late copy
+                // from a new instance. The application starts again, as one does when fenced;
+                // the new instance's InitProducerId aborts the open transaction, whose records
+                // are written again.
+                Err(error) if transactional && error.is_fenced() && run.restarts < MAX_RESTARTS => {
+                    run.restarts += 1;
+                    run.stats += producer.stats();
+                    producer = match self.start().await {
+                        Ok(producer) => producer,
+                        Err(error) => {
+                            run.failure = Some(format!("cannot start a producer again: {error}"));
+                            return run;
+                        }
+                    };
+                    progress = Progress {
+                        batch_number: progress.batch_number,
+                        ..before
+                    };
+                }
                 Err(error) => {
                     run.failure = Some(format!("producer {}: {error}", producer.producer_id()));
                     break;
                 }
             }
         }
-        run.stats = producer.stats();
+        run.stats += producer.stats();
         run.part_2 = producer.uses_part_2();
         run
+    }
+
+    /// A producer, transactional if the job is.
+    async fn start(&self) -> Result<KafkaProducer, minibroker_kafka_client::KafkaProduceError> {
+        match &self.transactional_id {
+            Some(id) => KafkaProducer::connect_transactional(&self.address, self.config, id).await,
+            None => KafkaProducer::connect(&self.address, self.config).await,
+        }
     }
 
     /// The next batches: for a transactional producer one transaction of them, ended by a
@@ -410,6 +440,12 @@ fn print_report(
             println!(
                 "    KIP-890 part 2       {:>8}   producers whose every end moved to a new epoch",
                 produced.part_2
+            );
+        }
+        if produced.restarts > 0 {
+            println!(
+                "    restarted            {:>8}   fenced (by a late copy of its own InitProducerId, say) and started again",
+                produced.restarts
             );
         }
     }

@@ -127,6 +127,20 @@ pub enum KafkaProduceError {
     },
 }
 
+impl KafkaProduceError {
+    /// Whether a newer instance of this producer (the same transactional id, initialised
+    /// again) has fenced this one: only a new InitProducerId gets it writing again.
+    pub fn is_fenced(&self) -> bool {
+        let Self::Broker { code, .. } = self else {
+            return false;
+        };
+        matches!(
+            ResponseError::try_from_code(*code),
+            Some(ResponseError::InvalidProducerEpoch | ResponseError::ProducerFenced)
+        )
+    }
+}
+
 /// One acknowledged batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KafkaAck {
@@ -153,6 +167,15 @@ pub struct KafkaProducerStats {
     pub retries: u64,
     /// Answers DUPLICATE_SEQUENCE_NUMBER (a retry of a stored batch, recognised as such).
     pub duplicates: u64,
+}
+
+impl std::ops::AddAssign for KafkaProducerStats {
+    fn add_assign(&mut self, other: Self) {
+        self.batches += other.batches;
+        self.records += other.records;
+        self.retries += other.retries;
+        self.duplicates += other.duplicates;
+    }
 }
 
 /// An idempotent producer over the Kafka protocol.

@@ -193,6 +193,45 @@ fn check_rides_out_lost_answers_to_every_api() {
 }
 
 #[test]
+fn check_starts_a_producer_again_when_a_late_copy_of_its_init_fences_it() {
+    // The first InitProducerId is held past the producer's timeout: its retry is answered, the
+    // producer starts, and then the held copy arrives and fences it, as a new instance would.
+    // The broker is right to fence; the check starts the producer again and carries on.
+    let server = ServeProcess::spawn(&mut serve_command("127.0.0.1:0", "127.0.0.1:0"));
+    let output = Command::new(BIN)
+        .args(["check", "--kafka", &server.kafka_addr, "--transactional"])
+        .args(["--producers", "2", "--records", "2000", "--batch-size", "1"])
+        .args([
+            "--api",
+            "init_producer_id",
+            "--hold-at",
+            "1",
+            "--hold-ms",
+            "500",
+        ])
+        .args(["--timeout-ms", "200"])
+        .args([
+            "--drop-request",
+            "0",
+            "--drop-response",
+            "0",
+            "--delay-request",
+            "0",
+        ])
+        .args(["--delay-response", "0", "--reset", "0", "--hold", "0"])
+        .output()
+        .expect("run check");
+    let said = text(&output);
+    assert!(output.status.success(), "{said}");
+    assert!(said.contains("stale retries held          1"), "{said}");
+    assert!(said.contains("restarted                   1"), "{said}");
+    assert!(
+        said.contains("verdict: EXACTLY-ONCE HELD - all 4000 acknowledged records"),
+        "{said}"
+    );
+}
+
+#[test]
 fn check_fails_a_broker_that_commits_what_was_aborted() {
     let (output, broken) =
         check_through_double_with(Misbehaviour::CommitAborted, &["--transactional"]);
