@@ -113,7 +113,7 @@ pub struct Args {
     /// What transactions cost, on an embedded broker's Kafka listener: transactional producers
     /// committing every --commit-interval-ms against idempotent ones (records/s), and
     /// read_committed reads of a topic of transactions against read_uncommitted ones.
-    #[arg(long, conflicts_with_all = ["broker", "baseline", "memory", "data_dir", "compare_metrics"])]
+    #[arg(long, conflicts_with_all = ["broker", "baseline", "memory", "compare_metrics"])]
     transactional: bool,
     /// What TLS costs on the Kafka path: the workload on an embedded broker's plain Kafka
     /// listener and on a TLS one, alternating three times each.
@@ -154,6 +154,7 @@ pub async fn run(args: Args) -> Result<()> {
             commit_interval: Duration::from_millis(args.commit_interval_ms.max(1)),
             transaction_version: args.transaction_version,
             pairs: args.pairs,
+            durable: args.data_dir.map(|dir| (dir, args.flush)),
             json: args.json,
         })
         .await;

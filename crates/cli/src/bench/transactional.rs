@@ -33,6 +33,8 @@ use minibroker_kafka_client::KafkaConnection;
 use minibroker_native::EmbeddedBroker;
 use minibroker_records::{NewRecord, Writer};
 use serde_json::json;
+use minibroker_broker::FlushPolicy;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::embedded_config;
@@ -59,6 +61,10 @@ pub struct Settings {
     /// The transaction protocol: 2 is KIP-890 part 2 (an epoch bump at every end), 1 the one
     /// before it.
     pub transaction_version: i16,
+    /// With a data directory (`--data-dir`): the broker stores in its `bench-transactional`
+    /// folder (cleared first, deleted after) under this flush policy, its transaction
+    /// coordinator's log included; in memory otherwise.
+    pub durable: Option<(PathBuf, FlushPolicy)>,
     /// Print JSON.
     pub json: bool,
 }
@@ -85,6 +91,15 @@ fn run_pinned(settings: &Settings) -> Result<()> {
     let sides = Pinned::new()?;
     let mut config = embedded_config(settings.partitions, Some(16 << 30));
     config.broker.retention_bytes = Some(16 << 20);
+    let dir = match &settings.durable {
+        Some((dir, flush)) => {
+            let dir = super::durable::fresh_dir(&dir.join("bench-transactional"))?;
+            config.broker.data_dir = Some(dir.clone());
+            config.broker.flush = *flush;
+            Some(dir)
+        }
+        None => None,
+    };
     let (broker, kafka) = sides.on_server(async move {
         let broker = EmbeddedBroker::start(config).await?;
         let kafka = minibroker_kafka::serve_on_loopback(&broker.host).await?;
@@ -101,6 +116,13 @@ fn run_pinned(settings: &Settings) -> Result<()> {
             settings.commit_interval.as_millis(),
             settings.transaction_version
         );
+        match &settings.durable {
+            Some((dir, flush)) => println!(
+                "  durable in {}, flush {flush}",
+                dir.join("bench-transactional").display()
+            ),
+            None => println!("  in memory"),
+        }
     }
     let cpu_at_start = super::steal::CpuTimes::now();
     let measured = sides.generator.block_on(async {
@@ -127,6 +149,9 @@ fn run_pinned(settings: &Settings) -> Result<()> {
     });
     let steal = super::steal::steal_percent(cpu_at_start);
     sides.on_server(async move { broker.stop().await })??;
+    if let Some(dir) = &dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     let (produce, reads) = measured?;
     let produce_ratios = Spread::of(
         produce
