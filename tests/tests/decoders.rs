@@ -827,39 +827,48 @@ fn transaction_log() -> Vec<u8> {
         Path::new("/data"),
     )
     .expect("a new log");
-    let issue = |id| move || Ok::<i64, std::convert::Infallible>(id);
-    for (n, id) in [
-        "ongoing",
-        "prepared",
-        "committed",
-        "a name with spaces",
-        "é",
-    ]
-    .iter()
-    .enumerate()
-    {
-        let producer_id = 1000 + n as i64;
-        coordinator
-            .init_producer(id, None, 60_000, issue(producer_id), 1)
-            .unwrap();
-        let partitions = vec![("out".to_owned(), 0), ("other topic".to_owned(), 7)];
-        coordinator
-            .add_partitions(id, producer_id, 0, &partitions, 2)
-            .unwrap();
-        coordinator
-            .add_group(id, producer_id, 0, "group", 3)
-            .unwrap();
-        if n >= 1 {
-            // Some ends bump the epoch (KIP-890 part 2): their records are version 2.
-            let (commit, bump) = (n % 2 == 0, n >= 2);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let issue = |id| move || Ok::<i64, std::convert::Infallible>(id);
+        for (n, id) in [
+            "ongoing",
+            "prepared",
+            "committed",
+            "a name with spaces",
+            "é",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let producer_id = 1000 + n as i64;
             coordinator
-                .end(id, (producer_id, 0), (commit, bump), issue(0), 4)
+                .init_producer(id, None, 60_000, issue(producer_id), 1)
+                .await
                 .unwrap();
+            let partitions = vec![("out".to_owned(), 0), ("other topic".to_owned(), 7)];
+            coordinator
+                .add_partitions(id, producer_id, 0, &partitions, 2)
+                .await
+                .unwrap();
+            coordinator
+                .add_group(id, producer_id, 0, "group", 3)
+                .await
+                .unwrap();
+            if n >= 1 {
+                // Some ends bump the epoch (KIP-890 part 2): their records are version 2.
+                let (commit, bump) = (n % 2 == 0, n >= 2);
+                coordinator
+                    .end(id, (producer_id, 0), (commit, bump), issue(0), 4)
+                    .await
+                    .unwrap();
+            }
+            if n >= 2 {
+                coordinator.complete(id, 5).await.unwrap();
+            }
         }
-        if n >= 2 {
-            coordinator.complete(id, 5).unwrap();
-        }
-    }
+    });
     drop(coordinator);
     storage
         .contents(&Path::new("/data").join(minibroker_transactions::FILE_NAME))

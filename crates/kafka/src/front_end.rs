@@ -86,7 +86,7 @@ impl KafkaFrontEnd {
             return Next::Close;
         };
         if api == ApiKey::Produce && apis::supports(api, version) {
-            return self.serve_produce(&frame, version, out);
+            return self.serve_produce(&frame, version, out).await;
         }
         let header = match RequestHeader::decode(&mut frame, api.request_header_version(version)) {
             Ok(header) => header,
@@ -183,10 +183,11 @@ impl KafkaFrontEnd {
     }
 
     /// Serves a Produce of a served version, read in place (`produce_wire`). The hot path
-    /// never waits (the write and any fsync wait in `store_answered`), so it is served here,
-    /// outside `dispatch`, whose future holds the largest of every other API's (a fetch's
-    /// wait, the group calls) and is boxed.
-    fn serve_produce(&mut self, frame: &[u8], version: i16, out: &mut BytesMut) -> Next {
+    /// never waits (the write and any fsync wait in `store_answered`; a Produce v12's add of
+    /// its partitions to their transaction, once per partition and transaction, is boxed), so
+    /// it is served here, outside `dispatch`, whose future holds the largest of every other
+    /// API's (a fetch's wait, the group calls) and is boxed.
+    async fn serve_produce(&mut self, frame: &[u8], version: i16, out: &mut BytesMut) -> Next {
         if self.refused_by_session(ApiKey::Produce) {
             return Next::Close;
         }
@@ -204,7 +205,8 @@ impl KafkaFrontEnd {
             "produce request"
         );
         let started = self.timings.as_ref().map(ConnectionTimings::start);
-        self.produce(&request, version, out);
+        let transaction = self.allow_transaction(&request, version).await;
+        self.produce(&request, version, transaction, out);
         if let (Some(timings), Some(started)) = (&mut self.timings, started) {
             timings.record_since(apis::name(ApiKey::Produce), started);
         }
@@ -239,10 +241,10 @@ impl KafkaFrontEnd {
                 self.init_producer_id(request, version).await,
             )),
             RequestKind::AddPartitionsToTxn(request) => Ok(ResponseKind::AddPartitionsToTxn(
-                self.add_partitions_to_txn(&request, version),
+                self.add_partitions_to_txn(&request, version).await,
             )),
             RequestKind::AddOffsetsToTxn(request) => Ok(ResponseKind::AddOffsetsToTxn(
-                self.add_offsets_to_txn(&request, version),
+                self.add_offsets_to_txn(&request, version).await,
             )),
             RequestKind::TxnOffsetCommit(request) => Ok(ResponseKind::TxnOffsetCommit(
                 self.txn_offset_commit(request, version).await,

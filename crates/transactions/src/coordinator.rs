@@ -1,10 +1,14 @@
 //! [`TransactionCoordinator`]: every transactional id of the broker, each change made durable in
 //! the [`TransactionLog`] before it is applied and answered.
 //!
-//! A request works on a copy of its id's [`Transaction`]; only when the changed copy's record
-//! is synced does the copy replace the state, so a failed write changes nothing and the
-//! request is answered with the storage error. Without a data directory the log is absent and
-//! changes apply at once.
+//! A request takes its id's turn (an async lock; ids share 64 of them by hash), so one change
+//! of an id is decided and written at a time, and works on a copy of the id's [`Transaction`].
+//! The changed copy goes to the log's writer thread (`writer`), which writes and syncs the
+//! changes of every id waiting at that moment in one group, and only then does the copy replace
+//! the state and the turn pass on: a failed write changes nothing and the request is answered
+//! with the storage error. No fsync runs on the runtime, and no lock is held across one but the
+//! turn of the ids in the group. Without a data directory the log is absent and changes apply
+//! at once.
 //!
 //! What it does not do itself: write the COMMIT and ABORT markers (the partitions' part) and
 //! answer on the wire (the Kafka front end's). After an [`TransactionCoordinator::end`], a
@@ -14,14 +18,22 @@
 use minibroker_broker::{BrokerConfig, StorageBudget};
 use minibroker_log::Storage;
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use thiserror::Error;
+use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, oneshot};
 
+use crate::writer::LogWriter;
 use crate::{
     Change, EndEpoch, InitOutcome, Transaction, TransactionLog, TransactionLogError, TxnError,
     TxnState,
 };
+
+/// How many turns the ids share (see the module docs): two ids of one turn wait for each
+/// other's writes, so enough that concurrent producers rarely meet, few enough to keep no map
+/// of locks per id.
+const TURNS: usize = 64;
 
 /// The coordinator's bounds (Kafka's `transaction.max.timeout.ms` and
 /// `transactional.id.expiration.ms`).
@@ -87,11 +99,18 @@ fn default_budget() -> Arc<StorageBudget> {
     Arc::new(StorageBudget::new(BrokerConfig::default().max_stored_bytes))
 }
 
+/// Every transactional id's state, as its log has it.
+type Ids = Arc<Mutex<HashMap<String, Transaction>>>;
+
+/// One id's turn to change, held from its decision until its change is applied.
+type Turn = OwnedMutexGuard<()>;
+
 /// Every transactional id; see the module docs.
 #[derive(Debug)]
 pub struct TransactionCoordinator {
-    ids: Mutex<HashMap<String, Transaction>>,
-    log: Option<Mutex<TransactionLog>>,
+    ids: Ids,
+    turns: Box<[Arc<AsyncMutex<()>>]>,
+    writer: Option<LogWriter>,
     limits: Limits,
     /// What the ids hold ([`Transaction::held_bytes`]) is charged here.
     budget: Arc<StorageBudget>,
@@ -101,9 +120,14 @@ impl TransactionCoordinator {
     /// A coordinator under `limits`, its transactions in memory only.
     #[must_use]
     pub fn in_memory(limits: Limits) -> Self {
+        Self::with(limits, HashMap::new(), None)
+    }
+
+    fn with(limits: Limits, ids: HashMap<String, Transaction>, writer: Option<LogWriter>) -> Self {
         Self {
-            ids: Mutex::default(),
-            log: None,
+            ids: Arc::new(Mutex::new(ids)),
+            turns: (0..TURNS).map(|_| Arc::default()).collect(),
+            writer,
             limits,
             budget: default_budget(),
         }
@@ -113,7 +137,8 @@ impl TransactionCoordinator {
     /// `storage`, and loaded from it.
     ///
     /// # Errors
-    /// As [`TransactionLog::open`].
+    /// As [`TransactionLog::open`]; [`TransactionLogError::Io`] when the log's writer thread
+    /// cannot be started.
     pub fn open(
         limits: Limits,
         storage: Arc<dyn Storage>,
@@ -124,12 +149,12 @@ impl TransactionCoordinator {
             .into_iter()
             .map(|txn| (txn.transactional_id().to_owned(), txn))
             .collect();
-        let coordinator = Self {
-            ids: Mutex::new(ids),
-            log: Some(Mutex::new(log)),
-            limits,
-            budget: default_budget(),
-        };
+        let writer = LogWriter::start(log).map_err(|source| TransactionLogError::Io {
+            what: "starting the writer of",
+            path: dir.join(crate::FILE_NAME),
+            source: Arc::new(source),
+        })?;
+        let coordinator = Self::with(limits, ids, Some(writer));
         coordinator.budget.charge(coordinator.held_bytes());
         Ok(coordinator)
     }
@@ -154,33 +179,48 @@ impl TransactionCoordinator {
         self.ids.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs `change` on a copy of `id`'s transaction, makes the copy durable when `change` says
-    /// it changed, then keeps it.
-    fn apply<T>(
+    /// Group writes of the log done so far (each one write and one sync, for every change
+    /// waiting at the time); 0 without a log.
+    #[must_use]
+    pub fn log_group_writes(&self) -> u64 {
+        self.writer.as_ref().map_or(0, LogWriter::group_writes)
+    }
+
+    /// Waits for `id`'s turn (see the module docs).
+    async fn turn(&self, id: &str) -> Turn {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        id.hash(&mut hasher);
+        let turn = &self.turns[(hasher.finish() % TURNS as u64) as usize];
+        Arc::clone(turn).lock_owned().await
+    }
+
+    /// Runs `change` on a copy of `id`'s transaction in the id's turn, makes the copy durable
+    /// when `change` says it changed, then keeps it.
+    async fn apply<T>(
         &self,
         id: &str,
         change: impl FnOnce(&mut Transaction) -> Result<(T, Change), CoordinatorError>,
     ) -> Result<T, CoordinatorError> {
-        let mut ids = self.ids();
-        let mut copy = ids
+        let turn = self.turn(id).await;
+        let mut copy = self
+            .ids()
             .get(id)
             .cloned()
             .ok_or_else(|| CoordinatorError::UnknownTransactionalId(id.to_owned()))?;
         let (answer, changed) = change(&mut copy)?;
         if changed == Change::Changed {
-            self.keep(&mut ids, copy)?;
+            self.keep(copy, turn).await?;
         }
         Ok(answer)
     }
 
-    /// Makes `changed` durable, then the id's state; what it grew by is charged to the budget
-    /// first (refused when the budget has no room), what it shrank by released.
-    fn keep(
-        &self,
-        ids: &mut HashMap<String, Transaction>,
-        changed: Transaction,
-    ) -> Result<(), CoordinatorError> {
-        let before = ids
+    /// Makes `changed` durable, then the id's state, and hands the id's `turn` on; what it
+    /// grew by is charged to the budget first (refused when the budget has no room), what it
+    /// shrank by released once it is kept. Settled by the writer thread, so a caller that stops
+    /// waiting leaves the state as the log has it.
+    async fn keep(&self, changed: Transaction, turn: Turn) -> Result<(), CoordinatorError> {
+        let before = self
+            .ids()
             .get(changed.transactional_id())
             .map_or(0, Transaction::held_bytes);
         let after = if changed.state() == TxnState::Dead {
@@ -192,24 +232,45 @@ impl TransactionCoordinator {
         if grows > 0 && !self.budget.try_charge(grows) {
             return Err(CoordinatorError::StorageFull(self.budget.max()));
         }
-        if let Some(log) = &self.log {
-            let appended = log
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .append(&changed);
-            if let Err(error) = appended {
-                self.budget.release(grows);
-                return Err(error.into());
+        let (ids, budget) = (Arc::clone(&self.ids), Arc::clone(&self.budget));
+        let settle = move |changed: Transaction, written: Result<(), TransactionLogError>| {
+            match &written {
+                Ok(()) => {
+                    budget.release(before.saturating_sub(after));
+                    let mut ids = ids.lock().unwrap_or_else(PoisonError::into_inner);
+                    // A forgotten id is not kept: its tombstone is in the log.
+                    if changed.state() == TxnState::Dead {
+                        ids.remove(changed.transactional_id());
+                    } else {
+                        ids.insert(changed.transactional_id().to_owned(), changed);
+                    }
+                }
+                Err(_) => budget.release(grows),
             }
-        }
-        self.budget.release(before.saturating_sub(after));
-        // A forgotten id is not kept: its tombstone is in the log.
-        if changed.state() == TxnState::Dead {
-            ids.remove(changed.transactional_id());
-        } else {
-            ids.insert(changed.transactional_id().to_owned(), changed);
-        }
-        Ok(())
+            drop(turn);
+            written
+        };
+        let Some(writer) = &self.writer else {
+            return settle(changed, Ok(())).map_err(CoordinatorError::from);
+        };
+        let (tell, told) = oneshot::channel();
+        writer.submit(
+            changed,
+            Box::new(move |changed, written| {
+                let _ = tell.send(settle(changed, written));
+            }),
+        );
+        told.await
+            .unwrap_or_else(|_| {
+                Err(TransactionLogError::Io {
+                    what: "writing to",
+                    path: crate::FILE_NAME.into(),
+                    source: Arc::new(std::io::Error::other(
+                        "the transaction log's writer stopped",
+                    )),
+                })
+            })
+            .map_err(CoordinatorError::from)
     }
 
     /// InitProducerId for transactional id `id` with a timeout of `timeout_ms`; a producer id
@@ -219,7 +280,7 @@ impl TransactionCoordinator {
     /// [`CoordinatorError::EmptyTransactionalId`]; [`TxnError::InvalidTransactionTimeout`] above
     /// the maximum; the refusals of [`Transaction::init`]; a producer id not issued; a storage
     /// error.
-    pub fn init_producer<E: std::error::Error + Send + Sync + 'static>(
+    pub async fn init_producer<E: std::error::Error + Send + Sync + 'static>(
         &self,
         id: &str,
         expected: Option<(i64, i16)>,
@@ -240,9 +301,9 @@ impl TransactionCoordinator {
             }
             .into());
         }
-        // One lock for the whole init, so the id cannot change between the look and the write.
-        let mut ids = self.ids();
-        let current = ids.get(id).cloned();
+        // The id's turn for the whole init, so it cannot change between the look and the write.
+        let turn = self.turn(id).await;
+        let current = self.ids().get(id).cloned();
         let new_id = if current
             .as_ref()
             .is_none_or(Transaction::needs_new_producer_id)
@@ -266,7 +327,7 @@ impl TransactionCoordinator {
             }
             (None, None) => return Err(TxnError::ConcurrentTransactions.into()),
         };
-        self.keep(&mut ids, changed)?;
+        self.keep(changed, turn).await?;
         Ok(outcome)
     }
 
@@ -274,7 +335,7 @@ impl TransactionCoordinator {
     ///
     /// # Errors
     /// The refusals of [`Transaction::add_partitions`]; an unknown id; a storage error.
-    pub fn add_partitions(
+    pub async fn add_partitions(
         &self,
         id: &str,
         producer_id: i64,
@@ -286,13 +347,14 @@ impl TransactionCoordinator {
             let change = txn.add_partitions(producer_id, epoch, partitions.iter().cloned(), now)?;
             Ok(((), change))
         })
+        .await
     }
 
     /// AddOffsetsToTxn for `id`: `group`'s offsets join its transaction.
     ///
     /// # Errors
     /// As [`Self::add_partitions`].
-    pub fn add_group(
+    pub async fn add_group(
         &self,
         id: &str,
         producer_id: i64,
@@ -307,6 +369,7 @@ impl TransactionCoordinator {
             }
             Ok(((), txn.add_group(producer_id, epoch, group, now)?))
         })
+        .await
     }
 
     /// EndTxn for `id` from `producer` (id and epoch), bumping the epoch if `bump` (EndTxn v5;
@@ -317,7 +380,7 @@ impl TransactionCoordinator {
     /// # Errors
     /// The refusals of [`Transaction::end`]; an unknown id; a producer id not issued; a storage
     /// error.
-    pub fn end<E: std::error::Error + Send + Sync + 'static>(
+    pub async fn end<E: std::error::Error + Send + Sync + 'static>(
         &self,
         id: &str,
         producer: (i64, i16),
@@ -340,17 +403,19 @@ impl TransactionCoordinator {
             let prepared = (change == Change::Changed).then(|| txn.clone());
             Ok((prepared, change))
         })
+        .await
     }
 
     /// Completes `id`'s Prepare* state once its markers are written.
     ///
     /// # Errors
     /// The refusal of [`Transaction::complete`]; an unknown id; a storage error.
-    pub fn complete(&self, id: &str, now: i64) -> Result<(), CoordinatorError> {
+    pub async fn complete(&self, id: &str, now: i64) -> Result<(), CoordinatorError> {
         self.apply(id, |txn| {
             txn.complete(now)?;
             Ok(((), Change::Changed))
         })
+        .await
     }
 
     /// Fences every transaction open past its timeout at `now` (epoch bumped, PrepareAbort,
@@ -359,14 +424,17 @@ impl TransactionCoordinator {
     /// # Errors
     /// A storage error; the transactions fenced before it are returned by the next call too,
     /// as they are still to complete.
-    pub fn fence_timed_out(&self, now: i64) -> Result<Vec<Transaction>, CoordinatorError> {
+    pub async fn fence_timed_out(&self, now: i64) -> Result<Vec<Transaction>, CoordinatorError> {
         let due = self.ids_where(|txn| txn.is_timed_out(now));
         let mut fenced = Vec::with_capacity(due.len());
         for id in due {
-            fenced.push(self.apply(&id, |txn| {
-                txn.fence(now)?;
-                Ok((txn.clone(), Change::Changed))
-            })?);
+            fenced.push(
+                self.apply(&id, |txn| {
+                    txn.fence(now)?;
+                    Ok((txn.clone(), Change::Changed))
+                })
+                .await?,
+            );
         }
         Ok(fenced)
     }
@@ -375,13 +443,14 @@ impl TransactionCoordinator {
     ///
     /// # Errors
     /// A storage error (the ids forgotten before it stay forgotten).
-    pub fn expire(&self, now: i64) -> Result<usize, CoordinatorError> {
+    pub async fn expire(&self, now: i64) -> Result<usize, CoordinatorError> {
         let expired = self.ids_where(|txn| txn.is_expired(now, self.limits.expiration_ms));
         for id in &expired {
             self.apply(id, |txn| {
                 txn.forget(now)?;
                 Ok(((), Change::Changed))
-            })?;
+            })
+            .await?;
         }
         Ok(expired.len())
     }

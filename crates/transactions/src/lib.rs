@@ -13,7 +13,8 @@
 //! - [`TransactionLog`] — where each change is made durable before its answer: one file of
 //!   appended records, the last per id current, compacted at open and as it grows.
 //! - [`TransactionCoordinator`] — every transactional id, each change durable before it is
-//!   applied and answered.
+//!   applied and answered; `writer` — the log's thread, which writes and syncs the changes
+//!   waiting together in one group (off the runtime).
 //! - [`TransactionService`] — the coordinator wired to the broker's partitions and groups, and
 //!   its clock (timeouts, unfinished ends, expiry); [`TransactionConfig`] its configuration.
 //! - [`ConnectionNumber`] — client connections in the order they were opened: an EndTxn from a
@@ -46,6 +47,7 @@ mod record;
 mod service;
 mod state;
 mod transaction;
+mod writer;
 
 pub use config::TransactionConfig;
 pub use coordinator::{

@@ -2,7 +2,8 @@
 //!
 //! One file in the data directory, `transactions.log`, to which every changed transactional id's
 //! record ([`Transaction::encode`]) is appended — a u32 big-endian length, then the sealed
-//! record — and synced. The last whole record of an id is its state, with the additions after
+//! record — and synced: the changes of several ids in one write and one sync when they wait
+//! together ([`TransactionLog::append_all`], driven by the coordinator's writer thread). The last whole record of an id is its state, with the additions after
 //! it (an add to an open transaction writes only what it added, never the whole record again:
 //! see `record`); a Dead one is a tombstone.
 //!
@@ -20,7 +21,7 @@
 
 use minibroker_log::storage::{read_whole, write_atomically};
 use minibroker_log::{Storage, StorageFile};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -36,8 +37,9 @@ pub const FILE_NAME: &str = "transactions.log";
 /// A log larger than this, and than twice its live records, is rewritten with those alone.
 pub const COMPACT_BYTES: u64 = 1 << 20;
 
-/// Why the log could not be opened or written.
-#[derive(Debug, Error)]
+/// Why the log could not be opened or written. Cloned for each change of a group that one
+/// failed write or sync refused.
+#[derive(Debug, Clone, Error)]
 pub enum TransactionLogError {
     /// The file system refused an operation on the log.
     #[error("{what} {}: {source}", .path.display())]
@@ -48,7 +50,7 @@ pub enum TransactionLogError {
         path: PathBuf,
         /// Why it failed.
         #[source]
-        source: io::Error,
+        source: Arc<io::Error>,
     },
     /// A record before the last one is damaged.
     #[error("{} is damaged at byte {at}: {source}", .path.display())]
@@ -99,7 +101,7 @@ impl TransactionLog {
                 return Err(TransactionLogError::Io {
                     what: "reading",
                     path,
-                    source,
+                    source: Arc::new(source),
                 });
             }
         };
@@ -113,7 +115,9 @@ impl TransactionLog {
             );
         }
         let mut live = states.into_iter().map(|(id, txn)| (id, (txn, 0))).collect();
-        let (file, size) = rewrite(&*storage, &path, &mut live)?;
+        let (file, size) = rewrite(&*storage, &path, &mut live).map_err(|failed| match failed {
+            Rewrite::NotWritten(error) | Rewrite::NotReopened(error) => error,
+        })?;
         let states = live.values().map(|(txn, _)| txn.clone()).collect();
         let log = Self {
             storage,
@@ -151,67 +155,108 @@ impl TransactionLog {
     /// # Errors
     /// [`TransactionLogError::Io`] when the write or the sync fails.
     pub fn append(&mut self, transaction: &Transaction) -> Result<(), TransactionLogError> {
-        let id = transaction.transactional_id();
-        let addition = self
-            .live
-            .get(id)
-            .and_then(|(before, _)| transaction.addition_since(before));
-        let record = addition
-            .as_ref()
-            .map_or_else(|| transaction.encode(), crate::record::Addition::encode);
-        let framed = frame(&record);
-        let failed = |what, source| TransactionLogError::Io {
-            what,
-            path: self.path.clone(),
-            source,
-        };
+        self.append_all(&[transaction])
+    }
+
+    /// Appends the records of `transactions` in one write and syncs them once (a group
+    /// commit): all of them are durable when this returns, or none is answered as durable.
+    /// Each record is an addition or a whole one as in [`Self::append`], against what the log
+    /// has written for its id — the one before it in the group, if the group holds the id
+    /// twice.
+    ///
+    /// # Errors
+    /// [`TransactionLogError::Io`] when the write or the sync fails.
+    pub fn append_all(&mut self, transactions: &[&Transaction]) -> Result<(), TransactionLogError> {
         if self.failed_sync {
-            return Err(failed(
+            return Err(self.failed(
                 "appending after a failed sync to",
                 io::Error::other("an earlier sync failed; restart the broker"),
             ));
         }
-        if let Err(error) = self.file.append(&framed) {
+        let mut bytes = Vec::new();
+        // Each record's length and whether it is an addition, in the group's order.
+        let mut written = Vec::with_capacity(transactions.len());
+        let mut in_group: HashMap<&str, &Transaction> = HashMap::new();
+        for &transaction in transactions {
+            let id = transaction.transactional_id();
+            let before = in_group
+                .get(id)
+                .copied()
+                .or_else(|| self.live.get(id).map(|(before, _)| before));
+            let addition = before.and_then(|before| transaction.addition_since(before));
+            let record = addition
+                .as_ref()
+                .map_or_else(|| transaction.encode(), crate::record::Addition::encode);
+            let framed = frame(&record);
+            written.push((framed.len() as u64, addition.is_some()));
+            bytes.extend_from_slice(&framed);
+            in_group.insert(id, transaction);
+        }
+        if let Err(error) = self.file.append(&bytes) {
             // Cut what part of it was written, so the next record follows a whole one.
             let _ = self.file.truncate(self.size);
-            return Err(failed("appending to", error));
+            return Err(self.failed("appending to", error));
         }
         if let Err(error) = self.file.sync() {
             // Never answered, and never to be followed by a record that a later sync would
             // make durable with it; whatever of it a crash keeps, whole or torn, the next start
             // reads by the torn-tail rule.
             self.failed_sync = true;
-            return Err(failed("syncing", error));
+            return Err(self.failed("syncing", error));
         }
-        let added = framed.len() as u64;
-        self.size += added;
-        // What the id's records take: a whole record starts them again, an addition adds to
-        // them.
+        self.size += bytes.len() as u64;
+        for (&transaction, (added, addition)) in transactions.iter().zip(written) {
+            self.note_written(transaction, added, addition);
+        }
+        if self.size > COMPACT_BYTES && self.size > 2 * self.live_bytes {
+            self.compact();
+        }
+        Ok(())
+    }
+
+    /// Notes a record of `added` bytes written for `transaction`: what its id's records take
+    /// (a whole record starts them again, an addition adds to them) and its state as written.
+    fn note_written(&mut self, transaction: &Transaction, added: u64, addition: bool) {
+        let id = transaction.transactional_id();
         let earlier = self.live.get(id).map_or(0, |(_, bytes)| *bytes);
         self.live_bytes -= earlier;
         if transaction.state() == TxnState::Dead {
             self.live.remove(id);
         } else {
-            let bytes = if addition.is_some() {
-                earlier + added
-            } else {
-                added
-            };
+            let bytes = if addition { earlier + added } else { added };
             self.live_bytes += bytes;
             self.live
                 .insert(id.to_owned(), (transaction.clone(), bytes));
         }
-        if self.size > COMPACT_BYTES && self.size > 2 * self.live_bytes {
-            self.compact()?;
-        }
-        Ok(())
     }
 
-    /// Rewrites the file with one whole record per live id.
-    fn compact(&mut self) -> Result<(), TransactionLogError> {
-        (self.file, self.size) = rewrite(&*self.storage, &self.path, &mut self.live)?;
-        self.live_bytes = self.size;
-        Ok(())
+    /// Rewrites the file with one whole record per live id, from what the log has written
+    /// (never from a state not yet written). The records it replaces are durable already, so a
+    /// failure is logged, not returned: a rewrite that fails before its rename leaves the old
+    /// file, which the log goes on appending to; one that renamed and then could not open the
+    /// new file leaves nothing to append to, and the log refuses changes until a restart.
+    fn compact(&mut self) {
+        match rewrite(&*self.storage, &self.path, &mut self.live) {
+            Ok((file, size)) => {
+                (self.file, self.size) = (file, size);
+                self.live_bytes = size;
+            }
+            Err(Rewrite::NotWritten(error)) => {
+                tracing::warn!(%error, "could not compact the transaction log; appending to it as it is");
+            }
+            Err(Rewrite::NotReopened(error)) => {
+                self.failed_sync = true;
+                tracing::error!(%error, "compacted the transaction log but cannot append to it: transactions are refused until a restart");
+            }
+        }
+    }
+
+    fn failed(&self, what: &'static str, source: io::Error) -> TransactionLogError {
+        TransactionLogError::Io {
+            what,
+            path: self.path.clone(),
+            source: Arc::new(source),
+        }
     }
 
     /// Bytes the log's file holds (for tests and metrics).
@@ -259,27 +304,41 @@ fn read_records(bytes: &[u8], path: &Path) -> Result<Records, TransactionLogErro
     Ok((states, torn))
 }
 
+/// Why [`rewrite`] failed: before the new file replaced the old one, or after.
+#[derive(Debug)]
+enum Rewrite {
+    /// The old file is still in place.
+    NotWritten(TransactionLogError),
+    /// The new file is in place but could not be opened.
+    NotReopened(TransactionLogError),
+}
+
 /// Replaces the file at `path` with a whole record of each `live` id, atomically, noting what
 /// each takes, and opens it for appends.
 fn rewrite(
     storage: &dyn Storage,
     path: &Path,
     live: &mut BTreeMap<String, (Transaction, u64)>,
-) -> Result<(Arc<dyn StorageFile>, u64), TransactionLogError> {
+) -> Result<(Arc<dyn StorageFile>, u64), Rewrite> {
     let failed = |what, source| TransactionLogError::Io {
         what,
         path: path.to_owned(),
-        source,
+        source: Arc::new(source),
     };
     let mut records = Vec::new();
-    for (transaction, bytes) in live.values_mut() {
+    let mut sizes = Vec::with_capacity(live.len());
+    for (transaction, _) in live.values() {
         let framed = frame(&transaction.encode());
-        *bytes = framed.len() as u64;
+        sizes.push(framed.len() as u64);
         records.extend_from_slice(&framed);
     }
-    write_atomically(storage, path, &records).map_err(|error| failed("rewriting", error))?;
+    write_atomically(storage, path, &records)
+        .map_err(|error| Rewrite::NotWritten(failed("rewriting", error)))?;
+    for ((_, bytes), size) in live.values_mut().zip(sizes) {
+        *bytes = size;
+    }
     let file = storage
         .open(path)
-        .map_err(|error| failed("opening", error))?;
+        .map_err(|error| Rewrite::NotReopened(failed("opening", error)))?;
     Ok((file, records.len() as u64))
 }

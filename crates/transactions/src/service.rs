@@ -14,7 +14,8 @@
 //!   write, and forgets idle transactional ids.
 //!
 //! A transaction is finished by one task at a time (`finishing`), so the clock and a request
-//! never write its markers twice at once. A finish that fails part way leaves the transaction in
+//! never write its markers twice at once; a request that finds the clock finishing the end it
+//! just made durable waits for it, and answers as it ended. A finish that fails part way leaves the transaction in
 //! Prepare*, and the clock tries again: markers already written are written again, which a
 //! partition takes as a no-op for the transaction (it is already ended there).
 
@@ -26,6 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use thiserror::Error;
+use tokio::sync::Notify;
 
 use crate::openers::Openers;
 use crate::{
@@ -78,6 +80,8 @@ pub struct TransactionService {
     groups: Arc<GroupCoordinator>,
     /// Transactional ids whose end is being written now.
     finishing: Mutex<HashSet<String>>,
+    /// Told when a task stops finishing an id.
+    finished: Notify,
     committed: AtomicU64,
     aborted: AtomicU64,
     timed_out: AtomicU64,
@@ -96,7 +100,15 @@ struct Finishing<'a> {
 impl Drop for Finishing<'_> {
     fn drop(&mut self) {
         self.service.finishing().remove(&self.id);
+        self.service.finished.notify_waiters();
     }
+}
+
+/// Whether [`TransactionService::finish_by_id`] waits for another task finishing the id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    Yes,
+    No,
 }
 
 impl TransactionService {
@@ -134,6 +146,7 @@ impl TransactionService {
             broker,
             groups,
             finishing: Mutex::default(),
+            finished: Notify::new(),
             committed: AtomicU64::new(0),
             aborted: AtomicU64::new(0),
             timed_out: AtomicU64::new(0),
@@ -218,7 +231,8 @@ impl TransactionService {
         };
         match self
             .coordinator
-            .init_producer(id, expected, timeout_ms, issue, now_millis())?
+            .init_producer(id, expected, timeout_ms, issue, now_millis())
+            .await?
         {
             InitOutcome::Ready { producer_id, epoch } => return Ok((producer_id, epoch)),
             InitOutcome::Fenced { epoch } => {
@@ -227,12 +241,13 @@ impl TransactionService {
         }
         // The older instance's transaction is PrepareAbort now: end it, then init again (the
         // expected pair was checked against the instance just fenced).
-        if !self.finish_by_id(id).await {
+        if !self.finish_by_id(id, Wait::Yes).await {
             return Err(TxnError::ConcurrentTransactions.into());
         }
         match self
             .coordinator
-            .init_producer(id, None, timeout_ms, issue, now_millis())?
+            .init_producer(id, None, timeout_ms, issue, now_millis())
+            .await?
         {
             InitOutcome::Ready { producer_id, epoch } => Ok((producer_id, epoch)),
             InitOutcome::Fenced { .. } => Err(TxnError::ConcurrentTransactions.into()),
@@ -245,7 +260,7 @@ impl TransactionService {
     /// # Errors
     /// [`AddPartitionsError::Unknown`] when a partition does not exist (nothing is added);
     /// the coordinator's refusals.
-    pub fn add_partitions(
+    pub async fn add_partitions(
         &self,
         (id, producer_id, epoch): (&str, i64, i16),
         partitions: &[(String, u32)],
@@ -265,7 +280,8 @@ impl TransactionService {
             return Err(AddPartitionsError::Unknown(unknown));
         }
         self.coordinator
-            .add_partitions(id, producer_id, epoch, partitions, now_millis())?;
+            .add_partitions(id, producer_id, epoch, partitions, now_millis())
+            .await?;
         if let Some(txn) = self.coordinator.describe(id) {
             self.openers.added(&txn, via);
             self.expect_batches(&txn, partitions.iter().cloned());
@@ -290,14 +306,15 @@ impl TransactionService {
     ///
     /// # Errors
     /// The coordinator's refusals.
-    pub fn add_offsets(
+    pub async fn add_offsets(
         &self,
         (id, producer_id, epoch): (&str, i64, i16),
         group: &str,
         via: ConnectionNumber,
     ) -> Result<(), CoordinatorError> {
         self.coordinator
-            .add_group(id, producer_id, epoch, group, now_millis())?;
+            .add_group(id, producer_id, epoch, group, now_millis())
+            .await?;
         if let Some(txn) = self.coordinator.describe(id) {
             self.openers.added(&txn, via);
         }
@@ -364,15 +381,18 @@ impl TransactionService {
                 .init_producer(None)
                 .map(|issued| issued.producer_id)
         };
-        let prepared = self.coordinator.end(
-            id,
-            (producer_id, epoch),
-            (commit, bump),
-            issue,
-            now_millis(),
-        )?;
+        let prepared = self
+            .coordinator
+            .end(
+                id,
+                (producer_id, epoch),
+                (commit, bump),
+                issue,
+                now_millis(),
+            )
+            .await?;
         self.openers.ended(id);
-        if prepared.is_some() && !self.finish_by_id(id).await {
+        if prepared.is_some() && !self.finish_by_id(id, Wait::Yes).await {
             return Err(TxnError::ConcurrentTransactions.into());
         }
         let txn = self
@@ -382,17 +402,29 @@ impl TransactionService {
         Ok((txn.producer_id(), txn.epoch()))
     }
 
-    /// Finishes `id`'s Prepare* state, unless another task is doing it; returns whether it is
-    /// complete now.
-    async fn finish_by_id(&self, id: &str) -> bool {
-        let Some(_claim) = self.claim(id) else {
-            return false;
-        };
-        // Read under the claim: a task that finished it before has left it complete.
-        match self.coordinator.describe(id) {
-            Some(txn) if txn.state().is_preparing() => self.finish(&txn).await,
-            Some(_) => true,
-            None => false,
+    /// Finishes `id`'s Prepare* state; returns whether it is complete now. While another task
+    /// finishes it, a request waits for that task and looks again (the clock may have found
+    /// the state a request just made durable before the request came back to finish it), and
+    /// the clock (`Wait::No`) leaves it to that task.
+    async fn finish_by_id(&self, id: &str, wait: Wait) -> bool {
+        loop {
+            let finished = self.finished.notified();
+            tokio::pin!(finished);
+            // Registered before the claim is tried, so a release in between is not missed.
+            finished.as_mut().enable();
+            let Some(_claim) = self.claim(id) else {
+                if wait == Wait::No {
+                    return false;
+                }
+                finished.await;
+                continue;
+            };
+            // Read under the claim: a task that finished it before has left it complete.
+            return match self.coordinator.describe(id) {
+                Some(txn) if txn.state().is_preparing() => self.finish(&txn).await,
+                Some(_) => true,
+                None => false,
+            };
         }
     }
 
@@ -441,7 +473,7 @@ impl TransactionService {
         if !done {
             return false;
         }
-        if let Err(error) = self.coordinator.complete(id, now_millis()) {
+        if let Err(error) = self.coordinator.complete(id, now_millis()).await {
             tracing::warn!(transactional_id = id, %error, "a transaction was not completed");
             return false;
         }
@@ -467,7 +499,7 @@ impl TransactionService {
     /// One pass of the clock at `now`: aborts the transactions open past their timeout and
     /// finishes every Prepare* no task is finishing.
     pub async fn tick(&self, now: i64) {
-        match self.coordinator.fence_timed_out(now) {
+        match self.coordinator.fence_timed_out(now).await {
             Ok(fenced) => {
                 for txn in &fenced {
                     tracing::info!(
@@ -482,7 +514,7 @@ impl TransactionService {
             Err(error) => tracing::warn!(%error, "could not abort timed-out transactions"),
         }
         for id in self.coordinator.ids_where(|txn| txn.state().is_preparing()) {
-            self.finish_by_id(&id).await;
+            self.finish_by_id(&id, Wait::No).await;
         }
     }
 
@@ -498,7 +530,7 @@ impl TransactionService {
             self.tick(now_millis()).await;
             if last_expiry.elapsed() >= self.expiry_interval {
                 last_expiry = tokio::time::Instant::now();
-                match self.coordinator.expire(now_millis()) {
+                match self.coordinator.expire(now_millis()).await {
                     Ok(0) => {}
                     Ok(forgotten) => tracing::info!(forgotten, "forgot idle transactional ids"),
                     Err(error) => tracing::warn!(%error, "could not forget idle transactional ids"),

@@ -127,6 +127,7 @@ async fn run_until_crash(
                     &partitions,
                     via,
                 )
+                .await
                 .unwrap();
             let index = transactions.len();
             let mut expected = Expected::default();
@@ -137,7 +138,10 @@ async fn run_until_crash(
             }
             if rng.below(2) == 0 {
                 let transaction = (producer.id, producer.producer_id, producer.epoch);
-                node.service.add_offsets(transaction, GROUP, via).unwrap();
+                node.service
+                    .add_offsets(transaction, GROUP, via)
+                    .await
+                    .unwrap();
                 let offset = index as i64;
                 let offsets = vec![("in".to_owned(), 0, offset, None)];
                 let transaction = (producer.id, producer.producer_id, producer.epoch);
@@ -166,7 +170,7 @@ async fn run_until_crash(
                     never,
                     0,
                 );
-                assert!(ended.is_err(), "the sync failed");
+                assert!(ended.await.is_err(), "the sync failed");
                 return (transactions, Crash::TornAppend);
             }
             0 => {
@@ -174,6 +178,7 @@ async fn run_until_crash(
                 let id = producer.id;
                 coordinator
                     .end(id, producer.pair(), (commit, producer.bumps), never, 0)
+                    .await
                     .unwrap();
                 return (transactions, Crash::Prepared);
             }
@@ -187,6 +192,7 @@ async fn run_until_crash(
                         never,
                         0,
                     )
+                    .await
                     .unwrap()
                     .unwrap();
                 let (topic, partition) = ended.partitions().next().unwrap().clone();
@@ -398,6 +404,7 @@ async fn transactions_keep_their_outcomes_through_crashes_at_every_point() {
             restarted
                 .service
                 .add_partitions((id, producer_id, epoch), &partitions, via)
+                .await
                 .unwrap();
             restarted
                 .service

@@ -32,6 +32,7 @@ async fn a_zombies_offsets_held_up_through_a_fence_are_refused_not_committed_by_
             "g",
             service.open_connection(),
         )
+        .await
         .unwrap();
 
     // Another client's commit to the group holds its writer while its file is synced slowly.
@@ -60,6 +61,7 @@ async fn a_zombies_offsets_held_up_through_a_fence_are_refused_not_committed_by_
     let via = service.open_connection();
     service
         .add_offsets(("app", producer_id, epoch), "g", via)
+        .await
         .unwrap();
 
     other.await.unwrap();

@@ -29,11 +29,11 @@ use kafka_protocol::messages::{
     ProduceRequest, ProduceResponse, ProducerId, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
+use minibroker_broker::FlushPolicy;
 use minibroker_kafka_client::KafkaConnection;
 use minibroker_native::EmbeddedBroker;
 use minibroker_records::{NewRecord, Writer};
 use serde_json::json;
-use minibroker_broker::FlushPolicy;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

@@ -53,14 +53,56 @@ pub(crate) const IMPLICIT_ADD_VERSION: i16 = 12;
 /// take is answered with it (the client aborts and goes on), not INVALID_TXN_STATE (fatal).
 pub(crate) const ABORTABLE_VERSION: i16 = 11;
 
+/// A producer id and epoch.
+type Producer = (i64, i16);
+
+/// What a Produce's transactional id allows its batches, decided before they are taken.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct TransactionAllowance {
+    /// The principal may not write the transactional id: nothing of the request is written.
+    pub(crate) denied: bool,
+    /// The implicit add of the request's partitions was refused: the code every transactional
+    /// batch of the request is answered with.
+    pub(crate) refused_add: Option<ResponseError>,
+}
+
 impl KafkaFrontEnd {
-    /// Adds to transaction `id` the partitions of `request` whose transactional batch it has not
-    /// added; on a refusal, the code every transactional batch of the request is answered with.
-    pub(crate) fn add_partitions_implicitly(
+    /// Whether `request`'s transactional id may be written and, from Produce v12, the add of
+    /// the partitions its transactional batches have not added yet: a durable change of the
+    /// coordinator, the one wait a Produce can have before its batches are taken. It comes once
+    /// per partition and transaction, so its future is boxed, off the hot path's.
+    pub(crate) async fn allow_transaction(
         &mut self,
         request: &ProduceView<'_>,
-        id: &str,
-    ) -> Result<(), ResponseError> {
+        version: i16,
+    ) -> TransactionAllowance {
+        let Some(id) = request.transactional_id else {
+            return TransactionAllowance::default();
+        };
+        // As Kafka: a transactional request needs Write on its transactional id, or nothing of
+        // it is written.
+        let denied = !self.may(Operation::Write, ResourceType::TransactionalId, id);
+        let refused_add = if denied || version < IMPLICIT_ADD_VERSION {
+            None
+        } else if let Some((producer, wanted)) = self.partitions_to_add(request) {
+            Box::pin(self.add_implicitly(id, producer, wanted))
+                .await
+                .err()
+        } else {
+            None
+        };
+        TransactionAllowance {
+            denied,
+            refused_add,
+        }
+    }
+
+    /// The partitions of `request` whose transactional batch its transaction has not added,
+    /// with the batches' producer id and epoch; `None` when there are none.
+    fn partitions_to_add(
+        &self,
+        request: &ProduceView<'_>,
+    ) -> Option<(Producer, Vec<(String, u32)>)> {
         let mut producer = None;
         let mut wanted = Vec::new();
         for data in &request.partitions {
@@ -94,16 +136,25 @@ impl KafkaFrontEnd {
                 wanted.push((topic.to_owned(), partition));
             }
         }
-        let Some((producer_id, epoch)) = producer else {
-            return Ok(());
-        };
+        producer.map(|producer| (producer, wanted))
+    }
+
+    /// Adds `wanted` to transaction `id` of `producer`; on a refusal, the code every
+    /// transactional batch of the request is answered with.
+    async fn add_implicitly(
+        &mut self,
+        id: &str,
+        producer: Producer,
+        wanted: Vec<(String, u32)>,
+    ) -> Result<(), ResponseError> {
         self.transactions
-            .add_partitions((id, producer_id, epoch), &wanted, self.connection)
+            .add_partitions((id, producer.0, producer.1), &wanted, self.connection)
+            .await
             .map_err(|error| {
                 tracing::debug!(transactional_id = id, %error, "Produce's implicit add refused");
                 produce_add_code(&error)
             })?;
-        self.implicitly_added.remember((producer_id, epoch), wanted);
+        self.implicitly_added.remember(producer, wanted);
         Ok(())
     }
 }

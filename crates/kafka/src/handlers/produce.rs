@@ -9,30 +9,29 @@ use minibroker_broker::{BrokerError, Outcome};
 use minibroker_records::NO_PRODUCER_ID;
 use minibroker_security::{Operation, ResourceType};
 
-use super::implicit_add::IMPLICIT_ADD_VERSION;
+use super::implicit_add::TransactionAllowance;
 use super::{NONE, code, partition_index};
 use crate::errors::{produce_answer, produce_code};
 use crate::front_end::KafkaFrontEnd;
 use crate::produce_wire::{self, PartitionAnswer, ProduceView};
 
 impl KafkaFrontEnd {
-    /// Serves a Produce read in place (`produce_wire`) and appends its answer to `out`, except
+    /// Serves a Produce read in place (`produce_wire`), whose transactional id allows what
+    /// `transaction` says, and appends its answer to `out`, except
     /// for acks=0, which gets none. Partitions are served one after another; the answer is sent
     /// once their batches are written (and, with the `always` flush policy, synced) — see
     /// `FrontEnd::store_answered`.
-    pub(crate) fn produce(&mut self, request: &ProduceView<'_>, version: i16, out: &mut BytesMut) {
+    pub(crate) fn produce(
+        &mut self,
+        request: &ProduceView<'_>,
+        version: i16,
+        transaction: TransactionAllowance,
+        out: &mut BytesMut,
+    ) {
         let valid_acks = matches!(request.acks, -1..=1);
-        // As Kafka: a transactional request needs Write on its transactional id, or nothing of
-        // it is written; then each topic needs Write.
-        let transaction_denied = request
-            .transactional_id
-            .is_some_and(|id| !self.may(Operation::Write, ResourceType::TransactionalId, id));
-        let implicit_add = match request.transactional_id {
-            Some(id) if version >= IMPLICIT_ADD_VERSION && !transaction_denied => {
-                self.add_partitions_implicitly(request, id).err()
-            }
-            _ => None,
-        };
+        // As Kafka: each topic needs Write (the transactional id's was asked in
+        // `allow_transaction`).
+        let (transaction_denied, implicit_add) = (transaction.denied, transaction.refused_add);
         let mut denied_topic = None;
         let mut answers = Vec::with_capacity(request.partitions.len());
         for data in &request.partitions {

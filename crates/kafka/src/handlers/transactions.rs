@@ -92,7 +92,7 @@ impl KafkaFrontEnd {
 
     /// AddPartitionsToTxn: v0-3 add one transaction's partitions; v4-5 (a broker's request,
     /// which needs ClusterAction) add or only verify those of several.
-    pub(crate) fn add_partitions_to_txn(
+    pub(crate) async fn add_partitions_to_txn(
         &self,
         request: &AddPartitionsToTxnRequest,
         version: i16,
@@ -103,7 +103,9 @@ impl KafkaFrontEnd {
                 request.v3_and_below_producer_id.0,
                 request.v3_and_below_producer_epoch,
             );
-            let results = self.add_partitions(producer, &request.v3_and_below_topics, version);
+            let results = self
+                .add_partitions(producer, &request.v3_and_below_topics, version)
+                .await;
             return AddPartitionsToTxnResponse::default()
                 .with_results_by_topic_v3_and_below(results);
         }
@@ -115,32 +117,31 @@ impl KafkaFrontEnd {
             return AddPartitionsToTxnResponse::default()
                 .with_error_code(ResponseError::ClusterAuthorizationFailed.code());
         }
-        let results = request
-            .transactions
-            .iter()
-            .map(|txn| {
-                let producer = (
-                    txn.transactional_id.0.as_str(),
-                    txn.producer_id.0,
-                    txn.producer_epoch,
-                );
-                let topic_results = if txn.verify_only {
-                    self.verify_partitions(producer, &txn.topics, version)
-                } else {
-                    self.add_partitions(producer, &txn.topics, version)
-                };
+        let mut results = Vec::with_capacity(request.transactions.len());
+        for txn in &request.transactions {
+            let producer = (
+                txn.transactional_id.0.as_str(),
+                txn.producer_id.0,
+                txn.producer_epoch,
+            );
+            let topic_results = if txn.verify_only {
+                self.verify_partitions(producer, &txn.topics, version)
+            } else {
+                self.add_partitions(producer, &txn.topics, version).await
+            };
+            results.push(
                 AddPartitionsToTxnResult::default()
                     .with_transactional_id(txn.transactional_id.clone())
-                    .with_topic_results(topic_results)
-            })
-            .collect();
+                    .with_topic_results(topic_results),
+            );
+        }
         AddPartitionsToTxnResponse::default().with_results_by_transaction(results)
     }
 
     /// One transaction's add: every partition gets the one answer, as in Kafka — unknown
     /// partitions UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, or the
     /// coordinator's answer for all.
-    fn add_partitions(
+    async fn add_partitions(
         &self,
         (id, producer_id, epoch): (&str, i64, i16),
         topics: &[AddPartitionsToTxnTopic],
@@ -170,11 +171,11 @@ impl KafkaFrontEnd {
             .collect();
         let result = match partitions {
             _ if refusal.is_some() || !denied_topics.is_empty() => Ok(()),
-            Some(partitions) => self.transactions.add_partitions(
-                (id, producer_id, epoch),
-                &partitions,
-                self.connection,
-            ),
+            Some(partitions) => {
+                self.transactions
+                    .add_partitions((id, producer_id, epoch), &partitions, self.connection)
+                    .await
+            }
             // A negative index names no partition of any topic.
             None => Err(AddPartitionsError::Unknown(Vec::new())),
         };
@@ -239,7 +240,7 @@ impl KafkaFrontEnd {
     }
 
     /// AddOffsetsToTxn: the group's offsets join the transaction.
-    pub(crate) fn add_offsets_to_txn(
+    pub(crate) async fn add_offsets_to_txn(
         &self,
         request: &AddOffsetsToTxnRequest,
         version: i16,
@@ -252,15 +253,18 @@ impl KafkaFrontEnd {
             return AddOffsetsToTxnResponse::default()
                 .with_error_code(ResponseError::GroupAuthorizationFailed.code());
         }
-        let result = self.transactions.add_offsets(
-            (
-                &request.transactional_id.0,
-                request.producer_id.0,
-                request.producer_epoch,
-            ),
-            &request.group_id.0,
-            self.connection,
-        );
+        let result = self
+            .transactions
+            .add_offsets(
+                (
+                    &request.transactional_id.0,
+                    request.producer_id.0,
+                    request.producer_epoch,
+                ),
+                &request.group_id.0,
+                self.connection,
+            )
+            .await;
         AddOffsetsToTxnResponse::default().with_error_code(code_of_result(result, version >= 2))
     }
 
@@ -314,7 +318,7 @@ impl KafkaFrontEnd {
         } else if offsets.is_empty() {
             Ok(())
         } else if version >= IMPLICIT_ADD_OFFSETS_VERSION
-            && let Err(refused) = self.add_group_implicitly(&request)
+            && let Err(refused) = self.add_group_implicitly(&request).await
         {
             Err(refused)
         } else {
@@ -349,7 +353,10 @@ impl KafkaFrontEnd {
 
     /// TxnOffsetCommit v5 (KIP-890 part 2): the group joins the transaction with its first
     /// offsets, as AddOffsetsToTxn would add it; the refusal as Kafka's error.
-    fn add_group_implicitly(&self, request: &TxnOffsetCommitRequest) -> Result<(), ResponseError> {
+    async fn add_group_implicitly(
+        &self,
+        request: &TxnOffsetCommitRequest,
+    ) -> Result<(), ResponseError> {
         let transaction = (
             request.transactional_id.0.as_str(),
             request.producer_id.0,
@@ -357,6 +364,7 @@ impl KafkaFrontEnd {
         );
         self.transactions
             .add_offsets(transaction, &request.group_id.0, self.connection)
+            .await
             .map_err(|error| {
                 tracing::debug!(%error, "TxnOffsetCommit's implicit add refused");
                 implicit_add_code(&error, true)
