@@ -45,15 +45,11 @@ impl Walk<'_> {
     }
 
     fn uvarint(&mut self) -> Result<u64, Refused> {
-        let mut value = 0u64;
-        for (i, byte) in self.bytes.iter().enumerate().take(10) {
-            value |= u64::from(byte & 0x7f) << (7 * i);
-            if byte & 0x80 == 0 {
-                self.bytes = &self.bytes[i + 1..];
-                return Ok(value);
-            }
-        }
-        Err(Refused("a bad varint"))
+        let mut at = 0;
+        let value = minibroker_records::varint::unsigned(self.bytes, &mut at, 10)
+            .ok_or(Refused("a bad varint"))?;
+        self.bytes = &self.bytes[at..];
+        Ok(value)
     }
 
     /// A string or byte field: compact (varint length + 1) or classic (`width`-byte length).

@@ -160,16 +160,21 @@ impl<'a> Reader<'a> {
         self.fixed().map(i32::from_be_bytes)
     }
 
+    /// A u32 varint of at most 5 bytes; bits past the 32nd are dropped, as `kafka-protocol`
+    /// drops them.
     fn uvarint(&mut self) -> Result<u32, Malformed> {
-        let mut value = 0u32;
-        for shift in (0..35).step_by(7) {
-            let [byte] = self.fixed()?;
-            value |= u32::from(byte & 0x7f) << shift;
-            if byte & 0x80 == 0 {
-                return Ok(value);
+        let mut at = 0;
+        match minibroker_records::varint::unsigned(self.bytes, &mut at, 5) {
+            Some(value) => {
+                self.bytes = &self.bytes[at..];
+                Ok(value as u32)
             }
+            // The bytes ran out before the varint ended.
+            None if self.bytes.len() < 5 && self.bytes.iter().all(|byte| byte & 0x80 != 0) => {
+                Err(Malformed::Truncated)
+            }
+            None => Err(Malformed::BadVarint),
         }
-        Err(Malformed::BadVarint)
     }
 
     fn utf8(&mut self, len: usize) -> Result<&'a str, Malformed> {

@@ -16,6 +16,7 @@ use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
 use kafka_protocol::records::Compression;
 
 use crate::validate::{RecordPlace, record_places};
+use crate::varint::put_zigzag;
 use crate::{HEADER_LEN, RecordsError, attributes, i16_at, i64_at, inspect_kept, layout};
 
 /// One record of a stored batch, as compaction reads it.
@@ -225,23 +226,11 @@ pub fn retain_records(
 fn put_rebased(out: &mut BytesMut, records: &[u8], place: &RecordPlace, timestamp_delta: i64) {
     let mut body = Vec::with_capacity(place.bytes.end - place.body + 8);
     body.push(records[place.body]);
-    put_varlong(&mut body, timestamp_delta);
-    put_varlong(&mut body, place.offset_delta);
+    put_zigzag(&mut body, timestamp_delta);
+    put_zigzag(&mut body, place.offset_delta);
     body.extend_from_slice(&records[place.rest..place.bytes.end]);
     let mut prefix = Vec::with_capacity(5);
-    put_varlong(&mut prefix, body.len() as i64);
+    put_zigzag(&mut prefix, body.len() as i64);
     out.put_slice(&prefix);
     out.put_slice(&body);
-}
-
-/// A zigzag varint, as the record format writes both its varints and varlongs (a value that fits
-/// an i32 encodes the same either way). Written here because kafka-protocol's varint encoder is
-/// private to that crate (its record encoder cannot keep a batch's header, which a rewrite must).
-fn put_varlong(out: &mut Vec<u8>, value: i64) {
-    let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
-    while zigzag >= 0x80 {
-        out.push(zigzag as u8 | 0x80);
-        zigzag >>= 7;
-    }
-    out.push(zigzag as u8);
 }

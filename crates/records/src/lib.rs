@@ -48,6 +48,7 @@ mod compact;
 mod marker;
 mod quick_walk;
 mod validate;
+pub mod varint;
 pub use compact::{
     KeyedRecord, Retained, delete_horizon, for_each_record, has_keyless_record, is_control,
     is_transactional, retain_records,

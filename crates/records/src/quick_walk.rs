@@ -16,7 +16,7 @@
 //! `validate.rs`'s tests).
 
 use crate::BatchInfo;
-use crate::validate::unzigzag;
+use crate::varint::zigzag;
 
 /// Whether `records` (uncompressed) hold exactly the records `info` counts, each well formed:
 /// the rules of `validate::walk`, which says why when this says no.
@@ -93,33 +93,4 @@ fn skip_field(record: &[u8], at: &mut usize) -> Option<()> {
 fn var32(bytes: &[u8], at: &mut usize) -> Option<i64> {
     let value = zigzag(bytes, at, 5)?;
     i32::try_from(value).is_ok().then_some(value)
-}
-
-/// A zig-zag varint of at most `max_bytes` bytes at `at`, moving `at` past it; `None`, with
-/// `at` where it was, when the bytes end first or the varint does not end within `max_bytes`.
-/// The full walk reads its slices with it too.
-#[inline(always)]
-pub(crate) fn zigzag(bytes: &[u8], at: &mut usize, max_bytes: usize) -> Option<i64> {
-    let rest = bytes.get(*at..)?;
-    let first = *rest.first()?;
-    if first < 0x80 {
-        *at += 1;
-        return Some(unzigzag(u64::from(first)));
-    }
-    // Two bytes: a 100 B value's length, and the record's own.
-    if let Some(&second) = rest.get(1)
-        && second < 0x80
-    {
-        *at += 2;
-        return Some(unzigzag(u64::from(first & 0x7f) | u64::from(second) << 7));
-    }
-    let mut value = 0u64;
-    for (i, &byte) in rest.iter().take(max_bytes).enumerate() {
-        value |= u64::from(byte & 0x7f) << (7 * i);
-        if byte < 0x80 {
-            *at += i + 1;
-            return Some(unzigzag(value));
-        }
-    }
-    None
 }

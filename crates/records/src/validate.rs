@@ -236,20 +236,10 @@ fn zigzag(source: &mut impl Source, max_bytes: u32) -> Result<i64, Refused> {
 
 /// A zig-zag varint read a byte at a time (the stream's way).
 fn zigzag_bytewise(source: &mut impl Source, max_bytes: u32) -> Result<i64, Refused> {
-    let mut value = 0u64;
-    for i in 0..max_bytes {
-        let byte = source.byte()?;
-        value |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Ok(unzigzag(value));
-        }
+    match crate::varint::unsigned_bytewise(|| source.byte(), max_bytes)? {
+        Some(value) => Ok(crate::varint::unzigzag(value)),
+        None => varint_without_end(),
     }
-    varint_without_end()
-}
-
-#[inline(always)]
-pub(crate) fn unzigzag(value: u64) -> i64 {
-    (value >> 1) as i64 ^ -((value & 1) as i64)
 }
 
 #[cold]
@@ -324,11 +314,11 @@ impl Source for SliceSource<'_> {
         Ok(self.at == self.bytes.len())
     }
 
-    /// In place, by the produce path's reader ([`crate::quick_walk::zigzag`]); when it finds
+    /// In place, by the produce path's reader ([`crate::varint::zigzag`]); when it finds
     /// no varint, the bytes left say whether the record ran out or the varint does not end.
     #[inline(always)]
     fn zigzag(&mut self, max_bytes: u32) -> Result<i64, Refused> {
-        match crate::quick_walk::zigzag(self.bytes, &mut self.at, max_bytes as usize) {
+        match crate::varint::zigzag(self.bytes, &mut self.at, max_bytes as usize) {
             Some(value) => Ok(value),
             None if self.bytes.len() - self.at < max_bytes as usize => past_the_end(),
             None => varint_without_end(),
@@ -585,13 +575,8 @@ mod tests {
             i64::MIN,
             i64::MAX,
         ] {
-            let mut zigzagged = ((value << 1) ^ (value >> 63)) as u64;
             let mut bytes = Vec::new();
-            while zigzagged >= 0x80 {
-                bytes.push((zigzagged as u8 & 0x7f) | 0x80);
-                zigzagged >>= 7;
-            }
-            bytes.push(zigzagged as u8);
+            crate::varint::put_zigzag(&mut bytes, value);
             let mut source = SliceSource::new(&bytes);
             assert_eq!(source.zigzag(10).map_err(|why| why.0), Ok(value));
             assert_eq!(source.at, bytes.len());
