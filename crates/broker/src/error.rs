@@ -371,3 +371,34 @@ pub enum ServerError {
         source: BrokerError,
     },
 }
+
+/// Characters of client input quoted in an error message, at most.
+const QUOTED_CHARS: usize = 64;
+
+/// `text` for an error message: escaped, and cut to its first few characters with its length, so
+/// an error about a hostile input is never large.
+#[must_use]
+pub fn quote_prefix(text: &str) -> String {
+    let mut chars = text.chars();
+    let prefix: String = chars.by_ref().take(QUOTED_CHARS).collect();
+    if chars.next().is_none() {
+        format!("{prefix:?}")
+    } else {
+        format!("{prefix:?}... ({} bytes)", text.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_escapes_and_cuts_long_input() {
+        assert_eq!(quote_prefix("ok"), "\"ok\"");
+        let hostile = "\u{1}".repeat(1 << 20);
+        let quoted = quote_prefix(&hostile);
+        assert!(quoted.len() < 500, "{}", quoted.len());
+        assert!(quoted.ends_with("(1048576 bytes)"), "{quoted}");
+        assert!(quoted.starts_with("\"\\u{1}"), "{quoted}");
+    }
+}

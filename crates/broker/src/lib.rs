@@ -47,13 +47,11 @@ pub mod descriptors;
 mod error;
 mod group_commit;
 mod keyed_lines;
-mod overrides_store;
 mod partition;
 mod producers;
 mod signal;
 mod snapshot;
 pub mod stats;
-mod topic_configs;
 mod topic_settings;
 mod topics;
 mod unacknowledged;
@@ -67,11 +65,11 @@ pub use config::{
     BrokerConfig, DEFAULT_MAX_FRAME_BYTES, FlushPolicy, MAX_TIMEOUT_MS, TopicConfig, batch_room,
 };
 pub use counters::OutcomeCounts;
-pub use error::{BrokerError, DataDirProblem, ErrorKind, ServerError};
+pub use error::{BrokerError, DataDirProblem, ErrorKind, ServerError, quote_prefix};
 pub use minibroker_state::{Outcome, ProducerPage, ProducerView, Verdict};
 pub use producers::FIRST_ISSUED_ID;
 pub use signal::{AppendSignal, AppendWait};
-pub use topic_configs::{ConfigEntry, ConfigSource, ConfigType};
+pub use topic_settings::configs::{ConfigEntry, ConfigSource, ConfigType};
 pub use topic_settings::{Cleanup, Compaction, Overrides, SettingChange, TopicSettings};
-pub use topics::{MAX_TOPIC_NAME_LEN, quote_prefix};
+pub use topics::MAX_TOPIC_NAME_LEN;
 pub use unacknowledged::Unacknowledged;

@@ -9,11 +9,15 @@
 //! unknown name or a value out of range is refused with the reason, as Kafka refuses it
 //! (INVALID_CONFIG), and nothing changes then.
 
+pub(crate) mod configs;
+pub(crate) mod store;
+
 use std::collections::BTreeMap;
 
 use crate::config::{MAX_TIMEOUT_MS, batch_room};
-use crate::topic_configs::ConfigType;
+use crate::error::quote_prefix;
 use crate::{BrokerConfig, BrokerError};
+use configs::ConfigType;
 
 /// One setting a topic may override.
 #[derive(Debug)]
@@ -96,7 +100,7 @@ pub(crate) fn setting(name: &str) -> Result<&'static Setting, BrokerError> {
         .iter()
         .find(|s| s.name == name)
         .ok_or_else(|| BrokerError::InvalidConfig {
-            name: crate::topics::quote_prefix(name),
+            name: quote_prefix(name),
             reason: format!(
                 "not a topic setting this broker knows; it knows {}",
                 SETTINGS.map(|s| s.name).join(", ")
@@ -233,7 +237,7 @@ fn checked(setting: &Setting, value: &str, config: &BrokerConfig) -> Result<Stri
             Ok(n) if (min..=max).contains(&n) => Ok(n.to_string()),
             _ => Err(refuse(format!(
                 "{} is not a whole number from {min} to {max}",
-                crate::topics::quote_prefix(value)
+                quote_prefix(value)
             ))),
         }
     };
@@ -256,7 +260,7 @@ fn checked(setting: &Setting, value: &str, config: &BrokerConfig) -> Result<Stri
             if !known {
                 return Err(refuse(format!(
                     "{} is not a cleanup policy; use delete, compact or compact,delete",
-                    crate::topics::quote_prefix(value)
+                    quote_prefix(value)
                 )));
             }
             let policy = Cleanup {
@@ -271,7 +275,7 @@ fn checked(setting: &Setting, value: &str, config: &BrokerConfig) -> Result<Stri
             Ok(ratio) if (0.0..=1.0).contains(&ratio) => Ok(ratio.to_string()),
             _ => Err(refuse(format!(
                 "{} is not a fraction from 0 to 1",
-                crate::topics::quote_prefix(value)
+                quote_prefix(value)
             ))),
         },
         "message.timestamp.type" => match value.trim() {
@@ -281,7 +285,7 @@ fn checked(setting: &Setting, value: &str, config: &BrokerConfig) -> Result<Stri
             )),
             other => Err(refuse(format!(
                 "{} is not a timestamp type; use CreateTime",
-                crate::topics::quote_prefix(other)
+                quote_prefix(other)
             ))),
         },
         _ => Err(refuse("not a topic setting".into())),

@@ -137,11 +137,15 @@ pub(crate) fn group_code(error: &GroupError) -> ResponseError {
     }
 }
 
+/// The first Produce version that knows TRANSACTION_ABORTABLE: a batch its transaction cannot
+/// take is answered with it (the client aborts and goes on), not INVALID_TXN_STATE (fatal).
+pub(crate) const ABORTABLE_VERSION: i16 = 11;
+
 /// Kafka's code for a produce the broker core refused: a batch for a partition its transaction
 /// has not added is TRANSACTION_ABORTABLE to the versions that know it.
 pub(crate) fn produce_code(error: &BrokerError, version: i16) -> ResponseError {
     match error.kind() {
-        ErrorKind::NotAddedToTransaction if version >= crate::handlers::ABORTABLE_VERSION => {
+        ErrorKind::NotAddedToTransaction if version >= ABORTABLE_VERSION => {
             ResponseError::TransactionAbortable
         }
         _ => code_of(error),

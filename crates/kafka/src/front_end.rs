@@ -32,7 +32,7 @@ pub struct KafkaFrontEnd {
     /// judges a late EndTxn by.
     pub(crate) connection: minibroker_transactions::ConnectionNumber,
     /// The partitions this connection's Produce v12 requests added to their transaction.
-    pub(crate) implicitly_added: crate::handlers::ImplicitlyAdded,
+    pub(crate) implicitly_added: crate::implicitly_added::ImplicitlyAdded,
     /// The connection's produces whose answers wait for their batches to be stored.
     pub(crate) unacknowledged: Unacknowledged,
     pub(crate) config: Arc<KafkaConfig>,
@@ -58,7 +58,7 @@ impl KafkaFrontEnd {
             groups: Arc::clone(node.groups()),
             transactions: Arc::clone(node.transactions()),
             connection: node.transactions().open_connection(),
-            implicitly_added: crate::handlers::ImplicitlyAdded::default(),
+            implicitly_added: crate::implicitly_added::ImplicitlyAdded::default(),
             unacknowledged: Unacknowledged::default(),
             raw_sasl: false,
             session: node.session(config.login),

@@ -27,6 +27,7 @@ mod authorize;
 mod errors;
 mod front_end;
 mod handlers;
+mod implicitly_added;
 mod preflight;
 pub mod produce_wire;
 mod sasl;

@@ -70,6 +70,7 @@ pub use minibroker_framing as framing;
 pub use config::{ClientAuth, Config, NetConfig, SASL_MECHANISMS, SecurityProtocol};
 pub use front_end::{FrontEnd, Next, Peer};
 pub use host::{Host, HostError};
-pub use node::{ConnectionCounts, LoginCounts, Node};
+pub use login::LoginCounts;
+pub use node::{ConnectionCounts, Node};
 /// The TLS library the listeners use (its configuration types appear in [`Host::serve_with`]).
 pub use tokio_rustls::rustls;

@@ -15,11 +15,28 @@
 use bytes::Bytes;
 use minibroker_security::{Reloading, ScramExchange, ScramMechanism, Users, UsersFileError};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
-use crate::node::LoginCounts;
 use crate::quotas::{Held, Quota};
+
+/// How many SASL logins the listeners saw succeed and fail.
+#[derive(Debug, Default)]
+pub struct LoginCounts {
+    /// Logins that succeeded.
+    pub succeeded: AtomicU64,
+    /// Logins refused: a wrong password, an unknown user, a malformed exchange.
+    pub failed: AtomicU64,
+}
+
+impl LoginCounts {
+    /// Counts one login, `ok` or not.
+    pub fn count(&self, ok: bool) {
+        let counter = if ok { &self.succeeded } else { &self.failed };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 /// A mechanism a listener offers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use tokio::sync::Semaphore;
 
 use crate::access::{AccessControl, Guard};
 use crate::config::Config;
-use crate::login::{SaslSettings, Session};
+use crate::login::{LoginCounts, SaslSettings, Session};
 use crate::quotas::Quota;
 use crate::timings::RequestTimings;
 use minibroker_broker::ServerError;
@@ -27,23 +27,6 @@ pub struct ConnectionCounts {
     pub refused: u64,
     /// Connections being served now.
     pub open: u64,
-}
-
-/// How many SASL logins the listeners saw succeed and fail.
-#[derive(Debug, Default)]
-pub struct LoginCounts {
-    /// Logins that succeeded.
-    pub succeeded: AtomicU64,
-    /// Logins refused: a wrong password, an unknown user, a malformed exchange.
-    pub failed: AtomicU64,
-}
-
-impl LoginCounts {
-    /// Counts one login, `ok` or not.
-    pub fn count(&self, ok: bool) {
-        let counter = if ok { &self.succeeded } else { &self.failed };
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
 }
 
 /// One broker process's core, coordinator and listener state; see the module docs.

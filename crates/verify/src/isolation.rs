@@ -15,7 +15,6 @@ use std::fmt;
 
 use minibroker_records::BatchInfo;
 
-use crate::kafka::PartitionRead;
 use crate::{Report, Violation};
 
 /// One batch as a Kafka fetch returned it.
@@ -31,6 +30,18 @@ pub struct FetchedBatch {
     pub bytes: Option<bytes::Bytes>,
     /// Its records that carry a payload id.
     pub payloads: Vec<crate::StoredPayload>,
+}
+
+/// One partition as one kind of consumer reads it.
+#[derive(Debug, Clone, Default)]
+pub struct PartitionRead {
+    /// The batches returned, in offset order.
+    pub batches: Vec<FetchedBatch>,
+    /// The aborted transactions the broker named: (producer id, first offset).
+    pub aborted: Vec<(i64, i64)>,
+    /// Where the read ended: the high watermark, or for `read_committed` the last stable
+    /// offset.
+    pub end: i64,
 }
 
 /// A partition as a `read_uncommitted` consumer reads it and, when asked, a `read_committed`

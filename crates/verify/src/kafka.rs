@@ -15,7 +15,7 @@ use kafka_protocol::protocol::StrBytes;
 use minibroker_kafka_client::{KafkaClientError, KafkaConnection};
 use thiserror::Error;
 
-use crate::isolation::{FetchedBatch, PartitionReads};
+use crate::isolation::{FetchedBatch, PartitionRead, PartitionReads};
 use crate::{PartitionLog, StoredBatch};
 
 /// The Metadata and Fetch versions used (supported by Kafka 2.8 and later, and by minibroker).
@@ -130,18 +130,6 @@ async fn partition_indexes(
     let mut partitions: Vec<i32> = found.partitions.iter().map(|p| p.partition_index).collect();
     partitions.sort_unstable();
     Ok(partitions)
-}
-
-/// One partition as one kind of consumer reads it.
-#[derive(Debug, Clone, Default)]
-pub struct PartitionRead {
-    /// The batches returned, in offset order.
-    pub batches: Vec<FetchedBatch>,
-    /// The aborted transactions the broker named: (producer id, first offset).
-    pub aborted: Vec<(i64, i64)>,
-    /// Where the read ended: the high watermark, or for `read_committed` the last stable
-    /// offset.
-    pub end: i64,
 }
 
 /// Which read of a partition.

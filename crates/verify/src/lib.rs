@@ -26,10 +26,9 @@ mod payload;
 mod read;
 
 pub use check::{AckedBatch, PartitionLog, Report, StoredBatch, Violation, check};
-pub use isolation::TransactionSummary;
+pub use isolation::{PartitionRead, TransactionSummary};
 pub use kafka::{
-    KafkaReadError, PartitionRead, read_committed_values, read_topic_isolated, read_topic_kafka,
-    whole_batches,
+    KafkaReadError, read_committed_values, read_topic_isolated, read_topic_kafka, whole_batches,
 };
 pub use payload::{PayloadId, StoredPayload};
 pub use read::{read_topic, read_topic_reporting, verify, verify_reporting};

@@ -5,53 +5,20 @@
 //! them; the partition then takes the batch as it takes any transactional one.
 //!
 //! The connection remembers the partitions it added for its producer's current id and epoch
-//! ([`ImplicitlyAdded`]), so a transaction's later batches skip the look at the partition. A
+//! ([`ImplicitlyAdded`](crate::implicitly_added::ImplicitlyAdded)), so a transaction's later batches skip the look at the partition. A
 //! stale memory can only cost a refusal, never a wrong append: the partition checks every
 //! transactional batch itself (and with KIP-890 part 2 each end moves the epoch, which empties
 //! it).
 
 use kafka_protocol::ResponseError;
 use minibroker_security::{Operation, ResourceType};
-use std::collections::{HashMap, HashSet};
 
 use crate::errors::produce_add_code;
 use crate::front_end::KafkaFrontEnd;
 use crate::produce_wire::ProduceView;
 
-/// The partitions this connection added implicitly for one producer id and epoch, by topic (a
-/// batch's look-up borrows its topic name, allocating nothing).
-#[derive(Debug, Default)]
-pub(crate) struct ImplicitlyAdded {
-    producer: Option<(i64, i16)>,
-    partitions: HashMap<String, HashSet<u32>>,
-}
-
-impl ImplicitlyAdded {
-    fn contains(&self, producer: (i64, i16), topic: &str, partition: u32) -> bool {
-        self.producer == Some(producer)
-            && self
-                .partitions
-                .get(topic)
-                .is_some_and(|added| added.contains(&partition))
-    }
-
-    fn remember(&mut self, producer: (i64, i16), added: Vec<(String, u32)>) {
-        if self.producer != Some(producer) {
-            self.producer = Some(producer);
-            self.partitions.clear();
-        }
-        for (topic, partition) in added {
-            self.partitions.entry(topic).or_default().insert(partition);
-        }
-    }
-}
-
 /// The first Produce version whose transactional batches add their partitions themselves.
 pub(crate) const IMPLICIT_ADD_VERSION: i16 = 12;
-
-/// The first Produce version that knows TRANSACTION_ABORTABLE: a batch its transaction cannot
-/// take is answered with it (the client aborts and goes on), not INVALID_TXN_STATE (fatal).
-pub(crate) const ABORTABLE_VERSION: i16 = 11;
 
 /// A producer id and epoch.
 type Producer = (i64, i16);

@@ -25,8 +25,6 @@ use kafka_protocol::messages::{BrokerId, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use minibroker_broker::BrokerError;
 
-pub(crate) use implicit_add::{ABORTABLE_VERSION, ImplicitlyAdded};
-
 use crate::front_end::KafkaFrontEnd;
 
 /// Kafka's marker for "no such offset/timestamp".

@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use super::Overrides;
 use crate::data_dir::DataDir;
-use crate::topic_settings::Overrides;
 use crate::{BrokerConfig, BrokerError, ServerError};
 
 /// Every topic's overrides.

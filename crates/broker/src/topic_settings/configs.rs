@@ -1,10 +1,10 @@
 //! The settings a topic lives by, under the names Kafka gives them (`retention.ms`, ...), with
 //! where each value comes from: the topic's own (set by an admin request, or `[[topics]]` in the
 //! configuration file), the broker's (its configuration), or the default. DescribeConfigs shows
-//! them; `topic_settings` checks and applies a change.
+//! them; [`super`] checks and applies a change.
 
+use super::{Overrides, SETTINGS, Setting, default_value};
 use crate::BrokerConfig;
-use crate::topic_settings::{Overrides, SETTINGS, Setting, default_value};
 
 /// Where a setting's value comes from (Kafka's `ConfigSource`, as its codes say).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
