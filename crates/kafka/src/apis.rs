@@ -5,6 +5,7 @@
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::messages::api_versions_response::{FinalizedFeatureKey, SupportedFeatureKey};
 use kafka_protocol::protocol::StrBytes;
+use std::sync::LazyLock;
 
 /// (API, lowest version, highest version) for every API implemented.
 pub(crate) const SUPPORTED: &[(ApiKey, i16, i16)] = &[
@@ -106,50 +107,37 @@ pub(crate) fn supports(api: ApiKey, version: i16) -> bool {
         .any(|(key, min, max)| *key == api && (*min..=*max).contains(&version))
 }
 
-/// The name metrics give `api` (those implemented; any other is "other").
+/// The name metrics give `api`: its name in Kafka (as `kafka-protocol` spells the key) for those
+/// implemented, "other" for any other. Derived once from [`SUPPORTED`], so a new API is named
+/// where it is listed.
 pub(crate) fn name(api: ApiKey) -> &'static str {
-    match api {
-        ApiKey::Produce => "Produce",
-        ApiKey::Fetch => "Fetch",
-        ApiKey::ListOffsets => "ListOffsets",
-        ApiKey::Metadata => "Metadata",
-        ApiKey::DescribeCluster => "DescribeCluster",
-        ApiKey::OffsetDelete => "OffsetDelete",
-        ApiKey::DeleteRecords => "DeleteRecords",
-        ApiKey::CreatePartitions => "CreatePartitions",
-        ApiKey::DescribeLogDirs => "DescribeLogDirs",
-        ApiKey::OffsetForLeaderEpoch => "OffsetForLeaderEpoch",
-        ApiKey::DescribeConfigs => "DescribeConfigs",
-        ApiKey::AlterConfigs => "AlterConfigs",
-        ApiKey::IncrementalAlterConfigs => "IncrementalAlterConfigs",
-        ApiKey::ApiVersions => "ApiVersions",
-        ApiKey::CreateTopics => "CreateTopics",
-        ApiKey::DeleteTopics => "DeleteTopics",
-        ApiKey::InitProducerId => "InitProducerId",
-        ApiKey::FindCoordinator => "FindCoordinator",
-        ApiKey::JoinGroup => "JoinGroup",
-        ApiKey::SyncGroup => "SyncGroup",
-        ApiKey::Heartbeat => "Heartbeat",
-        ApiKey::LeaveGroup => "LeaveGroup",
-        ApiKey::OffsetCommit => "OffsetCommit",
-        ApiKey::OffsetFetch => "OffsetFetch",
-        ApiKey::ListGroups => "ListGroups",
-        ApiKey::DescribeGroups => "DescribeGroups",
-        ApiKey::DeleteGroups => "DeleteGroups",
-        ApiKey::AddPartitionsToTxn => "AddPartitionsToTxn",
-        ApiKey::AddOffsetsToTxn => "AddOffsetsToTxn",
-        ApiKey::EndTxn => "EndTxn",
-        ApiKey::TxnOffsetCommit => "TxnOffsetCommit",
-        ApiKey::DescribeProducers => "DescribeProducers",
-        ApiKey::DescribeTransactions => "DescribeTransactions",
-        ApiKey::ListTransactions => "ListTransactions",
-        ApiKey::CreateAcls => "CreateAcls",
-        ApiKey::DescribeAcls => "DescribeAcls",
-        ApiKey::DeleteAcls => "DeleteAcls",
-        ApiKey::DescribeUserScramCredentials => "DescribeUserScramCredentials",
-        ApiKey::AlterUserScramCredentials => "AlterUserScramCredentials",
-        ApiKey::SaslHandshake => "SaslHandshake",
-        ApiKey::SaslAuthenticate => "SaslAuthenticate",
-        _ => "other",
+    static NAMES: LazyLock<Vec<(ApiKey, &'static str)>> = LazyLock::new(|| {
+        SUPPORTED
+            .iter()
+            .map(|(key, _, _)| (*key, &*format!("{key:?}").leak()))
+            .collect()
+    });
+    NAMES
+        .iter()
+        .find(|(key, _)| *key == api)
+        .map_or("other", |(_, name)| name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_api_is_named_as_kafka_names_it() {
+        assert_eq!(name(ApiKey::Produce), "Produce");
+        assert_eq!(
+            name(ApiKey::IncrementalAlterConfigs),
+            "IncrementalAlterConfigs"
+        );
+        assert_eq!(
+            name(ApiKey::DescribeUserScramCredentials),
+            "DescribeUserScramCredentials"
+        );
+        assert_eq!(name(ApiKey::WriteTxnMarkers), "other");
     }
 }

@@ -137,7 +137,7 @@ pub(crate) fn check(api: ApiKey, version: i16, body: &[u8]) -> Result<(), Refuse
         ApiKey::ListGroups => list_groups(w, version),
         ApiKey::DescribeGroups => describe_groups(w, version),
         ApiKey::DeleteGroups => w.array(1, Walk::string),
-        ApiKey::AddPartitionsToTxn => add_partitions_to_txn(w),
+        ApiKey::AddPartitionsToTxn => add_partitions_to_txn(w, version),
         ApiKey::AlterConfigs | ApiKey::IncrementalAlterConfigs => {
             let incremental = api == ApiKey::IncrementalAlterConfigs;
             w.array(3, |w| {
@@ -488,7 +488,18 @@ fn offset_fetch(w: &mut Walk<'_>, version: i16) -> Step {
 }
 
 /// Versions 0-3 (4 and later are between brokers).
-fn add_partitions_to_txn(w: &mut Walk<'_>) -> Step {
+/// v0-3: one transaction's partitions; v4-5 (a broker's request): several transactions', each
+/// with its verify-only flag.
+fn add_partitions_to_txn(w: &mut Walk<'_>, version: i16) -> Step {
+    if version >= 4 {
+        w.array(2 + 8 + 2 + 1 + 1, |w| {
+            w.string()?; // transactional id
+            w.skip(8 + 2 + 1)?; // producer id, epoch, verify only
+            w.array(2, topic_partitions)?;
+            w.tags()
+        })?;
+        return w.tags();
+    }
     w.string()?; // transactional id
     w.skip(8 + 2)?; // producer id, epoch
     w.array(2, topic_partitions)?;
@@ -794,6 +805,22 @@ mod tests {
                 .with_partitions(vec![0, 1, 2]),
         ]);
         passes(ApiKey::AddPartitionsToTxn, 0..=3, &add);
+        let batched = AddPartitionsToTxnRequest::default().with_transactions(vec![
+            add_partitions_to_txn_request::AddPartitionsToTxnTransaction::default()
+                .with_transactional_id(TransactionalId(StrBytes::from_static_str("t")))
+                .with_verify_only(true)
+                .with_topics(vec![
+                    add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                        .with_name(name("a"))
+                        .with_partitions(vec![0, 1]),
+                ]),
+        ]);
+        passes(ApiKey::AddPartitionsToTxn, 4..=5, &batched);
+        passes(
+            ApiKey::AddPartitionsToTxn,
+            4..=5,
+            &AddPartitionsToTxnRequest::default(),
+        );
         let commit = TxnOffsetCommitRequest::default().with_topics(vec![
             txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
                 .with_name(name("a"))

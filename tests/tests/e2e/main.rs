@@ -10,6 +10,7 @@ mod format;
 mod fuzz;
 mod hardening;
 mod kafka;
+mod kafka_apis;
 mod limits;
 mod native_security;
 mod power_loss;
