@@ -231,7 +231,7 @@ impl DataDir {
         };
         let (lines, torn) = file
             .read(&bytes)
-            .map_err(|reason| self.damaged(&path, &reason))?;
+            .map_err(|reason| self.damaged(&path, &reason.to_string()))?;
         if let Some(torn) = torn {
             tracing::warn!(
                 file = %path.display(),

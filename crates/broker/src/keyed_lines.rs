@@ -20,7 +20,7 @@
 
 use minibroker_log::Storage;
 use minibroker_log::sealed::framed::{TornTail, frame, read_framed};
-use minibroker_log::sealed::{seal, unseal};
+use minibroker_log::sealed::{SealError, seal, unseal};
 use minibroker_log::storage::write_atomically;
 use std::collections::BTreeMap;
 use std::io;
@@ -34,6 +34,37 @@ const COMPACT_BYTES: u64 = 4096;
 
 /// What a file holds: its lines by key, and a torn tail left out.
 pub(crate) type Read = (Vec<String>, Option<TornTail>);
+
+/// Why a keyed-lines file does not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum KeyedLinesError {
+    /// Its text is not UTF-8.
+    #[error("not UTF-8")]
+    NotUtf8,
+    /// A sealed body that does not open.
+    #[error(transparent)]
+    Sealed(#[from] SealError),
+    /// A change with no whole list before it.
+    #[error("a change before the whole list")]
+    ChangeBeforeList,
+    /// A change line that neither adds (`+`) nor removes (`-`).
+    #[error("a change of a bad line {0:?}")]
+    BadChange(String),
+    /// A framed record that does not read, with whole records after it.
+    #[error("damaged at byte {at}: {}", why.as_ref().map_or_else(
+        || "its length is damaged: whole records follow it".to_owned(),
+        ToString::to_string,
+    ))]
+    DamagedAt {
+        /// Where the record begins.
+        at: usize,
+        /// What is wrong with it; `None` for a damaged length.
+        why: Option<Box<KeyedLinesError>>,
+    },
+    /// Framed records, none of them the whole list.
+    #[error("holds no whole list")]
+    NoWholeList,
+}
 
 /// One keyed-lines file: its magics and how a line's key is read, and what was last written.
 #[derive(Debug)]
@@ -59,27 +90,27 @@ impl KeyedLines {
     }
 
     /// The lines of the file's `bytes`, in key order, and its torn tail; why not, otherwise.
-    pub(crate) fn read(&self, bytes: &[u8]) -> Result<Read, String> {
+    pub(crate) fn read(&self, bytes: &[u8]) -> Result<Read, KeyedLinesError> {
         let plain_text = |b: &u8| b.is_ascii_graphic() || *b == b' ' || *b == b'\n';
         if bytes.iter().all(plain_text) {
             // An older broker's file: plain text.
-            let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8".to_owned())?;
+            let text = std::str::from_utf8(bytes).map_err(|_| KeyedLinesError::NotUtf8)?;
             return Ok((lines(text).map(str::to_owned).collect(), None));
         }
         if bytes.starts_with(self.magic) {
             // An older broker's file: the whole list, sealed, unframed.
-            let body = unseal(self.magic, VERSION, bytes).map_err(|error| error.to_string())?;
-            let text = std::str::from_utf8(body).map_err(|_| "not UTF-8".to_owned())?;
+            let body = unseal(self.magic, VERSION, bytes)?;
+            let text = std::str::from_utf8(body).map_err(|_| KeyedLinesError::NotUtf8)?;
             return Ok((lines(text).map(str::to_owned).collect(), None));
         }
         let mut held: Option<BTreeMap<String, String>> = None;
-        let apply = |_at: usize, record: &[u8]| -> Result<(), String> {
+        let apply = |_at: usize, record: &[u8]| -> Result<(), KeyedLinesError> {
             let (text, whole) = self.body(record)?;
             if whole {
                 held = Some(self.by_key(text));
                 return Ok(());
             }
-            let held = held.as_mut().ok_or("a change before the whole list")?;
+            let held = held.as_mut().ok_or(KeyedLinesError::ChangeBeforeList)?;
             for line in lines(text) {
                 match line.split_at(1) {
                     ("+", line) => {
@@ -88,7 +119,7 @@ impl KeyedLines {
                     ("-", key) => {
                         held.remove(key);
                     }
-                    _ => return Err(format!("a change of a bad line {line:?}")),
+                    _ => return Err(KeyedLinesError::BadChange(line.to_owned())),
                 }
             }
             Ok(())
@@ -96,25 +127,22 @@ impl KeyedLines {
         let reads_whole = |record: &[u8]| self.body(record).is_ok();
         let magics = [self.magic, &self.change_magic];
         let torn = read_framed(bytes, &magics, apply, reads_whole).map_err(|error| {
-            let why = error
-                .source
-                .unwrap_or_else(|| "its length is damaged: whole records follow it".into());
-            format!("damaged at byte {}: {why}", error.at)
+            KeyedLinesError::DamagedAt {
+                at: error.at,
+                why: error.source.map(Box::new),
+            }
         })?;
-        let held = held.ok_or("holds no whole list")?;
+        let held = held.ok_or(KeyedLinesError::NoWholeList)?;
         Ok((held.into_values().collect(), torn))
     }
 
     /// A record's text, and whether it is the whole list (or a change).
-    fn body<'a>(&self, record: &'a [u8]) -> Result<(&'a str, bool), String> {
+    fn body<'a>(&self, record: &'a [u8]) -> Result<(&'a str, bool), KeyedLinesError> {
         let (body, whole) = match unseal(self.magic, VERSION, record) {
             Ok(body) => (body, true),
-            Err(_) => (
-                unseal(&self.change_magic, VERSION, record).map_err(|error| error.to_string())?,
-                false,
-            ),
+            Err(_) => (unseal(&self.change_magic, VERSION, record)?, false),
         };
-        let text = std::str::from_utf8(body).map_err(|_| "not UTF-8".to_owned())?;
+        let text = std::str::from_utf8(body).map_err(|_| KeyedLinesError::NotUtf8)?;
         Ok((text, whole))
     }
 

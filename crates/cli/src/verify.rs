@@ -42,7 +42,7 @@ pub async fn run(args: Args) -> Result<()> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
         let mut acks = minibroker_verify::parse_acks(&text)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            .with_context(|| format!("{} is not a file of acknowledged batches", path.display()))?;
         acknowledged.append(&mut acks);
     }
     let expected = (!args.expect.is_empty()).then_some(acknowledged.as_slice());

@@ -64,13 +64,37 @@ pub(super) enum Layout {
     Framed(Option<TornTail>),
 }
 
+/// Why a group's file does not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum GroupFileError {
+    /// An older broker's whole-group file that does not decode.
+    #[error("damaged (bad checksum or layout)")]
+    Damaged,
+    /// An older broker's whole-group file with no group, or several.
+    #[error("does not hold exactly one group")]
+    NotOneGroup,
+    /// A framed record that does not read, with whole records after it.
+    #[error("damaged at byte {at}: {why}")]
+    DamagedAt {
+        /// Where the record begins.
+        at: usize,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// Framed records, none of them a whole group.
+    #[error("holds no group")]
+    NoGroup,
+}
+
 /// The group a file's `bytes` hold: its id, what it holds, and how the file was laid out; why
 /// not, otherwise.
-pub(super) fn read_group_file(bytes: &[u8]) -> Result<(String, SavedGroup, Layout), String> {
+pub(super) fn read_group_file(
+    bytes: &[u8],
+) -> Result<(String, SavedGroup, Layout), GroupFileError> {
     if bytes.starts_with(MAGIC) {
-        let mut groups = decode(bytes).ok_or("damaged (bad checksum or layout)")?;
+        let mut groups = decode(bytes).ok_or(GroupFileError::Damaged)?;
         let (Some((id, saved)), None) = (groups.pop(), groups.pop()) else {
-            return Err("does not hold exactly one group".into());
+            return Err(GroupFileError::NotOneGroup);
         };
         return Ok((id, saved, Layout::Unframed));
     }
@@ -94,12 +118,14 @@ pub(super) fn read_group_file(bytes: &[u8]) -> Result<(String, SavedGroup, Layou
     };
     let reads_whole = |record: &[u8]| decode(record).is_some() || decode_change(record).is_some();
     let torn = read_framed(bytes, &[MAGIC, CHANGE_MAGIC], apply, reads_whole).map_err(|error| {
-        let why = error
-            .source
-            .unwrap_or("its length is damaged: whole records follow it");
-        format!("damaged at byte {}: {why}", error.at)
+        GroupFileError::DamagedAt {
+            at: error.at,
+            why: error
+                .source
+                .unwrap_or("its length is damaged: whole records follow it"),
+        }
     })?;
-    let (id, replayed) = group.ok_or("holds no group")?;
+    let (id, replayed) = group.ok_or(GroupFileError::NoGroup)?;
     Ok((id, replayed.into(), Layout::Framed(torn)))
 }
 
@@ -575,6 +601,7 @@ mod tests {
         assert!(
             read_group_file(&alone)
                 .unwrap_err()
+                .to_string()
                 .contains("before any whole group")
         );
     }

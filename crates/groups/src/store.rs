@@ -102,8 +102,8 @@ impl OffsetStore {
             let Some(bytes) = self.read_bytes(&path)? else {
                 continue;
             };
-            let (id, group, layout) =
-                codec::read_group_file(&bytes).map_err(|reason| self.damaged(&path, reason))?;
+            let (id, group, layout) = codec::read_group_file(&bytes)
+                .map_err(|reason| self.damaged(&path, reason.to_string()))?;
             if !ids.insert(id.clone()) {
                 return Err(self.damaged(&path, format!("holds group {id:?} a second time")));
             }
@@ -259,7 +259,7 @@ pub fn check_files(data: &DataDir) -> Vec<(std::path::PathBuf, Option<String>)> 
                 Ok(Some(bytes)) => match codec::read_group_file(&bytes) {
                     Ok((_, _, Layout::Framed(Some(torn)))) => Some(torn.to_string()),
                     Ok(_) => None,
-                    Err(reason) => Some(reason),
+                    Err(reason) => Some(reason.to_string()),
                 },
             };
             Some((path, problem))

@@ -76,14 +76,15 @@ impl KafkaFrontEnd {
         self.guard.current_acls()
     }
 
-    /// Edits the ACLs file; its error as text for an answer.
-    pub(crate) fn edit_acls<R>(&self, edit: impl FnOnce(&mut Acls) -> R) -> Result<R, String> {
+    /// Edits the ACLs file.
+    pub(crate) fn edit_acls<R>(&self, edit: impl FnOnce(&mut Acls) -> R) -> Result<R, FileError> {
         match self.guard.access() {
-            Some(access) => access.edit(edit).map_err(|error| {
+            Some(access) => access.edit(edit).inspect_err(|error| {
                 tracing::warn!(%error, "the ACLs file could not be edited");
-                error.to_string()
             }),
-            None => Err("no acls_file".into()),
+            None => Err(FileError::NotConfigured {
+                setting: "acls_file",
+            }),
         }
     }
 }

@@ -131,14 +131,16 @@ impl SaslSettings {
     /// at once.
     ///
     /// # Errors
-    /// The file cannot be read or written, as text for an answer.
-    pub fn edit_users<R>(&self, edit: impl FnOnce(&mut Users) -> R) -> Result<R, String> {
+    /// [`UsersFileError`] when there is no users file, or it cannot be read or written.
+    pub fn edit_users<R>(&self, edit: impl FnOnce(&mut Users) -> R) -> Result<R, UsersFileError> {
         let _one_at_a_time = self
             .editing
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let Some(path) = self.users.path() else {
-            return Err("no users_file".into());
+            return Err(UsersFileError::NotConfigured {
+                setting: "users_file",
+            });
         };
         let edited = Users::load(path).and_then(|mut users| {
             let result = edit(&mut users);
@@ -152,7 +154,7 @@ impl SaslSettings {
             }
             Err(error) => {
                 tracing::warn!(%error, "the users file could not be edited");
-                Err(error.to_string())
+                Err(error)
             }
         }
     }

@@ -282,7 +282,7 @@ impl Acl {
             }
     }
 
-    fn parse(line: &str) -> Result<Self, String> {
+    fn parse(line: &str) -> Result<Self, InvalidAcl> {
         let fields: Vec<&str> = line.split_whitespace().collect();
         let [
             principal,
@@ -294,14 +294,19 @@ impl Acl {
             host,
         ] = fields[..]
         else {
-            return Err(
+            return Err(InvalidAcl(
                 "expected PRINCIPAL PERMISSION OPERATION RESOURCE-TYPE PATTERN-TYPE NAME HOST"
                     .into(),
-            );
+            ));
         };
-        let word = |what: &str, value: &str| format!("unknown {what} {value:?}");
+        let word = |what: &str, value: &str| InvalidAcl(format!("unknown {what} {value:?}"));
+        let decode = |field| {
+            crate::field::decode(field)
+                .map(std::borrow::Cow::into_owned)
+                .map_err(|error| InvalidAcl(error.to_string()))
+        };
         let acl = Self {
-            principal: crate::field::decode(principal)?.into_owned(),
+            principal: decode(principal)?,
             permission: Permission::from_word(permission)
                 .ok_or_else(|| word("permission", permission))?,
             operation: Operation::from_word(operation)
@@ -310,10 +315,10 @@ impl Acl {
                 .ok_or_else(|| word("resource type", resource_type))?,
             pattern_type: PatternType::from_word(pattern_type)
                 .ok_or_else(|| word("pattern type", pattern_type))?,
-            name: crate::field::decode(name)?.into_owned(),
+            name: decode(name)?,
             host: host.to_owned(),
         };
-        acl.check().map_err(|error| error.0)?;
+        acl.check()?;
         Ok(acl)
     }
 }
@@ -336,7 +341,7 @@ impl Acls {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let acl = Acl::parse(line).map_err(|reason| FileError::Line {
+            let acl = Acl::parse(line).map_err(|InvalidAcl(reason)| FileError::Line {
                 path: path.to_owned(),
                 line: index + 1,
                 reason,

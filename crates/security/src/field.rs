@@ -35,8 +35,8 @@ pub fn encode(text: &str) -> Cow<'_, str> {
 /// The text a field written by [`encode`] holds.
 ///
 /// # Errors
-/// When the decoded bytes are not UTF-8.
-pub fn decode(field: &str) -> Result<Cow<'_, str>, String> {
+/// [`NotUtf8`] when the decoded bytes are not UTF-8.
+pub fn decode(field: &str) -> Result<Cow<'_, str>, NotUtf8> {
     if !field.contains('%') {
         return Ok(Cow::Borrowed(field));
     }
@@ -61,7 +61,17 @@ pub fn decode(field: &str) -> Result<Cow<'_, str>, String> {
     }
     String::from_utf8(decoded)
         .map(Cow::Owned)
-        .map_err(|_| format!("{field:?} does not decode to UTF-8"))
+        .map_err(|_| NotUtf8 {
+            field: field.to_owned(),
+        })
+}
+
+/// A field whose %-escapes decode to bytes that are not UTF-8.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field:?} does not decode to UTF-8")]
+pub struct NotUtf8 {
+    /// The field as written.
+    pub field: String,
 }
 
 fn escaped(c: char) -> bool {

@@ -32,6 +32,12 @@ pub enum FileError {
         /// What is wrong with it.
         reason: String,
     },
+    /// An edit of a file the broker was started without (the setting names it).
+    #[error("no {setting}: the broker was started without one")]
+    NotConfigured {
+        /// The setting that names the file.
+        setting: &'static str,
+    },
 }
 
 /// The text of the file at `path`; `None` when it does not exist.

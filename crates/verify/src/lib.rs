@@ -70,11 +70,26 @@ pub async fn verify_kafka_read_committed(
 /// Reads acknowledged batches, one JSON object per line (blank lines are skipped).
 ///
 /// # Errors
-/// The line number and reason of the first line that is not an [`AckedBatch`].
-pub fn parse_acks(text: &str) -> Result<Vec<AckedBatch>, String> {
+/// [`BadAckLine`]: the number and reason of the first line that is not an [`AckedBatch`].
+pub fn parse_acks(text: &str) -> Result<Vec<AckedBatch>, BadAckLine> {
     text.lines()
         .enumerate()
         .filter(|(_, line)| !line.trim().is_empty())
-        .map(|(i, line)| serde_json::from_str(line).map_err(|e| format!("line {}: {e}", i + 1)))
+        .map(|(i, line)| {
+            serde_json::from_str(line).map_err(|source| BadAckLine {
+                line: i + 1,
+                source,
+            })
+        })
         .collect()
+}
+
+/// A line of an acknowledgements file that is not an [`AckedBatch`].
+#[derive(Debug, thiserror::Error)]
+#[error("line {line}: {source}")]
+pub struct BadAckLine {
+    /// Its 1-based number.
+    pub line: usize,
+    /// What JSON made of it.
+    pub source: serde_json::Error,
 }

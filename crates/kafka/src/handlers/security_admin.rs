@@ -24,9 +24,12 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use minibroker_security::acl::{
-    Acl, AclFilter, CLUSTER_NAME, PatternFilter, PatternType, Permission,
+    Acl, AclFilter, CLUSTER_NAME, InvalidAcl, PatternFilter, PatternType, Permission,
 };
-use minibroker_security::{Operation, ResourceType, ScramCredential, ScramMechanism};
+use minibroker_security::{
+    FileError, InvalidUserName, Operation, ResourceType, ScramCredential, ScramError,
+    ScramMechanism,
+};
 use std::collections::BTreeMap;
 
 use crate::front_end::KafkaFrontEnd;
@@ -60,13 +63,44 @@ fn mechanism_code(mechanism: ScramMechanism) -> i8 {
     }
 }
 
+/// Why one entry of an ACL or SCRAM admin request is refused; the answer carries its message.
+#[derive(Debug, thiserror::Error)]
+enum BadEntry {
+    /// A code that names nothing.
+    #[error("unknown {what} code {code}")]
+    UnknownCode {
+        /// What the code is of.
+        what: &'static str,
+        /// The code.
+        code: i8,
+    },
+    /// An ACL the broker would not keep.
+    #[error(transparent)]
+    Acl(#[from] InvalidAcl),
+    /// A SCRAM mechanism code that names none this broker knows.
+    #[error("unknown SCRAM mechanism")]
+    UnknownMechanism,
+    /// A user name the users file cannot hold.
+    #[error(transparent)]
+    UserName(#[from] InvalidUserName),
+    /// A credential that does not fit its mechanism.
+    #[error(transparent)]
+    Credential(#[from] ScramError),
+    /// A negative iteration count.
+    #[error("negative iterations")]
+    NegativeIterations,
+}
+
+/// The value `code` names, for `what`.
+fn known<T>(code: i8, what: &'static str, from: fn(i8) -> Option<T>) -> Result<T, BadEntry> {
+    from(code).ok_or(BadEntry::UnknownCode { what, code })
+}
+
 /// `None` for Kafka's ANY, else the value `code` names.
-fn pick<T>(code: i8, what: &str, from: fn(i8) -> Option<T>) -> Result<Option<T>, String> {
+fn pick<T>(code: i8, what: &'static str, from: fn(i8) -> Option<T>) -> Result<Option<T>, BadEntry> {
     match code {
         ANY => Ok(None),
-        code => from(code)
-            .map(Some)
-            .ok_or_else(|| format!("unknown {what} code {code}")),
+        code => known(code, what, from).map(Some),
     }
 }
 
@@ -75,16 +109,14 @@ fn filter_of(
     (resource_type, name, pattern): (i8, Option<&StrBytes>, i8),
     (principal, host): (Option<&StrBytes>, Option<&StrBytes>),
     (operation, permission): (i8, i8),
-) -> Result<AclFilter, String> {
+) -> Result<AclFilter, BadEntry> {
     Ok(AclFilter {
         resource_type: pick(resource_type, "resource type", ResourceType::from_code)?,
         name: name.map(ToString::to_string),
         pattern: match pattern {
             ANY => PatternFilter::Any,
             MATCH => PatternFilter::Match,
-            code => PatternFilter::Exactly(
-                PatternType::from_code(code).ok_or(format!("unknown pattern type code {code}"))?,
-            ),
+            code => PatternFilter::Exactly(known(code, "pattern type", PatternType::from_code)?),
         },
         principal: principal.map(ToString::to_string),
         host: host.map(ToString::to_string),
@@ -120,27 +152,28 @@ impl KafkaFrontEnd {
                 .with_error_message(detail);
             return answer(vec![refused; count]);
         }
-        let wanted: Vec<Result<Acl, String>> = request
+        let wanted: Vec<Result<Acl, BadEntry>> = request
             .creations
             .iter()
             .map(|c| {
                 let acl = Acl {
                     principal: c.principal.to_string(),
-                    permission: Permission::from_code(c.permission_type)
-                        .ok_or(format!("unknown permission code {}", c.permission_type))?,
-                    operation: Operation::from_code(c.operation)
-                        .ok_or(format!("unknown operation code {}", c.operation))?,
-                    resource_type: ResourceType::from_code(c.resource_type).ok_or(format!(
-                        "unsupported resource type code {}",
-                        c.resource_type
-                    ))?,
-                    pattern_type: PatternType::from_code(c.resource_pattern_type).ok_or(
-                        format!("unknown pattern type code {}", c.resource_pattern_type),
+                    permission: known(c.permission_type, "permission", Permission::from_code)?,
+                    operation: known(c.operation, "operation", Operation::from_code)?,
+                    resource_type: known(
+                        c.resource_type,
+                        "resource type",
+                        ResourceType::from_code,
+                    )?,
+                    pattern_type: known(
+                        c.resource_pattern_type,
+                        "pattern type",
+                        PatternType::from_code,
                     )?,
                     name: c.resource_name.to_string(),
                     host: c.host.to_string(),
                 };
-                acl.check().map_err(|error| error.0)?;
+                acl.check()?;
                 Ok(acl)
             })
             .collect();
@@ -153,8 +186,10 @@ impl KafkaFrontEnd {
             .iter()
             .map(|wanted| {
                 let (code, detail) = match (wanted, &saved) {
-                    (Err(reason), _) => message(ResponseError::InvalidRequest, reason),
-                    (Ok(_), Err(reason)) => message(ResponseError::UnknownServerError, reason),
+                    (Err(reason), _) => message(ResponseError::InvalidRequest, &reason.to_string()),
+                    (Ok(_), Err(reason)) => {
+                        message(ResponseError::UnknownServerError, &reason.to_string())
+                    }
                     (Ok(acl), Ok(())) => {
                         tracing::info!(principal = %self.guard.principal(), %acl, "ACL created");
                         (0, None)
@@ -188,7 +223,7 @@ impl KafkaFrontEnd {
         ) {
             Ok(filter) => filter,
             Err(reason) => {
-                let (code, detail) = message(ResponseError::InvalidRequest, &reason);
+                let (code, detail) = message(ResponseError::InvalidRequest, &reason.to_string());
                 return DescribeAclsResponse::default()
                     .with_error_code(code)
                     .with_error_message(detail);
@@ -231,7 +266,7 @@ impl KafkaFrontEnd {
                 .with_error_message(detail);
             return answer(vec![refused; request.filters.len()]);
         }
-        let filters: Vec<Result<AclFilter, String>> = request
+        let filters: Vec<Result<AclFilter, BadEntry>> = request
             .filters
             .iter()
             .map(|f| {
@@ -261,11 +296,13 @@ impl KafkaFrontEnd {
             .map(|(at, filter)| {
                 let (code, detail, matching) = match (filter, &removed) {
                     (Err(reason), _) => {
-                        let (code, detail) = message(ResponseError::InvalidRequest, reason);
+                        let (code, detail) =
+                            message(ResponseError::InvalidRequest, &reason.to_string());
                         (code, detail, Vec::new())
                     }
                     (Ok(_), Err(reason)) => {
-                        let (code, detail) = message(ResponseError::UnknownServerError, reason);
+                        let (code, detail) =
+                            message(ResponseError::UnknownServerError, &reason.to_string());
                         (code, detail, Vec::new())
                     }
                     (Ok(_), Ok(removed)) => (0, None, removed[at].clone()),
@@ -373,29 +410,29 @@ impl KafkaFrontEnd {
             return answer(users.iter().map(|u| result(u, refused.clone())).collect());
         }
         // Each change checked first; the good ones written together.
-        let deletions: Vec<Result<(String, ScramMechanism), String>> = request
+        let deletions: Vec<Result<(String, ScramMechanism), BadEntry>> = request
             .deletions
             .iter()
             .map(|d| {
-                let mechanism = mechanism_of(d.mechanism).ok_or("unknown SCRAM mechanism")?;
-                minibroker_security::check_user_name(&d.name).map_err(|e| e.to_string())?;
+                let mechanism = mechanism_of(d.mechanism).ok_or(BadEntry::UnknownMechanism)?;
+                minibroker_security::check_user_name(&d.name)?;
                 Ok((d.name.to_string(), mechanism))
             })
             .collect();
-        let upsertions: Vec<Result<(String, ScramMechanism, ScramCredential), String>> = request
+        let upsertions: Vec<Result<(String, ScramMechanism, ScramCredential), BadEntry>> = request
             .upsertions
             .iter()
             .map(|u| {
-                let mechanism = mechanism_of(u.mechanism).ok_or("unknown SCRAM mechanism")?;
-                minibroker_security::check_user_name(&u.name).map_err(|e| e.to_string())?;
-                let iterations = u32::try_from(u.iterations).map_err(|_| "negative iterations")?;
+                let mechanism = mechanism_of(u.mechanism).ok_or(BadEntry::UnknownMechanism)?;
+                minibroker_security::check_user_name(&u.name)?;
+                let iterations =
+                    u32::try_from(u.iterations).map_err(|_| BadEntry::NegativeIterations)?;
                 let credential = ScramCredential::from_salted_password(
                     mechanism,
                     &u.salt,
                     &u.salted_password,
                     iterations,
-                )
-                .map_err(|e| e.to_string())?;
+                )?;
                 Ok((u.name.to_string(), mechanism, credential))
             })
             .collect();
@@ -413,13 +450,19 @@ impl KafkaFrontEnd {
                 }
                 missing
             }),
-            None => Err("no users_file".into()),
+            None => Err(FileError::NotConfigured {
+                setting: "users_file",
+            }),
         };
         let mut results = Vec::with_capacity(users.len());
         for (at, (user, deletion)) in users.iter().zip(&deletions).enumerate() {
             let outcome = match (deletion, &saved) {
-                (Err(reason), _) => message(ResponseError::UnsupportedSaslMechanism, reason),
-                (Ok(_), Err(reason)) => message(ResponseError::UnknownServerError, reason),
+                (Err(reason), _) => {
+                    message(ResponseError::UnsupportedSaslMechanism, &reason.to_string())
+                }
+                (Ok(_), Err(reason)) => {
+                    message(ResponseError::UnknownServerError, &reason.to_string())
+                }
                 (Ok(_), Ok(missing)) if missing[at] => message(
                     ResponseError::ResourceNotFound,
                     "Attempt to delete a user credential that does not exist",
@@ -430,8 +473,12 @@ impl KafkaFrontEnd {
         }
         for (user, upsertion) in users[deletions.len()..].iter().zip(&upsertions) {
             let outcome = match (upsertion, &saved) {
-                (Err(reason), _) => message(ResponseError::UnacceptableCredential, reason),
-                (Ok(_), Err(reason)) => message(ResponseError::UnknownServerError, reason),
+                (Err(reason), _) => {
+                    message(ResponseError::UnacceptableCredential, &reason.to_string())
+                }
+                (Ok(_), Err(reason)) => {
+                    message(ResponseError::UnknownServerError, &reason.to_string())
+                }
                 (Ok((name, mechanism, _)), Ok(_)) => {
                     tracing::info!(principal = %self.guard.principal(), user = name, mechanism = mechanism.name(), "SCRAM credential set");
                     (0, None)
