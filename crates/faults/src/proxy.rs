@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 
+use minibroker_framing::Frames as FrameCodec;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -30,7 +31,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::{JoinError, JoinSet};
-use tokio_util::codec::{FramedRead, FramedWrite, LengthDelimitedCodec};
+use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -297,8 +298,8 @@ impl fmt::Display for Label {
     }
 }
 
-type Frames = FramedRead<OwnedReadHalf, LengthDelimitedCodec>;
-type Sink = FramedWrite<OwnedWriteHalf, LengthDelimitedCodec>;
+type Frames = FramedRead<OwnedReadHalf, FrameCodec>;
+type Sink = FramedWrite<OwnedWriteHalf, FrameCodec>;
 
 impl Relay {
     async fn run(self, client: TcpStream, upstream_addr: &str) {
@@ -311,11 +312,7 @@ impl Relay {
         };
         let _ = client.set_nodelay(true);
         let _ = upstream.set_nodelay(true);
-        let codec = || {
-            LengthDelimitedCodec::builder()
-                .max_frame_length(self.proxy.config.max_frame_bytes)
-                .new_codec()
-        };
+        let codec = || FrameCodec::new(self.proxy.config.max_frame_bytes);
         let (client_read, client_write) = client.into_split();
         let (upstream_read, upstream_write) = upstream.into_split();
         let reset = Arc::new(Notify::new());

@@ -1,15 +1,25 @@
 //! The framing every protocol minibroker speaks shares: a 4-byte big-endian length, then the
 //! body. Decoded by `tokio_util`'s `LengthDelimitedCodec`, which checks the length against the
 //! maximum before any buffer grows for the frame; this crate only names the oversize case. The
-//! host reads every connection's requests with it (`minibroker_net`), and the native codec its
-//! clients' answers (`minibroker_protocol`).
+//! host reads every connection's requests with it (`minibroker_net`), the native codec its
+//! clients' answers (`minibroker_protocol`), the Kafka client its answers and the fault proxy
+//! both directions.
+//!
+//! A frame is written in place: [`FrameStart::begin`] leaves room for the length, the caller
+//! encodes the body straight into the buffer, and [`FrameStart::end`] writes the length (or
+//! takes the frame back out when it is too large), so no body is encoded aside and copied. Every
+//! answer and request minibroker writes is framed this way, or by [`Frames`] as an encoder.
 
-use bytes::BytesMut;
+use bytes::{BufMut, Bytes, BytesMut};
 use thiserror::Error;
-use tokio_util::codec::{Decoder, LengthDelimitedCodec, LengthDelimitedCodecError};
+use tokio_util::codec::{Decoder, Encoder, LengthDelimitedCodec, LengthDelimitedCodecError};
 
 /// Bytes of the length prefix.
 pub const LENGTH_PREFIX_LEN: usize = 4;
+
+/// The longest body a length prefix can say: the bound of a frame whose size is bounded
+/// elsewhere (a Kafka answer by its answer room, a SASL token by its mechanism).
+pub const MAX_LENGTH: usize = u32::MAX as usize;
 
 /// Why the frame stream of a connection broke.
 #[derive(Debug, Error)]
@@ -71,11 +81,83 @@ impl Decoder for Frames {
             .map_err(|error| self.name(src, error))
     }
 
+    /// As [`Self::decode`]; bytes left that are not a whole frame are an
+    /// [`std::io::ErrorKind::UnexpectedEof`]: the connection closed in the middle of a frame.
     fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<BytesMut>, FramingError> {
-        self.lengths
-            .decode_eof(src)
-            .map_err(|error| self.name(src, error))
+        match self.decode(src)? {
+            Some(frame) => Ok(Some(frame)),
+            None if src.is_empty() => Ok(None),
+            None => Err(FramingError::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("the connection closed {} bytes into a frame", src.len()),
+            ))),
+        }
     }
+}
+
+impl Encoder<Bytes> for Frames {
+    type Error = FramingError;
+
+    fn encode(&mut self, body: Bytes, dst: &mut BytesMut) -> Result<(), FramingError> {
+        let frame = FrameStart::begin(dst);
+        dst.extend_from_slice(&body);
+        frame.end(dst, self.max_frame_bytes)
+    }
+}
+
+/// Where a frame being written begins in its buffer: the length is written once the body is.
+#[derive(Debug)]
+#[must_use = "a frame begun is ended or abandoned"]
+pub struct FrameStart(usize);
+
+impl FrameStart {
+    /// Leaves room for a frame's length at the end of `out`.
+    pub fn begin(out: &mut BytesMut) -> Self {
+        let at = out.len();
+        out.put_u32(0);
+        Self(at)
+    }
+
+    /// Writes the length of the body written into `out` since [`Self::begin`].
+    ///
+    /// # Errors
+    /// [`FramingError::TooLarge`] when the body is longer than `max_frame_bytes` (or than a
+    /// length can say); the frame is taken out of `out` then.
+    pub fn end(self, out: &mut BytesMut, max_frame_bytes: usize) -> Result<(), FramingError> {
+        let size = out.len() - self.0 - LENGTH_PREFIX_LEN;
+        match u32::try_from(size) {
+            Ok(length) if size <= max_frame_bytes => {
+                out[self.0..self.0 + LENGTH_PREFIX_LEN].copy_from_slice(&length.to_be_bytes());
+                Ok(())
+            }
+            _ => {
+                self.abandon(out);
+                Err(FramingError::TooLarge {
+                    size,
+                    max: max_frame_bytes,
+                })
+            }
+        }
+    }
+
+    /// Takes the frame back out of `out` (its body did not encode).
+    pub fn abandon(self, out: &mut BytesMut) {
+        out.truncate(self.0);
+    }
+}
+
+/// Appends `body` to `out` as one frame.
+///
+/// # Errors
+/// [`FramingError::TooLarge`] when `body` is longer than `max_frame_bytes`; nothing is written.
+pub fn put_frame(
+    out: &mut BytesMut,
+    body: &[u8],
+    max_frame_bytes: usize,
+) -> Result<(), FramingError> {
+    let frame = FrameStart::begin(out);
+    out.extend_from_slice(body);
+    frame.end(out, max_frame_bytes)
 }
 
 #[cfg(test)]
@@ -102,5 +184,39 @@ mod tests {
             frames.decode_eof(&mut src),
             Err(FramingError::Io(_))
         ));
+    }
+
+    #[test]
+    fn a_frame_is_written_in_place_and_taken_back_when_too_large() {
+        let mut out = BytesMut::from(&b"before"[..]);
+        put_frame(&mut out, b"abc", 3).unwrap();
+        assert_eq!(&out[..], b"before\0\0\0\x03abc");
+        assert!(matches!(
+            put_frame(&mut out, b"abcd", 3),
+            Err(FramingError::TooLarge { size: 4, max: 3 })
+        ));
+        assert_eq!(&out[..], b"before\0\0\0\x03abc");
+        let frame = FrameStart::begin(&mut out);
+        out.extend_from_slice(b"half");
+        frame.abandon(&mut out);
+        assert_eq!(&out[..], b"before\0\0\0\x03abc");
+    }
+
+    #[test]
+    fn what_the_encoder_writes_the_decoder_reads() {
+        let mut frames = Frames::new(8);
+        let mut wire = BytesMut::new();
+        frames
+            .encode(Bytes::from_static(b"one"), &mut wire)
+            .unwrap();
+        frames.encode(Bytes::new(), &mut wire).unwrap();
+        assert!(
+            frames
+                .encode(Bytes::from_static(b"nine byte"), &mut wire)
+                .is_err()
+        );
+        assert_eq!(&frames.decode(&mut wire).unwrap().unwrap()[..], b"one");
+        assert!(frames.decode(&mut wire).unwrap().unwrap().is_empty());
+        assert!(frames.decode(&mut wire).unwrap().is_none());
     }
 }

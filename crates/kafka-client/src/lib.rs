@@ -12,13 +12,16 @@
 //! is an error, never a hang.
 
 use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
 use kafka_protocol::messages::{ApiKey, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable};
+use minibroker_framing::{Frames, FramingError};
 use std::fmt::Display;
 use std::time::Duration;
 use thiserror::Error;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, ToSocketAddrs};
+use tokio_util::codec::Framed;
 
 mod producer;
 mod request;
@@ -95,7 +98,8 @@ pub enum KafkaClientError {
 #[derive(Debug)]
 pub struct KafkaConnection {
     addr: String,
-    stream: TcpStream,
+    /// Answers are read through the frame decoder; requests are written to the socket itself.
+    stream: Framed<TcpStream, Frames>,
     next_correlation_id: i32,
     client_id: &'static str,
     answer_timeout: Duration,
@@ -116,7 +120,7 @@ impl KafkaConnection {
             })?;
         Ok(Self {
             addr: name,
-            stream,
+            stream: Framed::new(stream, Frames::new(MAX_ANSWER_BYTES)),
             next_correlation_id: 1,
             client_id: "minibroker",
             answer_timeout: DEFAULT_ANSWER_TIMEOUT,
@@ -180,7 +184,11 @@ impl KafkaConnection {
     /// # Errors
     /// If the write fails.
     pub async fn write_raw(&mut self, bytes: &[u8]) -> Result<(), KafkaClientError> {
-        self.stream.write_all(bytes).await.map_err(|e| self.io(e))
+        self.stream
+            .get_mut()
+            .write_all(bytes)
+            .await
+            .map_err(|e| self.io(e))
     }
 
     /// Reads the next answer, as `api` at `version`, with its correlation id; `None` if the
@@ -238,30 +246,25 @@ impl KafkaConnection {
         }
     }
 
-    /// The next length-prefixed frame, `None` at a clean close or a reset.
+    /// The next length-prefixed frame, `None` at a close (clean, a reset, or in the middle of
+    /// a frame).
     async fn next_frame(&mut self) -> Result<Option<Bytes>, KafkaClientError> {
-        let closed = |error: &std::io::Error| {
-            matches!(
-                error.kind(),
-                std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
-            )
-        };
-        let length = match self.stream.read_u32().await {
-            Ok(length) => length as usize,
-            Err(error) if closed(&error) => return Ok(None),
-            Err(error) => return Err(self.io(error)),
-        };
-        if length > MAX_ANSWER_BYTES {
-            return Err(KafkaClientError::TooLarge {
+        match self.stream.next().await {
+            None => Ok(None),
+            Some(Ok(frame)) => Ok(Some(frame.freeze())),
+            Some(Err(FramingError::TooLarge { size, .. })) => Err(KafkaClientError::TooLarge {
                 addr: self.addr.clone(),
-                bytes: length,
-            });
-        }
-        let mut frame = vec![0; length];
-        match self.stream.read_exact(&mut frame).await {
-            Ok(_) => Ok(Some(Bytes::from(frame))),
-            Err(error) if closed(&error) => Ok(None),
-            Err(error) => Err(self.io(error)),
+                bytes: size,
+            }),
+            Some(Err(FramingError::Io(error)))
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                Ok(None)
+            }
+            Some(Err(FramingError::Io(error))) => Err(self.io(error)),
         }
     }
 }

@@ -2,9 +2,10 @@
 //! by `kafka-protocol`. [`crate::KafkaConnection`] sends its requests framed by it; the benchmark
 //! and the fuzzers frame theirs with it too, so framing is written once.
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::{Encodable, StrBytes};
+use minibroker_framing::{FrameStart, MAX_LENGTH};
 
 /// A request that cannot be framed: the header or the body does not encode at its version, or
 /// the frame is longer than its length field can say.
@@ -26,8 +27,7 @@ pub fn encode_request<R: Encodable>(
     client_id: Option<&'static str>,
     request: &R,
 ) -> Result<(), EncodeError> {
-    let start = out.len();
-    out.put_u32(0); // patched below
+    let frame = FrameStart::begin(out);
     let header = RequestHeader::default()
         .with_request_api_key(api as i16)
         .with_request_api_version(version)
@@ -35,19 +35,12 @@ pub fn encode_request<R: Encodable>(
         .with_client_id(client_id.map(StrBytes::from_static_str));
     let encoded = header
         .encode(out, api.request_header_version(version))
-        .and_then(|()| request.encode(out, version))
-        .map_err(|error| EncodeError(error.into()))
-        .and_then(|()| {
-            u32::try_from(out.len() - start - 4).map_err(|error| EncodeError(Box::new(error)))
-        });
-    match encoded {
-        Ok(length) => {
-            out[start..start + 4].copy_from_slice(&length.to_be_bytes());
-            Ok(())
-        }
-        Err(error) => {
-            out.truncate(start);
-            Err(error)
-        }
+        .and_then(|()| request.encode(out, version));
+    if let Err(error) = encoded {
+        frame.abandon(out);
+        return Err(EncodeError(error.into()));
     }
+    frame
+        .end(out, MAX_LENGTH)
+        .map_err(|error| EncodeError(Box::new(error)))
 }

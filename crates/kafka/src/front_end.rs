@@ -2,7 +2,7 @@
 //! `kafka-protocol` crate (Produce: read in place by `produce_wire`), call the broker core,
 //! encode the answer.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsResponse, RequestHeader, RequestKind, ResponseHeader, ResponseKind,
@@ -10,7 +10,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable};
 use minibroker_broker::{Broker, BrokerError, Unacknowledged};
 use minibroker_groups::GroupCoordinator;
-use minibroker_net::framing::FramingError;
+use minibroker_net::framing::{FrameStart, FramingError, MAX_LENGTH, put_frame};
 use minibroker_net::timings::ConnectionTimings;
 use minibroker_net::{FrontEnd, Next, Node, Peer};
 use minibroker_transactions::TransactionService;
@@ -421,11 +421,8 @@ fn wrong_listener(out: &mut BytesMut) {
         "this is the broker's Kafka listener (for Kafka clients and minibroker's --kafka); \
          minibroker's own commands take --broker with the native listener's address (listen)",
     ));
-    if let Ok(body) = codec::encode_body(0, &answer)
-        && let Ok(len) = u32::try_from(body.len())
-    {
-        out.put_u32(len);
-        out.put_slice(&body);
+    if let Ok(body) = codec::encode_body(0, &answer) {
+        let _fits = put_frame(out, &body, MAX_LENGTH);
     }
 }
 
@@ -458,21 +455,18 @@ fn encode(
     version: i16,
     body: &ResponseKind,
 ) -> Next {
-    let start = out.len();
-    out.put_u32(0); // patched below
+    let frame = FrameStart::begin(out);
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     let encoded = header
         .encode(out, api.response_header_version(version))
         .and_then(|()| body.encode(out, version));
     if let Err(error) = encoded {
         tracing::warn!(?api, version, %error, "a Kafka answer did not encode; closing");
-        out.truncate(start);
+        frame.abandon(out);
         return Next::Close;
     }
-    let Ok(length) = u32::try_from(out.len() - start - 4) else {
-        out.truncate(start);
+    if frame.end(out, MAX_LENGTH).is_err() {
         return Next::Close;
-    };
-    out[start..start + 4].copy_from_slice(&length.to_be_bytes());
+    }
     Next::Continue
 }

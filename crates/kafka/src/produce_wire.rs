@@ -20,6 +20,7 @@
 //! (`tests/tests/decoders.rs`) runs its mutations through it.
 
 use bytes::{BufMut, BytesMut};
+use minibroker_net::framing::{FrameStart, MAX_LENGTH};
 
 /// Why a Produce request could not be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -275,8 +276,7 @@ pub fn write_answer(
     debug_assert_eq!(answers.len(), request.partitions.len());
     let flexible = version >= 9;
     let mut w = Writer { out, flexible };
-    let start = w.out.len();
-    w.out.put_u32(0); // the frame's length, patched below
+    let frame = FrameStart::begin(w.out);
     w.out.put_i32(request.correlation_id);
     w.no_tags(); // response header v1 when flexible
     w.array_len(request.topics.len());
@@ -307,8 +307,8 @@ pub fn write_answer(
     }
     w.out.put_i32(0); // throttle time
     w.no_tags();
-    let length = (w.out.len() - start - 4) as u32;
-    w.out[start..start + 4].copy_from_slice(&length.to_be_bytes());
+    // Bounded by the request's own length, itself a frame.
+    let _fits = frame.end(w.out, MAX_LENGTH);
 }
 
 struct Writer<'a> {

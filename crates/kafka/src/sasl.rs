@@ -94,7 +94,6 @@ impl KafkaFrontEnd {
         token: Bytes,
         out: &mut bytes::BytesMut,
     ) -> minibroker_net::Next {
-        use bytes::BufMut;
         let answered = self
             .sasl_authenticate(SaslAuthenticateRequest::default().with_auth_bytes(token))
             .await;
@@ -106,8 +105,8 @@ impl KafkaFrontEnd {
         }
         let reply = answered.answer.auth_bytes;
         // SCRAM's and PLAIN's tokens are far below 4 GiB.
-        out.put_u32(reply.len() as u32);
-        out.extend_from_slice(&reply);
+        let _fits =
+            minibroker_net::framing::put_frame(out, &reply, minibroker_net::framing::MAX_LENGTH);
         minibroker_net::Next::Continue
     }
 }

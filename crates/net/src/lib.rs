@@ -26,17 +26,18 @@
 //! # Example
 //! A host serving a protocol that answers every frame by echoing it:
 //! ```no_run
-//! use bytes::{BufMut, Bytes, BytesMut};
-//! use minibroker_net::framing::FramingError;
+//! use bytes::{Bytes, BytesMut};
+//! use minibroker_net::framing::{FramingError, MAX_LENGTH, put_frame};
 //! use minibroker_net::{FrontEnd, Host, Next};
 //!
 //! struct Echo;
 //!
 //! impl FrontEnd for Echo {
 //!     async fn answer(&mut self, frame: Bytes, out: &mut BytesMut) -> Next {
-//!         out.put_u32(frame.len() as u32);
-//!         out.put_slice(&frame);
-//!         Next::Continue
+//!         match put_frame(out, &frame, MAX_LENGTH) {
+//!             Ok(()) => Next::Continue,
+//!             Err(_) => Next::Close,
+//!         }
 //!     }
 //!
 //!     fn framing_error(&mut self, _: &FramingError, _: &mut BytesMut) {}

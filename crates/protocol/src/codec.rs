@@ -6,7 +6,7 @@
 //! body encoding, so it can change here alone.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use minibroker_framing::Frames;
+use minibroker_framing::{FrameStart, Frames};
 use serde::Serialize;
 use tokio_util::codec::{Decoder, Encoder};
 
@@ -171,27 +171,12 @@ impl<T: Serialize + ?Sized> Encoder<(u32, &T)> for FrameCodec {
         (correlation_id, message): (u32, &T),
         dst: &mut BytesMut,
     ) -> Result<(), ProtocolError> {
-        let start = dst.len();
-        dst.put_u32(0); // patched below, once the body's length is known
+        let frame = FrameStart::begin(dst);
         if let Err(error) = write_body(correlation_id, message, dst) {
-            dst.truncate(start);
+            frame.abandon(dst);
             return Err(error);
         }
-        let size = dst.len() - start - LENGTH_PREFIX_LEN;
-        if size > self.max_frame_bytes {
-            dst.truncate(start);
-            return Err(ProtocolError::FrameTooLarge {
-                size,
-                max: self.max_frame_bytes,
-            });
-        }
-        // Cannot truncate: the maximum frame size is a usize no larger than the limit checked.
-        let size = u32::try_from(size).map_err(|_| ProtocolError::FrameTooLarge {
-            size,
-            max: self.max_frame_bytes,
-        })?;
-        dst[start..start + LENGTH_PREFIX_LEN].copy_from_slice(&size.to_be_bytes());
-        Ok(())
+        Ok(frame.end(dst, self.max_frame_bytes)?)
     }
 }
 

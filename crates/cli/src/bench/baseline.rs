@@ -5,13 +5,14 @@
 //! its correlation id, copied from the request, changes. Standing in for a durable broker it
 //! also writes every produce frame to disk (`durable_baseline`) before answering it.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use futures::{FutureExt, StreamExt};
+use minibroker_net::framing::{FrameStart, Frames, MAX_LENGTH};
 use std::future::Future;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
+use tokio_util::codec::FramedRead;
 
 use super::durable_baseline::Store;
 use super::wire::Wire;
@@ -61,9 +62,7 @@ async fn answer(stream: TcpStream, ack: Ack, store: Option<Arc<Store>>) {
     let (read_half, mut write_half) = stream.into_split();
     let mut frames = FramedRead::new(
         read_half,
-        LengthDelimitedCodec::builder()
-            .max_frame_length(minibroker_protocol::DEFAULT_MAX_FRAME_BYTES)
-            .new_codec(),
+        Frames::new(minibroker_protocol::DEFAULT_MAX_FRAME_BYTES),
     );
     let (request_at, answer_at) = (ack.correlation_in_request, ack.correlation_in_answer);
     let mut out = BytesMut::with_capacity(16 * 1024);
@@ -85,11 +84,12 @@ async fn answer(stream: TcpStream, ack: Ack, store: Option<Arc<Store>>) {
                     &ack.body
                 }
             };
-            out.put_u32(body.len() as u32);
+            let answer = FrameStart::begin(&mut out);
             out.extend_from_slice(&body[..answer_at]);
             // Copy the correlation id without decoding the request.
             out.extend_from_slice(frame.get(request_at..request_at + 4).unwrap_or(&[0; 4]));
             out.extend_from_slice(&body[answer_at + 4..]);
+            let _fits = answer.end(&mut out, MAX_LENGTH);
             match frames.next().now_or_never() {
                 Some(Some(Ok(next))) => frame = next,
                 _ => break,
