@@ -4,7 +4,7 @@ use kafka_protocol::ResponseError;
 use minibroker_broker::{BrokerError, ErrorKind, Outcome, Verdict};
 use minibroker_groups::GroupError;
 use minibroker_net::access::ProducerUse;
-use minibroker_transactions::{AddPartitionsError, CoordinatorError, TxnError};
+use minibroker_transactions::{AddPartitionsError, CoordinatorError, OffsetCommitError, TxnError};
 
 /// Kafka's code for a refusal of the broker core.
 pub(crate) fn code_of(error: &BrokerError) -> ResponseError {
@@ -140,6 +140,34 @@ pub(crate) fn group_code(error: &GroupError) -> ResponseError {
 /// The first Produce version that knows TRANSACTION_ABORTABLE: a batch its transaction cannot
 /// take is answered with it (the client aborts and goes on), not INVALID_TXN_STATE (fatal).
 pub(crate) const ABORTABLE_VERSION: i16 = 11;
+
+/// The code of a transactional request's outcome: 0, or its refusal's.
+pub(crate) fn code_of_result(result: Result<(), CoordinatorError>, fenced_is_90: bool) -> i16 {
+    match result {
+        Ok(()) => 0,
+        Err(error) => {
+            tracing::debug!(%error, "transactional request refused");
+            coordinator_code(&error, fenced_is_90).code()
+        }
+    }
+}
+
+/// Kafka's code for a TxnOffsetCommit refused by the coordinator or the group (it has no
+/// PRODUCER_FENCED at the versions served).
+pub(crate) fn txn_offset_commit_code(error: &OffsetCommitError) -> ResponseError {
+    match error {
+        OffsetCommitError::Coordinator(error) => coordinator_code(error, false),
+        OffsetCommitError::Group(error) => group_code(error),
+    }
+}
+
+/// The code of a group request's outcome: 0, or its refusal's.
+pub(crate) fn code_or_none(result: &Result<(), GroupError>) -> i16 {
+    result
+        .as_ref()
+        .err()
+        .map_or(0, |error| group_code(error).code())
+}
 
 /// Kafka's code for a produce the broker core refused: a batch for a partition its transaction
 /// has not added is TRANSACTION_ABORTABLE to the versions that know it.

@@ -31,20 +31,13 @@ use std::time::Duration;
 
 use crate::KafkaFrontEnd;
 use crate::answer_room::{AnswerRoom, AnswerTooLarge};
-use crate::errors::group_code;
+use crate::errors::{code_or_none, group_code};
 use minibroker_security::{Operation, ResourceType};
 
 /// FindCoordinator's key type for a consumer group (1 is a transactional id).
 const GROUP_KEY: i8 = 0;
 /// FindCoordinator's key type for a transactional id.
 const TRANSACTION_KEY: i8 = 1;
-
-fn code_or_none(result: &Result<(), GroupError>) -> i16 {
-    result
-        .as_ref()
-        .err()
-        .map_or(0, |error| group_code(error).code())
-}
 
 fn text(value: &str) -> StrBytes {
     StrBytes::from_string(value.to_owned())

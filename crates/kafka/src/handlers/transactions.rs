@@ -23,21 +23,11 @@ use kafka_protocol::messages::{
 use minibroker_records::NO_PRODUCER_ID;
 use minibroker_security::acl::CLUSTER_NAME;
 use minibroker_security::{Operation, ResourceType};
-use minibroker_transactions::{AddPartitionsError, CoordinatorError, OffsetCommitError};
+use minibroker_transactions::{AddPartitionsError, CoordinatorError};
 use std::collections::HashSet;
 
-use crate::errors::{coordinator_code, group_code, implicit_add_code};
+use crate::errors::{code_of_result, coordinator_code, implicit_add_code, txn_offset_commit_code};
 use crate::front_end::KafkaFrontEnd;
-
-fn code_of_result(result: Result<(), CoordinatorError>, fenced_is_90: bool) -> i16 {
-    match result {
-        Ok(()) => 0,
-        Err(error) => {
-            tracing::debug!(%error, "transactional request refused");
-            coordinator_code(&error, fenced_is_90).code()
-        }
-    }
-}
 
 impl KafkaFrontEnd {
     /// Write on the transactional id: what every transactional request needs first.
@@ -394,11 +384,7 @@ impl KafkaFrontEnd {
         if let Err(error) = &committed {
             tracing::debug!(%error, "TxnOffsetCommit refused");
         }
-        committed.map_err(|error| match &error {
-            // TxnOffsetCommit has no PRODUCER_FENCED at the versions served.
-            OffsetCommitError::Coordinator(error) => coordinator_code(error, false),
-            OffsetCommitError::Group(error) => group_code(error),
-        })
+        committed.map_err(|error| txn_offset_commit_code(&error))
     }
 
     /// EndTxn: answered once the markers are written and the groups' offsets settled. From v5
