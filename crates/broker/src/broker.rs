@@ -24,7 +24,7 @@ pub use transactions::Isolation;
 use bytes::Bytes;
 use minibroker_log::{FsStorage, PartitionLog, Storage, WriteBack};
 use minibroker_log::{ReadLimits, Released};
-use minibroker_records::{BatchInfo, NO_PRODUCER_ID};
+use minibroker_records::{BatchInfo, Inspected, NO_PRODUCER_ID};
 use minibroker_state::{
     AbortedTransaction, BatchHeader, NewEntry, Outcome, ProducerPage, ProducerStateManager,
     ProducerView, SequenceRange, Verdict, default_shard_count,
@@ -45,6 +45,16 @@ use crate::{BrokerConfig, BrokerError, ServerError};
 
 /// Most producers one page of [`Broker::describe_producers`] holds.
 pub const MAX_DESCRIBE_PAGE: usize = 1000;
+
+/// What a produce answers: the rule's verdict, and the partition's log start offset (Kafka's
+/// answer carries it) read as the batch was judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Produced {
+    /// ACCEPTED, DUPLICATE, OUT_OF_ORDER or FENCED_EPOCH, with the offset where it applies.
+    pub verdict: Verdict,
+    /// The partition's first offset.
+    pub log_start_offset: i64,
+}
 
 /// Batches read from a partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,6 +82,8 @@ struct AppendedHere {
     rolled: bool,
     /// A background sync of the active segment came due.
     write_back: Option<WriteBack>,
+    /// The partition's log start offset after the append (read under the same lock).
+    log_start_offset: Option<i64>,
 }
 
 /// What [`Broker::append`] writes: a producer's records, or a transaction marker.
@@ -256,8 +268,31 @@ impl Broker {
         partition: u32,
         batch: &[u8],
     ) -> Result<Verdict, BrokerError> {
+        // The size first: a batch too large is refused before its checksum is computed.
+        self.check_size(batch)?;
+        let batch = Inspected::new(batch)?;
+        Ok(self
+            .produce_inspected(unacknowledged, topic, partition, batch)?
+            .verdict)
+    }
+
+    /// [`Self::produce`] of a batch whose header the caller has read already (a front end that
+    /// needs its producer id first), with what an answer needs besides the verdict, so the
+    /// header is read once and the partition looked up once.
+    ///
+    /// # Errors
+    /// As [`Self::produce`].
+    pub fn produce_inspected(
+        &self,
+        unacknowledged: &mut Unacknowledged,
+        topic: &str,
+        partition: u32,
+        inspected: Inspected<'_>,
+    ) -> Result<Produced, BrokerError> {
+        let batch = inspected.bytes();
         // Check the batch before the topic lookup, so bad input never auto-creates a topic.
-        let (info, header) = self.check_batch(batch)?;
+        let header = self.check_batch(inspected)?;
+        let info = *inspected.info();
         let check = CreateCheck {
             partition,
             bytes: self.batch_charge(batch.len()) + PRODUCER_ENTRY_BYTES,
@@ -316,9 +351,16 @@ impl Broker {
             snapshot,
             write_back: appended.write_back,
         };
+        let log_start_offset = match appended.log_start_offset {
+            Some(start) => start,
+            None => target.log().log.start_offset(),
+        };
         // ACCEPTED, or a DUPLICATE whose original may itself still be unwritten.
         unacknowledged.note(topic, partition, self.data.is_some(), left);
-        Ok(verdict)
+        Ok(Produced {
+            verdict,
+            log_start_offset,
+        })
     }
 
     /// [`Self::produce`], then [`Unacknowledged::commit`]: the batch is stored (and, with the
@@ -341,16 +383,11 @@ impl Broker {
 
     /// Checks a batch before anything else is looked at: its size, its bytes and records, and,
     /// for an idempotent producer, its producer fields (the rule's header, partition unset).
-    fn check_batch(&self, batch: &[u8]) -> Result<(BatchInfo, Option<BatchHeader>), BrokerError> {
-        let max = crate::config::batch_room(self.config.max_frame_bytes);
-        if batch.len() > max {
-            return Err(BrokerError::BatchTooLarge {
-                bytes: batch.len(),
-                max,
-            });
-        }
+    fn check_batch(&self, batch: Inspected<'_>) -> Result<Option<BatchHeader>, BrokerError> {
+        self.check_size(batch.bytes())?;
         // The records are walked too: a batch no consumer could read is never acknowledged.
-        let info = minibroker_records::validate(batch)?;
+        batch.walk()?;
+        let info = batch.info();
         if info.control {
             return Err(BrokerError::ControlBatch);
         }
@@ -362,12 +399,24 @@ impl Broker {
                     reason: "a transactional batch needs a producer id",
                 });
             }
-            return Ok((info, None));
+            return Ok(None);
         }
         let sequences = SequenceRange::spanning(info.base_sequence, info.record_count)?;
         let header = BatchHeader::new(info.producer_id, 0, info.epoch, sequences)?
             .transactional(info.transactional);
-        Ok((info, Some(header)))
+        Ok(Some(header))
+    }
+
+    /// A batch must fit a fetch answer ([`crate::batch_room`]).
+    fn check_size(&self, batch: &[u8]) -> Result<(), BrokerError> {
+        let max = crate::config::batch_room(self.config.max_frame_bytes);
+        if batch.len() > max {
+            return Err(BrokerError::BatchTooLarge {
+                bytes: batch.len(),
+                max,
+            });
+        }
+        Ok(())
     }
 
     /// The exactly-once rule's verdict on the batch, and, for ACCEPTED, its append under the
@@ -502,6 +551,7 @@ impl Broker {
         *appended_here = AppendedHere {
             rolled: appended.rolled,
             write_back: appended.write_back,
+            log_start_offset: Some(data.log.start_offset()),
         };
         Ok(appended.base_offset)
     }

@@ -58,7 +58,7 @@ mod unacknowledged;
 
 pub use broker::{
     Broker, Fetched, HIGH_WATERMARK, Isolation, MAX_DESCRIBE_PAGE, PartitionMetrics,
-    PartitionSummary, ProducerIdentity, TopicSummary,
+    PartitionSummary, Produced, ProducerIdentity, TopicSummary,
 };
 pub use budget::{BATCH_OVERHEAD_BYTES, StorageBudget, accounted_bytes};
 pub use config::{

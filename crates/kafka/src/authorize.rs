@@ -4,6 +4,7 @@
 //! `minibroker_net::access::Guard`'s; this file only turns its answers into Kafka's.
 
 use kafka_protocol::ResponseError;
+use minibroker_records::BatchInfo;
 use minibroker_security::acl::Acls;
 use minibroker_security::{FileError, Operation, ResourceType};
 use std::sync::Arc;
@@ -63,12 +64,11 @@ impl KafkaFrontEnd {
     /// CLUSTER_AUTHORIZATION_FAILED for a batch whose producer id was not issued to this
     /// principal (another's, or no one's); UNKNOWN_PRODUCER_ID for one forgotten since it was
     /// issued (the producer asks for a new id).
-    pub(crate) fn foreign_producer(&self, batch: &[u8]) -> Option<ResponseError> {
+    pub(crate) fn foreign_producer(&self, batch: Option<&BatchInfo>) -> Option<ResponseError> {
         if !self.guard.is_on() {
             return None;
         }
-        let producer_id = minibroker_records::inspect(batch).ok()?.producer_id;
-        crate::errors::producer_use_code(self.guard.producer_use(producer_id))
+        crate::errors::producer_use_code(self.guard.producer_use(batch?.producer_id))
     }
 
     /// The ACLs now (none without access control).

@@ -13,6 +13,7 @@ use minibroker_groups::GroupCoordinator;
 use minibroker_net::framing::{FrameStart, FramingError, MAX_LENGTH, put_frame};
 use minibroker_net::timings::ConnectionTimings;
 use minibroker_net::{FrontEnd, Next, Node, Peer};
+use minibroker_records::Inspected;
 use minibroker_transactions::TransactionService;
 use std::future::Future;
 use std::sync::Arc;
@@ -205,8 +206,14 @@ impl KafkaFrontEnd {
             "produce request"
         );
         let started = self.timings.as_ref().map(ConnectionTimings::start);
-        let transaction = self.allow_transaction(&request, version).await;
-        self.produce(&request, version, transaction, out);
+        // Each batch's header and checksum, read once for everything below.
+        let batches: Vec<_> = request
+            .partitions
+            .iter()
+            .map(|data| Inspected::new(data.records.unwrap_or_default()))
+            .collect();
+        let transaction = self.allow_transaction(&request, &batches, version).await;
+        self.produce(&request, batches, version, transaction, out);
         if let (Some(timings), Some(started)) = (&mut self.timings, started) {
             timings.record_since(apis::name(ApiKey::Produce), started);
         }

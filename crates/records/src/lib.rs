@@ -54,7 +54,7 @@ pub use compact::{
     is_transactional, retain_records,
 };
 pub use marker::{Marker, encode_marker, marker};
-pub use validate::{MAX_DECOMPRESSED_BYTES, validate};
+pub use validate::{Inspected, MAX_DECOMPRESSED_BYTES, validate};
 
 /// Bytes of a v2 batch header, before its records.
 pub const HEADER_LEN: usize = 61;

@@ -30,16 +30,59 @@ pub const MAX_DECOMPRESSED_BYTES: u64 = 128 << 20;
 /// As [`inspect`]; [`RecordsError::Corrupt`] for records that do not parse, do not match the
 /// header, or do not decompress (or decompress to more than [`MAX_DECOMPRESSED_BYTES`]).
 pub fn validate(batch: &[u8]) -> Result<BatchInfo, RecordsError> {
-    let info = inspect(batch)?;
-    let records = &batch[HEADER_LEN..];
-    let codec = crate::i16_at(batch, layout::ATTRIBUTES) & crate::attributes::COMPRESSION;
-    match codec {
-        0 => walk_records(records, &info)?,
-        codec => {
-            walk_compressed(codec, records, &info).map_err(|why| RecordsError::Corrupt(why.0))?
+    let inspected = Inspected::new(batch)?;
+    inspected.walk()?;
+    Ok(*inspected.info())
+}
+
+/// A batch whose header and checksum [`inspect`] has read: the produce path reads them once, in
+/// the front end (which needs the producer id and the transactional flag before the core takes
+/// the batch), and hands this to the core, which walks the records ([`Self::walk`]) without
+/// reading the header again. Only [`Self::new`] makes one, so its info is always the batch's.
+#[derive(Debug, Clone, Copy)]
+pub struct Inspected<'a> {
+    bytes: &'a [u8],
+    info: BatchInfo,
+}
+
+impl<'a> Inspected<'a> {
+    /// Reads `batch`'s header and checks its checksum, as [`inspect`].
+    ///
+    /// # Errors
+    /// As [`inspect`].
+    pub fn new(batch: &'a [u8]) -> Result<Self, RecordsError> {
+        Ok(Self {
+            bytes: batch,
+            info: inspect(batch)?,
+        })
+    }
+
+    /// The batch.
+    #[must_use]
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// What its header says.
+    #[must_use]
+    pub fn info(&self) -> &BatchInfo {
+        &self.info
+    }
+
+    /// The rest of [`validate`]: every record walked, a compressed batch decompressed as a capped
+    /// stream.
+    ///
+    /// # Errors
+    /// As [`validate`].
+    pub fn walk(&self) -> Result<(), RecordsError> {
+        let records = &self.bytes[HEADER_LEN..];
+        let codec = crate::i16_at(self.bytes, layout::ATTRIBUTES) & crate::attributes::COMPRESSION;
+        match codec {
+            0 => walk_records(records, &self.info),
+            codec => walk_compressed(codec, records, &self.info)
+                .map_err(|why| RecordsError::Corrupt(why.0)),
         }
     }
-    Ok(info)
 }
 
 /// Walks the uncompressed records of a batch `info` describes, as [`validate`] does (and

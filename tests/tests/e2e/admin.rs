@@ -549,10 +549,11 @@ async fn delete_records_moves_the_start_and_a_retry_of_a_deleted_batch_is_still_
         );
     }
     assert_eq!(broker.broker.offsets("t", 0)?, (3, 5));
-    // The retry of a deleted batch is still recognised, and so is the last one.
+    // The retry of a deleted batch is still recognised, and so is the last one; the answers
+    // carry the new log start offset.
     assert_eq!(
-        crate::kafka::produce_to(&mut conn, "t", 0, batches[1].clone()).await?,
-        (0, 2)
+        crate::kafka::produce_answer(&mut conn, "t", 0, batches[1].clone()).await?,
+        (0, 2, 3)
     );
     // -1: everything up to the high watermark.
     let everything = DeleteRecordsRequest::default().with_topics(vec![
@@ -567,8 +568,13 @@ async fn delete_records_moves_the_start_and_a_retry_of_a_deleted_batch_is_still_
         (0, 3)
     );
     assert_eq!(
-        crate::kafka::produce_to(&mut conn, "t", 0, batch(1, 0, 5, &[b"f"])).await?,
-        (0, 5)
+        crate::kafka::produce_answer(&mut conn, "t", 0, batch(1, 0, 5, &[b"f"])).await?,
+        (0, 5, 5)
+    );
+    // A refused batch's answer carries it too.
+    assert_eq!(
+        crate::kafka::produce_answer(&mut conn, "t", 0, batch(1, 0, 9, &[b"g"])).await?,
+        (ResponseError::OutOfOrderSequenceNumber.code(), -1, 5)
     );
     assert_eq!(broker.broker.offsets("t", 0)?, (5, 6));
     Ok(())

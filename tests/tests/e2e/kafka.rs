@@ -62,10 +62,25 @@ pub(crate) async fn produce_to(
     partition: i32,
     records: Vec<u8>,
 ) -> Result<(i16, i64)> {
+    let (code, base_offset, _) = produce_answer(conn, topic, partition, records).await?;
+    Ok((code, base_offset))
+}
+
+/// Produces one batch to `partition` and returns (error code, base offset, log start offset).
+pub(crate) async fn produce_answer(
+    conn: &mut KafkaConnection,
+    topic: &str,
+    partition: i32,
+    records: Vec<u8>,
+) -> Result<(i16, i64, i64)> {
     let request = produce_request_to(topic, partition, records.into(), -1);
     let response: ProduceResponse = conn.call(ApiKey::Produce, PRODUCE, &request).await?;
     let partition = &response.responses[0].partition_responses[0];
-    Ok((partition.error_code, partition.base_offset))
+    Ok((
+        partition.error_code,
+        partition.base_offset,
+        partition.log_start_offset,
+    ))
 }
 
 fn code(error: ResponseError) -> i16 {

@@ -11,6 +11,7 @@
 //! it).
 
 use kafka_protocol::ResponseError;
+use minibroker_records::{Inspected, RecordsError};
 use minibroker_security::{Operation, ResourceType};
 
 use crate::errors::produce_add_code;
@@ -41,6 +42,7 @@ impl KafkaFrontEnd {
     pub(crate) async fn allow_transaction(
         &mut self,
         request: &ProduceView<'_>,
+        batches: &[Result<Inspected<'_>, RecordsError>],
         version: i16,
     ) -> TransactionAllowance {
         let Some(id) = request.transactional_id else {
@@ -51,7 +53,7 @@ impl KafkaFrontEnd {
         let denied = !self.may(Operation::Write, ResourceType::TransactionalId, id);
         let refused_add = if denied || version < IMPLICIT_ADD_VERSION {
             None
-        } else if let Some((producer, wanted)) = self.partitions_to_add(request) {
+        } else if let Some((producer, wanted)) = self.partitions_to_add(request, batches) {
             Box::pin(self.add_implicitly(id, producer, wanted))
                 .await
                 .err()
@@ -69,18 +71,17 @@ impl KafkaFrontEnd {
     fn partitions_to_add(
         &self,
         request: &ProduceView<'_>,
+        batches: &[Result<Inspected<'_>, RecordsError>],
     ) -> Option<(Producer, Vec<(String, u32)>)> {
         let mut producer = None;
         let mut wanted = Vec::new();
-        for data in &request.partitions {
+        for (data, batch) in request.partitions.iter().zip(batches) {
             let topic = request.topics[data.topic];
             // Anything not taken here is refused by the produce that follows, as it would be.
-            let Some(info) = data
-                .records
-                .and_then(|records| minibroker_records::inspect(records).ok())
-            else {
+            let Ok(batch) = batch else {
                 continue;
             };
+            let info = batch.info();
             let Ok(partition) = u32::try_from(data.index) else {
                 continue;
             };

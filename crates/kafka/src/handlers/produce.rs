@@ -6,7 +6,7 @@
 use bytes::BytesMut;
 use kafka_protocol::ResponseError;
 use minibroker_broker::{BrokerError, Outcome};
-use minibroker_records::NO_PRODUCER_ID;
+use minibroker_records::{Inspected, NO_PRODUCER_ID, RecordsError};
 use minibroker_security::{Operation, ResourceType};
 
 use super::implicit_add::TransactionAllowance;
@@ -24,6 +24,7 @@ impl KafkaFrontEnd {
     pub(crate) fn produce(
         &mut self,
         request: &ProduceView<'_>,
+        batches: Vec<Result<Inspected<'_>, RecordsError>>,
         version: i16,
         transaction: TransactionAllowance,
         out: &mut BytesMut,
@@ -34,7 +35,7 @@ impl KafkaFrontEnd {
         let (transaction_denied, implicit_add) = (transaction.denied, transaction.refused_add);
         let mut denied_topic = None;
         let mut answers = Vec::with_capacity(request.partitions.len());
-        for data in &request.partitions {
+        for (data, batch) in request.partitions.iter().zip(batches) {
             let topic = request.topics[data.topic];
             let denied = match denied_topic {
                 Some((ordinal, denied)) if ordinal == data.topic => denied,
@@ -57,12 +58,10 @@ impl KafkaFrontEnd {
                 log_start_offset: NONE,
                 error_message: Some(message),
             };
-            let records = data.records.unwrap_or_default();
-            let refused_add = implicit_add.filter(|_| {
-                minibroker_records::inspect(records).is_ok_and(|info| info.transactional)
-            });
+            let info = batch.as_ref().ok().map(Inspected::info);
+            let refused_add = implicit_add.filter(|_| info.is_some_and(|info| info.transactional));
             let answer = if let Some(denied) = denied
-                .or_else(|| self.foreign_producer(records))
+                .or_else(|| self.foreign_producer(info))
                 .or(refused_add)
             {
                 refused(denied, denied.to_string())
@@ -72,7 +71,7 @@ impl KafkaFrontEnd {
                     "acks must be -1, 0 or 1".to_owned(),
                 )
             } else {
-                match self.produce_one(topic, data.index, records) {
+                match self.produce_one(topic, data.index, batch) {
                     Ok((error, base_offset, log_start_offset)) => PartitionAnswer {
                         index: data.index,
                         error_code: code(error),
@@ -95,18 +94,20 @@ impl KafkaFrontEnd {
         &mut self,
         topic: &str,
         index: i32,
-        batch: &[u8],
+        batch: Result<Inspected<'_>, RecordsError>,
     ) -> Result<(Option<ResponseError>, i64, i64), BrokerError> {
         let partition = partition_index(topic, index)?;
-        let verdict = self
-            .broker
-            .produce(&mut self.unacknowledged, topic, partition, batch)?;
+        let batch = batch?;
+        let produced =
+            self.broker
+                .produce_inspected(&mut self.unacknowledged, topic, partition, batch)?;
+        let verdict = produced.verdict;
         let (error, base_offset) = match (verdict.outcome, verdict.base_offset) {
             // The usual answers need nothing more.
             (Outcome::Accepted | Outcome::Duplicate, Some(offset)) => (None, offset),
             // A refusal: Kafka tells an unknown producer from a gap, which the verdict records.
             _ => {
-                let info = minibroker_records::inspect(batch)?;
+                let info = batch.info();
                 let had_state = info.producer_id == NO_PRODUCER_ID || verdict.known_producer;
                 tracing::debug!(topic, partition, producer_id = info.producer_id,
                     sequence = info.base_sequence, outcome = %verdict.outcome, "Kafka produce refused");
@@ -114,9 +115,6 @@ impl KafkaFrontEnd {
             }
         };
         // Reported from v5 on.
-        let log_start = self
-            .broker
-            .log_start_offset(&mut self.unacknowledged, topic, partition)?;
-        Ok((error, base_offset, log_start))
+        Ok((error, base_offset, produced.log_start_offset))
     }
 }
