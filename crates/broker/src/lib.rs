@@ -38,11 +38,11 @@
 
 mod broker;
 pub mod budget;
-pub mod check;
 mod clock;
 mod config;
 mod counters;
 pub mod data_dir;
+pub mod data_dir_check;
 pub mod descriptors;
 mod error;
 mod group_commit;

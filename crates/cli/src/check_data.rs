@@ -14,7 +14,7 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let report = minibroker_broker::check::check_data_dir(&args.data_dir, |data| {
+    let report = minibroker_broker::data_dir_check::check_data_dir(&args.data_dir, |data| {
         let mut checked = minibroker_groups::check_offsets_files(data);
         checked.extend(minibroker_transactions::TransactionLog::check(
             &**data.storage(),

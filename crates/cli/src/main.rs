@@ -16,12 +16,12 @@ mod acl;
 mod admin;
 mod bench;
 mod certificates;
-mod check;
 mod check_data;
 mod connect;
 mod consume;
 mod demo;
 mod demo_transactions;
+mod exactly_once_check;
 mod faults;
 mod groups;
 mod health;
@@ -96,7 +96,7 @@ enum Command {
     /// topic, a Kafka-aware fault proxy, idempotent producers and the verifier, in one command.
     /// Fault rates default to 2% lost requests and acks, 1% delays, 0.5% resets and 1% held,
     /// aimed at Produce.
-    Check(check::Args),
+    Check(exactly_once_check::Args),
     /// List consumer groups, or describe one: members, assignments, committed offsets, lag.
     Groups(groups::Args),
     /// Add, list or delete users of the users file (SCRAM credentials, no passwords).
@@ -195,7 +195,7 @@ fn run(cli: Cli) -> Result<()> {
             Command::Topic(args) => topic::run(args).await,
             Command::Proxy(args) => proxy::run(args).await,
             Command::Verify(args) => verify::run(args).await,
-            Command::Check(args) => check::run(args).await,
+            Command::Check(args) => exactly_once_check::run(args).await,
             Command::Groups(args) => groups::run(args).await,
             Command::Transactions(args) => transactions::run(args).await,
             Command::User(args) => user::run(args),

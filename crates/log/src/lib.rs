@@ -33,8 +33,8 @@
 //! ```
 
 mod batch;
-pub mod check;
 mod cleaner;
+pub mod dir_check;
 mod durable;
 mod error;
 mod health;

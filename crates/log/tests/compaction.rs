@@ -235,7 +235,7 @@ fn a_durable_pass_keeps_the_newest_record_per_key_at_its_offset_and_survives_a_r
         std::fs::copy(dir.path().join(name), both.path().join(name)).unwrap();
     }
     // check-data sees the swap the start finishes: notes, not damage.
-    let checked = minibroker_log::check::check_partition_dir(
+    let checked = minibroker_log::dir_check::check_partition_dir(
         &(Arc::new(FsStorage) as Arc<dyn minibroker_log::Storage>),
         both.path(),
     )

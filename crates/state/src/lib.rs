@@ -7,7 +7,7 @@
 //! stored state.
 //!
 //! # Layout
-//! - [`validate`] — the rule itself, a pure function over (stored entry, incoming batch).
+//! - [`decide`] — the rule itself, a pure function over (stored entry, incoming batch).
 //! - [`ProducerEntry`] — what is remembered per (partition, producer): epoch and last 5 batches.
 //! - [`ProducerStateManager`] — the entries, sharded by partition behind `std` mutexes, with an
 //!   append closure run under the lock so validate-and-append is atomic.
@@ -37,10 +37,10 @@
 mod entry;
 mod error;
 mod manager;
+mod rule;
 mod sequence;
 mod snapshot;
 mod transactions;
-mod validate;
 
 pub use entry::{BatchMetadata, CACHED_BATCHES, ProducerEntry};
 pub use error::StateError;
@@ -48,7 +48,7 @@ pub use manager::{
     BatchHeader, MarkerVerdict, NewEntry, PartitionId, ProducerPage, ProducerStateManager,
     ProducerView, Verdict, default_shard_count,
 };
+pub use rule::{Decision, Outcome, decide};
 pub use sequence::{SequenceRange, next_sequence};
 pub use snapshot::{Snapshot, SnapshotError, decode_snapshot, encode_snapshot};
 pub use transactions::{AbortedTransaction, PartitionTransactions};
-pub use validate::{Decision, Outcome, validate};

@@ -1,4 +1,4 @@
-//! [`ProducerStateManager`]: the rule of [`crate::validate`] behind sharded locks.
+//! [`ProducerStateManager`]: the rule of [`crate::decide`] behind sharded locks.
 //!
 //! State is split into a fixed number of shards, each a `std::sync::Mutex` over an ordered map
 //! from (partition, producer id) to [`ProducerEntry`]. The shard is chosen by the partition alone, so
@@ -18,7 +18,7 @@
 //! has the figures).
 
 use crate::entry::NO_OFFSET;
-use crate::{Decision, Outcome, ProducerEntry, SequenceRange, StateError, validate};
+use crate::{Decision, Outcome, ProducerEntry, SequenceRange, StateError, decide};
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 use std::convert::Infallible;
@@ -40,7 +40,7 @@ type Shard = BTreeMap<(PartitionId, i64), ProducerEntry>;
 #[repr(align(128))]
 struct PaddedShard(Mutex<Shard>);
 
-/// Who wrote a batch and which sequences it occupies: everything [`validate`] needs besides the
+/// Who wrote a batch and which sequences it occupies: everything [`decide`] needs besides the
 /// stored state. Construction rejects negative ids, epochs and sequences.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BatchHeader {
@@ -325,7 +325,7 @@ impl ProducerStateManager {
             Entry::Vacant(_) => None,
         };
         let known_producer = stored.is_some();
-        let decision = validate(stored, header.epoch, header.sequences);
+        let decision = decide(stored, header.epoch, header.sequences);
         let base_offset = match decision {
             Decision::Accept => {
                 let base_offset = append(NewEntry(stored.is_none()))?;

@@ -19,13 +19,13 @@
 //! the native protocol, [`read_topic_kafka`] over the Kafka protocol, so the same check runs
 //! against any Kafka-compatible broker.
 
-mod check;
+mod invariants;
 pub mod isolation;
 mod kafka;
 mod payload;
 mod read;
 
-pub use check::{AckedBatch, PartitionLog, Report, StoredBatch, Violation, check};
+pub use invariants::{AckedBatch, PartitionLog, Report, StoredBatch, Violation, check};
 pub use isolation::{PartitionRead, TransactionSummary};
 pub use kafka::{
     KafkaReadError, read_committed_values, read_topic_isolated, read_topic_kafka, whole_batches,

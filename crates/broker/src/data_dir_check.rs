@@ -7,7 +7,7 @@
 //! crates keep in the directory (the group coordinator's offsets, the transaction log) are
 //! checked by the checks the caller passes in.
 
-use minibroker_log::check::Checked;
+use minibroker_log::dir_check::Checked;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -106,7 +106,7 @@ pub fn check_data_dir(
                 report.add_note(dir, "not a partition of the topic (left alone)");
                 continue;
             }
-            let checked = minibroker_log::check::check_partition_dir(&storage, &dir)
+            let checked = minibroker_log::dir_check::check_partition_dir(&storage, &dir)
                 .map_err(|error| ServerError::data_dir_io(dir.clone(), "checking it", error))?;
             report.merge(checked);
         }

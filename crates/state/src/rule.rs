@@ -61,7 +61,7 @@ impl fmt::Display for Outcome {
     }
 }
 
-/// What [`validate`] decided, with the original offset where a duplicate's is known.
+/// What [`decide`] decided, with the original offset where a duplicate's is known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Decision {
     /// Append the batch, then record it.
@@ -114,7 +114,7 @@ impl Decision {
 ///
 /// With one-sequence batches this is exactly the mission text's rule.
 #[must_use]
-pub fn validate(entry: Option<&ProducerEntry>, epoch: i16, batch: SequenceRange) -> Decision {
+pub fn decide(entry: Option<&ProducerEntry>, epoch: i16, batch: SequenceRange) -> Decision {
     let Some(entry) = entry else {
         return starts_session(batch);
     };
@@ -176,52 +176,52 @@ mod tests {
 
     #[test]
     fn rule1_no_state_accepts_sequence_zero() {
-        assert_eq!(validate(None, 0, one(0)), Decision::Accept);
-        assert_eq!(validate(None, 7, one(0)), Decision::Accept);
+        assert_eq!(decide(None, 0, one(0)), Decision::Accept);
+        assert_eq!(decide(None, 7, one(0)), Decision::Accept);
     }
 
     #[test]
     fn rule1_no_state_rejects_any_other_sequence() {
-        assert_eq!(validate(None, 0, one(1)), Decision::OutOfOrder);
-        assert_eq!(validate(None, 0, one(i32::MAX)), Decision::OutOfOrder);
+        assert_eq!(decide(None, 0, one(1)), Decision::OutOfOrder);
+        assert_eq!(decide(None, 0, one(i32::MAX)), Decision::OutOfOrder);
     }
 
     #[test]
     fn rule2_older_epoch_is_fenced_whatever_the_sequence() {
         let e = entry(3, &[one(0), one(1)]);
         for s in [0, 1, 2, 99] {
-            assert_eq!(validate(Some(&e), 2, one(s)), Decision::FencedEpoch);
+            assert_eq!(decide(Some(&e), 2, one(s)), Decision::FencedEpoch);
         }
     }
 
     #[test]
     fn rule3_newer_epoch_must_restart_at_zero() {
         let e = entry(0, &[one(0), one(1)]);
-        assert_eq!(validate(Some(&e), 1, one(0)), Decision::Accept);
-        assert_eq!(validate(Some(&e), 1, one(2)), Decision::OutOfOrder);
-        assert_eq!(validate(Some(&e), 1, one(1)), Decision::OutOfOrder);
+        assert_eq!(decide(Some(&e), 1, one(0)), Decision::Accept);
+        assert_eq!(decide(Some(&e), 1, one(2)), Decision::OutOfOrder);
+        assert_eq!(decide(Some(&e), 1, one(1)), Decision::OutOfOrder);
     }
 
     #[test]
     fn rule3_an_epoch_a_marker_began_starts_at_zero_and_fences_older_ones() {
         let e = ProducerEntry::fenced_at(4, 0);
-        assert_eq!(validate(Some(&e), 4, one(0)), Decision::Accept);
-        assert_eq!(validate(Some(&e), 4, one(1)), Decision::OutOfOrder);
-        assert_eq!(validate(Some(&e), 5, one(0)), Decision::Accept);
-        assert_eq!(validate(Some(&e), 3, one(0)), Decision::FencedEpoch);
+        assert_eq!(decide(Some(&e), 4, one(0)), Decision::Accept);
+        assert_eq!(decide(Some(&e), 4, one(1)), Decision::OutOfOrder);
+        assert_eq!(decide(Some(&e), 5, one(0)), Decision::Accept);
+        assert_eq!(decide(Some(&e), 3, one(0)), Decision::FencedEpoch);
     }
 
     #[test]
     fn rule4_next_sequence_is_accepted() {
         let e = entry(0, &[one(0), one(1)]);
-        assert_eq!(validate(Some(&e), 0, one(2)), Decision::Accept);
+        assert_eq!(decide(Some(&e), 0, one(2)), Decision::Accept);
     }
 
     #[test]
     fn rule4_retry_of_a_recent_batch_is_a_duplicate_with_its_offset() {
         let e = entry(0, &[one(0), one(1), one(2)]);
         assert_eq!(
-            validate(Some(&e), 0, one(1)),
+            decide(Some(&e), 0, one(1)),
             Decision::Duplicate {
                 base_offset: Some(101)
             }
@@ -233,7 +233,7 @@ mod tests {
         let ranges: Vec<_> = (0..8).map(one).collect();
         let e = entry(0, &ranges);
         assert_eq!(
-            validate(Some(&e), 0, one(1)),
+            decide(Some(&e), 0, one(1)),
             Decision::Duplicate { base_offset: None }
         );
     }
@@ -241,33 +241,33 @@ mod tests {
     #[test]
     fn rule4_gap_is_out_of_order() {
         let e = entry(0, &[one(0), one(1)]);
-        assert_eq!(validate(Some(&e), 0, one(5)), Decision::OutOfOrder);
-        assert_eq!(validate(Some(&e), 0, one(3)), Decision::OutOfOrder);
+        assert_eq!(decide(Some(&e), 0, one(5)), Decision::OutOfOrder);
+        assert_eq!(decide(Some(&e), 0, one(3)), Decision::OutOfOrder);
     }
 
     #[test]
     fn batch_spanning_sequences_is_accepted_only_from_the_next_sequence() {
         let e = entry(0, &[span(0, 3)]); // 0..=2
-        assert_eq!(validate(Some(&e), 0, span(3, 4)), Decision::Accept);
-        assert_eq!(validate(Some(&e), 0, span(4, 4)), Decision::OutOfOrder);
+        assert_eq!(decide(Some(&e), 0, span(3, 4)), Decision::Accept);
+        assert_eq!(decide(Some(&e), 0, span(4, 4)), Decision::OutOfOrder);
     }
 
     #[test]
     fn partial_overlap_is_out_of_order() {
         let e = entry(0, &[span(0, 3)]); // 0..=2
-        assert_eq!(validate(Some(&e), 0, span(2, 3)), Decision::OutOfOrder);
-        assert_eq!(validate(Some(&e), 0, span(0, 4)), Decision::OutOfOrder);
+        assert_eq!(decide(Some(&e), 0, span(2, 3)), Decision::OutOfOrder);
+        assert_eq!(decide(Some(&e), 0, span(0, 4)), Decision::OutOfOrder);
     }
 
     #[test]
     fn batch_inside_accepted_range_but_not_cached_exactly_is_duplicate_without_offset() {
         let e = entry(0, &[span(0, 3)]); // 0..=2
         assert_eq!(
-            validate(Some(&e), 0, span(1, 2)),
+            decide(Some(&e), 0, span(1, 2)),
             Decision::Duplicate { base_offset: None }
         );
         assert_eq!(
-            validate(Some(&e), 0, span(0, 3)),
+            decide(Some(&e), 0, span(0, 3)),
             Decision::Duplicate {
                 base_offset: Some(100)
             }
@@ -277,30 +277,30 @@ mod tests {
     #[test]
     fn sequence_wraps_from_max_to_zero() {
         let mut e2 = ProducerEntry::new(0, one(i32::MAX), 200, 0);
-        assert_eq!(validate(Some(&e2), 0, one(0)), Decision::Accept);
+        assert_eq!(decide(Some(&e2), 0, one(0)), Decision::Accept);
         // The rule compares numerically: 1 <= i32::MAX, so it is an (old) duplicate, not a gap.
         assert_eq!(
-            validate(Some(&e2), 0, one(1)),
+            decide(Some(&e2), 0, one(1)),
             Decision::Duplicate { base_offset: None }
         );
         e2.record(0, one(0), 201, 0);
-        assert_eq!(validate(Some(&e2), 0, one(1)), Decision::Accept);
-        assert_eq!(validate(Some(&e2), 0, one(2)), Decision::OutOfOrder);
+        assert_eq!(decide(Some(&e2), 0, one(1)), Decision::Accept);
+        assert_eq!(decide(Some(&e2), 0, one(2)), Decision::OutOfOrder);
     }
 
     #[test]
     fn retry_across_the_wrap_is_recognised_from_the_cache() {
         let mut e = ProducerEntry::new(0, one(i32::MAX - 1), 10, 0);
         e.record(0, span(i32::MAX, 2), 11, 0); // MAX, 0
-        assert_eq!(validate(Some(&e), 0, one(1)), Decision::Accept);
+        assert_eq!(decide(Some(&e), 0, one(1)), Decision::Accept);
         assert_eq!(
-            validate(Some(&e), 0, span(i32::MAX, 2)),
+            decide(Some(&e), 0, span(i32::MAX, 2)),
             Decision::Duplicate {
                 base_offset: Some(11)
             }
         );
         assert_eq!(
-            validate(Some(&e), 0, one(i32::MAX - 1)),
+            decide(Some(&e), 0, one(i32::MAX - 1)),
             Decision::Duplicate {
                 base_offset: Some(10)
             }
