@@ -4,7 +4,7 @@
 use anyhow::{Context, Result, bail};
 use bytes::BytesMut;
 use minibroker_broker::Isolation;
-use minibroker_net::Config;
+use minibroker_host::Config;
 use minibroker_protocol::{FrameCodec, Request, Response, codec};
 use minibroker_records::{NewRecord, Writer};
 use std::net::SocketAddr;

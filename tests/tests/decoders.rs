@@ -20,8 +20,8 @@ use minibroker_broker::{Broker, BrokerConfig, Unacknowledged};
 use minibroker_faults::SplitMix64;
 use minibroker_groups::GroupConfig;
 use minibroker_groups::GroupCoordinator;
+use minibroker_host::Config;
 use minibroker_log::sim::SimStorage;
-use minibroker_net::Config;
 use minibroker_net::FrontEnd;
 use minibroker_records::{NewRecord, Writer};
 use std::collections::BTreeMap;
@@ -226,7 +226,7 @@ async fn kafka_requests_through_the_front_end() {
     use kafka_protocol::messages::*;
     use kafka_protocol::protocol::StrBytes;
     let config = Config::default();
-    let host = minibroker_net::Host::start(&config).expect("a broker");
+    let host = minibroker_host::Host::start(&config).expect("a broker");
     let broker = Arc::clone(host.broker());
     let kafka_config = Arc::new(minibroker_kafka::KafkaConfig::from_config(
         &config,
@@ -534,14 +534,14 @@ async fn kafka_requests_through_the_front_end() {
     front_end_fuzz(&host, kafka_config, &seeds, 3).await;
     let dir = tempfile::tempdir().expect("a directory");
     let secured = Config {
-        net: minibroker_net::NetConfig {
+        net: minibroker_host::NetConfig {
             acls_file: Some(dir.path().join("acls")),
             allow_everyone_if_no_acl_found: true,
             ..config.net.clone()
         },
         ..config.clone()
     };
-    let secured_host = minibroker_net::Host::start(&secured).expect("a secured broker");
+    let secured_host = minibroker_host::Host::start(&secured).expect("a secured broker");
     let secured_kafka = Arc::new(minibroker_kafka::KafkaConfig::from_config(
         &secured,
         "127.0.0.1".into(),
@@ -572,11 +572,11 @@ async fn native_logins_through_the_front_end() {
     );
     users.save(&dir.path().join("users")).expect("saved");
     let mut config = Config::default();
-    config.net.listen_security_protocol = minibroker_net::SecurityProtocol::SaslPlaintext;
+    config.net.listen_security_protocol = minibroker_host::SecurityProtocol::SaslPlaintext;
     config.net.sasl_enabled_mechanisms = vec!["SCRAM-SHA-256".into(), "PLAIN".into()];
     config.net.users_file = Some(dir.path().join("users"));
     config.net.auth_failure_delay_ms = 0;
-    let host = minibroker_net::Host::start(&config).expect("a broker");
+    let host = minibroker_host::Host::start(&config).expect("a broker");
     let step = |mechanism: &'static str, token: &'static [u8]| {
         let request = Request::Authenticate(AuthenticateRequest {
             mechanism,
@@ -622,7 +622,7 @@ async fn native_logins_through_the_front_end() {
 /// Mutated `seeds` through one Kafka front end after another (a refused request closes its
 /// connection: the next one is a new connection); none may panic.
 async fn front_end_fuzz(
-    host: &minibroker_net::Host,
+    host: &minibroker_host::Host,
     kafka_config: Arc<minibroker_kafka::KafkaConfig>,
     seeds: &[Vec<u8>],
     seed: u64,

@@ -2,7 +2,7 @@
 //! enforces, with defaults that suit a laptop.
 //!
 //! The file is flat TOML (`config/minibroker.toml` documents every key); each crate owns the
-//! section of keys it reads, and `minibroker_net::Config` gathers them, refusing a key that no
+//! section of keys it reads, and `minibroker_host::Config` gathers them, refusing a key that no
 //! section owns.
 
 use serde::Deserialize;
@@ -99,7 +99,7 @@ impl fmt::Display for FlushPolicy {
 }
 
 /// The broker core's section of the configuration: topics, limits, durability. The file is flat
-/// (`config/minibroker.toml`); `minibroker_net::Config` gathers this section with the others.
+/// (`config/minibroker.toml`); `minibroker_host::Config` gathers this section with the others.
 ///
 /// `max_connections`, `max_open_files` and `max_frame_bytes` are here because the core plans
 /// around them (the open-file plan shares descriptors between connections and segment files; no

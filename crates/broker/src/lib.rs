@@ -1,7 +1,7 @@
 //! The minibroker broker core: topics, partitions, producer ids, the storage budget,
 //! durability and the data directory, in domain terms. It knows no wire protocol and no socket:
 //! the front ends (`minibroker_native`, `minibroker_kafka`) translate their wire onto it, and the
-//! host (`minibroker_net`) runs its maintenance and serves it.
+//! host (`minibroker_host`) runs its maintenance and serves it.
 //!
 //! # Layout
 //! - [`Broker`] — topics → partitions → producer state + log: produce (the exactly-once rule,
@@ -15,7 +15,7 @@
 //! - [`BrokerConfig`] — the core's section of the configuration: every limit it enforces.
 //! - [`stats`] — the counters and latency histograms behind the metrics.
 //! - [`data_dir`] — a durable broker's directory: topics, producer-id reservations, and the
-//!   partitions' segment files (`minibroker_log`); [`check`] — `minibroker check-data`'s reading
+//!   partitions' segment files (`minibroker_log`); [`data_dir_check`] — `minibroker check-data`'s reading
 //!   of it; [`descriptors`] — the open-file plan.
 //!
 //! # Example

@@ -1,6 +1,6 @@
 //! What the broker measures for its metrics, kept cheap enough to stay on: atomic counters and
 //! fixed-bucket latency histograms. The exposition (Prometheus text) is the metrics crate's; this
-//! module only counts. Request latencies are the listeners' (`minibroker_net`), in these
+//! module only counts. Request latencies are the host's (`minibroker_host::timings`), in these
 //! histograms.
 
 use std::sync::atomic::{AtomicU64, Ordering};

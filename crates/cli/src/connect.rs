@@ -47,7 +47,7 @@ pub fn client_config(broker: &str) -> Result<ClientConfig> {
         Some(path) => {
             let pem = std::fs::read_to_string(path)
                 .with_context(|| format!("reading --tls-ca {}", path.display()))?;
-            let config = minibroker_net::tls::client_config_from_pem(&pem)?;
+            let config = minibroker_host::tls::client_config_from_pem(&pem)?;
             let name = match &security.tls_server_name {
                 Some(name) => name.clone(),
                 None => broker
@@ -57,8 +57,9 @@ pub fn client_config(broker: &str) -> Result<ClientConfig> {
                     .trim_end_matches(']')
                     .to_owned(),
             };
-            let server_name = minibroker_net::rustls::pki_types::ServerName::try_from(name.clone())
-                .with_context(|| format!("{name:?} is not a name a certificate can hold"))?;
+            let server_name =
+                minibroker_host::rustls::pki_types::ServerName::try_from(name.clone())
+                    .with_context(|| format!("{name:?} is not a name a certificate can hold"))?;
             Some(ClientTls {
                 config,
                 server_name,

@@ -2,13 +2,11 @@
 //! one broker core on both until SIGINT or SIGTERM.
 
 use anyhow::{Context, Result};
-use minibroker_net::Config;
-use minibroker_net::Host;
+use minibroker_host::Config;
+use minibroker_host::Host;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
 
 /// Flags of `serve`; each overrides the matching key of the config file.
 #[derive(Debug, clap::Args)]
@@ -110,20 +108,12 @@ pub async fn run(args: Args) -> Result<()> {
             "opened the data directory"
         );
     }
-    let stop_metrics = CancellationToken::new();
     let metrics = match metrics_listener {
         Some(listener) => {
             let bound = listener.local_addr()?;
-            let node = Arc::clone(host.node());
-            let stopped = stop_metrics.clone().cancelled_owned();
-            let security = metrics_security;
-            tokio::spawn(async move {
+            host.serve_side("metrics", move |node, stopped| {
                 let limits = minibroker_metrics::MetricsLimits::default();
-                let served =
-                    minibroker_metrics::serve_secured(listener, node, limits, security, stopped);
-                if let Err(error) = served.await {
-                    tracing::warn!(%error, "the metrics listener failed");
-                }
+                minibroker_metrics::serve_secured(listener, node, limits, metrics_security, stopped)
             });
             Some(bound)
         }
@@ -145,7 +135,6 @@ pub async fn run(args: Args) -> Result<()> {
     let received = signal.await;
     tracing::info!(signal = received, "stopping: draining connections");
     // The metrics endpoint stops at once; both listeners drain, then the broker is closed.
-    stop_metrics.cancel();
     Ok(host.stop().await?)
 }
 
@@ -186,9 +175,9 @@ pub fn shutdown_signal() -> Result<impl std::future::Future<Output = &'static st
 
 /// The metrics listener's TLS and bearer token, from `net`.
 fn metrics_security(
-    net: &minibroker_net::NetConfig,
+    net: &minibroker_host::NetConfig,
 ) -> Result<minibroker_metrics::MetricsSecurity> {
-    let tls = minibroker_net::tls::metrics_config(net)?;
+    let tls = minibroker_host::tls::metrics_config(net)?;
     let bearer_token = match &net.metrics_bearer_token_file {
         None => None,
         Some(path) => {

@@ -5,8 +5,8 @@
 
 mod support;
 
-use minibroker_net::Host;
-use minibroker_net::{Config, NetConfig};
+use minibroker_host::Host;
+use minibroker_host::{Config, NetConfig};
 use std::collections::HashMap;
 use std::process::Command;
 use std::sync::Arc;

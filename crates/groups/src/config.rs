@@ -1,5 +1,5 @@
 //! The coordinator's section of the configuration ([`GroupConfig`]); the file is flat, and
-//! `minibroker_net::Config` gathers every section.
+//! `minibroker_host::Config` gathers every section.
 
 use minibroker_broker::{MAX_TIMEOUT_MS, ServerError};
 use serde::Deserialize;

@@ -21,11 +21,12 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use minibroker_broker::{Broker, Outcome, Unacknowledged};
+use minibroker_host::Config;
+use minibroker_host::Host;
 use minibroker_kafka::produce_wire::{self, PartitionAnswer};
 use minibroker_kafka::{KafkaConfig, KafkaFrontEnd};
 use minibroker_kafka_client::encode_request;
-use minibroker_net::Config;
-use minibroker_net::{FrontEnd, Host, Next};
+use minibroker_net::{FrontEnd, Next};
 use minibroker_records::{NewRecord, Writer, encode, set_base_sequence};
 use std::hint::black_box;
 use std::ops::Range;

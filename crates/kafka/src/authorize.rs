@@ -1,7 +1,7 @@
 //! Authorisation on the Kafka listener: each API asks what Kafka's `KafkaApis` asks of the
 //! connection's principal, and refuses with Kafka's code (29 topic, 30 group, 31 cluster, 53
 //! transactional id). The principal, the ACLs and the producer-id owners are the connection's
-//! `minibroker_net::access::Guard`'s; this file only turns its answers into Kafka's.
+//! `minibroker_host::access::Guard`'s; this file only turns its answers into Kafka's.
 
 use kafka_protocol::ResponseError;
 use minibroker_records::BatchInfo;

@@ -3,7 +3,7 @@
 use kafka_protocol::ResponseError;
 use minibroker_broker::{BrokerError, ErrorKind, Outcome, Verdict};
 use minibroker_groups::GroupError;
-use minibroker_net::access::ProducerUse;
+use minibroker_host::access::ProducerUse;
 use minibroker_transactions::{AddPartitionsError, CoordinatorError, OffsetCommitError, TxnError};
 
 /// Kafka's code for a refusal of the broker core.

@@ -8,11 +8,12 @@ use kafka_protocol::messages::{
     ApiKey, ApiVersionsResponse, RequestHeader, RequestKind, ResponseHeader, ResponseKind,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
-use minibroker_broker::{Broker, BrokerError, Unacknowledged};
+use minibroker_broker::{Broker, Unacknowledged};
 use minibroker_groups::GroupCoordinator;
+use minibroker_host::Node;
+use minibroker_host::timings::ConnectionTimings;
 use minibroker_net::framing::{FrameStart, FramingError, MAX_LENGTH, put_frame};
-use minibroker_net::timings::ConnectionTimings;
-use minibroker_net::{FrontEnd, Next, Node, Peer};
+use minibroker_net::{FrontEnd, Next, NotStored, Peer};
 use minibroker_records::Inspected;
 use minibroker_transactions::TransactionService;
 use std::future::Future;
@@ -38,13 +39,13 @@ pub struct KafkaFrontEnd {
     pub(crate) unacknowledged: Unacknowledged,
     pub(crate) config: Arc<KafkaConfig>,
     /// Where the connection is in its SASL login (on a SASL listener).
-    pub(crate) session: minibroker_net::login::Session,
+    pub(crate) session: minibroker_host::login::Session,
     /// Whether the next frames are bare SASL tokens (after SaslHandshake v0).
     pub(crate) raw_sasl: bool,
     /// Request latencies, when metrics are on.
     timings: Option<ConnectionTimings>,
     /// Who the requests are authorised as, and the ACLs the current one is judged by.
-    pub(crate) guard: minibroker_net::access::Guard,
+    pub(crate) guard: minibroker_host::access::Guard,
 }
 
 impl KafkaFrontEnd {
@@ -389,8 +390,8 @@ impl FrontEnd for KafkaFrontEnd {
         self.serve(frame, out)
     }
 
-    async fn store_answered(&mut self) -> Result<(), BrokerError> {
-        self.unacknowledged.commit().await
+    async fn store_answered(&mut self) -> Result<(), NotStored> {
+        Ok(self.unacknowledged.commit().await?)
     }
 
     fn authenticated(&self) -> bool {

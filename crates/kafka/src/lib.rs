@@ -34,8 +34,8 @@ mod sasl;
 
 pub use front_end::KafkaFrontEnd;
 
-use minibroker_net::Config;
-use minibroker_net::{Host, HostError};
+use minibroker_host::Config;
+use minibroker_host::{Host, HostError};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -91,7 +91,7 @@ impl KafkaConfig {
 /// [`HostError::Bind`] when the listener's address cannot be read; [`HostError::Start`] when the
 /// users file, the certificate or the key cannot be read.
 pub fn serve(host: &Host, listener: TcpListener) -> Result<SocketAddr, HostError> {
-    let tls = minibroker_net::tls::server_config(&host.config().net)
+    let tls = minibroker_host::tls::server_config(&host.config().net)
         .map_err(|error| minibroker_broker::ServerError::Config(error.to_string()))?;
     serve_tls(host, listener, tls)
 }
@@ -104,7 +104,7 @@ pub fn serve(host: &Host, listener: TcpListener) -> Result<SocketAddr, HostError
 pub fn serve_tls(
     host: &Host,
     listener: TcpListener,
-    tls: Option<Arc<minibroker_net::rustls::ServerConfig>>,
+    tls: Option<Arc<minibroker_host::rustls::ServerConfig>>,
 ) -> Result<SocketAddr, HostError> {
     let bound = Host::bound(&listener)?;
     let (advertised_host, port) = host.config().net.kafka_advertised(bound);

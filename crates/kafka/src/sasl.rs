@@ -1,5 +1,5 @@
 //! SASL on the Kafka listener (`kafka_security_protocol = "SASL_PLAINTEXT"` or `"SASL_SSL"`):
-//! the login (`minibroker_net::login::Session`) framed as Kafka frames it. A connection is served
+//! the login (`minibroker_host::login::Session`) framed as Kafka frames it. A connection is served
 //! nothing but ApiVersions, SaslHandshake and SaslAuthenticate until it has logged in, as
 //! Kafka's `SaslServerAuthenticator` does; any other request before that closes it.
 //!
@@ -15,7 +15,7 @@ use kafka_protocol::messages::{
     SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use minibroker_net::login::{Choice, Step};
+use minibroker_host::login::{Choice, Step};
 
 use crate::front_end::KafkaFrontEnd;
 
@@ -70,8 +70,8 @@ impl KafkaFrontEnd {
                 lifetime,
             } => {
                 self.guard.logged_in(&user);
-                let lifetime_ms =
-                    i64::try_from(minibroker_net::login::lifetime_ms(lifetime)).unwrap_or(i64::MAX);
+                let lifetime_ms = i64::try_from(minibroker_host::login::lifetime_ms(lifetime))
+                    .unwrap_or(i64::MAX);
                 Answered {
                     answer: SaslAuthenticateResponse::default()
                         .with_auth_bytes(Bytes::from(last))

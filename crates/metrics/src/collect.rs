@@ -6,7 +6,7 @@
 
 use minibroker_broker::stats::{HistogramSnapshot, LATENCY_BUCKETS_US};
 use minibroker_broker::{Outcome, OutcomeCounts, PartitionMetrics};
-use minibroker_net::Node;
+use minibroker_host::Node;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;

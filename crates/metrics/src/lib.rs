@@ -7,7 +7,7 @@
 //!
 //! # Example
 //! ```no_run
-//! # async fn example(node: std::sync::Arc<minibroker_net::Node>) -> std::io::Result<()> {
+//! # async fn example(node: std::sync::Arc<minibroker_host::Node>) -> std::io::Result<()> {
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:9100").await?;
 //! minibroker_metrics::serve(listener, node, std::future::pending()).await
 //! # }
@@ -24,7 +24,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use minibroker_net::Node;
+use minibroker_host::Node;
 use prometheus_client::registry::Registry;
 use std::future::Future;
 use std::sync::Arc;

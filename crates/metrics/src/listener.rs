@@ -56,7 +56,7 @@ impl Default for MetricsLimits {
 #[derive(Debug, Clone, Default)]
 pub struct MetricsSecurity {
     /// Serve HTTPS with this configuration.
-    pub tls: Option<Arc<minibroker_net::rustls::ServerConfig>>,
+    pub tls: Option<Arc<minibroker_host::rustls::ServerConfig>>,
     /// `/metrics` asks for `Authorization: Bearer <token>`.
     pub bearer_token: Option<Arc<str>>,
 }
@@ -67,7 +67,7 @@ pub(crate) async fn serve(
     listener: TcpListener,
     router: Router,
     limits: MetricsLimits,
-    tls: Option<Arc<minibroker_net::rustls::ServerConfig>>,
+    tls: Option<Arc<minibroker_host::rustls::ServerConfig>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let tls = tls.map(tokio_rustls::TlsAcceptor::from);

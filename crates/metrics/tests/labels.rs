@@ -2,8 +2,8 @@
 //! close its sample, add a series and end the exposition early stays one label value.
 
 use minibroker_broker::Unacknowledged;
-use minibroker_net::Config;
-use minibroker_net::Host;
+use minibroker_host::Config;
+use minibroker_host::Host;
 
 #[tokio::test]
 async fn a_group_id_cannot_inject_series_or_end_the_exposition() {

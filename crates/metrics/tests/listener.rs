@@ -1,9 +1,9 @@
 //! The metrics listener's own limits: half-sent requests hold no more than its few connections,
 //! each for no longer than its header timeout, and a scrape gets through once they are gone.
 
+use minibroker_host::Config;
+use minibroker_host::Host;
 use minibroker_metrics::MetricsLimits;
-use minibroker_net::Config;
-use minibroker_net::Host;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -3,8 +3,8 @@
 //! native listener; more listeners (Kafka's) can be added to its host.
 
 use minibroker_broker::Broker;
-use minibroker_net::Config;
-use minibroker_net::{Host, HostError};
+use minibroker_host::Config;
+use minibroker_host::{Host, HostError};
 use std::net::SocketAddr;
 use std::sync::Arc;
 

@@ -4,9 +4,9 @@
 //!
 //! On a listener that asks for a login (`listen_security_protocol` SASL_PLAINTEXT or SASL_SSL)
 //! only Authenticate is served until the connection has logged in — the same SASL exchange and
-//! users as the Kafka listener's (`minibroker_net::login`); anything else is answered
+//! users as the Kafka listener's (`minibroker_host::login`); anything else is answered
 //! AUTHENTICATION_REQUIRED and the connection closes. With `acls_file` set, each request asks
-//! what its Kafka counterpart asks (`minibroker_net::access`): produce Write on the topic (and
+//! what its Kafka counterpart asks (`minibroker_host::access`): produce Write on the topic (and
 //! Create to create it) with a producer id of the principal's own, fetch Read, init-producer
 //! IdempotentWrite on the cluster or Write on a topic, describe-producers Read, metadata
 //! Describe (others are left out), create-topic Create, delete-topic Delete, describe-topic
@@ -17,11 +17,12 @@ use minibroker_broker::{
     Broker, BrokerError, ConfigSource, ErrorKind, Fetched, Isolation, ProducerPage, SettingChange,
     Unacknowledged,
 };
-use minibroker_net::access::{Guard, ProducerUse};
+use minibroker_host::Node;
+use minibroker_host::access::{Guard, ProducerUse};
+use minibroker_host::login::{Choice, Session, Step};
+use minibroker_host::timings::ConnectionTimings;
 use minibroker_net::framing::FramingError;
-use minibroker_net::login::{Choice, Session, Step};
-use minibroker_net::timings::ConnectionTimings;
-use minibroker_net::{FrontEnd, Next, Node, Peer};
+use minibroker_net::{FrontEnd, Next, NotStored, Peer};
 use minibroker_protocol::{
     AuthenticateResponse, BadFrame, ConfigOrigin, CreateTopicRequest, CreateTopicWithRequest,
     DescribeProducersResponse, DescribeTopicResponse, ErrorCode, ErrorResponse, FetchResponse,
@@ -80,8 +81,8 @@ impl FrontEnd for NativeFrontEnd {
         self.session.lets_through()
     }
 
-    async fn store_answered(&mut self) -> Result<(), BrokerError> {
-        self.unacknowledged.commit().await
+    async fn store_answered(&mut self) -> Result<(), NotStored> {
+        Ok(self.unacknowledged.commit().await?)
     }
 
     fn framing_error(&mut self, error: &FramingError, out: &mut BytesMut) {
@@ -211,7 +212,7 @@ impl NativeFrontEnd {
                 AuthenticateResponse {
                     token: Bytes::from(last),
                     complete: true,
-                    session_lifetime_ms: minibroker_net::login::lifetime_ms(lifetime),
+                    session_lifetime_ms: minibroker_host::login::lifetime_ms(lifetime),
                 }
             }
             Step::Failed(message) => return refuse(self, message, out),

@@ -13,7 +13,7 @@ mod front_end;
 pub use embedded::EmbeddedBroker;
 pub use front_end::NativeFrontEnd;
 
-use minibroker_net::{Host, HostError};
+use minibroker_host::{Host, HostError};
 use std::net::SocketAddr;
 use tokio::net::TcpListener;
 
@@ -28,7 +28,7 @@ pub fn serve(host: &Host, listener: TcpListener) -> Result<SocketAddr, HostError
     let max_frame_bytes = host.config().broker.max_frame_bytes;
     let net = &host.config().net;
     let login = net.listen_security_protocol.uses_sasl();
-    let tls = minibroker_net::tls::listener_config(net, net.listen_security_protocol)
+    let tls = minibroker_host::tls::listener_config(net, net.listen_security_protocol)
         .map_err(|error| minibroker_broker::ServerError::Config(error.to_string()))?;
     host.serve_with(listener, tls, move |node, peer| {
         NativeFrontEnd::new(node, max_frame_bytes, peer, login)

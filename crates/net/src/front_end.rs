@@ -3,10 +3,10 @@
 //! Every protocol minibroker speaks frames its messages the same way — a 4-byte big-endian length,
 //! then the body — so one connection loop (limits, pipelining, idle and write timeouts, drain)
 //! serves them all. A [`FrontEnd`] is what differs: it turns one request frame into the answer
-//! frame(s), calling the broker core in between.
+//! frame(s), calling the broker core in between. This crate knows nothing of the broker: a front
+//! end brings it.
 
 use bytes::{Bytes, BytesMut};
-use minibroker_broker::BrokerError;
 use std::future::Future;
 use std::net::SocketAddr;
 
@@ -35,6 +35,10 @@ impl Peer {
     }
 }
 
+/// Why what the answers acknowledge could not be stored ([`FrontEnd::store_answered`]): the
+/// front end's own error, for the connection's log.
+pub type NotStored = Box<dyn std::error::Error + Send + Sync>;
+
 /// Whether the connection goes on after a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {
@@ -61,7 +65,7 @@ pub trait FrontEnd: Send + Sync + 'static {
     ///
     /// # Errors
     /// A storage error: the answers must not be sent, and the connection closes without them.
-    fn store_answered(&mut self) -> impl Future<Output = Result<(), BrokerError>> + Send {
+    fn store_answered(&mut self) -> impl Future<Output = Result<(), NotStored>> + Send {
         async { Ok(()) }
     }
 

@@ -1,34 +1,28 @@
-//! minibroker's host: the listeners, the connection loop every protocol shares, and the
-//! lifecycle of one broker process.
+//! minibroker's connection machinery: the accept loop, the connection loop every protocol
+//! shares, the connection limits, the drain, and TLS sessions. It knows nothing of the broker:
+//! what a connection says is a [`FrontEnd`]'s business, and the process that owns the listeners
+//! (`minibroker_host`) brings the front ends, the limits and the TLS configuration.
 //!
 //! Every protocol minibroker speaks frames its messages the same way — a 4-byte big-endian
 //! length, then the body — so one connection loop serves them all: limits, pipelined answers,
-//! idle and write timeouts, and a graceful drain with a deadline. A [`FrontEnd`] is what differs:
-//! it turns one request frame into its answer frames, calling the broker core in between
-//! (`minibroker_native`, `minibroker_kafka`).
+//! idle and write timeouts, and a graceful drain with a deadline.
 //!
 //! # Layout
-//! - [`Host`] — start (the broker core and its group coordinator, and their clocks), add
-//!   listeners, mark ready, stop: one lifecycle for `serve`, the embedded brokers, demo and
-//!   bench.
-//! - [`Node`] — what a front end is made from and the metrics read: the core, the coordinator,
-//!   connection slots and counts, request timings, readiness.
-//! - [`FrontEnd`] — the seam a protocol plugs into; `connection` — one connection's loop;
-//!   `listener` — the accept loop, the connection limit and the drain.
+//! - [`FrontEnd`] — the seam a protocol plugs into; `connection` — one connection's loop.
+//! - [`serve`] — the accept loop, the connection limit and the drain; [`Slots`] — what every
+//!   listener of a process shares; [`Limits`] — what each connection is served under.
 //! - [`framing`] — the length-prefixed frames (`minibroker_framing`).
-//! - [`timings`] — request latencies per connection, summed for the metrics.
-//! - [`quotas`] — connections per client address and per principal.
-//! - [`login`] — SASL logins: the settings and one connection's [`login::Session`].
-//! - [`access`] — authorisation: the ACLs and producer-id owners, and one connection's
-//!   [`access::Guard`].
-//! - [`tls`] — TLS on a listener: certificates, client certificates and their names.
+//! - [`quotas`] — connections per client address (and, for the host, per principal).
+//! - [`tls`] — what a TLS session gives the accept loop.
 //!
 //! # Example
-//! A host serving a protocol that answers every frame by echoing it:
+//! A listener answering every frame by echoing it:
 //! ```no_run
 //! use bytes::{Bytes, BytesMut};
 //! use minibroker_net::framing::{FramingError, MAX_LENGTH, put_frame};
-//! use minibroker_net::{FrontEnd, Host, Next};
+//! use minibroker_net::{FrontEnd, Limits, Next, Slots};
+//! use std::sync::Arc;
+//! use std::time::Duration;
 //!
 //! struct Echo;
 //!
@@ -44,34 +38,34 @@
 //! }
 //!
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! let host = Host::start(&minibroker_net::Config::default())?;
-//! let listener = Host::bind("127.0.0.1:0".parse()?).await?;
-//! println!("listening on {}", host.serve(listener, |_node, _peer| Echo)?);
-//! host.set_ready();
-//! tokio::signal::ctrl_c().await?;
-//! host.stop().await?;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! let limits = Limits {
+//!     max_connections: 100,
+//!     max_frame_bytes: 1 << 20,
+//!     max_in_flight: 16,
+//!     idle_timeout: Duration::from_secs(600),
+//!     write_timeout: Duration::from_secs(30),
+//!     authentication_timeout: Duration::from_secs(10),
+//!     drain_timeout: Duration::from_secs(5),
+//! };
+//! let slots = Arc::new(Slots::new(limits.max_connections, None));
+//! let shutdown = std::future::pending::<()>(); // a real server stops on a signal
+//! minibroker_net::serve(listener, None, slots, limits, shutdown, |_peer| Echo).await;
 //! # Ok(()) }
 //! ```
 
-pub mod access;
-mod config;
 mod connection;
 mod front_end;
-mod host;
 mod listener;
-pub mod login;
-mod node;
 pub mod quotas;
-pub mod timings;
+mod slots;
 pub mod tls;
 
 /// The length-prefixed frames of every connection (`minibroker_framing`).
 pub use minibroker_framing as framing;
 
-pub use config::{ClientAuth, Config, NetConfig, SASL_MECHANISMS, SecurityProtocol};
-pub use front_end::{FrontEnd, Next, Peer};
-pub use host::{Host, HostError};
-pub use login::LoginCounts;
-pub use node::{ConnectionCounts, Node};
-/// The TLS library the listeners use (its configuration types appear in [`Host::serve_with`]).
+pub use front_end::{FrontEnd, Next, NotStored, Peer};
+pub use listener::serve;
+pub use slots::{ConnectionCounts, Limits, Slots};
+/// The TLS library the listeners use.
 pub use tokio_rustls::rustls;

@@ -24,23 +24,22 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::config::Config;
 use crate::connection::Connection;
 use crate::front_end::{FrontEnd, Peer};
-use crate::node::Node;
+use crate::slots::{Limits, Slots};
 
-/// Serves `node` on `listener` (in TLS sessions when `tls` is given) with the front end
-/// `new_front_end` makes for each connection, under the limits of `config`, until `shutdown`
+/// Serves `listener` (in TLS sessions when `tls` is given) with the front end `new_front_end`
+/// makes for each connection, holding one of `slots` each, under `limits`, until `shutdown`
 /// resolves, then drains: the machinery every protocol shares.
-pub(crate) async fn serve<F: FrontEnd, N>(
+pub async fn serve<F: FrontEnd, N>(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
-    node: Arc<Node>,
-    config: &Config,
+    slots: Arc<Slots>,
+    limits: Limits,
     shutdown: impl Future<Output = ()>,
     new_front_end: N,
 ) where
-    N: Fn(&Arc<Node>, &Peer) -> F + Send + Sync + 'static,
+    N: Fn(&Peer) -> F + Send + Sync + 'static,
 {
     let new_front_end = Arc::new(new_front_end);
     let stop_connections = CancellationToken::new();
@@ -55,31 +54,27 @@ pub(crate) async fn serve<F: FrontEnd, N>(
             () = &mut shutdown => break,
             accepted = accept(&listener) => accepted,
         };
-        let Some(per_ip) = node.per_ip.take(peer.ip()) else {
+        let Some(per_ip) = slots.per_ip.take(peer.ip()) else {
             // One address holds its max_connections_per_ip: closed, as Kafka does.
-            node.refused.fetch_add(1, Ordering::Relaxed);
+            slots.refused.fetch_add(1, Ordering::Relaxed);
             refusals.note(
                 peer,
-                node.per_ip.limit().unwrap_or(0),
+                slots.per_ip.limit().unwrap_or(0),
                 "max_connections_per_ip",
             );
             continue;
         };
-        let Ok(permit) = Arc::clone(&node.slots).try_acquire_owned() else {
-            node.refused.fetch_add(1, Ordering::Relaxed);
-            refusals.note(peer, config.broker.max_connections, "max_connections");
-            refuse::<F>(&stream, config.broker.max_connections);
+        let Ok(permit) = Arc::clone(&slots.slots).try_acquire_owned() else {
+            slots.refused.fetch_add(1, Ordering::Relaxed);
+            refusals.note(peer, limits.max_connections, "max_connections");
+            refuse::<F>(&stream, limits.max_connections);
             continue;
         };
-        node.accepted.fetch_add(1, Ordering::Relaxed);
+        slots.accepted.fetch_add(1, Ordering::Relaxed);
         let accepted = Accepted {
-            node: Arc::clone(&node),
+            slots: Arc::clone(&slots),
             shutdown: stop_connections.clone(),
-            max_frame_bytes: config.broker.max_frame_bytes,
-            max_in_flight: config.net.max_in_flight,
-            idle_timeout: config.net.idle_timeout(),
-            write_timeout: config.net.write_timeout(),
-            authentication_timeout: config.net.authentication_timeout(),
+            limits,
         };
         let span = tracing::info_span!("connection", %peer);
         let new_front_end = Arc::clone(&new_front_end);
@@ -88,7 +83,7 @@ pub(crate) async fn serve<F: FrontEnd, N>(
             async move {
                 tracing::debug!("accepted");
                 // Counted closed even if the task panics or is aborted.
-                let _closed = CloseCount(Arc::clone(&accepted.node));
+                let _closed = CloseCount(Arc::clone(&accepted.slots));
                 accepted.serve(stream, peer, tls, &*new_front_end).await;
                 drop((permit, per_ip));
             }
@@ -105,7 +100,7 @@ pub(crate) async fn serve<F: FrontEnd, N>(
         "shutting down: no new connections, draining"
     );
     stop_connections.cancel();
-    let drained = tokio::time::timeout(config.net.drain_timeout(), async {
+    let drained = tokio::time::timeout(limits.drain_timeout, async {
         while let Some(done) = connections.join_next().await {
             log_panic(done);
         }
@@ -123,13 +118,9 @@ pub(crate) async fn serve<F: FrontEnd, N>(
 
 /// One accepted connection, before its TLS handshake (if any) and its front end.
 struct Accepted {
-    node: Arc<Node>,
+    slots: Arc<Slots>,
     shutdown: CancellationToken,
-    max_frame_bytes: usize,
-    max_in_flight: usize,
-    idle_timeout: Duration,
-    write_timeout: Duration,
-    authentication_timeout: Duration,
+    limits: Limits,
 }
 
 impl Accepted {
@@ -140,7 +131,7 @@ impl Accepted {
         stream: TcpStream,
         addr: std::net::SocketAddr,
         tls: Option<TlsAcceptor>,
-        new_front_end: &(dyn Fn(&Arc<Node>, &Peer) -> F + Send + Sync),
+        new_front_end: &(dyn Fn(&Peer) -> F + Send + Sync),
     ) {
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%error, "could not disable Nagle's algorithm");
@@ -149,14 +140,16 @@ impl Accepted {
         let Some(tls) = tls else {
             let peer = Peer::plain(addr);
             let (read_half, write_half) = stream.into_split();
-            let connection = self.connection(new_front_end(&self.node, &peer), started);
+            let connection = self.connection(new_front_end(&peer), started);
             return connection.run(read_half, write_half).await;
         };
         // rustls reads the socket at most 4 KiB at a time; a buffer under it lets one read(2)
         // bring in up to 64 KiB.
         let buffered = tokio::io::BufReader::with_capacity(crate::tls::READ_BUFFER, stream);
         let session =
-            match tokio::time::timeout(self.authentication_timeout, tls.accept(buffered)).await {
+            match tokio::time::timeout(self.limits.authentication_timeout, tls.accept(buffered))
+                .await
+            {
                 Ok(Ok(session)) => session,
                 Ok(Err(error)) => {
                     tracing::info!(%error, "TLS handshake failed; closing the connection");
@@ -179,7 +172,7 @@ impl Accepted {
             certificate_name,
         };
         let (read_half, write_half) = tokio::io::split(session);
-        let connection = self.connection(new_front_end(&self.node, &peer), started);
+        let connection = self.connection(new_front_end(&peer), started);
         connection.run(read_half, write_half).await;
     }
 
@@ -188,11 +181,12 @@ impl Accepted {
         Connection {
             front_end,
             shutdown: self.shutdown.clone(),
-            max_frame_bytes: self.max_frame_bytes,
-            max_in_flight: self.max_in_flight,
-            idle_timeout: self.idle_timeout,
-            write_timeout: self.write_timeout,
+            max_frame_bytes: self.limits.max_frame_bytes,
+            max_in_flight: self.limits.max_in_flight,
+            idle_timeout: self.limits.idle_timeout,
+            write_timeout: self.limits.write_timeout,
             authentication_timeout: self
+                .limits
                 .authentication_timeout
                 .saturating_sub(started.elapsed()),
         }
@@ -200,7 +194,7 @@ impl Accepted {
 }
 
 /// Counts a connection closed when its task ends, however it ends.
-struct CloseCount(Arc<Node>);
+struct CloseCount(Arc<Slots>);
 
 impl Drop for CloseCount {
     fn drop(&mut self) {

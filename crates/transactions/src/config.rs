@@ -1,5 +1,5 @@
 //! The transaction coordinator's section of the configuration ([`TransactionConfig`]); the file
-//! is flat, and `minibroker_net::Config` gathers every section.
+//! is flat, and `minibroker_host::Config` gathers every section.
 
 use minibroker_broker::{MAX_TIMEOUT_MS, ServerError};
 use serde::Deserialize;

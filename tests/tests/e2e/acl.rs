@@ -10,7 +10,7 @@ use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use minibroker_net::{Config, SecurityProtocol};
+use minibroker_host::{Config, SecurityProtocol};
 use minibroker_security::{ScramCredential, ScramMechanism, Users};
 use minibroker_tests::{KafkaConnection, TestBroker, batch, kafka_connection, start_kafka};
 use std::net::SocketAddr;
@@ -384,7 +384,7 @@ async fn host_acls_hold_for_ipv4_clients_of_a_dual_stack_listener() -> Result<()
          User:bob DENY DESCRIBE TOPIC LITERAL hidden 127.0.0.1\n";
     let broker = TestBroker::start(secured(dir.path(), acls)).await?;
     // One listener on [::]: IPv4 clients arrive on it as ::ffff:127.0.0.1.
-    let listener = minibroker_net::Host::bind("[::]:0".parse()?).await?;
+    let listener = minibroker_host::Host::bind("[::]:0".parse()?).await?;
     let port = minibroker_kafka::serve(&broker.host, listener)?.port();
     let v4 = SocketAddr::from(([127, 0, 0, 1], port));
     let mut alice = login(v4, "alice").await?;

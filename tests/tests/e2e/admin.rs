@@ -4,7 +4,7 @@
 use anyhow::Result;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{ApiKey, DescribeClusterRequest, DescribeClusterResponse};
-use minibroker_net::Config;
+use minibroker_host::Config;
 
 use crate::kafka::kafka;
 

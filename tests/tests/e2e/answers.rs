@@ -16,7 +16,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use minibroker_broker::BrokerConfig;
-use minibroker_net::Config;
+use minibroker_host::Config;
 use minibroker_tests::{KafkaConnection, kafka_connection};
 
 use crate::kafka::{closed_and_others_served, kafka};

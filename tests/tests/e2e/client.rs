@@ -8,7 +8,7 @@ use minibroker_client::{
     Client, ClientConfig, ClientError, NewRecord, PartitionReader, Producer, ProducerConfig,
     ProducerError,
 };
-use minibroker_net::Config;
+use minibroker_host::Config;
 use minibroker_protocol::{
     ErrorCode, FrameCodec, InitProducerResponse, Outcome, ProduceResponse, Request, Response, codec,
 };

@@ -8,7 +8,7 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::TransactionalId;
 use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use minibroker_broker::{Broker, Isolation};
-use minibroker_net::Config;
+use minibroker_host::Config;
 use minibroker_tests::{KafkaConnection, kafka_connection};
 
 use crate::kafka::kafka;

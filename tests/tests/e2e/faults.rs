@@ -7,7 +7,7 @@ use minibroker_client::{
     Ack, Client, ClientConfig, NewRecord, Producer, ProducerConfig, ProducerError,
 };
 use minibroker_faults::{Fault, FaultConfig};
-use minibroker_net::Config;
+use minibroker_host::Config;
 use minibroker_protocol::Outcome;
 use minibroker_tests::{TestBroker, TestProxy, start_broker, stored_batches};
 use minibroker_verify::AckedBatch;

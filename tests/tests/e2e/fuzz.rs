@@ -8,7 +8,7 @@ use anyhow::{Result, ensure};
 use bytes::{BufMut, BytesMut};
 use minibroker_broker::BrokerConfig;
 use minibroker_faults::SplitMix64;
-use minibroker_net::Config;
+use minibroker_host::Config;
 use minibroker_protocol::{
     DescribeProducersRequest, FetchRequest, InitProducerRequest, Request, Response, codec,
 };

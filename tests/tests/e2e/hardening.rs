@@ -3,7 +3,7 @@
 
 use anyhow::{Result, bail};
 use minibroker_broker::{BrokerConfig, Unacknowledged};
-use minibroker_net::{Config, NetConfig};
+use minibroker_host::{Config, NetConfig};
 use minibroker_protocol::{
     DescribeProducersRequest, ErrorCode, FetchRequest, InitProducerRequest, Outcome, Request,
     Response, codec,

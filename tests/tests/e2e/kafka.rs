@@ -14,7 +14,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use minibroker_broker::BrokerConfig;
-use minibroker_net::Config;
+use minibroker_host::Config;
 use minibroker_tests::{
     KafkaConnection, TestBroker, TestKafka, batch, batch_of_len, kafka_connection, start_kafka,
 };

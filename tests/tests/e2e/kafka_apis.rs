@@ -7,7 +7,7 @@
 use anyhow::{Context, Result, bail};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable};
-use minibroker_net::Config;
+use minibroker_host::Config;
 use minibroker_tests::{KafkaConnection, kafka_connection};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

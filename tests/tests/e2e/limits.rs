@@ -3,7 +3,7 @@
 //! (The connection limit and the write timeout are in `hardening`.)
 
 use anyhow::Result;
-use minibroker_net::{Config, NetConfig};
+use minibroker_host::{Config, NetConfig};
 use minibroker_protocol::{Request, Response};
 use minibroker_tests::{RawConnection, TestBroker};
 use std::time::Duration;

@@ -7,7 +7,7 @@ use anyhow::Result;
 use minibroker_client::{
     Client, ClientConfig, ClientError, ClientTls, ConnectionEnd, Credentials, LoginMechanism,
 };
-use minibroker_net::{Config, SecurityProtocol};
+use minibroker_host::{Config, SecurityProtocol};
 use minibroker_protocol::{ErrorCode, Outcome};
 use minibroker_security::pki::{Authority, Role, Validity};
 use minibroker_security::{ScramCredential, ScramMechanism, Users};
@@ -57,7 +57,7 @@ fn secured(dir: &Path) -> Result<(Config, String)> {
 fn client_config(ca: &str, login: Option<(&str, &str, LoginMechanism)>) -> Result<ClientConfig> {
     Ok(ClientConfig {
         tls: Some(ClientTls {
-            config: minibroker_net::tls::client_config_from_pem(ca)?,
+            config: minibroker_host::tls::client_config_from_pem(ca)?,
             server_name: "localhost".try_into()?,
         }),
         login: login.map(|(user, password, mechanism)| Credentials {

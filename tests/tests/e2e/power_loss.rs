@@ -55,7 +55,7 @@ async fn with_flush_always_pipelined_produces_share_fsyncs_and_survive_a_power_l
     // A slow disk, so that produces pile up behind each fsync.
     storage.faults.sync_micros.store(300, Ordering::Relaxed);
     let broker = Broker::with_storage(&config(), Arc::new(storage.clone())).expect("opens");
-    let host = minibroker_net::Host::with_broker(broker, &Default::default()).expect("a host");
+    let host = minibroker_host::Host::with_broker(broker, &Default::default()).expect("a host");
     let embedded = minibroker_native::EmbeddedBroker::around(host)
         .await
         .expect("serves");

@@ -6,7 +6,7 @@
 use anyhow::Result;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
-use minibroker_net::{Config, SecurityProtocol};
+use minibroker_host::{Config, SecurityProtocol};
 use minibroker_security::pki::{Authority, Role, Validity};
 use minibroker_tests::kafka_connection;
 use std::time::{Duration, Instant};

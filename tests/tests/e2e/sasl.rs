@@ -12,7 +12,7 @@ use kafka_protocol::messages::{
     SaslHandshakeRequest, SaslHandshakeResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use minibroker_net::{Config, SecurityProtocol};
+use minibroker_host::{Config, SecurityProtocol};
 use minibroker_security::{ScramCredential, ScramMechanism, Users};
 use minibroker_tests::{KafkaConnection, kafka_connection};
 

@@ -54,7 +54,7 @@ async fn a_stopped_host_snapshots_its_partitions_and_a_halted_one_does_not() -> 
         };
         let broker =
             minibroker_broker::Broker::with_storage(&config, std::sync::Arc::new(storage.clone()))?;
-        let host = minibroker_net::Host::with_broker(broker, &Default::default())?;
+        let host = minibroker_host::Host::with_broker(broker, &Default::default())?;
         let embedded = minibroker_native::EmbeddedBroker::around(host).await?;
         let mut conn = RawConnection::connect(embedded.addr).await?;
         let answer = conn.call(1, &produce("t", 0, 1, 0, 0, &[b"x"])).await?;

@@ -20,7 +20,7 @@ use kafka_protocol::messages::{
     TopicName, TransactionalId, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use minibroker_net::Config;
+use minibroker_host::Config;
 use minibroker_records::{NewRecord, Writer};
 use minibroker_tests::KafkaConnection;
 

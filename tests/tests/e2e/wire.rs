@@ -3,7 +3,7 @@
 use anyhow::Result;
 use minibroker_broker::budget::{PRODUCER_ENTRY_BYTES, topic_bytes};
 use minibroker_broker::{BATCH_OVERHEAD_BYTES, BrokerConfig};
-use minibroker_net::Config;
+use minibroker_host::Config;
 use minibroker_protocol::{
     ErrorCode, FetchRequest, InitProducerRequest, Outcome, ProduceResponse, Request, Response,
     VERSION,

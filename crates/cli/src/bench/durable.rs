@@ -12,7 +12,7 @@
 
 use anyhow::{Context, Result, bail};
 use minibroker_broker::{Broker, FlushPolicy};
-use minibroker_net::Config;
+use minibroker_host::Config;
 use serde_json::json;
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -76,7 +76,7 @@ pub struct ClientTls {
     /// The client's TLS configuration.
     pub connector: tokio_rustls::TlsConnector,
     /// The broker's name, as its certificate holds it.
-    pub server_name: minibroker_net::rustls::pki_types::ServerName<'static>,
+    pub server_name: minibroker_host::rustls::pki_types::ServerName<'static>,
     /// A plain listener of the same broker, for InitProducerId.
     pub identity_addr: String,
 }
@@ -106,7 +106,7 @@ async fn connect(addr: &str, tls: Option<&ClientTls>) -> Result<(ReadHalf, Write
         }
         Some(tls) => {
             let buffered =
-                tokio::io::BufReader::with_capacity(minibroker_net::tls::READ_BUFFER, stream);
+                tokio::io::BufReader::with_capacity(minibroker_host::tls::READ_BUFFER, stream);
             let session = tls
                 .connector
                 .connect(tls.server_name.clone(), buffered)

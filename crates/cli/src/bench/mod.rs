@@ -27,8 +27,8 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use load::{LoadResult, Workload};
+use minibroker_host::Config;
 use minibroker_native::EmbeddedBroker;
-use minibroker_net::Config;
 use pairs::{Alternation, Pairs, Pinned, Side, Spread};
 use wire::Wire;
 

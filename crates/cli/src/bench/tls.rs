@@ -8,8 +8,8 @@
 //! over TLS.
 
 use anyhow::Result;
+use minibroker_host::Host;
 use minibroker_native::EmbeddedBroker;
-use minibroker_net::Host;
 use minibroker_security::pki::{Authority, Role, Validity};
 use serde_json::json;
 use std::net::SocketAddr;
@@ -31,8 +31,8 @@ fn measure_pinned(workload: &Workload, alternation: &mut Alternation) -> Result<
     let names = ["localhost".to_owned(), "127.0.0.1".to_owned()];
     let server = authority.issue(Role::Server, "localhost", &names, Validity::Years(1))?;
     let server_tls =
-        minibroker_net::tls::server_config_from_pem(&server.certificate_pem, &server.key_pem)?;
-    let client_tls = minibroker_net::tls::client_config_from_pem(&authority.certificate_pem())?;
+        minibroker_host::tls::server_config_from_pem(&server.certificate_pem, &server.key_pem)?;
+    let client_tls = minibroker_host::tls::client_config_from_pem(&authority.certificate_pem())?;
     // As the other peak phases: the newest 16 MiB per partition kept, their memory reused, so
     // a later phase does not pay for page faults an earlier one did not.
     let mut config = embedded_config(workload.partitions, Some(16 << 30));
@@ -52,7 +52,7 @@ fn measure_pinned(workload: &Workload, alternation: &mut Alternation) -> Result<
     })?;
     let tls = ClientTls {
         connector: tokio_rustls::TlsConnector::from(client_tls),
-        server_name: minibroker_net::rustls::pki_types::ServerName::try_from("localhost")?,
+        server_name: minibroker_host::rustls::pki_types::ServerName::try_from("localhost")?,
         identity_addr: plain.to_string(),
     };
     let plain = Side {

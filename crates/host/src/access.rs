@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::config::Config;
-use crate::front_end::Peer;
+use minibroker_net::Peer;
 
 /// How often a changed ACLs file is noticed, at most (one `stat` per this, not per request).
 const ACLS_RECHECK: Duration = Duration::from_secs(1);

@@ -12,6 +12,7 @@
 use minibroker_broker::{Broker, ServerError};
 use minibroker_groups::GroupCoordinator;
 use minibroker_transactions::TransactionService;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use thiserror::Error;
@@ -19,11 +20,11 @@ use tokio::net::TcpListener;
 use tokio::task::{JoinError, JoinHandle};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::ServerConfig;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use crate::config::Config;
-use crate::front_end::{FrontEnd, Peer};
 use crate::node::Node;
+use minibroker_net::{FrontEnd, Peer};
 
 /// Why a host could not start, listen or stop cleanly.
 #[derive(Debug, Error)]
@@ -168,17 +169,42 @@ impl Host {
     ) -> Result<SocketAddr, HostError> {
         let addr = Self::bound(&listener)?;
         let node = Arc::clone(&self.node);
-        let config = Arc::clone(&self.config);
+        let slots = Arc::clone(node.slots());
+        let limits = self.config.limits();
         let stop = self.stop.clone().cancelled_owned();
         let task = tokio::spawn(async move {
             let tls = tls.map(TlsAcceptor::from);
-            crate::listener::serve(listener, tls, node, &config, stop, new_front_end).await;
+            let new_front_end = move |peer: &Peer| new_front_end(&node, peer);
+            minibroker_net::serve(listener, tls, slots, limits, stop, new_front_end).await;
         });
         self.listeners
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(task);
         Ok(addr)
+    }
+
+    /// Runs a listener that is no front end's (the metrics endpoint) as part of the host:
+    /// `serve` gets the node and a future that resolves when the host begins to stop, and the
+    /// host waits for it with the other listeners. A failure is logged, naming `what`.
+    pub fn serve_side<S, E>(
+        &self,
+        what: &'static str,
+        serve: impl FnOnce(Arc<Node>, WaitForCancellationFutureOwned) -> S,
+    ) where
+        S: Future<Output = Result<(), E>> + Send + 'static,
+        E: std::fmt::Display,
+    {
+        let served = serve(Arc::clone(&self.node), self.stop.clone().cancelled_owned());
+        let task = tokio::spawn(async move {
+            if let Err(error) = served.await {
+                tracing::warn!(%error, listener = what, "a listener failed");
+            }
+        });
+        self.listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(task);
     }
 
     /// Marks the node ready (`/ready`): call it once every listener is bound.

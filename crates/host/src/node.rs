@@ -7,27 +7,15 @@ use minibroker_broker::Broker;
 use minibroker_groups::GroupCoordinator;
 use minibroker_transactions::TransactionService;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use tokio::sync::Semaphore;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::access::{AccessControl, Guard};
 use crate::config::Config;
 use crate::login::{LoginCounts, SaslSettings, Session};
-use crate::quotas::Quota;
 use crate::timings::RequestTimings;
 use minibroker_broker::ServerError;
-use std::net::IpAddr;
-
-/// How many connections the listeners have accepted, refused and hold open.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ConnectionCounts {
-    /// Connections served since the broker started.
-    pub accepted: u64,
-    /// Connections closed at once because `max_connections` were already served.
-    pub refused: u64,
-    /// Connections being served now.
-    pub open: u64,
-}
+use minibroker_net::quotas::Quota;
+use minibroker_net::{ConnectionCounts, Peer, Slots};
 
 /// One broker process's core, coordinator and listener state; see the module docs.
 #[derive(Debug)]
@@ -35,20 +23,15 @@ pub struct Node {
     broker: Arc<Broker>,
     groups: Arc<GroupCoordinator>,
     transactions: Arc<TransactionService>,
-    /// Connection slots, shared by every listener: `max_connections` is one limit whatever the
-    /// protocols.
-    pub(crate) slots: Arc<Semaphore>,
-    pub(crate) accepted: AtomicU64,
-    pub(crate) refused: AtomicU64,
-    pub(crate) closed: AtomicU64,
+    /// Connection slots and counts, shared by every listener: `max_connections` is one limit
+    /// whatever the protocols (and `max_connections_per_ip` one per address).
+    slots: Arc<Slots>,
     /// Every connection's request latencies, when metrics are on.
     timings: Option<Arc<RequestTimings>>,
     /// SASL logins, on every listener.
     logins: Arc<LoginCounts>,
     /// Set once the listeners are bound (and recovery, done when the broker was built, is over).
     ready: AtomicBool,
-    /// Open connections per client address (`max_connections_per_ip`).
-    pub(crate) per_ip: Arc<Quota<IpAddr>>,
     /// Open logged-in connections per principal (`max_connections_per_principal`).
     per_principal: Arc<Quota<String>>,
     /// The logins' settings, when a listener asks for logins.
@@ -79,17 +62,16 @@ impl Node {
             broker,
             groups,
             transactions,
-            slots: Arc::new(Semaphore::new(config.broker.max_connections)),
-            accepted: AtomicU64::new(0),
-            refused: AtomicU64::new(0),
-            closed: AtomicU64::new(0),
+            slots: Arc::new(Slots::new(
+                config.broker.max_connections,
+                config.net.max_connections_per_ip,
+            )),
             timings: config
                 .net
                 .metrics_listen
                 .map(|_| Arc::new(RequestTimings::default())),
             logins: Arc::default(),
             ready: AtomicBool::new(false),
-            per_ip: Quota::new(config.net.max_connections_per_ip),
             per_principal: Quota::new(config.net.max_connections_per_principal),
         })
     }
@@ -118,7 +100,7 @@ impl Node {
 
     /// A connection's guard, from `peer`.
     #[must_use]
-    pub fn guard(&self, peer: &crate::front_end::Peer) -> Guard {
+    pub fn guard(&self, peer: &Peer) -> Guard {
         Guard::new(self.access.clone(), peer)
     }
 
@@ -161,12 +143,13 @@ impl Node {
     /// How many connections were accepted and refused, and how many are open.
     #[must_use]
     pub fn connection_counts(&self) -> ConnectionCounts {
-        let accepted = self.accepted.load(Ordering::Relaxed);
-        ConnectionCounts {
-            accepted,
-            refused: self.refused.load(Ordering::Relaxed),
-            open: accepted.saturating_sub(self.closed.load(Ordering::Relaxed)),
-        }
+        self.slots.counts()
+    }
+
+    /// The connection slots every listener shares.
+    #[must_use]
+    pub fn slots(&self) -> &Arc<Slots> {
+        &self.slots
     }
 
     /// Marks the node ready: its listeners are bound.

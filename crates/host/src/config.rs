@@ -42,6 +42,20 @@ struct File {
 }
 
 impl Config {
+    /// The limits every listener serves its connections under.
+    #[must_use]
+    pub fn limits(&self) -> minibroker_net::Limits {
+        minibroker_net::Limits {
+            max_connections: self.broker.max_connections,
+            max_frame_bytes: self.broker.max_frame_bytes,
+            max_in_flight: self.net.max_in_flight,
+            idle_timeout: self.net.idle_timeout(),
+            write_timeout: self.net.write_timeout(),
+            authentication_timeout: self.net.authentication_timeout(),
+            drain_timeout: self.net.drain_timeout(),
+        }
+    }
+
     /// Parses TOML; absent keys take their defaults.
     ///
     /// # Errors

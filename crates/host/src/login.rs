@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
-use crate::quotas::{Held, Quota};
+use minibroker_net::quotas::{Held, Quota};
 
 /// How many SASL logins the listeners saw succeed and fail.
 #[derive(Debug, Default)]

@@ -1,0 +1,35 @@
+//! minibroker's composition root: the lifecycle of one broker process. It builds the broker
+//! core, the group and transaction coordinators and their clocks from the gathered
+//! configuration, serves them on listeners of `minibroker_net` (the connection machinery, which
+//! knows nothing of the broker) through a protocol's front end (`minibroker_native`,
+//! `minibroker_kafka`), and holds what every connection is judged by: the logins and the ACLs.
+//!
+//! # Layout
+//! - [`Host`] — start (the broker core and its group coordinator, and their clocks), add
+//!   listeners, mark ready, stop: one lifecycle for `serve`, the embedded brokers, demo and
+//!   bench.
+//! - [`Node`] — what a front end is made from and the metrics read: the core, the coordinator,
+//!   connection slots and counts, request timings, readiness.
+//! - [`Config`] — every section of the configuration file, gathered, and the connections'
+//!   [`minibroker_net::Limits`] read from it.
+//! - [`timings`] — request latencies per connection, summed for the metrics.
+//! - [`login`] — SASL logins: the settings and one connection's [`login::Session`].
+//! - [`access`] — authorisation: the ACLs and producer-id owners, and one connection's
+//!   [`access::Guard`].
+//! - [`tls`] — TLS on a listener: certificates and client certificates, from the files the
+//!   configuration names.
+
+pub mod access;
+mod config;
+mod host;
+pub mod login;
+mod node;
+pub mod timings;
+pub mod tls;
+
+pub use config::{ClientAuth, Config, NetConfig, SASL_MECHANISMS, SecurityProtocol};
+pub use host::{Host, HostError};
+pub use login::LoginCounts;
+pub use node::Node;
+/// The TLS library the listeners use (its configuration types appear in [`Host::serve_with`]).
+pub use tokio_rustls::rustls;
