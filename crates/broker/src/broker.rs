@@ -22,13 +22,14 @@ pub use delete_records::HIGH_WATERMARK;
 pub use transactions::Isolation;
 
 use bytes::Bytes;
-use minibroker_log::{FsStorage, PartitionLog, Storage, WriteBack};
+use minibroker_log::{PartitionLog, WriteBack};
 use minibroker_log::{ReadLimits, Released};
 use minibroker_records::{BatchInfo, Inspected, NO_PRODUCER_ID};
 use minibroker_state::{
     AbortedTransaction, BatchHeader, NewEntry, Outcome, ProducerPage, ProducerStateManager,
     ProducerView, SequenceRange, Verdict, default_shard_count,
 };
+use minibroker_storage::{FsStorage, Storage};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::budget::{PRODUCER_ENTRY_BYTES, StorageBudget, accounted_bytes, released_charge};

@@ -28,15 +28,16 @@
 
 use minibroker_log::sealed::framed::TornTail;
 use minibroker_log::sealed::{seal, unseal};
-use minibroker_log::storage::{read_whole, write_atomically};
-use minibroker_log::{DurableLog, LogError, OpenFiles, Opened, SegmentConfig, Storage};
+use minibroker_log::{DurableLog, LogError, OpenFiles, Opened, SegmentConfig};
+use minibroker_storage::Storage;
+use minibroker_storage::{read_whole, write_atomically};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::ServerError;
 use crate::descriptors::{self, DescriptorPlan};
-use crate::keyed_lines::KeyedLines;
+use minibroker_storage::keyed_lines::KeyedLines;
 
 /// Where deleted topics' directories wait for their removal.
 const DELETED: &str = "deleted";

@@ -54,7 +54,7 @@ pub fn check_data_dir(
     if !root.is_dir() {
         return Err(ServerError::data_dir(root, "no such directory"));
     }
-    let storage: Arc<dyn minibroker_log::Storage> = Arc::new(minibroker_log::FsStorage);
+    let storage: Arc<dyn minibroker_storage::Storage> = Arc::new(minibroker_storage::FsStorage);
     let data = DataDir::open(
         root,
         Arc::clone(&storage),
@@ -116,10 +116,10 @@ pub fn check_data_dir(
 }
 
 /// Decodes every snapshot file the partitions' checks listed.
-fn decode_snapshots(report: &mut Report, storage: &Arc<dyn minibroker_log::Storage>) {
+fn decode_snapshots(report: &mut Report, storage: &Arc<dyn minibroker_storage::Storage>) {
     for path in std::mem::take(&mut report.snapshots) {
         report.files += 1;
-        let decoded = minibroker_log::storage::read_whole(&**storage, &path)
+        let decoded = minibroker_storage::read_whole(&**storage, &path)
             .map_err(|error| error.to_string())
             .and_then(|data| {
                 minibroker_state::decode_snapshot(&data)

@@ -46,7 +46,6 @@ pub mod data_dir_check;
 pub mod descriptors;
 mod error;
 mod group_commit;
-mod keyed_lines;
 mod partition;
 mod producers;
 mod signal;

@@ -14,8 +14,8 @@ use minibroker_broker::Isolation;
 use minibroker_broker::{
     Broker, BrokerConfig, BrokerError, ErrorKind, FlushPolicy, Outcome, Unacknowledged,
 };
-use minibroker_log::sim::SimStorage;
 use minibroker_records::{NewRecord, Writer};
+use minibroker_storage::sim::SimStorage;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

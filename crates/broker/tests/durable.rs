@@ -6,8 +6,8 @@ use minibroker_broker::Isolation;
 use minibroker_broker::{
     Broker, BrokerConfig, ErrorKind, FlushPolicy, Outcome, TopicConfig, Unacknowledged,
 };
-use minibroker_log::sim::SimStorage;
 use minibroker_records::{NewRecord, Writer};
+use minibroker_storage::sim::SimStorage;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 

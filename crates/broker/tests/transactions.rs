@@ -8,9 +8,9 @@ use bytes::Bytes;
 use minibroker_broker::{
     Broker, BrokerConfig, BrokerError, ErrorKind, Isolation, Outcome, Unacknowledged,
 };
-use minibroker_log::sim::SimStorage;
 use minibroker_records::{NewRecord, Writer};
 use minibroker_state::AbortedTransaction;
+use minibroker_storage::sim::SimStorage;
 use std::sync::Arc;
 
 const PRODUCER: i64 = 4000;

@@ -501,7 +501,8 @@ fn check_data_reads_the_producer_owners_and_finds_a_flipped_byte() {
     server.run(&["init-producer"]);
     let data = server.terminate();
     let owners = data.join("producer-owners");
-    let text = std::fs::read_to_string(&owners).unwrap();
+    let bytes = std::fs::read(&owners).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
     assert_eq!(
         text.lines()
             .filter(|l| l.contains("User:ANONYMOUS"))

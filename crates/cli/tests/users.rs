@@ -1,6 +1,7 @@
-//! `minibroker user`: credentials made from a password on stdin, in Kafka's format, checked by
-//! an independent implementation (Python's hashlib computing SCRAM's StoredKey and ServerKey from
-//! the password, the salt and the iterations the file holds); list and delete.
+//! `minibroker user`: credentials made from a password on stdin, in Kafka's format (each a line
+//! of the file's checksummed record), checked by an independent implementation (Python's hashlib
+//! computing SCRAM's StoredKey and ServerKey from the password, the salt and the iterations the
+//! file holds); list and delete.
 
 mod support;
 
@@ -28,7 +29,11 @@ fn user(args: &[&str], stdin: Option<&str>) -> std::process::Output {
 const CHECK: &str = r##"
 import base64, hashlib, hmac, sys
 path, password = sys.argv[1], sys.argv[2].encode()
-for line in open(path):
+# The file: a u32 length, then the record: magic "\0MBU", version 1, the lines, a CRC-32C.
+data = open(path, "rb").read()
+length = int.from_bytes(data[:4], "big")
+assert length == len(data) - 4 and data[4:9] == b"\0MBU\x01", data[:9]
+for line in data[9:-4].decode().splitlines():
     if line.startswith("#") or not line.strip():
         continue
     name, mechanism, credential = line.split()
@@ -77,7 +82,8 @@ fn users_are_added_from_stdin_in_kafkas_format_listed_and_deleted() {
         "{}",
         String::from_utf8_lossy(&added.stderr)
     );
-    let text = std::fs::read_to_string(&file).unwrap();
+    let bytes = std::fs::read(&file).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
     assert!(!text.contains("s3cret"), "{text}");
 
     let checked = Command::new(kafka_python())

@@ -1,5 +1,5 @@
 use minibroker_log::sealed::framed::frame;
-use minibroker_log::storage::TEMPORARY_SUFFIX;
+use minibroker_storage::TEMPORARY_SUFFIX;
 use std::collections::HashSet;
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@
 use minibroker_broker::data_dir::DataDir;
 use minibroker_groups::check_offsets_files;
 use minibroker_log::SegmentConfig;
-use minibroker_log::sim::SimStorage;
+use minibroker_storage::sim::SimStorage;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

@@ -8,7 +8,7 @@ use minibroker_groups::{
     GroupConfig, GroupCoordinator, GroupError, GroupState, JoinRequest, MAX_MEMBER_METADATA_BYTES,
     MAX_OFFSET_METADATA_BYTES, MAX_PROTOCOLS_PER_MEMBER,
 };
-use minibroker_log::sim::SimStorage;
+use minibroker_storage::sim::SimStorage;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;

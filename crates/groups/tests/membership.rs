@@ -7,7 +7,7 @@
 
 use bytes::Bytes;
 use minibroker_groups::{GroupCoordinator, GroupError, GroupState, Joined};
-use minibroker_log::sim::SimStorage;
+use minibroker_storage::sim::SimStorage;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;

@@ -9,14 +9,14 @@
 //!
 //! A [`PartitionLog`] is either a [`MemoryLog`] (batch bytes copied into large chunks, each batch
 //! a small index entry beside its bytes) or a [`DurableLog`] (segment files in a directory, with
-//! crash recovery). Every file operation of the durable log goes through the [`Storage`] trait,
-//! so tests can run it on [`sim::SimStorage`], which forgets unsynced bytes on a simulated crash.
+//! crash recovery). Every file operation of the durable log goes through the
+//! [`minibroker_storage::Storage`] trait, so tests can run it on
+//! [`minibroker_storage::sim::SimStorage`], which forgets unsynced bytes on a simulated crash.
 //!
 //! # Layout
 //! - `memory` — the in-memory log; `durable` and `segment` — the segment files, their index and
 //!   recovery; `partition` — the enum the broker uses.
-//! - `storage` — the file-system trait and the real file system; `sim` — the crashing one;
-//!   `open_files` — sealed segments' files, opened when read, a bounded number at a time.
+//! - `open_files` — sealed segments' files, opened when read, a bounded number at a time.
 //!
 //! # Example
 //! ```
@@ -48,8 +48,8 @@ mod recovery;
 /// [`minibroker_envelope`]).
 pub use minibroker_envelope as sealed;
 mod segment;
-pub mod sim;
-pub mod storage;
+/// The disk the log writes to (see [`minibroker_storage`]).
+use minibroker_storage as storage;
 
 pub use cleaner::{CleanRules, CleanStats, OffsetMap, Throttle};
 pub use durable::{
@@ -61,4 +61,3 @@ pub use health::Health;
 pub use memory::{MemoryClean, MemoryCleaned, MemoryLog, ReadLimits, Released};
 pub use open_files::OpenFiles;
 pub use partition::{CleanPlan, Cleaned, PartitionLog};
-pub use storage::{FsStorage, Storage, StorageFile};

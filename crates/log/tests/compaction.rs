@@ -10,10 +10,10 @@
 
 use bytes::Bytes;
 use minibroker_log::{
-    CleanRules, CleanStats, DurableLog, FsStorage, MemoryLog, PartitionLog, ReadLimits,
-    SegmentConfig,
+    CleanRules, CleanStats, DurableLog, MemoryLog, PartitionLog, ReadLimits, SegmentConfig,
 };
 use minibroker_records::{NewRecord, Writer, encode, for_each_record, inspect};
+use minibroker_storage::FsStorage;
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
@@ -236,7 +236,7 @@ fn a_durable_pass_keeps_the_newest_record_per_key_at_its_offset_and_survives_a_r
     }
     // check-data sees the swap the start finishes: notes, not damage.
     let checked = minibroker_log::dir_check::check_partition_dir(
-        &(Arc::new(FsStorage) as Arc<dyn minibroker_log::Storage>),
+        &(Arc::new(FsStorage) as Arc<dyn minibroker_storage::Storage>),
         both.path(),
     )
     .unwrap();

@@ -18,12 +18,13 @@
 //! - Look-ups by timestamp agree with the memory log; the snapshot store keeps the newest two.
 
 use bytes::Bytes;
-use minibroker_log::sim::SimStorage;
 use minibroker_log::{
-    Appended, DurableLog, FsStorage, LogError, MAX_PENDING_BYTES, MemoryLog, Opened, ReadLimits,
-    Retention, SegmentConfig, SnapshotStore,
+    Appended, DurableLog, LogError, MAX_PENDING_BYTES, MemoryLog, Opened, ReadLimits, Retention,
+    SegmentConfig, SnapshotStore,
 };
 use minibroker_records::{NewRecord, Writer, encode, inspect, inspect_stored, set_base_offset};
+use minibroker_storage::FsStorage;
+use minibroker_storage::sim::SimStorage;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -1207,7 +1208,8 @@ fn a_failed_write_forgets_the_unwritten_batches_and_leaves_the_log_read_only() {
 #[cfg(target_os = "linux")]
 #[test]
 fn the_active_segment_reserves_space_ahead_and_a_sealed_one_gives_it_back() {
-    use minibroker_log::{PREALLOCATE_BYTES, Storage};
+    use minibroker_log::PREALLOCATE_BYTES;
+    use minibroker_storage::Storage;
     use std::os::unix::fs::MetadataExt;
     let dir = tempfile::tempdir().unwrap();
     let probe = FsStorage

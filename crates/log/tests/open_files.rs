@@ -2,11 +2,10 @@
 //! passing shortage of descriptors never makes a log read-only.
 
 use bytes::Bytes;
-use minibroker_log::sim::SimStorage;
-use minibroker_log::{
-    DurableLog, FsStorage, LogError, OpenFiles, ReadLimits, Retention, SegmentConfig,
-};
+use minibroker_log::{DurableLog, LogError, OpenFiles, ReadLimits, Retention, SegmentConfig};
 use minibroker_records::{NewRecord, Writer, encode, inspect};
+use minibroker_storage::FsStorage;
+use minibroker_storage::sim::SimStorage;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

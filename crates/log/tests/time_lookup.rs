@@ -2,9 +2,9 @@
 //! record answers, and a durable lookup reads about one index interval, not the partition.
 
 use bytes::Bytes;
-use minibroker_log::sim::SimStorage;
 use minibroker_log::{DurableLog, MemoryLog, ReadLimits, SegmentConfig};
 use minibroker_records::{NewRecord, Writer, decode, encode, inspect};
+use minibroker_storage::sim::SimStorage;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -23,6 +23,10 @@
 //! User:alice ALLOW WRITE TOPIC LITERAL orders *
 //! User:bob ALLOW READ GROUP PREFIXED billing- *
 //! ```
+//!
+//! These lines are written in one checksummed record (magic `\0MBA`, version 1, through
+//! [`minibroker_storage`]), replaced atomically and readable by its owner only; a plain text
+//! file (older brokers', or one written by hand) is read as it is.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -30,7 +34,9 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::file::{FileError, load_with, save_atomically};
+use crate::file::{FileError, load_list, save_list};
+use minibroker_storage::keyed_lines::KeyedLines;
+use minibroker_storage::{FsStorage, Storage};
 
 /// Names an enum's variants by Kafka's words and wire codes, both ways.
 macro_rules! kafka_words {
@@ -356,7 +362,15 @@ impl Acls {
     /// # Errors
     /// As [`Self::parse`], or the file cannot be read.
     pub fn load(path: &Path) -> Result<Self, FileError> {
-        load_with(path, Self::parse)
+        Self::load_from(&FsStorage, path)
+    }
+
+    /// The ACLs of the file at `path` on `storage`; none when it does not exist.
+    ///
+    /// # Errors
+    /// As [`Self::load`].
+    pub fn load_from(storage: &dyn Storage, path: &Path) -> Result<Self, FileError> {
+        load_list(storage, path, &file(), Self::parse)
     }
 
     /// The file's text.
@@ -377,7 +391,15 @@ impl Acls {
     /// # Errors
     /// [`FileError::Io`] when it cannot be written.
     pub fn save(&self, path: &Path) -> Result<(), FileError> {
-        save_atomically(path, &self.to_text())
+        self.save_to(&FsStorage, path)
+    }
+
+    /// [`Self::save`], on `storage`.
+    ///
+    /// # Errors
+    /// As [`Self::save`].
+    pub fn save_to(&self, storage: &dyn Storage, path: &Path) -> Result<(), FileError> {
+        save_list(storage, path, &file(), &self.to_text())
     }
 
     /// Adds `acl`; false if it was there already.
@@ -629,4 +651,10 @@ impl Authorizer {
                     .iter()
                     .any(|acl| acl.resource_type == resource_type))
     }
+}
+
+/// The file's records: its lines whole under `\0MBA` version 1 (a line is its own key), readable
+/// by its owner only.
+fn file() -> KeyedLines {
+    KeyedLines::new(b"\0MBA", |line| line).owner_only()
 }

@@ -1,8 +1,10 @@
-//! The security files (users, ACLs): one error type naming the file and line, an atomic
-//! replace readable by its owner only, and [`Reloading`] — a file read again when it changes,
-//! so an edit needs no restart.
+//! The security files (users, ACLs, producer owners): one error type naming the file and line,
+//! their reading and writing through [`Storage`] as [`KeyedLines`] records (the checksummed
+//! envelope every small file of a broker has; the users and the ACLs readable by their owner
+//! only), and [`Reloading`] — a file read again when it changes, so an edit needs no restart.
 
-use std::io::Write;
+use minibroker_storage::keyed_lines::{KeyedLines, KeyedLinesError, TornTail};
+use minibroker_storage::{Storage, read_whole};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
@@ -32,6 +34,23 @@ pub enum FileError {
         /// What is wrong with it.
         reason: String,
     },
+    /// Records that do not read: damaged, or of a version this broker does not know.
+    #[error("{}: {source}", .path.display())]
+    Records {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: KeyedLinesError,
+    },
+    /// Bytes at the end that are not a whole record.
+    #[error("{}: {torn}", .path.display())]
+    Torn {
+        /// The file.
+        path: PathBuf,
+        /// Where, and how many bytes.
+        torn: TornTail,
+    },
     /// An edit of a file the broker was started without (the setting names it).
     #[error("no {setting}: the broker was started without one")]
     NotConfigured {
@@ -40,10 +59,10 @@ pub enum FileError {
     },
 }
 
-/// The text of the file at `path`; `None` when it does not exist.
-pub(crate) fn read_text(path: &Path) -> Result<Option<String>, FileError> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(Some(text)),
+/// The bytes of the file at `path`; `None` when it does not exist.
+pub(crate) fn read_bytes(storage: &dyn Storage, path: &Path) -> Result<Option<Vec<u8>>, FileError> {
+    match read_whole(storage, path) {
+        Ok(bytes) => Ok(Some(bytes)),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(source) => Err(FileError::Io {
             what: "reading",
@@ -53,44 +72,64 @@ pub(crate) fn read_text(path: &Path) -> Result<Option<String>, FileError> {
     }
 }
 
-/// What the file at `path` holds, read with `parse`; `T::default()` when it does not exist.
-pub(crate) fn load_with<T: Default>(
+/// What the list file at `path` holds, read with `parse`; `T::default()` when it does not
+/// exist. The file is `file`'s records, or plain text (what older brokers wrote, and what an
+/// operator may write by hand), read as it is.
+pub(crate) fn load_list<T: Default>(
+    storage: &dyn Storage,
     path: &Path,
+    file: &KeyedLines,
     parse: fn(&str, &Path) -> Result<T, FileError>,
 ) -> Result<T, FileError> {
-    match read_text(path)? {
-        Some(text) => parse(&text, path),
-        None => Ok(T::default()),
+    let Some(bytes) = read_bytes(storage, path)? else {
+        return Ok(T::default());
+    };
+    if !file.holds_records(&bytes) {
+        let text = String::from_utf8(bytes).map_err(|_| FileError::Records {
+            path: path.to_owned(),
+            source: KeyedLinesError::NotUtf8,
+        })?;
+        return parse(&text, path);
     }
+    let (lines, torn) = read_records(path, file, &bytes)?;
+    if let Some(torn) = torn {
+        // Written whole and renamed into place: a torn tail is not a crash's.
+        return Err(FileError::Torn {
+            path: path.to_owned(),
+            torn,
+        });
+    }
+    parse(&lines.join("\n"), path)
 }
 
-/// Replaces the file at `path` with `text`, atomically (written aside, synced, renamed, the
-/// directory synced), readable by its owner only.
-pub(crate) fn save_atomically(path: &Path, text: &str) -> Result<(), FileError> {
-    let io = |what| {
-        move |source| FileError::Io {
-            what,
+/// The lines of `file`'s records in `bytes` (the file at `path`), and a torn tail left out.
+pub(crate) fn read_records(
+    path: &Path,
+    file: &KeyedLines,
+    bytes: &[u8],
+) -> Result<(Vec<String>, Option<TornTail>), FileError> {
+    file.read(bytes).map_err(|source| FileError::Records {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Replaces the list file at `path` with `text`'s lines as `file`'s whole list, atomically
+/// (written aside, synced, renamed, the directory synced).
+pub(crate) fn save_list(
+    storage: &dyn Storage,
+    path: &Path,
+    file: &KeyedLines,
+    text: &str,
+) -> Result<(), FileError> {
+    let lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    file.write_whole(storage, path, &lines)
+        .map(drop)
+        .map_err(|source| FileError::Io {
+            what: "replacing",
             path: path.to_owned(),
             source,
-        }
-    };
-    let mut aside = path.as_os_str().to_owned();
-    aside.push(".tmp");
-    let aside = PathBuf::from(aside);
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(&aside).map_err(io("writing"))?;
-    file.write_all(text.as_bytes()).map_err(io("writing"))?;
-    file.sync_all().map_err(io("syncing"))?;
-    std::fs::rename(&aside, path).map_err(io("replacing"))?;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io("syncing the directory of"))?;
-    }
-    Ok(())
+        })
 }
 
 /// What tells one version of a file from another: its modification time, its length and (as

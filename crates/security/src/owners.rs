@@ -6,23 +6,25 @@
 //! else (or to no one), and an epoch bump of another principal's id gets a new id instead. So a
 //! zombie or an intruder can neither write as a producer nor fence it.
 //!
-//! The record survives restarts: a durable broker appends one line per issue to
-//! `producer-owners` in its data directory and syncs it before the id is handed out:
+//! The record survives restarts: a durable broker appends one record per issue to
+//! `producer-owners` in its data directory and syncs it before the id is handed out. The file is
+//! [`KeyedLines`] records (magic `\0MBO`, version 1: the checksummed envelope of every small file
+//! of a broker), a line per id keyed by the id, written through [`Storage`] so the simulated disk
+//! crashes it like any other file:
 //!
 //! ```text
-//! minibroker producer-owners 2
-//! 1000 1796190000000 User:alice 5a1f03c2
-//! 1001 1796190000150 User:Jane%20Doe 0b7e91d4
+//! "\0MBO" 1 "1000 1796190000000 User:alice\n"        the whole list
+//! "\0MBo" 1 "+1001 1796190000150 User:Jane%20Doe\n"  an issue
 //! ```
 //!
-//! (id, when issued in ms, principal, and the CRC-32C of what precedes it on the line). The
-//! principal is written by [`crate::field`], so any name a login or a certificate gives (`CN=Jane
-//! Doe`) reads back as it was. Version 1 files (the principal as it was, which a space broke) are
-//! read, with a principal holding spaces taken whole, and rewritten as version 2. A torn
-//! last line (a crash mid-append: that id was never handed out) is dropped; any other line that
-//! does not read, or whose checksum fails, is an error naming the file and line: a flipped byte
-//! must not hand an id to someone else. The file is rewritten, without
-//! the forgotten ids, when it has grown to twice what it holds. Each id is kept until
+//! (id, when issued in ms, principal). The principal is written by [`crate::field`], so any
+//! name a login or a certificate gives (`CN=Jane Doe`) reads back as it was. The text files of
+//! older brokers (`minibroker producer-owners 1` or `2`, a line per issue with its own CRC-32C;
+//! version 1 with the principal as it was, a principal holding spaces taken whole) are read and
+//! rewritten in this format at start. A torn last record (a crash mid-append: that id was never
+//! handed out) is dropped; any other record that does not read, or whose checksum fails, is an
+//! error naming the file: a flipped byte must not hand an id to someone else. The file is
+//! rewritten, without the forgotten ids, when it has grown to twice what it holds. Each id is kept until
 //! `expiration` after it was issued (or last refreshed by use), and at most `max_remembered`
 //! ids are kept: beyond that, the principal holding the most ids forgets its least recently
 //! used, so one principal taking ids by the thousand cannot make the broker forget another's
@@ -31,14 +33,27 @@
 //! authorisation failure).
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::file::{FileError, read_text, save_atomically};
+use minibroker_storage::keyed_lines::{KeyedLines, TornTail};
+use minibroker_storage::{FsStorage, Storage};
 
-/// The file's first line: its format and version.
-const HEADER: &str = "minibroker producer-owners 2";
+use crate::file::{FileError, read_bytes, read_records};
+
+/// The file's records: a line per id, `<id> <issued ms> <principal>`, keyed by the id.
+fn file() -> KeyedLines {
+    KeyedLines::new(b"\0MBO", |line| {
+        line.split_once(' ').map_or(line, |(id, _)| id)
+    })
+    .owner_only()
+}
+
+/// What every text file of older brokers starts with: `minibroker producer-owners 1` or `2`.
+const TEXT_HEADER: &str = "minibroker producer-owners ";
+
+/// The first line of version 2, still read: lines with their own checksums.
+const HEADER_V2: &str = "minibroker producer-owners 2";
 
 /// The first line of version 1, still read: the principal as it was, not encoded.
 const HEADER_V1: &str = "minibroker producer-owners 1";
@@ -65,6 +80,8 @@ pub enum Use {
 /// Producer id → the principal it was issued to.
 #[derive(Debug)]
 pub struct ProducerOwners {
+    storage: Arc<dyn Storage>,
+    file: KeyedLines,
     path: Option<PathBuf>,
     max_remembered: usize,
     expiration_ms: i64,
@@ -101,6 +118,10 @@ struct Held {
     highest: Option<i64>,
     /// Lines in the file, for knowing when to rewrite it.
     lines: usize,
+    /// A write failed since the file was last written whole: what it appended may or may not be
+    /// on the disk, and a later sync would make it durable, so the next write replaces the file
+    /// with what was answered instead of appending after it.
+    unsettled: bool,
 }
 
 impl Held {
@@ -182,12 +203,12 @@ impl Held {
         }
     }
 
-    fn text(&self) -> String {
-        let mut text = format!("{HEADER}\n");
-        for &(at, id) in &self.by_written {
-            text.push_str(&line(id, at, &self.owners[&id].principal));
-        }
-        text
+    /// Every line of the file, oldest written first.
+    fn lines(&self) -> Vec<String> {
+        self.by_written
+            .iter()
+            .map(|&(at, id)| line(id, at, &self.owners[&id].principal))
+            .collect()
     }
 }
 
@@ -203,26 +224,47 @@ impl ProducerOwners {
         expiration_ms: i64,
         now_ms: i64,
     ) -> Result<Self, FileError> {
+        Self::open_on(
+            Arc::new(FsStorage),
+            path,
+            max_remembered,
+            expiration_ms,
+            now_ms,
+        )
+    }
+
+    /// [`Self::open`], the file on `storage`.
+    ///
+    /// # Errors
+    /// As [`Self::open`].
+    pub fn open_on(
+        storage: Arc<dyn Storage>,
+        path: Option<PathBuf>,
+        max_remembered: usize,
+        expiration_ms: i64,
+        now_ms: i64,
+    ) -> Result<Self, FileError> {
+        let file = file();
         let mut held = Held::default();
         if let Some(path) = &path {
-            if let Some(text) = read_text(path)? {
+            if let Some(bytes) = read_bytes(storage.as_ref(), path)? {
                 let torn;
-                (held, torn) = parse(&text, path)?;
-                if let Some((line, bytes)) = torn {
+                (held, torn) = parse(&file, &bytes, path)?;
+                if let Some(torn) = torn {
                     tracing::warn!(
                         file = %path.display(),
-                        line,
-                        bytes,
-                        "dropped a torn last line of producer-owners: an issue a crash interrupted (never handed out), or lost data"
+                        %torn,
+                        "dropped a torn last record of producer-owners: an issue a crash interrupted (never handed out), or lost data"
                     );
                 }
                 held.forget(now_ms, expiration_ms, max_remembered.max(1));
             }
-            // Start from a file holding only what is kept (and, for a new one, its header).
-            save_atomically(path, &held.text())?;
-            held.lines = held.owners.len();
+            // Start from a file holding only what is kept, in this version.
+            write_whole(storage.as_ref(), &file, path, &mut held)?;
         }
         Ok(Self {
+            storage,
+            file,
             path,
             max_remembered: max_remembered.max(1),
             expiration_ms,
@@ -237,17 +279,14 @@ impl ProducerOwners {
     /// As [`Self::open`]: the first line that does not read, or whose checksum fails.
     /// A torn last line is reported as the segments' torn tail is: the next start drops it.
     pub fn check(path: &Path) -> Result<usize, FileError> {
-        let Some(text) = read_text(path)? else {
+        let Some(bytes) = read_bytes(&FsStorage, path)? else {
             return Ok(0);
         };
-        match parse(&text, path)? {
+        match parse(&file(), &bytes, path)? {
             (held, None) => Ok(held.owners.len()),
-            (_, Some((line, bytes))) => Err(FileError::Line {
+            (_, Some(torn)) => Err(FileError::Torn {
                 path: path.to_owned(),
-                line,
-                reason: format!(
-                    "a torn last line ({bytes} bytes, no newline); the next start drops it (a crash leaves one; anything else is lost data)"
-                ),
+                torn,
             }),
         }
     }
@@ -268,6 +307,7 @@ impl ProducerOwners {
     /// [`FileError::Io`] when the file cannot be written: the id must not be handed out.
     pub fn record(&self, producer_id: i64, principal: &str, now_ms: i64) -> Result<(), FileError> {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        self.settle(&mut held)?;
         if held
             .owners
             .get(&producer_id)
@@ -276,17 +316,13 @@ impl ProducerOwners {
             // The same owner again (an epoch bump): nothing new to keep.
             return Ok(());
         }
-        if let Some(path) = &self.path {
-            append(path, &line(producer_id, now_ms, principal))?;
-            held.lines += 1;
-        }
+        self.append(&mut held, producer_id, principal, now_ms)?;
         held.insert(producer_id, principal.to_owned(), now_ms);
         held.forget(now_ms, self.expiration_ms, self.max_remembered);
         if let Some(path) = &self.path
             && held.lines > 2 * held.owners.len().max(64)
         {
-            save_atomically(path, &held.text())?;
-            held.lines = held.owners.len();
+            write_whole(self.storage.as_ref(), &self.file, path, &mut held)?;
         }
         Ok(())
     }
@@ -315,13 +351,47 @@ impl ProducerOwners {
         let written_ms = owner.written_ms;
         held.used(producer_id, now_ms);
         if now_ms.saturating_sub(written_ms) > self.expiration_ms / 2 {
-            if let Some(path) = &self.path {
-                append(path, &line(producer_id, now_ms, principal))?;
-                held.lines += 1;
-            }
+            self.append(&mut held, producer_id, principal, now_ms)?;
             held.insert(producer_id, principal.to_owned(), now_ms);
         }
         Ok(Use::Owner)
+    }
+
+    /// Appends `producer_id`'s line to the file (if there is one) and syncs it.
+    fn append(
+        &self,
+        held: &mut Held,
+        producer_id: i64,
+        principal: &str,
+        now_ms: i64,
+    ) -> Result<(), FileError> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        self.settle(held)?;
+        let line = line(producer_id, now_ms, principal);
+        self.file
+            .append_change(self.storage.as_ref(), path, [line.as_str()], [])
+            .map_err(|source| {
+                held.unsettled = true;
+                FileError::Io {
+                    what: "appending to",
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+        held.lines += 1;
+        Ok(())
+    }
+
+    /// After a failed write, replaces the file with what `held` keeps (what was answered).
+    fn settle(&self, held: &mut Held) -> Result<(), FileError> {
+        match &self.path {
+            Some(path) if held.unsettled => {
+                write_whole(self.storage.as_ref(), &self.file, path, held)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// How many ids are remembered.
@@ -341,8 +411,77 @@ impl ProducerOwners {
     }
 }
 
-/// The ids a file's `text` holds, and its torn last line (its number and length), if any.
-fn parse(text: &str, path: &Path) -> Result<(Held, Option<(usize, usize)>), FileError> {
+/// Replaces the file at `path` with what `held` keeps.
+fn write_whole(
+    storage: &dyn Storage,
+    file: &KeyedLines,
+    path: &Path,
+    held: &mut Held,
+) -> Result<(), FileError> {
+    file.write_whole(storage, path, &held.lines())
+        .map_err(|source| FileError::Io {
+            what: "replacing",
+            path: path.to_owned(),
+            source,
+        })?;
+    held.lines = held.owners.len();
+    held.unsettled = false;
+    Ok(())
+}
+
+/// What the file's `bytes` hold (and, after, how many lines it has), and a torn last record.
+fn parse(
+    file: &KeyedLines,
+    bytes: &[u8],
+    path: &Path,
+) -> Result<(Held, Option<TornTail>), FileError> {
+    if bytes.starts_with(TEXT_HEADER.as_bytes()) {
+        return parse_text(&String::from_utf8_lossy(bytes), path);
+    }
+    if bytes.is_empty() {
+        return Ok((Held::default(), None));
+    }
+    if !file.holds_records(bytes) {
+        let first = String::from_utf8_lossy(bytes.split(|b| *b == b'\n').next().unwrap_or(bytes));
+        return Err(FileError::Line {
+            path: path.to_owned(),
+            line: 1,
+            reason: format!("not a producer-owners file of a version this broker reads: {first:?}"),
+        });
+    }
+    let (lines, torn) = read_records(path, file, bytes)?;
+    let mut held = Held::default();
+    for (index, line) in lines.iter().enumerate() {
+        let (id, at, principal) = fields(line, true).ok_or_else(|| FileError::Line {
+            path: path.to_owned(),
+            line: index + 1,
+            reason: format!("expected ID ISSUED_MS User:NAME, not {line:?}"),
+        })?;
+        held.insert(id, principal, at);
+    }
+    held.lines = held.owners.len();
+    Ok((held, torn))
+}
+
+/// An id's fields: its id, when it was issued and its principal (`encoded` by [`crate::field`]
+/// since version 2; version 1 wrote it as it was, so it is the rest of the line, spaces and
+/// all).
+fn fields(content: &str, encoded: bool) -> Option<(i64, i64, String)> {
+    let mut fields = content.splitn(if encoded { 4 } else { 3 }, ' ');
+    let id = fields.next()?.parse::<i64>().ok()?;
+    let at = fields.next()?.parse::<i64>().ok()?;
+    let principal = fields.next()?;
+    let principal = if encoded {
+        crate::field::decode(principal).ok()?.into_owned()
+    } else {
+        principal.to_owned()
+    };
+    (principal.starts_with("User:") && fields.next().is_none()).then_some((id, at, principal))
+}
+
+/// The ids an older broker's text file holds (versions 1 and 2: a header line, then a line per
+/// issue with its own CRC-32C), and its torn last line as a torn tail.
+fn parse_text(text: &str, path: &Path) -> Result<(Held, Option<TornTail>), FileError> {
     let bad = |line: usize, reason: String| FileError::Line {
         path: path.to_owned(),
         line,
@@ -350,13 +489,13 @@ fn parse(text: &str, path: &Path) -> Result<(Held, Option<(usize, usize)>), File
     };
     let mut lines = text.split_inclusive('\n').enumerate();
     let encoded = match lines.next() {
-        Some((_, first)) if first.trim_end() == HEADER => true,
+        Some((_, first)) if first.trim_end() == HEADER_V2 => true,
         Some((_, first)) if first.trim_end() == HEADER_V1 => false,
         Some((_, first)) => {
             return Err(bad(
                 1,
                 format!(
-                    "not a producer-owners file of this version: {:?}",
+                    "not a producer-owners file of a version this broker reads: {:?}",
                     first.trim_end()
                 ),
             ));
@@ -364,11 +503,17 @@ fn parse(text: &str, path: &Path) -> Result<(Held, Option<(usize, usize)>), File
         None => return Ok((Held::default(), None)),
     };
     let mut held = Held::default();
+    let mut at_byte = text.find('\n').map_or(text.len(), |end| end + 1);
     for (index, line) in lines {
         let Some(line) = line.strip_suffix('\n') else {
             // Torn by a crash mid-append: never synced, so never handed out.
-            return Ok((held, Some((index + 1, line.len()))));
+            let torn = TornTail {
+                at: at_byte,
+                bytes: line.len(),
+            };
+            return Ok((held, Some(torn)));
         };
+        at_byte += line.len() + 1;
         let Some((content, checksum)) = line.rsplit_once(' ') else {
             return Err(bad(index + 1, "expected ID ISSUED_MS User:NAME CRC".into()));
         };
@@ -378,49 +523,15 @@ fn parse(text: &str, path: &Path) -> Result<(Held, Option<(usize, usize)>), File
                 "damaged: its checksum does not match".into(),
             ));
         }
-        // Version 1 wrote the principal as it was: it is the rest of the line, spaces and all.
-        let mut fields = content.splitn(if encoded { 4 } else { 3 }, ' ');
-        let parsed = (|| {
-            let id = fields.next()?.parse::<i64>().ok()?;
-            let at = fields.next()?.parse::<i64>().ok()?;
-            let principal = fields.next()?;
-            let principal = if encoded {
-                crate::field::decode(principal).ok()?.into_owned()
-            } else {
-                principal.to_owned()
-            };
-            (principal.starts_with("User:") && fields.next().is_none())
-                .then_some((id, at, principal))
-        })();
-        let (id, at, principal) =
-            parsed.ok_or_else(|| bad(index + 1, "expected ID ISSUED_MS User:NAME CRC".into()))?;
+        let (id, at, principal) = fields(content, encoded)
+            .ok_or_else(|| bad(index + 1, "expected ID ISSUED_MS User:NAME CRC".into()))?;
         held.insert(id, principal, at);
         held.lines += 1;
     }
     Ok((held, None))
 }
 
-/// One line of the file, checksum and newline included.
+/// One line of the file: the id, when it was written, and the principal as one field.
 fn line(id: i64, at_ms: i64, principal: &str) -> String {
-    let content = format!("{id} {at_ms} {}", crate::field::encode(principal));
-    let checksum = crc32c::crc32c(content.as_bytes());
-    format!("{content} {checksum:08x}\n")
-}
-
-fn append(path: &Path, line: &str) -> Result<(), FileError> {
-    let io = |what| {
-        move |source| FileError::Io {
-            what,
-            path: path.to_owned(),
-            source,
-        }
-    };
-    let mut options = std::fs::OpenOptions::new();
-    options.create(true).append(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(path).map_err(io("appending to"))?;
-    file.write_all(line.as_bytes())
-        .map_err(io("appending to"))?;
-    file.sync_data().map_err(io("syncing"))
+    format!("{id} {at_ms} {}", crate::field::encode(principal))
 }

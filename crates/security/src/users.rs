@@ -9,15 +9,19 @@
 //!
 //! No password is ever in it. A line that does not read is an error naming the file and the
 //! line, never skipped: a broker that dropped a damaged line would lock that user out silently,
-//! or keep a credential someone meant to remove. The file is replaced atomically (written
-//! aside, synced, renamed) and readable by its owner only.
+//! or keep a credential someone meant to remove. The file is these lines in one checksummed
+//! record (magic `\0MBU`, version 1, through [`minibroker_storage`], so the simulated disk
+//! crashes it too), replaced atomically (written aside, synced, renamed) and readable by its
+//! owner only; a plain text file (older brokers', or one written by hand) is read as it is.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use thiserror::Error;
 
-use crate::file::{FileError, load_with, save_atomically};
+use crate::file::{FileError, load_list, save_list};
 use crate::scram::{ScramCredential, ScramError, ScramMechanism};
+use minibroker_storage::keyed_lines::KeyedLines;
+use minibroker_storage::{FsStorage, Storage};
 
 /// Why the users file could not be read or written.
 pub type UsersFileError = FileError;
@@ -99,7 +103,15 @@ impl Users {
     /// # Errors
     /// As [`Self::parse`], or the file cannot be read.
     pub fn load(path: &Path) -> Result<Self, UsersFileError> {
-        load_with(path, Self::parse)
+        Self::load_from(&FsStorage, path)
+    }
+
+    /// The users of the file at `path` on `storage`; none when it does not exist.
+    ///
+    /// # Errors
+    /// As [`Self::load`].
+    pub fn load_from(storage: &dyn Storage, path: &Path) -> Result<Self, UsersFileError> {
+        load_list(storage, path, &file(), Self::parse)
     }
 
     /// The file's text.
@@ -123,7 +135,15 @@ impl Users {
     /// # Errors
     /// [`UsersFileError::Io`] when it cannot be written.
     pub fn save(&self, path: &Path) -> Result<(), UsersFileError> {
-        save_atomically(path, &self.to_text())
+        self.save_to(&FsStorage, path)
+    }
+
+    /// [`Self::save`], on `storage`.
+    ///
+    /// # Errors
+    /// As [`Self::save`].
+    pub fn save_to(&self, storage: &dyn Storage, path: &Path) -> Result<(), UsersFileError> {
+        save_list(storage, path, &file(), &self.to_text())
     }
 
     /// Sets `name`'s credential for `mechanism` (replacing one it had).
@@ -163,4 +183,10 @@ impl Users {
                 .is_some_and(|c| c.verify_password(mechanism, password))
         })
     }
+}
+
+/// The file's records: its lines whole under `\0MBU` version 1 (a line is its own key), readable
+/// by its owner only.
+fn file() -> KeyedLines {
+    KeyedLines::new(b"\0MBU", |line| line).owner_only()
 }

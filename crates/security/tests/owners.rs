@@ -1,5 +1,5 @@
 //! The producer-id owners file: what is recorded is read back after a restart; a torn last
-//! line is dropped, a damaged or foreign one refused with the file and line; ids are forgotten
+//! record is dropped, a damaged or foreign one refused with the file and line; ids are forgotten
 //! past their expiration and beyond the cap; the file is compacted.
 
 use minibroker_security::{ProducerOwners, Use};
@@ -26,39 +26,53 @@ fn recorded_owners_are_read_back_after_a_restart() {
 }
 
 #[test]
-fn a_torn_last_line_is_dropped_and_a_damaged_one_refused() {
+fn a_torn_last_record_is_dropped_and_a_damaged_one_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("producer-owners");
     let owners = ProducerOwners::open(Some(path.clone()), 100, DAY_MS, NOW).unwrap();
     owners.record(1000, "User:alice", NOW).unwrap();
     owners.record(1001, "User:bob", NOW).unwrap();
     drop(owners);
-    let text = std::fs::read_to_string(&path).unwrap();
-    // A crash mid-append: the last line has no newline.
-    std::fs::write(&path, &text[..text.len() - 5]).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    // A crash mid-append: the last record is cut short.
+    std::fs::write(&path, &bytes[..bytes.len() - 5]).unwrap();
     // check-data reports it, as a segment's torn tail: the next start drops it.
     let reported = ProducerOwners::check(&path).unwrap_err().to_string();
     assert!(
-        reported.contains("line 3") && reported.contains("torn last line"),
+        reported.contains("producer-owners") && reported.contains("not a whole record"),
         "{reported}"
     );
     let torn = ProducerOwners::open(Some(path.clone()), 100, DAY_MS, NOW).unwrap();
     assert_eq!(torn.owner(1000).as_deref(), Some("User:alice"));
     assert_eq!(torn.owner(1001), None);
     drop(torn);
-    // One flipped byte in a whole line: the owner would change, so the file is refused.
-    let text = std::fs::read_to_string(&path).unwrap();
-    let flipped = text.replacen("User:alice", "User:alicf", 1);
+    // One flipped byte in a whole record: the owner would change, so the file is refused.
+    let bytes = std::fs::read(&path).unwrap();
+    let at = bytes.windows(10).position(|w| w == b"User:alice").unwrap();
+    let mut flipped = bytes.clone();
+    flipped[at + 9] ^= 0x07;
     std::fs::write(&path, flipped).unwrap();
     let error = ProducerOwners::open(Some(path.clone()), 100, DAY_MS, NOW).unwrap_err();
     let message = error.to_string();
     assert!(
-        message.contains("producer-owners, line 2") && message.contains("checksum"),
+        message.contains("producer-owners") && message.contains("checksum"),
         "{message}"
     );
     std::fs::write(&path, "something else\n").unwrap();
-    let error = ProducerOwners::open(Some(path), 100, DAY_MS, NOW).unwrap_err();
+    let error = ProducerOwners::open(Some(path.clone()), 100, DAY_MS, NOW).unwrap_err();
     assert!(error.to_string().contains("line 1"), "{error}");
+    // An older broker's text file: its torn last line is dropped as well.
+    let line = |id: i64| {
+        let content = format!("{id} {NOW} User:alice");
+        format!("{content} {:08x}\n", crc32c::crc32c(content.as_bytes()))
+    };
+    let text = format!("minibroker producer-owners 2\n{}{}", line(1000), line(1001));
+    std::fs::write(&path, &text[..text.len() - 5]).unwrap();
+    let reported = ProducerOwners::check(&path).unwrap_err().to_string();
+    assert!(reported.contains("not a whole record"), "{reported}");
+    let torn = ProducerOwners::open(Some(path), 100, DAY_MS, NOW).unwrap();
+    assert_eq!(torn.owner(1000).as_deref(), Some("User:alice"));
+    assert_eq!(torn.owner(1001), None);
 }
 
 #[test]
@@ -86,8 +100,9 @@ fn the_file_is_compacted_when_it_has_grown() {
     for id in 0..1000 {
         owners.record(id, "User:alice", NOW + id).unwrap();
     }
-    let lines = std::fs::read_to_string(&path).unwrap().lines().count();
-    assert!(lines <= 1 + 2 * 64 + 1, "{lines} lines for 10 owners");
+    let bytes = std::fs::read(&path).unwrap();
+    let lines = bytes.windows(10).filter(|w| w == b"User:alice").count();
+    assert!(lines <= 2 * 64 + 1, "{lines} lines for 10 owners");
     drop(owners);
     let reopened = ProducerOwners::open(Some(path), 10, DAY_MS, NOW + 1000).unwrap();
     assert_eq!(reopened.len(), 10);
@@ -171,9 +186,36 @@ fn a_certificate_name_with_a_space_is_read_back_and_an_older_file_still_reads() 
     assert_eq!(ProducerOwners::check(&path).unwrap(), 1);
     let upgraded = ProducerOwners::open(Some(path.clone()), 100, DAY_MS, NOW).unwrap();
     assert_eq!(upgraded.owner(1001).as_deref(), Some("User:John Roe"));
-    let text = std::fs::read_to_string(&path).unwrap();
-    assert!(text.starts_with("minibroker producer-owners 2\n"), "{text}");
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(&bytes[4..8], b"\0MBO", "rewritten as records");
+    let text = String::from_utf8_lossy(&bytes);
     assert!(text.contains("User:John%20Roe"), "{text}");
+    // A version 2 file reads too; a version this broker does not know is refused by name.
+    let content = format!("1002 {NOW} User:John%20Roe");
+    let checksum = crc32c::crc32c(content.as_bytes());
+    let v2 = format!("minibroker producer-owners 2\n{content} {checksum:08x}\n");
+    std::fs::write(&path, v2).unwrap();
+    let upgraded = ProducerOwners::open(Some(path.clone()), 100, DAY_MS, NOW).unwrap();
+    assert_eq!(upgraded.owner(1002).as_deref(), Some("User:John Roe"));
+    drop(upgraded);
+    std::fs::write(&path, "minibroker producer-owners 3\n").unwrap();
+    let error = ProducerOwners::open(Some(path.clone()), 100, DAY_MS, NOW).unwrap_err();
+    assert!(
+        error.to_string().contains("producer-owners, line 1"),
+        "{error}"
+    );
+    // A whole list of a later version, checksum and all.
+    let mut record = b"\0MBO\x021003 1 User:alice\n".to_vec();
+    let crc = crc32c::crc32c(&record);
+    record.extend_from_slice(&crc.to_be_bytes());
+    let mut newer = u32::try_from(record.len()).unwrap().to_be_bytes().to_vec();
+    newer.extend_from_slice(&record);
+    std::fs::write(&path, newer).unwrap();
+    let error = ProducerOwners::open(Some(path.clone()), 100, DAY_MS, NOW).unwrap_err();
+    assert!(
+        error.to_string().contains("producer-owners") && error.to_string().contains("version 2"),
+        "{error}"
+    );
 }
 
 #[test]

@@ -16,7 +16,7 @@
 //! [`TransactionCoordinator::complete`].
 
 use minibroker_broker::{BrokerConfig, StorageBudget};
-use minibroker_log::Storage;
+use minibroker_storage::Storage;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::Path;

@@ -19,8 +19,8 @@
 //! record per live id (atomically: a crash leaves the old file or the new one), and again
 //! whenever it grows past [`COMPACT_BYTES`] and twice what its live records take.
 
-use minibroker_log::storage::{read_whole, write_atomically};
-use minibroker_log::{Storage, StorageFile};
+use minibroker_storage::{Storage, StorageFile};
+use minibroker_storage::{read_whole, write_atomically};
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};

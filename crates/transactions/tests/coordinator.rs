@@ -2,7 +2,7 @@
 //! before it applies, a failed write changes nothing, and a restart finds each id where it was.
 
 use minibroker_broker::StorageBudget;
-use minibroker_log::sim::SimStorage;
+use minibroker_storage::sim::SimStorage;
 use minibroker_transactions::{
     CoordinatorError, FILE_NAME, InitOutcome, Limits, MAX_GROUPS_PER_TRANSACTION,
     MAX_TRANSACTIONAL_ID_BYTES, TransactionCoordinator, TxnError, TxnState,

@@ -18,8 +18,8 @@ mod support;
 
 use bytes::Bytes;
 use minibroker_broker::{Broker, Isolation, Unacknowledged};
-use minibroker_log::sim::SimStorage;
 use minibroker_records::{NewRecord, Writer};
+use minibroker_storage::sim::SimStorage;
 use minibroker_transactions::TransactionLog;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use support::{Node, open};

@@ -1,7 +1,7 @@
 //! The transaction log on a storage that crashes: every appended change survives, a torn
 //! append is cut, a damaged record refuses the open, tombstones and old records are compacted.
 
-use minibroker_log::sim::SimStorage;
+use minibroker_storage::sim::SimStorage;
 use minibroker_transactions::{
     COMPACT_BYTES, EndEpoch, FILE_NAME, Transaction, TransactionLog, TransactionLogError, TxnState,
 };

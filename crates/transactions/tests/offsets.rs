@@ -6,7 +6,7 @@
 
 mod support;
 
-use minibroker_log::sim::SimStorage;
+use minibroker_storage::sim::SimStorage;
 use std::future::{Future, poll_fn};
 use std::pin::{Pin, pin};
 use std::sync::atomic::Ordering;

@@ -5,9 +5,9 @@
 
 use minibroker_broker::{Broker, BrokerConfig, FlushPolicy};
 use minibroker_client::{Client, ClientConfig};
-use minibroker_log::sim::SimStorage;
 use minibroker_protocol::message::Outcome;
 use minibroker_records::{NewRecord, Writer};
+use minibroker_storage::sim::SimStorage;
 use minibroker_tests::stored_batches;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;

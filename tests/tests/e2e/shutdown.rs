@@ -47,7 +47,7 @@ async fn in_flight_requests_complete_and_new_connections_are_refused() -> Result
 #[tokio::test]
 async fn a_stopped_host_snapshots_its_partitions_and_a_halted_one_does_not() -> Result<()> {
     for halt in [false, true] {
-        let storage = minibroker_log::sim::SimStorage::new();
+        let storage = minibroker_storage::sim::SimStorage::new();
         let config = minibroker_broker::BrokerConfig {
             data_dir: Some("/data".into()),
             ..minibroker_broker::BrokerConfig::default()

@@ -16,9 +16,10 @@
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
-use minibroker_log::{CleanRules, CleanStats, DurableLog, FsStorage, PartitionLog, SegmentConfig};
+use minibroker_log::{CleanRules, CleanStats, DurableLog, PartitionLog, SegmentConfig};
 use minibroker_native::EmbeddedBroker;
 use minibroker_records::{NewRecord, Writer};
+use minibroker_storage::FsStorage;
 use serde_json::json;
 use std::io::Write;
 use std::path::Path;

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use minibroker_broker::{Broker, BrokerConfig, ServerError};
 use minibroker_groups::{GroupConfig, GroupCoordinator, GroupError, JoinRequest, Joined};
-use minibroker_log::sim::SimStorage;
+use minibroker_storage::sim::SimStorage;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 
 use minibroker_broker::{Broker, BrokerConfig, FlushPolicy};
 use minibroker_groups::{GroupConfig, GroupCoordinator};
-use minibroker_log::sim::SimStorage;
+use minibroker_storage::sim::SimStorage;
 use minibroker_transactions::{TransactionConfig, TransactionService};
 use std::sync::Arc;
 

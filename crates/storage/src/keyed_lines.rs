@@ -1,9 +1,10 @@
-//! A small file of text lines, each with a key (the topic list: a line per topic; the topics'
-//! settings: a line per topic and setting), kept by appending what changed: a change writes the
-//! lines it added or replaced and the keys it removed, never the whole list again, so creating
-//! the ten-thousandth topic costs what one topic costs.
+//! A small file of text lines, each with a key, kept by appending what changed: a change writes
+//! the lines it added or replaced and the keys it removed, never the whole list again, so
+//! creating the ten-thousandth topic costs what one topic costs. The topic list (a line per
+//! topic), the topics' settings (a line per topic and setting) and the producer owners (a line
+//! per producer id) are such files; the users and the ACLs are written whole in the same shape.
 //!
-//! The file is framed records ([`minibroker_log::sealed::framed`]): the whole list first (the
+//! The file is framed records ([`minibroker_envelope::framed`]): the whole list first (the
 //! sealed body older brokers wrote as the whole file, under the file's magic), then changes
 //! under the magic with its last byte lower-cased, each line `+<line>` or `-<key>`:
 //!
@@ -14,14 +15,14 @@
 //!
 //! It is replaced by the whole list (written aside, synced, renamed) at the first write after a
 //! start and whenever it has grown to twice the list and 4 KiB. A torn last record (a crash in
-//! the middle of an append, never synced, so never answered) is left out with a warning and
-//! reported by `check-data`. Files of older brokers (one sealed whole list, or plain text lines)
-//! are read as they are.
+//! the middle of an append, never synced, so never answered) is left out and reported, for the
+//! caller to warn about and for `check-data`. Files of older brokers (one sealed whole list, or
+//! plain text lines) are read as they are; a record of another version is refused.
 
-use minibroker_log::Storage;
-use minibroker_log::sealed::framed::{TornTail, frame, read_framed};
-use minibroker_log::sealed::{SealError, seal, unseal};
-use minibroker_log::storage::write_atomically;
+use crate::{Access, Storage, write_atomically_as};
+pub use minibroker_envelope::framed::TornTail;
+use minibroker_envelope::framed::{LENGTH_LEN, frame, read_framed};
+use minibroker_envelope::{SealError, seal, unseal};
 use std::collections::BTreeMap;
 use std::io;
 use std::path::Path;
@@ -33,11 +34,11 @@ const VERSION: u8 = 1;
 const COMPACT_BYTES: u64 = 4096;
 
 /// What a file holds: its lines by key, and a torn tail left out.
-pub(crate) type Read = (Vec<String>, Option<TornTail>);
+pub type Read = (Vec<String>, Option<TornTail>);
 
 /// Why a keyed-lines file does not read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum KeyedLinesError {
+pub enum KeyedLinesError {
     /// Its text is not UTF-8.
     #[error("not UTF-8")]
     NotUtf8,
@@ -68,33 +69,55 @@ pub(crate) enum KeyedLinesError {
 
 /// One keyed-lines file: its magics and how a line's key is read, and what was last written.
 #[derive(Debug)]
-pub(crate) struct KeyedLines {
+pub struct KeyedLines {
     magic: &'static [u8; 4],
     change_magic: [u8; 4],
     key_of: fn(&str) -> &str,
+    /// Who may read the file.
+    access: Access,
     /// The lines the file holds, by key, and its size: known once the broker wrote it whole.
     written: Mutex<Option<(BTreeMap<String, String>, u64)>>,
 }
 
 impl KeyedLines {
     /// The file of `magic` whose lines have the key `key_of` reads.
-    pub(crate) fn new(magic: &'static [u8; 4], key_of: fn(&str) -> &str) -> Self {
+    pub fn new(magic: &'static [u8; 4], key_of: fn(&str) -> &str) -> Self {
         let mut change_magic = *magic;
         change_magic[3] = change_magic[3].to_ascii_lowercase();
         Self {
             magic,
             change_magic,
             key_of,
+            access: Access::Default,
             written: Mutex::new(None),
         }
     }
 
+    /// The same file, readable by its owner only (a file of secrets).
+    #[must_use]
+    pub fn owner_only(mut self) -> Self {
+        self.access = Access::OwnerOnly;
+        self
+    }
+
+    /// Whether `bytes` are this file's records (or the single sealed list of older brokers),
+    /// rather than plain text.
+    #[must_use]
+    pub fn holds_records(&self, bytes: &[u8]) -> bool {
+        let magic = |at: usize| bytes.get(at..at + 4);
+        bytes.starts_with(self.magic)
+            || magic(LENGTH_LEN) == Some(&self.magic[..])
+            || magic(LENGTH_LEN) == Some(&self.change_magic[..])
+    }
+
     /// The lines of the file's `bytes`, in key order, and its torn tail; why not, otherwise.
-    pub(crate) fn read(&self, bytes: &[u8]) -> Result<Read, KeyedLinesError> {
-        let plain_text = |b: &u8| b.is_ascii_graphic() || *b == b' ' || *b == b'\n';
-        if bytes.iter().all(plain_text) {
+    pub fn read(&self, bytes: &[u8]) -> Result<Read, KeyedLinesError> {
+        if !self.holds_records(bytes) {
             // An older broker's file: plain text.
             let text = std::str::from_utf8(bytes).map_err(|_| KeyedLinesError::NotUtf8)?;
+            if text.contains(|c: char| c.is_control() && !matches!(c, '\n' | '\r' | '\t')) {
+                return Err(KeyedLinesError::NotUtf8);
+            }
             return Ok((lines(text).map(str::to_owned).collect(), None));
         }
         if bytes.starts_with(self.magic) {
@@ -157,7 +180,7 @@ impl KeyedLines {
     ///
     /// # Errors
     /// As the file system reports; the next write then writes the whole list.
-    pub(crate) fn save(
+    pub fn save(
         &self,
         storage: &dyn Storage,
         path: &Path,
@@ -177,15 +200,27 @@ impl KeyedLines {
         };
         let bytes = match appended {
             Ok(bytes) => bytes,
-            Err(_) => {
-                let text: String = wanted.values().map(|line| format!("{line}\n")).collect();
-                let framed = frame(&seal(self.magic, VERSION, text.as_bytes()));
-                write_atomically(storage, path, &framed)?;
-                framed.len() as u64
-            }
+            Err(_) => self.write_whole(storage, path, wanted.values())?,
         };
         *written = Some((wanted, bytes));
         Ok(())
+    }
+
+    /// Replaces the file at `path` with the whole list `lines` (each key once), atomically
+    /// (written aside, synced, renamed, the directory synced); returns the file's size.
+    ///
+    /// # Errors
+    /// As the file system reports; the file is unchanged then.
+    pub fn write_whole<'a>(
+        &self,
+        storage: &dyn Storage,
+        path: &Path,
+        lines: impl IntoIterator<Item = &'a String>,
+    ) -> io::Result<u64> {
+        let text: String = lines.into_iter().map(|line| format!("{line}\n")).collect();
+        let framed = frame(&seal(self.magic, VERSION, text.as_bytes()));
+        write_atomically_as(storage, path, &framed, self.access)?;
+        Ok(framed.len() as u64)
     }
 
     /// Appends the change from `held` to `wanted` to the file at `path` and syncs it; returns
@@ -197,13 +232,36 @@ impl KeyedLines {
         held: &BTreeMap<String, String>,
         wanted: &BTreeMap<String, String>,
     ) -> io::Result<u64> {
+        let added = wanted
+            .iter()
+            .filter(|(key, line)| held.get(*key) != Some(*line))
+            .map(|(_, line)| line.as_str());
+        let removed = held
+            .keys()
+            .filter(|key| !wanted.contains_key(*key))
+            .map(String::as_str);
+        self.append_change(storage, path, added, removed)
+    }
+
+    /// Appends one change to the file at `path` (which holds a whole list already) and syncs
+    /// it: the `added` lines (a line replaces the one of its key) and the `removed` keys. Returns
+    /// what it added (nothing when the change is empty). A failed append is cut off again, so
+    /// the file ends with whole records.
+    ///
+    /// # Errors
+    /// As the file system reports: the change may then be lost, and must not be answered.
+    pub fn append_change<'a>(
+        &self,
+        storage: &dyn Storage,
+        path: &Path,
+        added: impl IntoIterator<Item = &'a str>,
+        removed: impl IntoIterator<Item = &'a str>,
+    ) -> io::Result<u64> {
         let mut text = String::new();
-        for (key, line) in wanted {
-            if held.get(key) != Some(line) {
-                text.push_str(&format!("+{line}\n"));
-            }
+        for line in added {
+            text.push_str(&format!("+{line}\n"));
         }
-        for key in held.keys().filter(|key| !wanted.contains_key(*key)) {
+        for key in removed {
             text.push_str(&format!("-{key}\n"));
         }
         if text.is_empty() {
@@ -228,7 +286,7 @@ fn lines(text: &str) -> impl Iterator<Item = &str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use minibroker_log::sim::SimStorage;
+    use crate::sim::SimStorage;
     use std::sync::atomic::Ordering;
 
     fn topics() -> KeyedLines {

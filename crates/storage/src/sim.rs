@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::storage::{Storage, StorageFile};
+use crate::{Storage, StorageFile};
 
 /// Faults to inject, shared by a storage and its files.
 #[derive(Debug, Default)]

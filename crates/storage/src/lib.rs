@@ -1,17 +1,25 @@
-//! The file system as the durable log sees it: a few operations behind a trait.
+//! The disk as every durable file of a broker sees it: a few operations behind a trait.
 //!
-//! Everything the durable log does to disk goes through [`Storage`] and [`StorageFile`], so a
+//! Everything a broker does to disk (the segments, the small files beside them, the groups' and
+//! the transactions' logs, the security files) goes through [`Storage`] and [`StorageFile`], so a
 //! test can swap the real file system ([`FsStorage`]) for one that forgets unsynced bytes on a
-//! simulated crash or fails a write with ENOSPC ([`crate::sim::SimStorage`]), and drive thousands
-//! of crash points in memory. The operations are the ones a log needs and no more: append at the
+//! simulated crash or fails a write with ENOSPC ([`sim::SimStorage`]), and drive thousands of
+//! crash points in memory. The operations are the ones a log needs and no more: append at the
 //! end, read at a position, truncate a torn tail, sync, reserve space ahead of the appends, and
 //! the directory operations that create, rename and delete whole files.
+//!
+//! A crate of its own, below the log, so that the crates whose files are not logs (security's
+//! users, ACLs and producer owners) write through the same trait without depending on the log.
+//! [`keyed_lines`] is the one shape of a small list kept by appending its changes.
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+pub mod keyed_lines;
+pub mod sim;
 
 /// One file of the log: appended at its end, read anywhere.
 pub trait StorageFile: Send + Sync + fmt::Debug {
@@ -94,6 +102,15 @@ pub trait Storage: Send + Sync + fmt::Debug {
     /// As the file system reports.
     fn create(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>>;
 
+    /// As [`Self::create`], readable and writable by its owner only (a file of secrets: the
+    /// users' credentials). The default is [`Self::create`], for a storage with no owners.
+    ///
+    /// # Errors
+    /// As the file system reports.
+    fn create_owner_only(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
+        self.create(path)
+    }
+
     /// Deletes a file.
     ///
     /// # Errors
@@ -125,8 +142,33 @@ pub trait Storage: Send + Sync + fmt::Debug {
 /// # Errors
 /// As the file system reports; `path` is unchanged then.
 pub fn write_atomically(storage: &dyn Storage, path: &Path, data: &[u8]) -> io::Result<()> {
+    write_atomically_as(storage, path, data, Access::Default)
+}
+
+/// Who may read a file a broker writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// As the process's umask allows.
+    Default,
+    /// Its owner only ([`Storage::create_owner_only`]).
+    OwnerOnly,
+}
+
+/// [`write_atomically`], the new file created with `access`.
+///
+/// # Errors
+/// As the file system reports; `path` is unchanged then.
+pub fn write_atomically_as(
+    storage: &dyn Storage,
+    path: &Path,
+    data: &[u8],
+    access: Access,
+) -> io::Result<()> {
     let temporary = temporary_path(path);
-    let file = storage.create(&temporary)?;
+    let file = match access {
+        Access::Default => storage.create(&temporary)?,
+        Access::OwnerOnly => storage.create_owner_only(&temporary)?,
+    };
     file.append(data)?;
     file.sync()?;
     drop(file);
@@ -231,13 +273,18 @@ impl StorageFile for FsFile {
 }
 
 impl FsStorage {
-    fn open_with(path: &Path, create: bool) -> io::Result<Arc<dyn StorageFile>> {
-        let file = OpenOptions::new()
+    fn open_with(path: &Path, create: bool, access: Access) -> io::Result<Arc<dyn StorageFile>> {
+        let mut options = OpenOptions::new();
+        options
             .read(true)
             .append(true)
             .create(create)
-            .truncate(false)
-            .open(path)?;
+            .truncate(false);
+        #[cfg(unix)]
+        if access == Access::OwnerOnly {
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        }
+        let file = options.open(path)?;
         if create {
             file.set_len(0)?;
         }
@@ -257,11 +304,15 @@ impl Storage for FsStorage {
     }
 
     fn open(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
-        Self::open_with(path, false)
+        Self::open_with(path, false, Access::Default)
     }
 
     fn create(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
-        Self::open_with(path, true)
+        Self::open_with(path, true, Access::Default)
+    }
+
+    fn create_owner_only(&self, path: &Path) -> io::Result<Arc<dyn StorageFile>> {
+        Self::open_with(path, true, Access::OwnerOnly)
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
