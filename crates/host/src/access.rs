@@ -39,8 +39,6 @@ pub struct AccessControl {
     owners: ProducerOwners,
     super_users: Arc<Vec<String>>,
     allow_everyone_if_no_acl_found: bool,
-    /// One edit of the ACLs file at a time (CreateAcls, DeleteAcls).
-    editing: std::sync::Mutex<()>,
 }
 
 impl AccessControl {
@@ -64,7 +62,6 @@ impl AccessControl {
             now_ms(),
         )?;
         Ok(Some(Self {
-            editing: std::sync::Mutex::new(()),
             owners,
             acls: Reloading::open(Some(path.clone()), Acls::load)?.recheck_after(ACLS_RECHECK),
             super_users: Arc::new(net.super_users.clone()),
@@ -88,20 +85,12 @@ impl AccessControl {
     /// # Errors
     /// The file cannot be read or written.
     pub fn edit<R>(&self, edit: impl FnOnce(&mut Acls) -> R) -> Result<R, FileError> {
-        let _one_at_a_time = self
-            .editing
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(path) = self.acls.path() else {
+        if self.acls.path().is_none() {
             // Access control always has its file; nothing to edit otherwise.
             let mut acls = Acls::clone(&self.acls.current());
             return Ok(edit(&mut acls));
-        };
-        let mut acls = Acls::load(path)?;
-        let result = edit(&mut acls);
-        acls.save(path)?;
-        self.acls.replace(acls);
-        Ok(result)
+        }
+        self.acls.edit("acls_file", Acls::save, edit)
     }
 }
 

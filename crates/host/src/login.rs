@@ -81,8 +81,6 @@ pub struct SaslSettings {
     /// How long a login lasts before the client must re-authenticate (KIP-368); `None`: for
     /// the connection's life.
     pub session_lifetime: Option<Duration>,
-    /// One edit of the users file at a time (AlterUserScramCredentials).
-    editing: std::sync::Mutex<()>,
 }
 
 impl SaslSettings {
@@ -109,7 +107,6 @@ impl SaslSettings {
             users,
             secret,
             failure_delay: Duration::from_millis(net.auth_failure_delay_ms),
-            editing: std::sync::Mutex::new(()),
             session_lifetime: (net.sasl_session_lifetime_ms > 0)
                 .then(|| Duration::from_millis(net.sasl_session_lifetime_ms)),
         }))
@@ -133,30 +130,7 @@ impl SaslSettings {
     /// # Errors
     /// [`UsersFileError`] when there is no users file, or it cannot be read or written.
     pub fn edit_users<R>(&self, edit: impl FnOnce(&mut Users) -> R) -> Result<R, UsersFileError> {
-        let _one_at_a_time = self
-            .editing
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(path) = self.users.path() else {
-            return Err(UsersFileError::NotConfigured {
-                setting: "users_file",
-            });
-        };
-        let edited = Users::load(path).and_then(|mut users| {
-            let result = edit(&mut users);
-            users.save(path)?;
-            Ok((users, result))
-        });
-        match edited {
-            Ok((users, result)) => {
-                self.users.replace(users);
-                Ok(result)
-            }
-            Err(error) => {
-                tracing::warn!(%error, "the users file could not be edited");
-                Err(error)
-            }
-        }
+        self.users.edit("users_file", Users::save, edit)
     }
 }
 

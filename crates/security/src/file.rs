@@ -153,6 +153,8 @@ pub struct Reloading<T> {
     /// How long after a look at the file the next one waits (zero: every call looks).
     recheck: Duration,
     read: Mutex<Held<T>>,
+    /// Held by [`Self::edit`]: one edit at a time, each of the file as the last one left it.
+    editing: Mutex<()>,
 }
 
 /// What a [`Reloading`] holds: the version it read, when it last looked, and what it read.
@@ -186,7 +188,42 @@ impl<T: Default> Reloading<T> {
                 looked: Instant::now(),
                 value: Arc::new(held),
             }),
+            editing: Mutex::new(()),
         })
+    }
+
+    /// Applies `edit` to the file as it is now on disk (an operator's edit may be newer than
+    /// what is held), writes it with `save`, and holds the result at once. Edits are made one
+    /// at a time.
+    ///
+    /// # Errors
+    /// [`FileError::NotConfigured`] (naming `setting`) without a file; the file cannot be read
+    /// or written (then nothing changed, and a warning says why).
+    pub fn edit<R>(
+        &self,
+        setting: &'static str,
+        save: fn(&T, &Path) -> Result<(), FileError>,
+        edit: impl FnOnce(&mut T) -> R,
+    ) -> Result<R, FileError> {
+        let _one_at_a_time = self.editing.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(path) = &self.path else {
+            return Err(FileError::NotConfigured { setting });
+        };
+        let edited = (self.load)(path).and_then(|mut value| {
+            let result = edit(&mut value);
+            save(&value, path)?;
+            Ok((value, result))
+        });
+        match edited {
+            Ok((value, result)) => {
+                self.replace(value);
+                Ok(result)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "the file could not be edited");
+                Err(error)
+            }
+        }
     }
 
     /// Looks at the file at most once per `recheck` (for a file consulted on every request).
