@@ -5,7 +5,7 @@
 //! DIR/topics                       one line per topic: "<name> <partitions>"
 //! DIR/topic-configs                the topics' own settings: "<topic> <name>=<value>" per line
 //! DIR/producer-ids                 the first producer id not yet reserved (i64)
-//! DIR/groups/<hash>.offsets        a consumer group's committed offsets (`crate::groups`; older
+//! DIR/groups/<hash>.offsets        a consumer group's committed offsets (`minibroker_groups`; older
 //!                                  brokers kept every group in DIR/group-offsets)
 //! DIR/logs/<topic>/<partition>/    a partition's segment files, snapshots and start offset
 //!                                  (minibroker_log)

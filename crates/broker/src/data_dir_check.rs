@@ -1,11 +1,11 @@
 //! `minibroker check-data`: an offline check of a whole data directory, for an operator who
 //! suspects a disk. Every file the broker would read at start or serve later is read whole and
-//! checked: the topic list, the topics' settings, the producer-id reservation and the groups'
-//! offsets files (their checksummed envelope), and every partition's segments (each batch's
-//! CRC-32C), indexes, producer-state snapshots and start offset. Nothing is written; the
-//! directory's lock is taken, so a running broker is never read mid-write. Files that other
-//! crates keep in the directory (the group coordinator's offsets, the transaction log) are
-//! checked by the checks the caller passes in.
+//! checked: the topic list, the topics' settings and the producer-id reservation (their
+//! checksummed envelope), and every partition's segments (each batch's CRC-32C), indexes,
+//! producer-state snapshots and start offset. Nothing is written; the directory's lock is taken,
+//! so a running broker is never read mid-write. Files that other crates keep in the directory
+//! (the group coordinator's offsets files, the transaction log, the producer owners) are checked
+//! by the checks the caller passes in.
 
 use minibroker_log::dir_check::Checked;
 use std::path::Path;

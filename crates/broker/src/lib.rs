@@ -8,7 +8,11 @@
 //!   then the append, under one lock), fetch, offsets, producer ids, topic administration; its
 //!   `durability` recovers producer state at start, snapshots it, and runs retention and expiry.
 //! - `Partition` — a partition's log, its group commit of fsyncs (`group_commit`) and its one
-//!   health state; `topics` — the registry of topics and their partitions.
+//!   health state; `topics` — the registry of topics and their partitions; `topic_settings` — a
+//!   topic's own settings (Kafka's dynamic topic configs) and their file.
+//! - `producers` — producer ids and epochs handed out by InitProducerId; `snapshot` — a
+//!   partition's producer state taken under its locks and written later; `signal` — the wake-up
+//!   of fetches waiting for a partition's next append.
 //! - [`Unacknowledged`] — one connection's produces whose answers wait for their batches to be
 //!   stored, and the one `commit` step that stores them.
 //! - [`budget`] — what everything a client makes the broker keep costs against the storage limit.

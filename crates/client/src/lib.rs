@@ -8,6 +8,7 @@
 //!   record batch, keeps up to five in flight, and after a timeout or a dropped connection
 //!   reconnects and resends the *same* batches, counting DUPLICATE as success.
 //! - [`PartitionReader`] — every record of a partition from an offset to its end, decoded.
+//! - `security` — the connection's TLS and login, for a native listener that asks for them.
 //!
 //! # Example
 //! ```no_run

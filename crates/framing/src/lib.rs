@@ -1,7 +1,7 @@
 //! The framing every protocol minibroker speaks shares: a 4-byte big-endian length, then the
 //! body. Decoded by `tokio_util`'s `LengthDelimitedCodec`, which checks the length against the
 //! maximum before any buffer grows for the frame; this crate only names the oversize case. The
-//! host reads every connection's requests with it (`minibroker_net`), the native codec its
+//! connection loop reads every connection's requests with it (`minibroker_net`), the native codec its
 //! clients' answers (`minibroker_protocol`), the Kafka client its answers and the fault proxy
 //! both directions.
 //!

@@ -20,6 +20,7 @@
 //!   Stable), under its own lock; waiting joins and syncs are one-shot channels.
 //! - `store` — groups on disk, a file per group, each change appended.
 //! - `codec` — the records of a group's file: a whole group, one change of it.
+//! - `config` — [`GroupConfig`], the coordinator's section of the configuration.
 //!
 //! Each group has its own lock (the coordinator's registry is locked only to find, add or
 //! remove one), its work per request is bounded (protocol names and metadata are capped), and

@@ -1,9 +1,9 @@
 //! [`Host`]: the lifecycle of one broker process, the same for `minibroker serve`, the embedded
 //! brokers of the tests, `demo` and `bench`.
 //!
-//! Starting builds the broker core (recovering its data directory) and its group coordinator, and
-//! spawns their clocks: the broker's maintenance (retention, expiry, the interval flush) and the
-//! coordinator's ticks. Listeners are added one by one, each with its protocol's front end; all
+//! Starting builds the broker core (recovering its data directory), its group coordinator and
+//! its transaction coordinator, and spawns their clocks: the broker's maintenance (retention,
+//! expiry, the interval flush), its compaction cleaner, and each coordinator's ticks. Listeners are added one by one, each with its protocol's front end; all
 //! share the node's connection slots. Stopping stops every listener (each drains its
 //! connections within `drain_timeout_ms`), then the clocks, then closes the broker (a durable
 //! one syncs and snapshots, so the next start replays nothing). Dropping a host that was not

@@ -5,10 +5,10 @@
 //! `minibroker_kafka`), and holds what every connection is judged by: the logins and the ACLs.
 //!
 //! # Layout
-//! - [`Host`] — start (the broker core and its group coordinator, and their clocks), add
-//!   listeners, mark ready, stop: one lifecycle for `serve`, the embedded brokers, demo and
-//!   bench.
-//! - [`Node`] — what a front end is made from and the metrics read: the core, the coordinator,
+//! - [`Host`] — start (the broker core, its group and transaction coordinators, and their
+//!   clocks), add listeners, mark ready, stop: one lifecycle for `serve`, the embedded brokers,
+//!   demo and bench.
+//! - [`Node`] — what a front end is made from and the metrics read: the core, the coordinators,
 //!   connection slots and counts, request timings, readiness.
 //! - [`Config`] — every section of the configuration file, gathered, and the connections'
 //!   [`minibroker_net::Limits`] read from it.

@@ -13,8 +13,14 @@
 //! - [`serve`] — a Kafka listener on a host; [`serve_on_loopback`] — one on a free port.
 //! - `front_end` — [`KafkaFrontEnd`]: header, version check, dispatch, answer framing.
 //! - `handlers` — one file per API family: `produce`, `fetch`, `metadata`, `offsets`
-//!   (ListOffsets), `topics` (CreateTopics, DeleteTopics), `producer_ids` (InitProducerId),
-//!   `groups` (the consumer-group APIs).
+//!   (ListOffsets), `topics` (CreateTopics, DeleteTopics, CreatePartitions), `producer_ids`
+//!   (InitProducerId), `groups` (the consumer-group APIs), `transactions` and `implicit_add`
+//!   (the transactional APIs), `transaction_admin`, `security_admin` (ACLs and SCRAM users),
+//!   `configs` and `alter_configs`, `delete_records`, `offset_delete`, `leader_epoch`,
+//!   `log_dirs`, `cluster` (DescribeCluster).
+//! - `sasl` — the SASL handshake and logins; `authorize` — each request's ACL checks;
+//!   `implicitly_added` — a connection's memory of partitions its transaction added by
+//!   producing (KIP-890 part 2).
 //! - `answer_room` — the bound on one answer's size, counted as it is built.
 //! - `apis` — the APIs and versions implemented, which ApiVersions advertises exactly.
 //! - `errors` — the Kafka code of every outcome and refusal.

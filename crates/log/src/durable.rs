@@ -4,7 +4,7 @@
 //! each the stored batches back to back exactly as the memory log keeps them; an index file
 //! beside each sealed segment; producer-state snapshots (`<offset>.snapshot`, opaque bytes
 //! to this crate, see [`SnapshotStore`]); and, once records were deleted, the start offset
-//! (`log-start-offset`, see `start_offset`).
+//! (`log-start-offset`, see `offset_files`).
 //!
 //! Appends go to the last (active) segment, and first to memory: the log gathers appended
 //! batches and writes them to the file with one `write(2)` when asked

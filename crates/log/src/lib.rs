@@ -16,7 +16,12 @@
 //! # Layout
 //! - `memory` — the in-memory log; `durable` and `segment` — the segment files, their index and
 //!   recovery; `partition` — the enum the broker uses.
+//!   `recovery` — how a durable log is read back from its directory; `offset_files` — the
+//!   start and cleaner offsets saved beside the segments; `names` — the files' names.
 //! - `open_files` — sealed segments' files, opened when read, a bounded number at a time.
+//! - `cleaner` — log compaction's rule, shared by both logs; `batch` — checks and lookups on
+//!   one stored batch; [`Health`] — a partition's one health state.
+//! - [`dir_check`] — `minibroker check-data`'s offline reading of a partition's directory.
 //!
 //! # Example
 //! ```

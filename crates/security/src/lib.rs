@@ -15,6 +15,8 @@
 //! - [`field`] — how a name a client chose (a principal, a resource) is written as one field of
 //!   those files, whatever it holds.
 //! - [`pki`] — certificates for TLS: an authority, server and client certificates.
+//! - `file` — the files' reading and writing through `minibroker_storage` ([`FileError`]), and
+//!   [`Reloading`], a file read again when it changes.
 //!
 //! # Example
 //! ```

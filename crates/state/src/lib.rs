@@ -14,6 +14,7 @@
 //! - [`SequenceRange`] — the sequences one batch occupies, with wrap-around after `i32::MAX`.
 //! - [`PartitionTransactions`] — a partition's open and aborted transactions and its last stable
 //!   offset; [`ProducerStateManager::end_transaction`] records the markers that end them.
+//! - `snapshot` — a partition's producer state as bytes, and back (the snapshot files).
 //!
 //! # Example
 //! ```

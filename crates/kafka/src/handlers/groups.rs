@@ -1,6 +1,6 @@
 //! The consumer-group APIs: FindCoordinator (always this broker), JoinGroup, SyncGroup,
 //! Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups and
-//! DeleteGroups, translated onto the broker core's group coordinator.
+//! DeleteGroups, translated onto the group coordinator (`minibroker_groups::GroupCoordinator`).
 
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
