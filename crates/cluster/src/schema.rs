@@ -1,0 +1,95 @@
+//! The cluster's tables in PostgreSQL, in their own schema (`minibroker`), and their version.
+//!
+//! Every broker migrates the database when it starts, so the first broker of a new version
+//! brings the schema up to it. The steps are append-only: step `n` takes the schema from
+//! version `n` to `n + 1` and is never changed once released, so a database made by any older
+//! broker is brought forward by the same statements a new one runs. The whole migration is one
+//! transaction under an advisory lock, so brokers starting together migrate once, one after the
+//! other, and a failed migration leaves the schema as it was. A database whose schema is newer
+//! than the broker knows is refused, never read: an older broker could misread what a newer one
+//! wrote.
+
+use thiserror::Error;
+
+/// The statements that take the schema from version `n` to `n + 1`, for each `n` from 0.
+const STEPS: &[&str] = &[
+    // 1: the brokers of the cluster, each with its lease (kept alive by its heartbeat; a broker
+    // whose lease has run out is not a member).
+    "CREATE TABLE minibroker.brokers (
+        node_id integer PRIMARY KEY,
+        kafka_host text NOT NULL,
+        kafka_port integer NOT NULL CHECK (kafka_port BETWEEN 0 AND 65535),
+        lease_expires timestamptz NOT NULL,
+        registered timestamptz NOT NULL DEFAULT now()
+    )",
+];
+
+/// The version of the schema this broker writes and reads.
+#[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
+pub const SCHEMA_VERSION: i32 = STEPS.len() as i32;
+
+/// The advisory lock every broker's migration takes: an arbitrary key of this project's
+/// (the bytes of "mbschema").
+const MIGRATION_LOCK: i64 = 0x6d62_7363_6865_6d61;
+
+/// Why the schema could not be brought to [`SCHEMA_VERSION`].
+#[derive(Debug, Error)]
+pub enum SchemaError {
+    /// The database was migrated by a newer broker.
+    #[error(
+        "the database's minibroker schema is version {found}, newer than the {known} this broker knows: run a broker of that version or newer"
+    )]
+    Newer {
+        /// The version found.
+        found: i32,
+        /// The newest this broker knows.
+        known: i32,
+    },
+    /// PostgreSQL refused or could not be reached.
+    #[error("migrating the minibroker schema: {0}")]
+    Postgres(#[from] tokio_postgres::Error),
+}
+
+/// Brings the database's schema to [`SCHEMA_VERSION`]; returns the version it found (0 for a
+/// database without one).
+///
+/// # Errors
+/// [`SchemaError::Newer`] for a schema newer than this broker knows (nothing is changed), or
+/// PostgreSQL's error (the transaction is rolled back: the schema is as it was).
+pub async fn migrate(client: &mut tokio_postgres::Client) -> Result<i32, SchemaError> {
+    let transaction = client.transaction().await?;
+    transaction
+        .execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await?;
+    transaction
+        .batch_execute(
+            "CREATE SCHEMA IF NOT EXISTS minibroker;
+             CREATE TABLE IF NOT EXISTS minibroker.schema_version (
+                 only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+                 version integer NOT NULL
+             )",
+        )
+        .await?;
+    let found: i32 = transaction
+        .query_opt("SELECT version FROM minibroker.schema_version", &[])
+        .await?
+        .map_or(0, |row| row.get(0));
+    if found > SCHEMA_VERSION {
+        return Err(SchemaError::Newer {
+            found,
+            known: SCHEMA_VERSION,
+        });
+    }
+    for step in STEPS.iter().skip(usize::try_from(found).unwrap_or(0)) {
+        transaction.batch_execute(step).await?;
+    }
+    transaction
+        .execute(
+            "INSERT INTO minibroker.schema_version (version) VALUES ($1)
+             ON CONFLICT (only_row) DO UPDATE SET version = EXCLUDED.version",
+            &[&SCHEMA_VERSION],
+        )
+        .await?;
+    transaction.commit().await?;
+    Ok(found)
+}

@@ -1,0 +1,70 @@
+//! The cluster's schema on a real PostgreSQL (started by `scripts/postgres`): a new database is
+//! migrated once, brokers starting together migrate it once between them, and a schema newer
+//! than the broker knows is refused and left as it was.
+
+mod support;
+
+use minibroker_cluster::{SCHEMA_VERSION, SchemaError, connect, migrate};
+use support::Postgres;
+
+#[tokio::test]
+async fn a_new_database_is_migrated_and_a_second_start_changes_nothing() {
+    let postgres = Postgres::start();
+    let mut client = connect(&postgres.url).await.unwrap();
+    assert_eq!(migrate(&mut client).await.unwrap(), 0);
+    let brokers: Option<String> = client
+        .query_one("SELECT to_regclass('minibroker.brokers')::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(brokers.as_deref(), Some("minibroker.brokers"));
+    assert_eq!(migrate(&mut client).await.unwrap(), SCHEMA_VERSION);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_starting_together_migrate_once_between_them() {
+    let postgres = Postgres::start();
+    let mut starts = Vec::new();
+    for _ in 0..8 {
+        let url = postgres.url.clone();
+        starts.push(tokio::spawn(async move {
+            let mut client = connect(&url).await.unwrap();
+            migrate(&mut client).await.unwrap()
+        }));
+    }
+    let mut found = Vec::new();
+    for start in starts {
+        found.push(start.await.unwrap());
+    }
+    found.sort_unstable();
+    let mut expected = vec![SCHEMA_VERSION; 8];
+    expected[0] = 0;
+    assert_eq!(found, expected, "exactly one start found no schema");
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused_and_left_as_it_was() {
+    let postgres = Postgres::start();
+    let mut client = connect(&postgres.url).await.unwrap();
+    migrate(&mut client).await.unwrap();
+    let newer = SCHEMA_VERSION + 1;
+    client
+        .execute(
+            "UPDATE minibroker.schema_version SET version = $1",
+            &[&newer],
+        )
+        .await
+        .unwrap();
+    let error = migrate(&mut client).await.unwrap_err();
+    assert!(
+        matches!(error, SchemaError::Newer { found, known } if found == newer && known == SCHEMA_VERSION),
+        "{error}"
+    );
+    assert!(error.to_string().contains("newer than the"), "{error}");
+    let version: i32 = client
+        .query_one("SELECT version FROM minibroker.schema_version", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, newer);
+}
