@@ -15,7 +15,7 @@ use minibroker_broker::{
     Broker, BrokerConfig, BrokerError, ErrorKind, FlushPolicy, Outcome, Unacknowledged,
 };
 use minibroker_records::{NewRecord, Writer};
-use minibroker_storage::sim::SimStorage;
+use minibroker_storage::sim::{SimStorage, Xorshift};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -36,18 +36,6 @@ fn config(flush: FlushPolicy) -> BrokerConfig {
 
 fn open(storage: &SimStorage, flush: FlushPolicy) -> Broker {
     Broker::with_storage(&config(flush), Arc::new(storage.clone())).expect("recovery")
-}
-
-/// A small deterministic generator (xorshift), so a failing seed can be replayed.
-struct Random(u64);
-
-impl Random {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 fn batch(producer_id: i64, sequence: i32, size: usize) -> Bytes {
@@ -102,7 +90,7 @@ struct Acked {
 /// acknowledged and every batch sent per partition in the order the log took them.
 async fn run_producers(
     broker: &Broker,
-    random: &mut Random,
+    random: &mut Xorshift,
     steps: usize,
     next: &mut HashMap<(u32, i64), i32>,
 ) -> (Vec<Acked>, HashMap<u32, Vec<Bytes>>) {
@@ -147,7 +135,7 @@ async fn with_always_every_acknowledged_batch_survives_every_crash_and_dedup_hol
     for seed in 1..=300u64 {
         let storage = SimStorage::new();
         let broker = open(&storage, FlushPolicy::Always);
-        let mut random = Random(seed * 7919);
+        let mut random = Xorshift::new(seed * 7919);
         let mut next = HashMap::new();
         let steps = 10 + random.below(40) as usize;
         let (acked, _) = run_producers(&broker, &mut random, steps, &mut next).await;
@@ -221,7 +209,7 @@ async fn with_os_each_partition_recovers_a_prefix_and_producers_carry_on() {
     for seed in 1..=300u64 {
         let storage = SimStorage::new();
         let broker = open(&storage, FlushPolicy::Os);
-        let mut random = Random(seed * 104_729);
+        let mut random = Xorshift::new(seed * 104_729);
         let mut next = HashMap::new();
         let steps = 10 + random.below(60) as usize;
         let (_, written) = run_producers(&broker, &mut random, steps, &mut next).await;

@@ -8,29 +8,17 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use minibroker_security::{Acls, ProducerOwners, ScramCredential, ScramMechanism, Users};
-use minibroker_storage::sim::SimStorage;
+use minibroker_storage::sim::{SimStorage, Xorshift};
 
 const DAY_MS: i64 = 86_400_000;
 const NOW: i64 = 1_796_190_000_000;
 const PRINCIPALS: [&str; 3] = ["User:alice", "User:Jane Doe", "User:bob"];
 
-/// A small xorshift: the same seed, the same run.
-struct Random(u64);
-
-impl Random {
-    fn below(&mut self, bound: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % bound
-    }
-}
-
 #[test]
 fn every_answered_owner_survives_a_crash_at_any_point() {
     let path = Path::new("/data/producer-owners");
     for seed in 1..=300_u64 {
-        let mut random = Random(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1);
+        let mut random = Xorshift::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D));
         let storage = SimStorage::new();
         let owners = ProducerOwners::open_on(
             Arc::new(storage.clone()),
@@ -92,7 +80,7 @@ fn the_last_users_and_acls_saved_survive_a_crash_at_any_point() {
     let acls_path = Path::new("/secrets/acls");
     let credentials = credentials();
     for seed in 1..=200_u64 {
-        let mut random = Random(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut random = Xorshift::new(seed.wrapping_add(1_000_003));
         let storage = SimStorage::new();
         let mut users = Users::default();
         let mut acls = Acls::default();

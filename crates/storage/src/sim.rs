@@ -142,18 +142,15 @@ impl SimStorage {
     /// `seed`, of what was appended to it since its last sync. Faults start cleared.
     #[must_use]
     pub fn crash(&self, seed: u64) -> Self {
-        let mut random = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut random = Xorshift::new(seed);
         let crashed = Self::new();
         for (path, file) in self.files().iter() {
             let images = file.images();
             let mut survived = images.durable.clone();
             if images.written.starts_with(&images.durable) {
                 let unsynced = &images.written[images.durable.len()..];
-                // xorshift: a prefix of any length, including none and all of it.
-                random ^= random << 13;
-                random ^= random >> 7;
-                random ^= random << 17;
-                let kept = (random % (unsynced.len() as u64 + 1)) as usize;
+                // A prefix of any length, including none and all of it.
+                let kept = random.below(unsynced.len() as u64 + 1) as usize;
                 survived.extend_from_slice(&unsynced[..kept]);
             }
             crashed.insert(path, survived);
@@ -265,5 +262,26 @@ impl Storage for SimStorage {
 
     fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
         Ok(())
+    }
+}
+
+/// A small deterministic generator (xorshift) for crash tests: the same seed, the same run, so
+/// a failing seed can be replayed.
+#[derive(Debug, Clone)]
+pub struct Xorshift(u64);
+
+impl Xorshift {
+    /// The generator of `seed` (any seed, zero too).
+    #[must_use]
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    /// A number in `0..bound` (`bound` must not be zero).
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % bound
     }
 }
