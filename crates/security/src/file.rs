@@ -114,8 +114,8 @@ pub(crate) fn read_records(
     })
 }
 
-/// Replaces the list file at `path` with `text`'s lines as `file`'s whole list, atomically
-/// (written aside, synced, renamed, the directory synced).
+/// Replaces the list file at `path` with `text`'s lines as `file`'s whole list (see
+/// [`save_lines`]).
 pub(crate) fn save_list(
     storage: &dyn Storage,
     path: &Path,
@@ -123,7 +123,18 @@ pub(crate) fn save_list(
     text: &str,
 ) -> Result<(), FileError> {
     let lines: Vec<String> = text.lines().map(str::to_owned).collect();
-    file.write_whole(storage, path, &lines)
+    save_lines(storage, path, file, &lines)
+}
+
+/// Replaces the list file at `path` with `lines` as `file`'s whole list, atomically (written
+/// aside, synced, renamed, the directory synced).
+pub(crate) fn save_lines(
+    storage: &dyn Storage,
+    path: &Path,
+    file: &KeyedLines,
+    lines: &[String],
+) -> Result<(), FileError> {
+    file.write_whole(storage, path, lines)
         .map(drop)
         .map_err(|source| FileError::Io {
             what: "replacing",

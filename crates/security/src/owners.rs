@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use minibroker_storage::keyed_lines::{KeyedLines, TornTail};
 use minibroker_storage::{FsStorage, Storage};
 
-use crate::file::{FileError, read_bytes, read_records};
+use crate::file::{FileError, read_bytes, read_records, save_lines};
 
 /// The file's records: a line per id, `<id> <issued ms> <principal>`, keyed by the id.
 fn file() -> KeyedLines {
@@ -418,12 +418,7 @@ fn write_whole(
     path: &Path,
     held: &mut Held,
 ) -> Result<(), FileError> {
-    file.write_whole(storage, path, &held.lines())
-        .map_err(|source| FileError::Io {
-            what: "replacing",
-            path: path.to_owned(),
-            source,
-        })?;
+    save_lines(storage, path, file, &held.lines())?;
     held.lines = held.owners.len();
     held.unsettled = false;
     Ok(())
