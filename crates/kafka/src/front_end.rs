@@ -14,7 +14,6 @@ use minibroker_host::Node;
 use minibroker_host::timings::ConnectionTimings;
 use minibroker_net::framing::{FrameStart, FramingError, MAX_LENGTH, put_frame};
 use minibroker_net::{FrontEnd, Next, NotStored, Peer};
-use minibroker_records::Inspected;
 use minibroker_transactions::TransactionService;
 use std::future::Future;
 use std::sync::Arc;
@@ -207,14 +206,7 @@ impl KafkaFrontEnd {
             "produce request"
         );
         let started = self.timings.as_ref().map(ConnectionTimings::start);
-        // Each batch's header and checksum, read once for everything below.
-        let batches: Vec<_> = request
-            .partitions
-            .iter()
-            .map(|data| Inspected::new(data.records.unwrap_or_default()))
-            .collect();
-        let transaction = self.allow_transaction(&request, &batches, version).await;
-        self.produce(&request, batches, version, transaction, out);
+        self.produce(&request, version, out).await;
         if let (Some(timings), Some(started)) = (&mut self.timings, started) {
             timings.record_since(apis::name(ApiKey::Produce), started);
         }

@@ -16,15 +16,41 @@ use crate::front_end::KafkaFrontEnd;
 use crate::produce_wire::{self, PartitionAnswer, ProduceView};
 
 impl KafkaFrontEnd {
-    /// Serves a Produce read in place (`produce_wire`), whose transactional id allows what
-    /// `transaction` says, and appends its answer to `out`, except
-    /// for acks=0, which gets none. Partitions are served one after another; the answer is sent
-    /// once their batches are written (and, with the `always` flush policy, synced) — see
-    /// `FrontEnd::store_answered`.
-    pub(crate) fn produce(
+    /// Serves a Produce read in place (`produce_wire`) and appends its answer to `out`, except
+    /// for acks=0, which gets none.
+    ///
+    /// Each batch's header and checksum are read once for everything that follows: up front for
+    /// a transactional request, whose implicit adds need them all before any is taken;
+    /// otherwise as each partition is served, so an idempotent produce allocates no list of
+    /// them.
+    pub(crate) async fn produce(
         &mut self,
         request: &ProduceView<'_>,
-        batches: Vec<Result<Inspected<'_>, RecordsError>>,
+        version: i16,
+        out: &mut BytesMut,
+    ) {
+        let inspected = request
+            .partitions
+            .iter()
+            .map(|data| Inspected::new(data.records.unwrap_or_default()));
+        if request.transactional_id.is_some() {
+            let batches: Vec<_> = inspected.collect();
+            let transaction = self.allow_transaction(request, &batches, version).await;
+            self.produce_inspected(request, batches, version, transaction, out);
+        } else {
+            let transaction = TransactionAllowance::default();
+            self.produce_inspected(request, inspected, version, transaction, out);
+        }
+    }
+
+    /// Serves the inspected `batches` of a Produce, whose transactional id allows what
+    /// `transaction` says. Partitions are served one after another; the answer is sent
+    /// once their batches are written (and, with the `always` flush policy, synced) — see
+    /// `FrontEnd::store_answered`.
+    fn produce_inspected<'a>(
+        &mut self,
+        request: &ProduceView<'a>,
+        batches: impl IntoIterator<Item = Result<Inspected<'a>, RecordsError>>,
         version: i16,
         transaction: TransactionAllowance,
         out: &mut BytesMut,
