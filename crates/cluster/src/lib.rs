@@ -6,11 +6,34 @@
 //! # Layout
 //! - [`schema`] — the database's tables, created or migrated at start and versioned: a broker
 //!   that finds a schema newer than it knows refuses to start.
+//! - [`membership`] — each broker's lease on its node id, kept by its heartbeat; the live
+//!   brokers are the members.
+//! - [`topics`] — topics and their partitions, shared by every broker.
+//! - [`produce`] — the exactly-once rule in one transaction: a window of batches judged by
+//!   `minibroker_state`'s own function, with the partition rows locked, and stored.
+//! - [`committer`] — a broker's windows: gathered over `cluster_flush_ms`, committed one after
+//!   the other on a connection of their own, answered once committed.
+//! - [`producer_ids`] — one sequence for the whole cluster.
 //! - [`connect`] — one connection to the database from its URL.
 
+pub mod committer;
+pub mod membership;
+pub mod produce;
+pub mod producer_ids;
 pub mod schema;
+pub mod topics;
 
+pub use committer::{AppendError, Committer, WindowSettings};
+pub use membership::{Member, MembershipError, Registration, live_members};
+pub use produce::{Append, AppendRefused, Appended, CommitError, Statements, commit_window};
+pub use producer_ids::next_producer_id;
 pub use schema::{SCHEMA_VERSION, SchemaError, migrate};
+pub use topics::{SharedTopic, create_topic, find_or_create_topic, find_topic};
+
+use std::time::Duration;
+
+/// How long [`connect`] waits for the server.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A connection to the database at `url` (`postgresql://USER@HOST:PORT/DB`), its connection
 /// task spawned on the current runtime (it ends when the client is dropped or the server goes).
@@ -18,7 +41,22 @@ pub use schema::{SCHEMA_VERSION, SchemaError, migrate};
 /// # Errors
 /// The URL does not read, or the server cannot be reached or refuses the login.
 pub async fn connect(url: &str) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+    connect_with_timeout(url, CONNECT_TIMEOUT).await
+}
+
+/// [`connect`], giving up after `timeout` (unless the URL sets its own `connect_timeout`).
+///
+/// # Errors
+/// As [`connect`].
+pub async fn connect_with_timeout(
+    url: &str,
+    timeout: Duration,
+) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    let mut config: tokio_postgres::Config = url.parse()?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(timeout);
+    }
+    let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
     tokio::spawn(async move {
         if let Err(error) = connection.await {
             tracing::warn!(%error, "the connection to PostgreSQL ended");

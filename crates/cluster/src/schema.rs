@@ -22,6 +22,49 @@ const STEPS: &[&str] = &[
         lease_expires timestamptz NOT NULL,
         registered timestamptz NOT NULL DEFAULT now()
     )",
+    // 2: each broker's run (a random id chosen at start), so a second broker started with a
+    // node id that a live one holds is refused; topics and their partitions, each partition's producer state and batches, and the
+    // producer ids. A partition's row is the lock every write to it takes; its high watermark
+    // is where the next batch goes. A producer's row is the rule's entry (`crates/state`): its
+    // epoch and its last batches (at most 5) newest first, as parallel arrays. Batches are
+    // keyed by their last offset, so a read from an offset finds its batch with the index.
+    "ALTER TABLE minibroker.brokers ADD COLUMN run_id text NOT NULL DEFAULT '';
+    CREATE TABLE minibroker.topics (
+        topic_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        name text NOT NULL UNIQUE,
+        partitions integer NOT NULL CHECK (partitions > 0),
+        created timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE minibroker.partitions (
+        topic_id bigint NOT NULL REFERENCES minibroker.topics ON DELETE CASCADE,
+        partition integer NOT NULL CHECK (partition >= 0),
+        log_start_offset bigint NOT NULL DEFAULT 0,
+        high_watermark bigint NOT NULL DEFAULT 0,
+        PRIMARY KEY (topic_id, partition)
+    );
+    CREATE TABLE minibroker.producer_states (
+        topic_id bigint NOT NULL,
+        partition integer NOT NULL,
+        producer_id bigint NOT NULL CHECK (producer_id >= 0),
+        epoch smallint NOT NULL CHECK (epoch >= 0),
+        last_timestamp bigint NOT NULL,
+        in_transaction boolean NOT NULL,
+        first_sequences integer[] NOT NULL,
+        last_sequences integer[] NOT NULL,
+        base_offsets bigint[] NOT NULL,
+        PRIMARY KEY (topic_id, partition, producer_id),
+        FOREIGN KEY (topic_id, partition) REFERENCES minibroker.partitions ON DELETE CASCADE
+    );
+    CREATE TABLE minibroker.batches (
+        topic_id bigint NOT NULL,
+        partition integer NOT NULL,
+        last_offset bigint NOT NULL,
+        base_offset bigint NOT NULL,
+        bytes bytea NOT NULL,
+        PRIMARY KEY (topic_id, partition, last_offset),
+        FOREIGN KEY (topic_id, partition) REFERENCES minibroker.partitions ON DELETE CASCADE
+    );
+    CREATE SEQUENCE minibroker.producer_ids AS bigint MINVALUE 0 START 0",
 ];
 
 /// The version of the schema this broker writes and reads.

@@ -9,6 +9,8 @@
 //! # Layout
 //! - [`decide`] — the rule itself, a pure function over (stored entry, incoming batch).
 //! - [`ProducerEntry`] — what is remembered per (partition, producer): epoch and last 5 batches.
+//! - [`decide_and_record`] — the rule and its bookkeeping on one entry, wherever entries are
+//!   kept (the manager's shards, or the cluster's rows).
 //! - [`ProducerStateManager`] — the entries, sharded by partition behind `std` mutexes, with an
 //!   append closure run under the lock so validate-and-append is atomic.
 //! - [`SequenceRange`] — the sequences one batch occupies, with wrap-around after `i32::MAX`.
@@ -47,7 +49,7 @@ pub use entry::{BatchMetadata, CACHED_BATCHES, ProducerEntry};
 pub use error::StateError;
 pub use manager::{
     BatchHeader, MarkerVerdict, NewEntry, PartitionId, ProducerPage, ProducerStateManager,
-    ProducerView, Verdict, default_shard_count,
+    ProducerView, Verdict, decide_and_record, default_shard_count,
 };
 pub use rule::{Decision, Outcome, decide};
 pub use sequence::{SequenceRange, next_sequence};

@@ -173,33 +173,63 @@ pub struct ProducerPage {
     pub next_after: Option<i64>,
 }
 
-/// Records an accepted batch in its producer's entry, creating the entry for a first batch.
+/// Records a batch stored at `base_offset` in its producer's entry: in `stored` itself, or in
+/// the entry a producer's first batch creates, which is returned.
+#[inline]
 fn record(
-    slot: Entry<'_, (PartitionId, i64), ProducerEntry>,
+    stored: Option<&mut ProducerEntry>,
     header: &BatchHeader,
     base_offset: i64,
-) {
-    let entry = match slot {
-        Entry::Occupied(entry) => {
-            let entry = entry.into_mut();
-            entry.record(
-                header.epoch,
-                header.sequences,
-                base_offset,
-                header.timestamp_ms,
-            );
+) -> Option<ProducerEntry> {
+    let (epoch, sequences, at) = (header.epoch, header.sequences, header.timestamp_ms);
+    let mut created = None;
+    let entry = match stored {
+        Some(entry) => {
+            entry.record(epoch, sequences, base_offset, at);
             entry
         }
-        Entry::Vacant(entry) => entry.insert(ProducerEntry::new(
-            header.epoch,
-            header.sequences,
-            base_offset,
-            header.timestamp_ms,
-        )),
+        None => created.insert(ProducerEntry::new(epoch, sequences, base_offset, at)),
     };
     if header.transactional {
         entry.begin_transaction();
     }
+    created
+}
+
+/// The rule and its bookkeeping for one batch against its producer's entry, wherever entries
+/// are kept: decides `header` on `stored` and, only if it is ACCEPTED, calls `append` to store
+/// the batch and records it, in `stored` itself or, for a producer's first batch, in the entry
+/// returned for the caller to keep. Nothing else changes an entry.
+///
+/// [`ProducerStateManager::append_batch`] runs it under a shard lock; a store that keeps its
+/// entries elsewhere (the cluster's PostgreSQL rows) runs it on the entry it read, holding
+/// whatever lock makes it the only writer of the partition, so both give the same answers.
+///
+/// # Errors
+/// Whatever `append` returns; nothing is recorded then.
+#[inline]
+pub fn decide_and_record<E>(
+    stored: Option<&mut ProducerEntry>,
+    header: &BatchHeader,
+    append: impl FnOnce(NewEntry) -> Result<i64, E>,
+) -> Result<(Verdict, Option<ProducerEntry>), E> {
+    let known_producer = stored.is_some();
+    let decision = decide(stored.as_deref(), header.epoch, header.sequences);
+    let (base_offset, created) = match decision {
+        Decision::Accept => {
+            let base_offset = append(NewEntry(!known_producer))?;
+            let created = record(stored, header, base_offset);
+            ((base_offset != NO_OFFSET).then_some(base_offset), created)
+        }
+        Decision::Duplicate { base_offset } => (base_offset, None),
+        Decision::OutOfOrder | Decision::FencedEpoch => (None, None),
+    };
+    let verdict = Verdict {
+        outcome: decision.outcome(),
+        base_offset,
+        known_producer,
+    };
+    Ok((verdict, created))
 }
 
 /// What [`ProducerStateManager::end_transaction`] did with a marker.
@@ -319,27 +349,18 @@ impl ProducerStateManager {
         let mut shard = self.lock(header.partition);
         // One walk of the shard: the entry found is both what the rule reads and what an
         // accepted batch updates.
-        let slot = shard.entry(key);
-        let stored = match &slot {
-            Entry::Occupied(entry) => Some(entry.get()),
-            Entry::Vacant(_) => None,
-        };
-        let known_producer = stored.is_some();
-        let decision = decide(stored, header.epoch, header.sequences);
-        let base_offset = match decision {
-            Decision::Accept => {
-                let base_offset = append(NewEntry(stored.is_none()))?;
-                record(slot, header, base_offset);
-                (base_offset != NO_OFFSET).then_some(base_offset)
+        match shard.entry(key) {
+            Entry::Occupied(mut slot) => {
+                decide_and_record(Some(slot.get_mut()), header, append).map(|(verdict, _)| verdict)
             }
-            Decision::Duplicate { base_offset } => base_offset,
-            Decision::OutOfOrder | Decision::FencedEpoch => None,
-        };
-        Ok(Verdict {
-            outcome: decision.outcome(),
-            base_offset,
-            known_producer,
-        })
+            Entry::Vacant(slot) => {
+                let (verdict, created) = decide_and_record(None, header, append)?;
+                if let Some(created) = created {
+                    slot.insert(created);
+                }
+                Ok(verdict)
+            }
+        }
     }
 
     /// Writes a transaction marker (COMMIT or ABORT) of `producer_id` at `epoch` under the
@@ -392,7 +413,9 @@ impl ProducerStateManager {
     pub fn replay(&self, header: &BatchHeader, base_offset: i64) {
         let key = (header.partition, header.producer_id);
         let mut shard = self.lock(header.partition);
-        record(shard.entry(key), header, base_offset);
+        if let Some(created) = record(shard.get_mut(&key), header, base_offset) {
+            shard.insert(key, created);
+        }
     }
 
     /// Puts back the entries of `partition` saved by a snapshot, replacing what it held.

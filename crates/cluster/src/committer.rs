@@ -1,0 +1,196 @@
+//! A broker's committer: gathers the batches its connections take over a short window and
+//! commits them together ([`crate::produce::commit_window`]), on a connection of its own.
+//!
+//! A window opens with its first batch and closes after `flush` or once it holds `max_bytes`,
+//! whichever comes first; while it commits, the next one gathers. One transaction per window
+//! rather than per batch is what lets PostgreSQL keep up: its cost is a few round trips and one
+//! WAL flush, whatever the window holds.
+//!
+//! The committer never gives up: when the database cannot be reached, or a commit fails, every
+//! batch of the window is answered [`AppendError::Unavailable`] (or
+//! [`AppendError::Unknown`] when a COMMIT got no answer), both retriable, and the next window
+//! connects again. Nothing is ever answered as stored that the database did not confirm.
+
+use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::produce::{Append, AppendRefused, Appended, CommitError, Statements, commit_window};
+
+/// How a committer gathers its windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowSettings {
+    /// How long a window stays open after its first batch (`cluster_flush_ms`).
+    pub flush: Duration,
+    /// A window closes early once its batches hold this many bytes.
+    pub max_bytes: usize,
+    /// How long a connection attempt to the database may take.
+    pub connect_timeout: Duration,
+}
+
+impl Default for WindowSettings {
+    fn default() -> Self {
+        Self {
+            flush: Duration::from_millis(2),
+            max_bytes: 4 << 20,
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why a batch was not answered with a verdict.
+#[derive(Debug, Clone, Error)]
+pub enum AppendError {
+    /// The batch itself was refused; the rest of its window was stored.
+    #[error(transparent)]
+    Refused(#[from] AppendRefused),
+    /// Its window was not stored: the database is unreachable or refused it. Retriable.
+    #[error("the cluster's database is unavailable: {0}")]
+    Unavailable(Arc<str>),
+    /// Its window's COMMIT got no answer: it may be stored or not. Retriable: a retry meets
+    /// the rule.
+    #[error("the cluster's database did not confirm the commit: {0}")]
+    Unknown(Arc<str>),
+}
+
+struct Waiting {
+    append: Append,
+    answer: oneshot::Sender<Result<Appended, AppendError>>,
+}
+
+/// The handle to a committer task; cloned by every connection of the broker.
+#[derive(Debug, Clone)]
+pub struct Committer {
+    sender: mpsc::Sender<Waiting>,
+}
+
+impl std::fmt::Debug for Waiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiting").finish_non_exhaustive()
+    }
+}
+
+/// Batches waiting for a window at most; a connection's append waits for room beyond that.
+const QUEUE: usize = 4096;
+
+impl Committer {
+    /// Starts a committer on the current runtime, connecting to the database at `url` (once
+    /// its first window is ready, and again after any failure).
+    #[must_use]
+    pub fn start(url: &str, settings: WindowSettings) -> Self {
+        let (sender, receiver) = mpsc::channel(QUEUE);
+        tokio::spawn(run(url.to_owned(), settings, receiver));
+        Self { sender }
+    }
+
+    /// Judges and stores `append` in the next window, and answers it once the window's
+    /// transaction has committed.
+    ///
+    /// # Errors
+    /// [`AppendError`]: the batch is not stored, or not known to be.
+    pub async fn append(&self, append: Append) -> Result<Appended, AppendError> {
+        let stopped = || AppendError::Unavailable(Arc::from("the committer has stopped"));
+        let (answer, answered) = oneshot::channel();
+        self.sender
+            .send(Waiting { append, answer })
+            .await
+            .map_err(|_| stopped())?;
+        answered.await.unwrap_or_else(|_| Err(stopped()))
+    }
+}
+
+/// The committer's connection, made when a window needs it.
+struct Connection {
+    client: tokio_postgres::Client,
+    statements: Statements,
+}
+
+async fn run(url: String, settings: WindowSettings, mut receiver: mpsc::Receiver<Waiting>) {
+    let mut connection: Option<Connection> = None;
+    while let Some(first) = receiver.recv().await {
+        let window = gather(first, &mut receiver, &settings).await;
+        let appends: Vec<Append> = window
+            .iter()
+            .map(|waiting| waiting.append.clone())
+            .collect();
+        let answers = commit(&url, &settings, &mut connection, &appends).await;
+        match answers {
+            Ok(answers) => {
+                for (waiting, answer) in window.into_iter().zip(answers) {
+                    // A connection that stopped waiting has gone; its batch is stored anyway.
+                    let _gone = waiting.answer.send(answer.map_err(AppendError::from));
+                }
+            }
+            Err(error) => {
+                for waiting in window {
+                    let _gone = waiting.answer.send(Err(error.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// The window `first` opens: every batch that arrives until it closes.
+async fn gather(
+    first: Waiting,
+    receiver: &mut mpsc::Receiver<Waiting>,
+    settings: &WindowSettings,
+) -> Vec<Waiting> {
+    let closes = Instant::now() + settings.flush;
+    let mut bytes = first.append.bytes.len();
+    let mut window = vec![first];
+    while bytes < settings.max_bytes {
+        match tokio::time::timeout_at(closes, receiver.recv()).await {
+            Ok(Some(next)) => {
+                bytes += next.append.bytes.len();
+                window.push(next);
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    window
+}
+
+/// Commits one window on the committer's connection, connecting first when it has none; a
+/// connection that broke is dropped, for the next window to make another.
+async fn commit(
+    url: &str,
+    settings: &WindowSettings,
+    connection: &mut Option<Connection>,
+    appends: &[Append],
+) -> Result<Vec<Result<Appended, AppendRefused>>, AppendError> {
+    let open = match connection {
+        Some(open) => open,
+        None => connection.insert(
+            connect(url, settings)
+                .await
+                .map_err(|error| AppendError::Unavailable(Arc::from(error.to_string())))?,
+        ),
+    };
+    match commit_window(&mut open.client, &open.statements, appends).await {
+        Ok(answers) => Ok(answers),
+        Err(error) => {
+            tracing::warn!(%error, batches = appends.len(), "a cluster window was not stored");
+            if open.client.is_closed() {
+                *connection = None;
+            }
+            Err(match error {
+                CommitError::Unknown(_) => AppendError::Unknown(Arc::from(error.to_string())),
+                CommitError::Failed(_) | CommitError::Damaged { .. } => {
+                    AppendError::Unavailable(Arc::from(error.to_string()))
+                }
+            })
+        }
+    }
+}
+
+async fn connect(
+    url: &str,
+    settings: &WindowSettings,
+) -> Result<Connection, tokio_postgres::Error> {
+    let client = crate::connect_with_timeout(url, settings.connect_timeout).await?;
+    let statements = Statements::prepare(&client).await?;
+    Ok(Connection { client, statements })
+}

@@ -1,0 +1,72 @@
+//! Membership on a real PostgreSQL: a registered broker is listed until its lease runs out or
+//! it leaves; a second run with a live broker's node id is refused, and takes the id once the
+//! lease has run out, after which the first run's heartbeat learns it lost it.
+
+mod support;
+
+use minibroker_cluster::{Member, MembershipError, Registration, connect, live_members, migrate};
+use std::time::Duration;
+use support::Postgres;
+
+fn broker(node_id: i32, kafka_port: u16) -> Registration {
+    Registration::new(Member {
+        node_id,
+        kafka_host: "127.0.0.1".to_owned(),
+        kafka_port,
+    })
+}
+
+#[tokio::test]
+async fn a_lease_lists_a_broker_until_it_runs_out_and_then_its_node_id_is_free() {
+    let postgres = Postgres::start();
+    let mut client = connect(&postgres.url).await.unwrap();
+    migrate(&mut client).await.unwrap();
+    let long = Duration::from_secs(60);
+    let short = Duration::from_millis(300);
+
+    let first = broker(1, 9001);
+    first.register(&client, short).await.unwrap();
+    broker(2, 9002).register(&client, long).await.unwrap();
+    let members = live_members(&client).await.unwrap();
+    assert_eq!(
+        members.iter().map(|m| m.node_id).collect::<Vec<_>>(),
+        [1, 2]
+    );
+
+    // Node id 1 is live: another run of it is refused, naming the holder.
+    let second = broker(1, 9101);
+    let refused = second.register(&client, long).await.unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            MembershipError::NodeIdTaken {
+                node_id: 1,
+                kafka_port: 9001,
+                ..
+            }
+        ),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("127.0.0.1:9001"), "{refused}");
+    // Its own run renews it.
+    first.register(&client, short).await.unwrap();
+    first.renew(&client, short).await.unwrap();
+
+    // Unrenewed, it drops out, and the node id is free for the second run.
+    tokio::time::sleep(short + Duration::from_millis(200)).await;
+    let members = live_members(&client).await.unwrap();
+    assert_eq!(members.iter().map(|m| m.node_id).collect::<Vec<_>>(), [2]);
+    second.register(&client, long).await.unwrap();
+    let members = live_members(&client).await.unwrap();
+    assert_eq!(members[0].kafka_port, 9101);
+    let lost = first.renew(&client, short).await.unwrap_err();
+    assert!(
+        matches!(lost, MembershipError::LeaseLost { node_id: 1 }),
+        "{lost}"
+    );
+
+    // Leaving takes a broker out at once.
+    second.leave(&client).await.unwrap();
+    let members = live_members(&client).await.unwrap();
+    assert_eq!(members.iter().map(|m| m.node_id).collect::<Vec<_>>(), [2]);
+}
