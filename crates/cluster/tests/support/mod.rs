@@ -34,6 +34,34 @@ impl Postgres {
     }
 }
 
+impl Postgres {
+    /// Stops it at once, as a crash would (`pg_ctl stop -m immediate`): what it committed is
+    /// in its WAL, nothing else.
+    #[allow(dead_code)] // not every test binary stops its server
+    pub fn stop(&self) {
+        self.run("stop");
+    }
+
+    /// Starts it again after [`Self::stop`], on the same port.
+    #[allow(dead_code)]
+    pub fn restart(&self) {
+        self.run("start");
+    }
+
+    fn run(&self, command: &str) {
+        let output = Command::new(script())
+            .arg(command)
+            .arg(self.dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "scripts/postgres {command}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
 impl Drop for Postgres {
     fn drop(&mut self) {
         let _ = Command::new(script())

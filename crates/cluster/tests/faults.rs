@@ -1,0 +1,80 @@
+//! A committer through a PostgreSQL crash: while the server is down every batch is answered
+//! with a retriable error, never as stored; once it is back the committer connects again on
+//! its own, and the producer's retry is stored once, with a later retry answered DUPLICATE with
+//! its offset.
+
+mod support;
+
+use bytes::Bytes;
+use minibroker_cluster::{
+    Append, AppendError, Committer, WindowSettings, connect, create_topic, migrate,
+};
+use minibroker_state::{BatchHeader, Outcome, SequenceRange};
+use std::time::Duration;
+use support::Postgres;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_are_refused_while_postgres_is_down_and_stored_once_after() {
+    let postgres = Postgres::start();
+    let mut client = connect(&postgres.url).await.unwrap();
+    migrate(&mut client).await.unwrap();
+    let topic_id = create_topic(&client, "t", 1).await.unwrap().unwrap().id;
+    drop(client);
+    let committer = Committer::start(
+        &postgres.url,
+        WindowSettings {
+            connect_timeout: Duration::from_secs(1),
+            ..WindowSettings::default()
+        },
+    );
+    let append = |sequence| Append {
+        topic_id,
+        partition: 0,
+        header: Some(BatchHeader::new(7, 0, 0, SequenceRange::single(sequence).unwrap()).unwrap()),
+        offsets: 1,
+        bytes: Bytes::from(vec![0; minibroker_records::HEADER_LEN]),
+    };
+    let first = committer.append(append(0)).await.unwrap();
+    assert_eq!(first.verdict.outcome, Outcome::Accepted);
+
+    postgres.stop();
+    for _ in 0..3 {
+        let refused = committer.append(append(1)).await.unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                AppendError::Unavailable(_) | AppendError::Unknown(_)
+            ),
+            "{refused}"
+        );
+    }
+
+    postgres.restart();
+    let mut stored = None;
+    for _ in 0..50 {
+        match committer.append(append(1)).await {
+            Ok(appended) => {
+                stored = Some(appended);
+                break;
+            }
+            Err(AppendError::Unavailable(_) | AppendError::Unknown(_)) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(other) => panic!("{other}"),
+        }
+    }
+    let stored = stored.expect("the committer connects again once the server is back");
+    assert_eq!(stored.verdict.outcome, Outcome::Accepted);
+    assert_eq!(stored.verdict.base_offset, Some(1));
+    let retry = committer.append(append(1)).await.unwrap();
+    assert_eq!(retry.verdict.outcome, Outcome::Duplicate);
+    assert_eq!(retry.verdict.base_offset, Some(1));
+
+    let client = connect(&postgres.url).await.unwrap();
+    let batches: i64 = client
+        .query_one("SELECT count(*) FROM minibroker.batches", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(batches, 2);
+}
