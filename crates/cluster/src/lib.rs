@@ -24,7 +24,7 @@ pub mod schema;
 pub mod topics;
 
 pub use committer::{AppendError, Committer, WindowSettings};
-pub use membership::{Member, MembershipError, Registration, live_members};
+pub use membership::{Heartbeat, Member, MembershipError, Registration, live_members};
 pub use produce::{Append, AppendRefused, Appended, CommitError, Statements, commit_window};
 pub use producer_ids::next_producer_id;
 pub use schema::{SCHEMA_VERSION, SchemaError, migrate};

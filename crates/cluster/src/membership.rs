@@ -191,3 +191,92 @@ pub async fn live_members(
 fn lease_ms(lease: Duration) -> f64 {
     lease.as_secs_f64() * 1000.0
 }
+
+/// A broker's heartbeat: renews its lease every third of the lease on a connection of its
+/// own, connecting again after any failure, so a broker stays a member while it runs and drops
+/// out one lease after it stops (a SIGKILL included).
+#[derive(Debug)]
+pub struct Heartbeat {
+    task: tokio::task::JoinHandle<()>,
+    registration: Registration,
+    url: String,
+}
+
+impl Heartbeat {
+    /// Registers `registration` with a lease of `lease` (refused when a live broker holds its
+    /// node id), then keeps the lease alive on the current runtime.
+    ///
+    /// # Errors
+    /// [`MembershipError::NodeIdTaken`], or PostgreSQL's error: the broker is not a member.
+    pub async fn start(
+        url: &str,
+        registration: Registration,
+        lease: Duration,
+    ) -> Result<Self, MembershipError> {
+        let client = crate::connect(url).await?;
+        registration.register(&client, lease).await?;
+        let task = tokio::spawn(beat(url.to_owned(), registration.clone(), lease, client));
+        Ok(Self {
+            task,
+            registration,
+            url: url.to_owned(),
+        })
+    }
+
+    /// Stops renewing and gives the lease up, so the broker leaves the members at once (a
+    /// clean shutdown).
+    ///
+    /// # Errors
+    /// PostgreSQL's error: the lease then runs out on its own.
+    pub async fn leave(self) -> Result<(), MembershipError> {
+        self.task.abort();
+        let client = crate::connect(&self.url).await?;
+        self.registration.leave(&client).await
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn beat(
+    url: String,
+    registration: Registration,
+    lease: Duration,
+    client: tokio_postgres::Client,
+) {
+    let mut client = Some(client);
+    let mut ticks = tokio::time::interval(lease / 3);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let connected = match client.take() {
+            Some(connected) if !connected.is_closed() => connected,
+            _ => match crate::connect(&url).await {
+                Ok(connected) => connected,
+                Err(error) => {
+                    tracing::warn!(%error, "cluster heartbeat: cannot reach PostgreSQL");
+                    continue;
+                }
+            },
+        };
+        match registration.renew(&connected, lease).await {
+            Ok(()) => {}
+            Err(MembershipError::LeaseLost { node_id }) => {
+                // Another run took the node id while this one could not renew: it is the
+                // member now, and this broker is listed again only once that lease ends.
+                tracing::error!(
+                    node_id,
+                    "cluster heartbeat: the lease ran out and another broker holds this node id"
+                );
+                if let Err(error) = registration.register(&connected, lease).await {
+                    tracing::warn!(%error, "cluster heartbeat: cannot take the node id back");
+                }
+            }
+            Err(error) => tracing::warn!(%error, "cluster heartbeat: the lease was not renewed"),
+        }
+        client = Some(connected);
+    }
+}

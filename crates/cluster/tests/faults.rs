@@ -71,10 +71,6 @@ async fn batches_are_refused_while_postgres_is_down_and_stored_once_after() {
     assert_eq!(retry.verdict.base_offset, Some(1));
 
     let client = connect(&postgres.url).await.unwrap();
-    let batches: i64 = client
-        .query_one("SELECT count(*) FROM minibroker.batches", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let batches = support::stored_batches(&client).await;
     assert_eq!(batches, 2);
 }

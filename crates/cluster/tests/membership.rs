@@ -1,10 +1,13 @@
 //! Membership on a real PostgreSQL: a registered broker is listed until its lease runs out or
 //! it leaves; a second run with a live broker's node id is refused, and takes the id once the
-//! lease has run out, after which the first run's heartbeat learns it lost it.
+//! lease has run out, after which the first run's renewal learns it lost it. A heartbeat keeps
+//! a broker listed while it runs; stopped, it drops out within a lease.
 
 mod support;
 
-use minibroker_cluster::{Member, MembershipError, Registration, connect, live_members, migrate};
+use minibroker_cluster::{
+    Heartbeat, Member, MembershipError, Registration, connect, live_members, migrate,
+};
 use std::time::Duration;
 use support::Postgres;
 
@@ -69,4 +72,38 @@ async fn a_lease_lists_a_broker_until_it_runs_out_and_then_its_node_id_is_free()
     second.leave(&client).await.unwrap();
     let members = live_members(&client).await.unwrap();
     assert_eq!(members.iter().map(|m| m.node_id).collect::<Vec<_>>(), [2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_keeps_a_broker_listed_until_it_stops() {
+    let postgres = Postgres::start();
+    let mut client = connect(&postgres.url).await.unwrap();
+    migrate(&mut client).await.unwrap();
+    let lease = Duration::from_millis(600);
+    let listed = || async {
+        live_members(&client)
+            .await
+            .unwrap()
+            .iter()
+            .map(|m| m.node_id)
+            .collect::<Vec<_>>()
+    };
+
+    let killed = Heartbeat::start(&postgres.url, broker(1, 9001), lease)
+        .await
+        .unwrap();
+    let left = Heartbeat::start(&postgres.url, broker(2, 9002), lease)
+        .await
+        .unwrap();
+    // Three leases later both are still members: their heartbeats renewed them.
+    tokio::time::sleep(lease * 3).await;
+    assert_eq!(listed().await, [1, 2]);
+
+    // A broker that stops renewing (as a SIGKILL stops it) drops out within a lease.
+    drop(killed);
+    tokio::time::sleep(lease + Duration::from_millis(200)).await;
+    assert_eq!(listed().await, [2]);
+    // One that leaves is out at once.
+    left.leave().await.unwrap();
+    assert!(listed().await.is_empty());
 }

@@ -323,10 +323,6 @@ async fn two_brokers_given_one_batch_at_once_store_it_once() {
         );
         assert_eq!(outcomes[0].base_offset, outcomes[1].base_offset);
     }
-    let stored: i64 = client
-        .query_one("SELECT count(*) FROM minibroker.batches", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let stored = support::stored_batches(&client).await;
     assert_eq!(stored, 20);
 }

@@ -19,47 +19,47 @@ impl Postgres {
     /// Starts one.
     pub fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let output = Command::new(script())
-            .arg("start")
-            .arg(dir.path())
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "scripts/postgres start: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let url = String::from_utf8(output.stdout).unwrap().trim().to_owned();
+        let url = run_script("start", &dir).trim().to_owned();
         Self { url, dir }
     }
-}
 
-impl Postgres {
     /// Stops it at once, as a crash would (`pg_ctl stop -m immediate`): what it committed is
     /// in its WAL, nothing else.
     #[allow(dead_code)] // not every test binary stops its server
     pub fn stop(&self) {
-        self.run("stop");
+        run_script("stop", &self.dir);
     }
 
     /// Starts it again after [`Self::stop`], on the same port.
     #[allow(dead_code)]
     pub fn restart(&self) {
-        self.run("start");
+        run_script("start", &self.dir);
     }
+}
 
-    fn run(&self, command: &str) {
-        let output = Command::new(script())
-            .arg(command)
-            .arg(self.dir.path())
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "scripts/postgres {command}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
+/// Runs `scripts/postgres COMMAND DIR`; what it printed.
+fn run_script(command: &str, dir: &tempfile::TempDir) -> String {
+    let output = Command::new(script())
+        .arg(command)
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "scripts/postgres {command}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// How many batches the cluster stores, in every partition.
+#[allow(dead_code)]
+pub async fn stored_batches(client: &tokio_postgres::Client) -> i64 {
+    client
+        .query_one("SELECT count(*) FROM minibroker.batches", &[])
+        .await
+        .unwrap()
+        .get(0)
 }
 
 impl Drop for Postgres {
