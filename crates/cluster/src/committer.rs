@@ -55,9 +55,12 @@ pub enum AppendError {
     Unknown(Arc<str>),
 }
 
+/// Where a batch's answer goes.
+type Answer = oneshot::Sender<Result<Appended, AppendError>>;
+
 struct Waiting {
     append: Append,
-    answer: oneshot::Sender<Result<Appended, AppendError>>,
+    answer: Answer,
 }
 
 /// The handle to a committer task; cloned by every connection of the broker.
@@ -110,47 +113,45 @@ struct Connection {
 async fn run(url: String, settings: WindowSettings, mut receiver: mpsc::Receiver<Waiting>) {
     let mut connection: Option<Connection> = None;
     while let Some(first) = receiver.recv().await {
-        let window = gather(first, &mut receiver, &settings).await;
-        let appends: Vec<Append> = window
-            .iter()
-            .map(|waiting| waiting.append.clone())
-            .collect();
-        let answers = commit(&url, &settings, &mut connection, &appends).await;
-        match answers {
-            Ok(answers) => {
-                for (waiting, answer) in window.into_iter().zip(answers) {
-                    // A connection that stopped waiting has gone; its batch is stored anyway.
-                    let _gone = waiting.answer.send(answer.map_err(AppendError::from));
+        let (appends, answers) = gather(first, &mut receiver, &settings).await;
+        // A connection that stopped waiting has gone; its batch is stored all the same.
+        match commit(&url, &settings, &mut connection, &appends).await {
+            Ok(answered) => {
+                for (answer, answered) in answers.into_iter().zip(answered) {
+                    let _gone = answer.send(answered.map_err(AppendError::from));
                 }
             }
             Err(error) => {
-                for waiting in window {
-                    let _gone = waiting.answer.send(Err(error.clone()));
+                for answer in answers {
+                    let _gone = answer.send(Err(error.clone()));
                 }
             }
         }
     }
 }
 
-/// The window `first` opens: every batch that arrives until it closes.
+/// The window `first` opens: every batch that arrives until it closes, and, in the same order,
+/// where each is answered.
 async fn gather(
     first: Waiting,
     receiver: &mut mpsc::Receiver<Waiting>,
     settings: &WindowSettings,
-) -> Vec<Waiting> {
+) -> (Vec<Append>, Vec<Answer>) {
     let closes = Instant::now() + settings.flush;
-    let mut bytes = first.append.bytes.len();
-    let mut window = vec![first];
-    while bytes < settings.max_bytes {
-        match tokio::time::timeout_at(closes, receiver.recv()).await {
-            Ok(Some(next)) => {
-                bytes += next.append.bytes.len();
-                window.push(next);
-            }
-            Ok(None) | Err(_) => break,
+    let mut bytes = 0;
+    let (mut appends, mut answers) = (Vec::new(), Vec::new());
+    let mut next = Some(first);
+    while let Some(Waiting { append, answer }) = next.take() {
+        bytes += append.bytes.len();
+        appends.push(append);
+        answers.push(answer);
+        if bytes < settings.max_bytes
+            && let Ok(waiting) = tokio::time::timeout_at(closes, receiver.recv()).await
+        {
+            next = waiting;
         }
     }
-    window
+    (appends, answers)
 }
 
 /// Commits one window on the committer's connection, connecting first when it has none; a

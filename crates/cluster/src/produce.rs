@@ -23,7 +23,7 @@ use futures::future::try_join_all;
 use minibroker_state::{
     BatchHeader, BatchMetadata, Outcome, ProducerEntry, Verdict, decide_and_record,
 };
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use thiserror::Error;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row, Statement, Transaction};
@@ -188,8 +188,8 @@ struct Writes {
     last_offsets: Vec<i64>,
     base_offsets: Vec<i64>,
     batches: Vec<BytesMut>,
-    /// Producers whose entry an accepted batch changed, with that entry.
-    producers: HashMap<ProducerKey, ProducerEntry>,
+    /// Producers whose entry an accepted batch changed.
+    changed_producers: BTreeSet<ProducerKey>,
 }
 
 /// Judges and stores `appends` in one transaction on `client` (see the module's docs), and
@@ -209,7 +209,7 @@ pub async fn commit_window(
         .iter()
         .map(|append| judge(append, &mut held, &mut entries, &mut writes))
         .collect();
-    write_window(&transaction, statements, &held, writes)
+    write_window(&transaction, statements, &entries, writes)
         .await
         .map_err(CommitError::Failed)?;
     transaction.commit().await.map_err(CommitError::Unknown)?;
@@ -358,10 +358,8 @@ fn judge(
             if let Some(created) = created {
                 entries.insert(producer, created);
             }
-            if verdict.outcome == Outcome::Accepted
-                && let Some(&entry) = entries.get(&producer)
-            {
-                writes.producers.insert(producer, entry);
+            if verdict.outcome == Outcome::Accepted {
+                writes.changed_producers.insert(producer);
             }
             verdict
         }
@@ -376,26 +374,31 @@ fn judge(
 async fn write_window(
     transaction: &Transaction<'_>,
     statements: &Statements,
-    held: &HashMap<PartitionKey, Held>,
+    entries: &HashMap<ProducerKey, ProducerEntry>,
     writes: Writes,
 ) -> Result<(), tokio_postgres::Error> {
     if writes.batches.is_empty() {
         return Ok(());
     }
     let batches: Vec<&[u8]> = writes.batches.iter().map(|batch| &batch[..]).collect();
-    let advanced: Vec<(PartitionKey, i64)> = held
+    // Each partition that took batches ends after its last one (batches are in offset order);
+    // the others' rows stay as they were.
+    let advanced: BTreeMap<PartitionKey, i64> = writes
+        .topic_ids
         .iter()
-        .map(|(key, partition)| (*key, partition.high_watermark))
+        .zip(&writes.partitions)
+        .zip(&writes.last_offsets)
+        .map(|((&topic_id, &partition), &last_offset)| ((topic_id, partition), last_offset + 1))
         .collect();
     let advanced_columns = (
-        advanced.iter().map(|(key, _)| key.0).collect::<Vec<_>>(),
-        advanced.iter().map(|(key, _)| key.1).collect::<Vec<_>>(),
-        advanced.iter().map(|(_, end)| *end).collect::<Vec<_>>(),
+        advanced.keys().map(|key| key.0).collect::<Vec<_>>(),
+        advanced.keys().map(|key| key.1).collect::<Vec<_>>(),
+        advanced.values().copied().collect::<Vec<_>>(),
     );
     let producer_rows: Vec<ProducerRow> = writes
-        .producers
+        .changed_producers
         .iter()
-        .map(|(key, entry)| ProducerRow::new(*key, entry))
+        .filter_map(|key| Some(ProducerRow::new(*key, entries.get(key)?)))
         .collect();
     let batch_parameters: [&(dyn ToSql + Sync); 5] = [
         &writes.topic_ids,
