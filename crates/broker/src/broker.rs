@@ -12,12 +12,14 @@
 //! by the connection before its answers leave; `crate::group_commit`). `durability` recovers
 //! state at start, snapshots it, and runs retention and expiry.
 
+mod committed;
 mod compaction;
 mod delete_records;
 mod durability;
 mod settings;
 mod transactions;
 
+pub use committed::Placed;
 pub use delete_records::HIGH_WATERMARK;
 pub use transactions::Isolation;
 
@@ -384,7 +386,10 @@ impl Broker {
 
     /// Checks a batch before anything else is looked at: its size, its bytes and records, and,
     /// for an idempotent producer, its producer fields (the rule's header, partition unset).
-    fn check_batch(&self, batch: Inspected<'_>) -> Result<Option<BatchHeader>, BrokerError> {
+    ///
+    /// # Errors
+    /// What [`Self::produce`] refuses of the batch alone.
+    pub fn check_batch(&self, batch: Inspected<'_>) -> Result<Option<BatchHeader>, BrokerError> {
         self.check_size(batch.bytes())?;
         // The records are walked too: a batch no consumer could read is never acknowledged.
         batch.walk()?;

@@ -112,6 +112,21 @@ pub enum BrokerError {
     /// Every producer id up to `i64::MAX` has been issued.
     #[error("every producer id has been issued")]
     ProducerIdsExhausted,
+    /// A cluster's committed batch begins past the end of this broker's copy of its partition:
+    /// one before it has not been placed (see `Broker::place_committed`).
+    #[error(
+        "topic {topic:?} partition {partition}: a committed batch at offset {base_offset}, past this broker's copy, which ends at {end}"
+    )]
+    CopyGap {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: u32,
+        /// The copy's next offset.
+        end: i64,
+        /// Where the batch begins.
+        base_offset: i64,
+    },
     /// The storage budget cannot hold what the request would store.
     #[error("the broker's store is full ({limit} bytes); {refused} was not stored")]
     StoreFull {
@@ -263,6 +278,7 @@ impl BrokerError {
             }
             Self::EpochExhausted(_) => ErrorKind::EpochExhausted,
             Self::Storage { .. }
+            | Self::CopyGap { .. }
             | Self::ReadOnly(_)
             | Self::Log(LogError::Storage(_) | LogError::ReadOnly(_) | LogError::Damaged(_)) => {
                 ErrorKind::Storage

@@ -61,7 +61,7 @@ mod unacknowledged;
 
 pub use broker::{
     Broker, Fetched, HIGH_WATERMARK, Isolation, MAX_DESCRIBE_PAGE, PartitionMetrics,
-    PartitionSummary, Produced, ProducerIdentity, TopicSummary,
+    PartitionSummary, Placed, Produced, ProducerIdentity, TopicSummary,
 };
 pub use budget::{BATCH_OVERHEAD_BYTES, StorageBudget, accounted_bytes};
 pub use config::{
@@ -74,5 +74,5 @@ pub use producers::FIRST_ISSUED_ID;
 pub use signal::{AppendSignal, AppendWait};
 pub use topic_settings::configs::{ConfigEntry, ConfigSource, ConfigType};
 pub use topic_settings::{Cleanup, Compaction, Overrides, SettingChange, TopicSettings};
-pub use topics::MAX_TOPIC_NAME_LEN;
+pub use topics::{MAX_TOPIC_NAME_LEN, validate_topic_name};
 pub use unacknowledged::Unacknowledged;

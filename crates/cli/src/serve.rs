@@ -39,6 +39,14 @@ pub struct Args {
     /// interval:<ms> (after the write; fsync every <ms>), os (after the write).
     #[arg(long, value_name = "POLICY")]
     flush: Option<minibroker_broker::FlushPolicy>,
+    /// Run as one broker of the cluster whose state is in this PostgreSQL database
+    /// (postgresql://USER@HOST:PORT/DB): any broker takes any produce, the database judges and
+    /// stores it. Serves the Kafka listener only.
+    #[arg(long, value_name = "URL")]
+    cluster: Option<String>,
+    /// This broker's node id: in a cluster, unique among its live brokers.
+    #[arg(long)]
+    node_id: Option<i32>,
 }
 
 pub async fn run(args: Args) -> Result<()> {
@@ -72,6 +80,17 @@ pub async fn run(args: Args) -> Result<()> {
     if let Some(listen) = args.metrics_listen {
         config.net.metrics_listen = Some(listen);
     }
+    if let Some(url) = args.cluster {
+        config.net.cluster = Some(url);
+    }
+    if let Some(node_id) = args.node_id {
+        config.net.node_id = node_id;
+    }
+    if config.net.cluster.is_some() && config.broker.data_dir.is_some() {
+        anyhow::bail!(
+            "a broker of a cluster keeps its data in the cluster's database: leave out --data-dir (data_dir)"
+        );
+    }
     config.validate()?;
     // Every connection and segment file is a descriptor: the soft limit a shell hands out is
     // often far below what the kernel allows.
@@ -89,7 +108,11 @@ pub async fn run(args: Args) -> Result<()> {
     let signal = shutdown_signal()?;
     // Every address is bound first, so a busy one stops the start before anything else (no
     // recovery, no clock started); connections wait in the backlog until served.
-    let native_listener = bind(config.net.listen).await?;
+    // A broker of a cluster serves no native listener (its produce is a single broker's).
+    let native_listener = match config.net.cluster {
+        Some(_) => None,
+        None => Some(bind(config.net.listen).await?),
+    };
     let kafka_listener = bind(config.net.kafka_listen).await?;
     let metrics_listener = match config.net.metrics_listen {
         Some(addr) => Some(bind(addr).await?),
@@ -119,11 +142,35 @@ pub async fn run(args: Args) -> Result<()> {
         }
         None => None,
     };
-    let native = minibroker_native::serve(&host, native_listener)?;
+    let native = match &config.net.cluster {
+        Some(url) => {
+            let bound = kafka_listener.local_addr()?;
+            let (kafka_host, kafka_port) = config.net.kafka_advertised(bound);
+            let settings = minibroker_host::ClusterSettings {
+                url: url.clone(),
+                member: minibroker_cluster::Member {
+                    node_id: config.net.node_id,
+                    kafka_host,
+                    kafka_port,
+                },
+                flush: std::time::Duration::from_millis(config.net.cluster_flush_ms),
+                lease: std::time::Duration::from_millis(config.net.cluster_lease_ms),
+                default_partitions: config.broker.default_partitions,
+            };
+            host.join_cluster(settings).await?;
+            tracing::info!(node_id = config.net.node_id, "joined the cluster");
+            None
+        }
+        None => native_listener
+            .map(|listener| minibroker_native::serve(&host, listener))
+            .transpose()?,
+    };
     let kafka = minibroker_kafka::serve(&host, kafka_listener)?;
     // Scripts wait for these lines to learn the ports; the native one comes first.
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "listening on {native}")?;
+    if let Some(native) = native {
+        writeln!(stdout, "listening on {native}")?;
+    }
     writeln!(stdout, "kafka listening on {kafka}")?;
     if let Some(bound) = metrics {
         writeln!(stdout, "metrics listening on {bound}")?;

@@ -14,19 +14,25 @@
 //! - [`committer`] — a broker's windows: gathered over `cluster_flush_ms`, committed one after
 //!   the other on a connection of their own, answered once committed.
 //! - [`producer_ids`] — one sequence for the whole cluster.
+//! - [`reads`] — what a broker reads back for its copy: partitions' ends and stored batches.
+//! - [`database`] — a broker's reconnecting connection for everything but its windows.
 //! - [`connect`] — one connection to the database from its URL.
 
 pub mod committer;
+pub mod database;
 pub mod membership;
 pub mod produce;
 pub mod producer_ids;
+pub mod reads;
 pub mod schema;
 pub mod topics;
 
 pub use committer::{AppendError, Committer, WindowSettings};
+pub use database::Database;
 pub use membership::{Heartbeat, Member, MembershipError, Registration, live_members};
 pub use produce::{Append, AppendRefused, Appended, CommitError, Statements, commit_window};
 pub use producer_ids::next_producer_id;
+pub use reads::{PartitionEnds, StoredBatch, batches_from, partition_ends};
 pub use schema::{SCHEMA_VERSION, SchemaError, migrate};
 pub use topics::{SharedTopic, create_topic, find_or_create_topic, find_topic};
 

@@ -144,6 +144,13 @@ pub struct NetConfig {
     pub node_id: i32,
     /// The cluster id Kafka clients see.
     pub cluster_id: String,
+    /// The PostgreSQL database (`postgresql://USER@HOST:PORT/DB`) of the cluster this broker
+    /// is one of; a broker on its own when absent.
+    pub cluster: Option<String>,
+    /// In a cluster: how long a broker gathers produced batches before it commits them together.
+    pub cluster_flush_ms: u64,
+    /// In a cluster: how long a broker stays a member after its last heartbeat.
+    pub cluster_lease_ms: u64,
     /// Responses a connection may buffer before they are flushed to the socket.
     pub max_in_flight: usize,
     /// A connection with no request for this long (up to twice as long, as the timer is checked
@@ -257,6 +264,9 @@ impl Default for NetConfig {
             kafka_advertise: None,
             node_id: 1,
             cluster_id: "minibroker".to_owned(),
+            cluster: None,
+            cluster_flush_ms: 2,
+            cluster_lease_ms: 9_000,
             max_in_flight: 64,
             idle_timeout_ms: 600_000,
             write_timeout_ms: 30_000,
@@ -297,6 +307,12 @@ impl NetConfig {
         }
         if self.max_in_flight == 0 {
             return fail("max_in_flight must be at least 1");
+        }
+        if self.cluster_flush_ms == 0 || self.cluster_flush_ms > 1_000 {
+            return fail("cluster_flush_ms must be 1 to 1000");
+        }
+        if !(300..=60_000).contains(&self.cluster_lease_ms) {
+            return fail("cluster_lease_ms must be 300 to 60000");
         }
         if self.idle_timeout_ms == 0 || self.idle_timeout_ms > MAX_TIMEOUT_MS {
             return fail("idle_timeout_ms must be between 1 and 31536000000 (a year)");

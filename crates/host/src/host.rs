@@ -43,6 +43,9 @@ pub enum HostError {
     /// A listener's task ended abnormally.
     #[error("a listener task failed: {0}")]
     Stopped(#[from] JoinError),
+    /// The broker could not join its cluster.
+    #[error("joining the cluster: {0}")]
+    Cluster(#[from] crate::ClusterError),
 }
 
 /// One running broker process; see the module docs.
@@ -207,6 +210,19 @@ impl Host {
             .push(task);
     }
 
+    /// Makes this broker one of the cluster `settings` names, before it serves: its produces
+    /// are judged and stored by the cluster's database, and its reads served from its copy of
+    /// what the cluster committed ([`crate::ClusterLink`]).
+    ///
+    /// # Errors
+    /// [`HostError::Cluster`]: the database cannot be reached, its schema is newer than this
+    /// broker's, or the node id stays held by a live broker.
+    pub async fn join_cluster(&self, settings: crate::ClusterSettings) -> Result<(), HostError> {
+        let link = crate::ClusterLink::join(Arc::clone(self.node.broker()), settings).await?;
+        self.node.set_cluster(link);
+        Ok(())
+    }
+
     /// Marks the node ready (`/ready`): call it once every listener is bound.
     pub fn set_ready(&self) {
         self.node.set_ready();
@@ -263,6 +279,9 @@ async fn finish(
     node: Arc<Node>,
 ) -> Result<(), HostError> {
     let drained = drain(listeners, clocks).await;
+    if let Some(cluster) = node.cluster() {
+        cluster.leave().await;
+    }
     let broker = Arc::clone(node.broker());
     drop(node);
     let closed = tokio::task::spawn_blocking(move || broker.close()).await;

@@ -10,6 +10,8 @@
 //!   demo and bench.
 //! - [`Node`] — what a front end is made from and the metrics read: the core, the coordinators,
 //!   connection slots and counts, request timings, readiness.
+//! - [`ClusterLink`] — a broker's place in a cluster on PostgreSQL: its committer, and its copy of
+//!   what the cluster committed, which the core serves reads from.
 //! - [`Config`] — every section of the configuration file, gathered, and the connections'
 //!   [`minibroker_net::Limits`] read from it.
 //! - [`timings`] — request latencies per connection, summed for the metrics.
@@ -20,6 +22,7 @@
 //!   configuration names.
 
 pub mod access;
+mod cluster_link;
 mod config;
 mod host;
 pub mod login;
@@ -27,6 +30,7 @@ mod node;
 pub mod timings;
 pub mod tls;
 
+pub use cluster_link::{ClusterError, ClusterLink, ClusterSettings};
 pub use config::{ClientAuth, Config, NetConfig, SASL_MECHANISMS, SecurityProtocol};
 pub use host::{Host, HostError};
 pub use login::LoginCounts;

@@ -6,8 +6,8 @@
 use minibroker_broker::Broker;
 use minibroker_groups::GroupCoordinator;
 use minibroker_transactions::TransactionService;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use crate::access::{AccessControl, Guard};
 use crate::config::Config;
@@ -38,6 +38,7 @@ pub struct Node {
     sasl: Option<Arc<SaslSettings>>,
     /// The ACLs and producer-id owners, when `acls_file` is set.
     access: Option<Arc<AccessControl>>,
+    cluster: OnceLock<Arc<crate::ClusterLink>>,
 }
 
 impl Node {
@@ -73,6 +74,7 @@ impl Node {
             logins: Arc::default(),
             ready: AtomicBool::new(false),
             per_principal: Quota::new(config.net.max_connections_per_principal),
+            cluster: OnceLock::new(),
         })
     }
 
@@ -108,6 +110,16 @@ impl Node {
     #[must_use]
     pub fn broker(&self) -> &Arc<Broker> {
         &self.broker
+    }
+
+    /// The broker's cluster, when it is one of a cluster's brokers (set once, before it serves).
+    #[must_use]
+    pub fn cluster(&self) -> Option<&Arc<crate::ClusterLink>> {
+        self.cluster.get()
+    }
+
+    pub(crate) fn set_cluster(&self, link: Arc<crate::ClusterLink>) {
+        let _already = self.cluster.set(link);
     }
 
     /// The consumer-group coordinator.

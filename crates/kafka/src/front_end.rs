@@ -27,6 +27,8 @@ use crate::produce_wire;
 /// One Kafka connection's view of the broker.
 pub struct KafkaFrontEnd {
     pub(crate) broker: Arc<Broker>,
+    /// The cluster this broker is one of, if any (`handlers::shared`).
+    pub(crate) cluster: Option<Arc<minibroker_host::ClusterLink>>,
     pub(crate) groups: Arc<GroupCoordinator>,
     pub(crate) transactions: Arc<TransactionService>,
     /// This connection's place among the connections opened, which the transaction coordinator
@@ -56,6 +58,7 @@ impl KafkaFrontEnd {
                 .timings()
                 .map(|timings| ConnectionTimings::new(Arc::clone(timings), "kafka")),
             broker: Arc::clone(node.broker()),
+            cluster: node.cluster().cloned(),
             groups: Arc::clone(node.groups()),
             transactions: Arc::clone(node.transactions()),
             connection: node.transactions().open_connection(),
@@ -224,9 +227,10 @@ impl KafkaFrontEnd {
     ) -> Next {
         let answer = match request {
             RequestKind::ApiVersions(_) => Ok(ResponseKind::ApiVersions(api_versions(0, version))),
-            RequestKind::Metadata(request) => {
-                self.metadata(request, version).map(ResponseKind::Metadata)
-            }
+            RequestKind::Metadata(request) => self
+                .metadata(request, version)
+                .await
+                .map(ResponseKind::Metadata),
             RequestKind::DescribeCluster(request) => Ok(ResponseKind::DescribeCluster(
                 self.describe_cluster(&request, version),
             )),
@@ -298,7 +302,7 @@ impl KafkaFrontEnd {
                 .describe_producers(&request, version)
                 .map(ResponseKind::DescribeProducers),
             RequestKind::CreateTopics(request) => Ok(ResponseKind::CreateTopics(
-                self.create_topics(request, version),
+                self.create_topics(request, version).await,
             )),
             RequestKind::DeleteTopics(request) => Ok(ResponseKind::DeleteTopics(
                 self.delete_topics(request, version),

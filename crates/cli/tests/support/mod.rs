@@ -14,7 +14,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_minibroker");
 /// A `minibroker serve` process, killed when dropped.
 pub struct ServeProcess {
     child: Child,
-    /// The native listener.
+    /// The native listener (empty for a broker of a cluster, which has none).
     pub addr: String,
     /// The Kafka listener.
     pub kafka_addr: String,
@@ -52,7 +52,12 @@ impl ServeProcess {
                 .unwrap_or_else(|| panic!("expected {prefix:?}, got {text:?}"))
                 .to_owned()
         };
-        let addr = line("listening on ");
+        let cluster = command.get_args().any(|arg| arg == "--cluster");
+        let addr = if cluster {
+            String::new()
+        } else {
+            line("listening on ")
+        };
         let kafka_addr = line("kafka listening on ");
         let metrics_addr = with_metrics.then(|| line("metrics listening on "));
         // Keep reading (and dropping) its output so it never blocks on a full pipe.

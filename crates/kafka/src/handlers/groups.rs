@@ -59,6 +59,16 @@ impl KafkaFrontEnd {
                 .then(|| (error, ResponseError::to_string(&error)))
         };
         let refusal = match request.key_type {
+            GROUP_KEY | TRANSACTION_KEY if self.cluster.is_some() => {
+                tracing::info!(
+                    "FindCoordinator: COORDINATOR_NOT_AVAILABLE: {}",
+                    super::shared::NO_GROUPS
+                );
+                Some((
+                    ResponseError::CoordinatorNotAvailable,
+                    super::shared::NO_GROUPS.to_owned(),
+                ))
+            }
             GROUP_KEY => denied(ResourceType::Group, ResponseError::GroupAuthorizationFailed),
             TRANSACTION_KEY => denied(
                 ResourceType::TransactionalId,

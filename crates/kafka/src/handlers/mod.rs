@@ -16,6 +16,7 @@ mod offsets;
 mod produce;
 mod producer_ids;
 mod security_admin;
+mod shared;
 mod topics;
 mod transaction_admin;
 mod transactions;

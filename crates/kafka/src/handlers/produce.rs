@@ -5,15 +5,16 @@
 
 use bytes::BytesMut;
 use kafka_protocol::ResponseError;
-use minibroker_broker::{BrokerError, Outcome};
-use minibroker_records::{Inspected, NO_PRODUCER_ID, RecordsError};
+use minibroker_broker::{BrokerError, Outcome, Verdict};
+use minibroker_records::{BatchInfo, Inspected, NO_PRODUCER_ID, RecordsError};
+
 use minibroker_security::{Operation, ResourceType};
 
 use super::implicit_add::TransactionAllowance;
 use super::{NONE, code, partition_index};
 use crate::errors::{produce_answer, produce_code};
 use crate::front_end::KafkaFrontEnd;
-use crate::produce_wire::{self, PartitionAnswer, ProduceView};
+use crate::produce_wire::{self, PartitionAnswer, PartitionData, ProduceView};
 
 impl KafkaFrontEnd {
     /// Serves a Produce read in place (`produce_wire`) and appends its answer to `out`, except
@@ -29,6 +30,9 @@ impl KafkaFrontEnd {
         version: i16,
         out: &mut BytesMut,
     ) {
+        if let Some(cluster) = self.cluster.clone() {
+            return self.produce_shared(&cluster, request, version, out).await;
+        }
         let inspected = request
             .partitions
             .iter()
@@ -55,49 +59,14 @@ impl KafkaFrontEnd {
         transaction: TransactionAllowance,
         out: &mut BytesMut,
     ) {
-        let valid_acks = matches!(request.acks, -1..=1);
-        // As Kafka: each topic needs Write (the transactional id's was asked in
-        // `allow_transaction`).
-        let (transaction_denied, implicit_add) = (transaction.denied, transaction.refused_add);
-        let mut denied_topic = None;
+        let mut gate = Gate::new(request, transaction);
         let mut answers = Vec::with_capacity(request.partitions.len());
         for (data, batch) in request.partitions.iter().zip(batches) {
             let topic = request.topics[data.topic];
-            let denied = match denied_topic {
-                Some((ordinal, denied)) if ordinal == data.topic => denied,
-                _ => {
-                    let denied = if transaction_denied {
-                        Some(ResponseError::TransactionalIdAuthorizationFailed)
-                    } else if !self.may(Operation::Write, ResourceType::Topic, topic) {
-                        Some(ResponseError::TopicAuthorizationFailed)
-                    } else {
-                        self.unknown_to_creator(topic)
-                    };
-                    denied_topic = Some((data.topic, denied));
-                    denied
-                }
-            };
-            let refused = |error: ResponseError, message: String| PartitionAnswer {
-                index: data.index,
-                error_code: error.code(),
-                base_offset: NONE,
-                log_start_offset: NONE,
-                error_message: Some(message),
-            };
             let info = batch.as_ref().ok().map(Inspected::info);
-            let refused_add = implicit_add.filter(|_| info.is_some_and(|info| info.transactional));
-            let answer = if let Some(denied) = denied
-                .or_else(|| self.foreign_producer(info))
-                .or(refused_add)
-            {
-                refused(denied, denied.to_string())
-            } else if !valid_acks {
-                refused(
-                    ResponseError::InvalidRequiredAcks,
-                    "acks must be -1, 0 or 1".to_owned(),
-                )
-            } else {
-                match self.produce_one(topic, data.index, batch) {
+            let answer = match gate.refusal(self, data, topic, info) {
+                Some(refused) => refused,
+                None => match self.produce_one(topic, data.index, batch) {
                     Ok((error, base_offset, log_start_offset)) => PartitionAnswer {
                         index: data.index,
                         error_code: code(error),
@@ -105,8 +74,10 @@ impl KafkaFrontEnd {
                         log_start_offset,
                         error_message: None,
                     },
-                    Err(error) => refused(produce_code(&error, version), error.to_string()),
-                }
+                    Err(error) => {
+                        refused(data.index, produce_code(&error, version), error.to_string())
+                    }
+                },
             };
             answers.push(answer);
         }
@@ -127,20 +98,104 @@ impl KafkaFrontEnd {
         let produced =
             self.broker
                 .produce_inspected(&mut self.unacknowledged, topic, partition, batch)?;
-        let verdict = produced.verdict;
-        let (error, base_offset) = match (verdict.outcome, verdict.base_offset) {
-            // The usual answers need nothing more.
-            (Outcome::Accepted | Outcome::Duplicate, Some(offset)) => (None, offset),
-            // A refusal: Kafka tells an unknown producer from a gap, which the verdict records.
-            _ => {
-                let info = batch.info();
-                let had_state = info.producer_id == NO_PRODUCER_ID || verdict.known_producer;
-                tracing::debug!(topic, partition, producer_id = info.producer_id,
-                    sequence = info.base_sequence, outcome = %verdict.outcome, "Kafka produce refused");
-                produce_answer(verdict, info.base_sequence, had_state)
-            }
-        };
+        let (error, base_offset) = verdict_answer(topic, partition, produced.verdict, batch.info());
         // Reported from v5 on.
         Ok((error, base_offset, produced.log_start_offset))
+    }
+}
+
+/// The error and base offset a partition's answer carries for `verdict` on a batch `info`
+/// describes.
+pub(super) fn verdict_answer(
+    topic: &str,
+    partition: u32,
+    verdict: Verdict,
+    info: &BatchInfo,
+) -> (Option<ResponseError>, i64) {
+    match (verdict.outcome, verdict.base_offset) {
+        // The usual answers need nothing more.
+        (Outcome::Accepted | Outcome::Duplicate, Some(offset)) => (None, offset),
+        // A refusal: Kafka tells an unknown producer from a gap, which the verdict records.
+        _ => {
+            let had_state = info.producer_id == NO_PRODUCER_ID || verdict.known_producer;
+            tracing::debug!(topic, partition, producer_id = info.producer_id,
+                sequence = info.base_sequence, outcome = %verdict.outcome, "Kafka produce refused");
+            produce_answer(verdict, info.base_sequence, had_state)
+        }
+    }
+}
+
+/// A partition's answer refusing its batch with `error`.
+pub(super) fn refused(index: i32, error: ResponseError, message: String) -> PartitionAnswer {
+    PartitionAnswer {
+        index,
+        error_code: error.code(),
+        base_offset: NONE,
+        log_start_offset: NONE,
+        error_message: Some(message),
+    }
+}
+
+/// What refuses a partition's batch before the rule sees it, asked once per topic where it
+/// can: the transactional id's and the topic's authorisation, the producer id's owner, a
+/// refused implicit add, and the acks.
+pub(super) struct Gate {
+    transaction_denied: bool,
+    implicit_add: Option<ResponseError>,
+    valid_acks: bool,
+    /// The last topic asked about (its ordinal in the request) and its answer.
+    denied_topic: Option<(usize, Option<ResponseError>)>,
+}
+
+impl Gate {
+    pub(super) fn new(request: &ProduceView<'_>, transaction: TransactionAllowance) -> Self {
+        Self {
+            transaction_denied: transaction.denied,
+            implicit_add: transaction.refused_add,
+            valid_acks: matches!(request.acks, -1..=1),
+            denied_topic: None,
+        }
+    }
+
+    /// The refusal of the batch `data` carries (`info` read of it, when it reads), if any.
+    pub(super) fn refusal(
+        &mut self,
+        front_end: &KafkaFrontEnd,
+        data: &PartitionData<'_>,
+        topic: &str,
+        info: Option<&BatchInfo>,
+    ) -> Option<PartitionAnswer> {
+        let denied = match self.denied_topic {
+            Some((ordinal, denied)) if ordinal == data.topic => denied,
+            _ => {
+                // As Kafka: each topic needs Write (the transactional id's was asked in
+                // `allow_transaction`).
+                let denied = if self.transaction_denied {
+                    Some(ResponseError::TransactionalIdAuthorizationFailed)
+                } else if !front_end.may(Operation::Write, ResourceType::Topic, topic) {
+                    Some(ResponseError::TopicAuthorizationFailed)
+                } else {
+                    front_end.unknown_to_creator(topic)
+                };
+                self.denied_topic = Some((data.topic, denied));
+                denied
+            }
+        };
+        let refused_add = self
+            .implicit_add
+            .filter(|_| info.is_some_and(|info| info.transactional));
+        if let Some(denied) = denied
+            .or_else(|| front_end.foreign_producer(info))
+            .or(refused_add)
+        {
+            return Some(refused(data.index, denied, denied.to_string()));
+        }
+        (!self.valid_acks).then(|| {
+            refused(
+                data.index,
+                ResponseError::InvalidRequiredAcks,
+                "acks must be -1, 0 or 1".to_owned(),
+            )
+        })
     }
 }

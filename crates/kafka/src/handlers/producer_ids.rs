@@ -23,12 +23,24 @@ impl KafkaFrontEnd {
         match request.transactional_id.as_deref().map(|id| id.to_string()) {
             // As Kafka: an empty transactional id is a malformed request, not a transaction.
             Some(id) if id.is_empty() => return refused(ResponseError::InvalidRequest),
+            Some(id) if self.cluster.is_some() => {
+                tracing::info!(transactional_id = id, "{}", super::shared::NO_TRANSACTIONS);
+                return refused(ResponseError::InvalidRequest);
+            }
             Some(id) => {
                 return self
                     .init_transactional_producer(&id, &request, version)
                     .await;
             }
             None => {}
+        }
+        if let Some(cluster) = &self.cluster {
+            return match self.shared_producer_id(cluster).await {
+                Ok(id) => InitProducerIdResponse::default()
+                    .with_producer_id(ProducerId(id))
+                    .with_producer_epoch(0),
+                Err(error) => refused(error),
+            };
         }
         // As Kafka (KIP-679): IdempotentWrite on the cluster, or Write on some topic.
         if !self.may_write_idempotently() {

@@ -81,53 +81,58 @@ pub(crate) fn no_value(name: &str) -> Refused {
 }
 
 impl KafkaFrontEnd {
-    pub(crate) fn create_topics(
+    pub(crate) async fn create_topics(
         &self,
         request: CreateTopicsRequest,
         version: i16,
     ) -> CreateTopicsResponse {
-        let topics = request
-            .topics
-            .into_iter()
-            .map(|topic| {
-                let partitions = match topic.num_partitions {
-                    -1 => self.config.default_partitions,
-                    n => u32::try_from(n).unwrap_or(0),
-                };
-                let settings = topic
-                    .configs
-                    .iter()
-                    .map(|config| (config.name.as_str(), config.value.as_deref()))
-                    .collect::<Vec<_>>();
-                let result = if !self.may_create_topic(&topic.name) {
-                    Err(Denied)
-                } else {
-                    given_values(&settings).and_then(|settings| {
-                        if request.validate_only {
-                            self.broker.check_topic_settings(&settings)
-                        } else {
-                            self.broker
-                                .create_topic_with(&topic.name, partitions, &settings)
+        let mut topics = Vec::with_capacity(request.topics.len());
+        for topic in request.topics {
+            let partitions = match topic.num_partitions {
+                -1 => self.config.default_partitions,
+                n => u32::try_from(n).unwrap_or(0),
+            };
+            let settings = topic
+                .configs
+                .iter()
+                .map(|config| (config.name.as_str(), config.value.as_deref()))
+                .collect::<Vec<_>>();
+            let result = if !self.may_create_topic(&topic.name) {
+                Err(Denied)
+            } else {
+                match given_values(&settings) {
+                    Err(refused) => Err(refused),
+                    Ok(settings) if request.validate_only => self
+                        .broker
+                        .check_topic_settings(&settings)
+                        .map_err(Refused::Broker),
+                    Ok(settings) => match &self.cluster {
+                        Some(cluster) => {
+                            self.create_shared_topic(cluster, &topic.name, partitions, &settings)
+                                .await
                         }
-                        .map_err(Refused::Broker)
-                    })
-                };
-                let answer = CreatableTopicResult::default().with_name(topic.name);
-                let answer = if version >= 5 {
-                    answer
-                        .with_num_partitions(i32::try_from(partitions).unwrap_or(-1))
-                        .with_replication_factor(1)
-                } else {
-                    answer
-                };
-                match result {
-                    Ok(()) => answer,
-                    Err(refused) => answer
-                        .with_error_code(refused.code())
-                        .with_error_message(Some(refused.message())),
+                        None => self
+                            .broker
+                            .create_topic_with(&topic.name, partitions, &settings)
+                            .map_err(Refused::Broker),
+                    },
                 }
-            })
-            .collect();
+            };
+            let answer = CreatableTopicResult::default().with_name(topic.name);
+            let answer = if version >= 5 {
+                answer
+                    .with_num_partitions(i32::try_from(partitions).unwrap_or(-1))
+                    .with_replication_factor(1)
+            } else {
+                answer
+            };
+            topics.push(match result {
+                Ok(()) => answer,
+                Err(refused) => answer
+                    .with_error_code(refused.code())
+                    .with_error_message(Some(refused.message())),
+            });
+        }
         CreateTopicsResponse::default().with_topics(topics)
     }
 

@@ -1,0 +1,95 @@
+//! A broker of a cluster keeps, besides nothing else, a copy of what the cluster's database
+//! committed: the database judged and numbered each batch (`minibroker_cluster`), so here a batch
+//! is only placed at the offset it was given, without the rule. Fetch, ListOffsets and Metadata
+//! then read this copy exactly as they read a single broker's own log, and never see a batch the
+//! database has not committed.
+
+use minibroker_records::Inspected;
+
+use super::{AppendedHere, Write};
+use crate::topics::CreateCheck;
+use crate::{Broker, BrokerError};
+use minibroker_state::NewEntry;
+
+/// Where a committed batch landed in the copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placed {
+    /// Appended at its offset.
+    Appended,
+    /// The copy held it already (it begins below the copy's end).
+    Held,
+}
+
+impl Broker {
+    /// `topic` with at least `partitions` partitions, as the cluster has it: created, or grown,
+    /// when this broker's copy has fewer.
+    ///
+    /// # Errors
+    /// A bad name, or a partition or storage limit of this broker.
+    pub fn hold_topic(&self, topic: &str, partitions: u32) -> Result<(), BrokerError> {
+        match self.topics.get(topic) {
+            Ok(found) if found.partition_count() >= partitions => Ok(()),
+            Ok(_) => self.create_partitions(topic, partitions, false),
+            Err(error) if error.kind() == crate::ErrorKind::UnknownTopic => {
+                match self.create_topic(topic, partitions) {
+                    // Created meanwhile (by a request of this broker's own).
+                    Err(error) if error.kind() == crate::ErrorKind::TopicAlreadyExists => {
+                        self.hold_topic(topic, partitions)
+                    }
+                    created => created,
+                }
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Places `batch`, which the cluster committed at `base_offset` of `topic`/`partition`, in
+    /// this broker's copy, and wakes the fetches waiting there.
+    ///
+    /// # Errors
+    /// An unknown topic or partition; a batch that does not read; a gap (`base_offset` past
+    /// the copy's end: a batch before it is missing); a storage limit.
+    pub fn place_committed(
+        &self,
+        topic: &str,
+        partition: u32,
+        base_offset: i64,
+        batch: &[u8],
+    ) -> Result<Placed, BrokerError> {
+        let found = self.topics.get_or_create(
+            topic,
+            CreateCheck {
+                partition,
+                bytes: 0,
+            },
+        )?;
+        let target = found.partition(partition)?;
+        let end = target.log().log.next_offset();
+        if base_offset < end {
+            return Ok(Placed::Held);
+        }
+        if base_offset > end {
+            return Err(BrokerError::CopyGap {
+                topic: topic.to_owned(),
+                partition,
+                end,
+                base_offset,
+            });
+        }
+        let inspected = Inspected::new(batch)?;
+        let info = *inspected.info();
+        let write = Write::Records {
+            new_entry: NewEntry(false),
+        };
+        let now_ms = crate::clock::now_millis();
+        let mut appended = AppendedHere::default();
+        self.append(target, batch, &info, write, now_ms, &mut appended)?;
+        let verdict = minibroker_state::Verdict {
+            outcome: minibroker_state::Outcome::Accepted,
+            base_offset: Some(base_offset),
+            known_producer: true,
+        };
+        Self::count(target, &verdict, &info, batch.len());
+        Ok(Placed::Appended)
+    }
+}

@@ -1,0 +1,174 @@
+//! A cluster of `minibroker serve --cluster` processes on a real PostgreSQL (started by
+//! `scripts/postgres`), driven by confluent-kafka (`tests/kafka/cluster.py`): an idempotent
+//! producer runs while a broker is SIGKILLed, or while the database is stopped, and every
+//! acknowledged record must then be stored exactly once, in order per partition, read back
+//! through a broker that was not broken.
+
+#[path = "../../cluster/tests/support/mod.rs"]
+mod postgres;
+mod support;
+
+use postgres::Postgres;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use support::{BIN, ServeProcess, free_addr, kafka_script, start_script, summary_of};
+
+/// A short lease, so a killed broker leaves the members (and its node id is free again) soon.
+const LEASE_MS: u64 = 2_000;
+
+/// Broker `node_id` of the cluster on `url`, on the Kafka address `kafka` (restarts reuse it).
+fn broker(url: &str, node_id: i32, kafka: &str, config: &Path) -> ServeProcess {
+    let mut command = Command::new(BIN);
+    command
+        .args(["serve", "--cluster", url, "--kafka-listen", kafka])
+        .args(["--node-id", &node_id.to_string()])
+        .arg("--config")
+        .arg(config)
+        .env("RUST_LOG", "info");
+    ServeProcess::spawn(&mut command)
+}
+
+/// A config file with the short lease.
+fn config(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("cluster.toml");
+    std::fs::write(&path, format!("cluster_lease_ms = {LEASE_MS}\n")).unwrap();
+    path
+}
+
+/// (partition, offset, value) triples of a script's summary.
+fn triples(summary: &Value, key: &str) -> Vec<(u64, u64, String)> {
+    summary[key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t[0].as_u64().unwrap(),
+                t[1].as_u64().unwrap(),
+                t[2].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Every acknowledged record is read back once, at the offset its acknowledgement gave, nothing
+/// is read twice, and each partition holds the producer's values in the order it sent them.
+fn judge(acked: &[(u64, u64, String)], read: &[(u64, u64, String)]) {
+    let mut seen = HashMap::new();
+    for (partition, offset, value) in read {
+        assert!(
+            seen.insert(value.clone(), (*partition, *offset)).is_none(),
+            "{value} stored twice"
+        );
+    }
+    for (partition, offset, value) in acked {
+        assert_eq!(
+            seen.get(value),
+            Some(&(*partition, *offset)),
+            "{value}: acknowledged at {partition}/{offset}"
+        );
+    }
+    let mut by_partition: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
+    for (partition, offset, value) in read {
+        let index: u64 = value.trim_start_matches("v-").parse().unwrap();
+        by_partition
+            .entry(*partition)
+            .or_default()
+            .push((*offset, index));
+    }
+    for (partition, mut records) in by_partition {
+        records.sort_unstable();
+        assert!(
+            records.windows(2).all(|pair| pair[0].1 < pair[1].1),
+            "partition {partition} holds the values out of the order they were sent"
+        );
+    }
+}
+
+fn read_back(bootstrap: &str, topic: &str, partitions: u32) -> Vec<(u64, u64, String)> {
+    let args = ["read", bootstrap, topic, &partitions.to_string()];
+    let output = kafka_script("cluster.py", &args).output().unwrap();
+    triples(&summary_of(&output, "cluster.py read"), "records")
+}
+
+fn listed_brokers(bootstrap: &str) -> Vec<u64> {
+    let output = kafka_script("cluster.py", &["brokers", bootstrap])
+        .output()
+        .unwrap();
+    let summary = summary_of(&output, "cluster.py brokers");
+    summary["brokers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn three_brokers_one_killed_mid_run_every_acknowledged_record_once_in_order() {
+    let postgres = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let kafka: Vec<String> = (0..3).map(|_| free_addr()).collect();
+    let mut brokers: Vec<Option<ServeProcess>> = (0..3)
+        .map(|i| Some(broker(&postgres.url, i as i32 + 1, &kafka[i], &config)))
+        .collect();
+    let bootstrap = kafka.join(",");
+    assert_eq!(listed_brokers(&kafka[0]), vec![1, 2, 3]);
+
+    let producer = start_script(
+        "cluster.py",
+        &["produce", &bootstrap, "orders", "6", "30000"],
+    );
+    assert_eq!(producer.first_line.trim(), "half");
+    brokers[1].take().unwrap().kill();
+    // Out of Metadata within the lease (checked through a broker that is up).
+    let deadline = Instant::now() + Duration::from_millis(LEASE_MS * 3);
+    while listed_brokers(&kafka[0]) != vec![1, 3] {
+        assert!(
+            Instant::now() < deadline,
+            "the killed broker is still listed"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    brokers[1] = Some(broker(&postgres.url, 2, &kafka[1], &config));
+    let summary = producer.summary();
+    let acked = triples(&summary, "acked");
+    assert_eq!(acked.len(), 30_000);
+    // Read back through a broker that was never killed.
+    judge(&acked, &read_back(&kafka[2], "orders", 6));
+    assert_eq!(listed_brokers(&kafka[2]), vec![1, 2, 3]);
+}
+
+#[test]
+fn postgres_stopped_under_load_the_producer_finishes_with_nothing_lost_or_stored_twice() {
+    let postgres = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let kafka: Vec<String> = (0..2).map(|_| free_addr()).collect();
+    let first = broker(&postgres.url, 1, &kafka[0], &config);
+    let second = broker(&postgres.url, 2, &kafka[1], &config);
+    let producer = start_script(
+        "cluster.py",
+        &["produce", &kafka[0], "payments", "3", "20000"],
+    );
+    assert_eq!(producer.first_line.trim(), "half");
+    postgres.stop();
+    std::thread::sleep(Duration::from_secs(3));
+    postgres.restart();
+    let acked = triples(&producer.summary(), "acked");
+    assert_eq!(acked.len(), 20_000);
+    judge(&acked, &read_back(&kafka[1], "payments", 3));
+    // Neither broker crashed: both answered retriable errors and went on by themselves.
+    for broker in [&first, &second] {
+        assert!(!broker.logged().contains("panicked"), "{}", broker.logged());
+    }
+    assert!(
+        first.logged().contains("a cluster window was not stored"),
+        "the stop was not met: {}",
+        first.logged()
+    );
+}

@@ -1,0 +1,93 @@
+//! What every broker reads back of what the cluster committed: each partition's ends, and the
+//! stored batches from an offset on, which a broker places in its copy (`Broker::place_committed`)
+//! for its fetches to read.
+
+use bytes::Bytes;
+use tokio_postgres::GenericClient;
+
+/// One partition of a topic, with its ends as last committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionEnds {
+    /// The topic's id.
+    pub topic_id: i64,
+    /// The topic's name.
+    pub topic: String,
+    /// The topic's partition count.
+    pub partitions: i32,
+    /// The partition.
+    pub partition: i32,
+    /// Its first offset.
+    pub log_start_offset: i64,
+    /// The offset the next batch will get.
+    pub high_watermark: i64,
+}
+
+/// A stored batch, its base offset stamped in its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredBatch {
+    /// Its first offset.
+    pub base_offset: i64,
+    /// Its last offset.
+    pub last_offset: i64,
+    /// The batch.
+    pub bytes: Bytes,
+}
+
+/// Every partition of every topic, with its ends.
+///
+/// # Errors
+/// PostgreSQL's error.
+pub async fn partition_ends(
+    client: &impl GenericClient,
+) -> Result<Vec<PartitionEnds>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT t.topic_id, t.name, t.partitions, p.partition, p.log_start_offset,
+                    p.high_watermark
+             FROM minibroker.topics t JOIN minibroker.partitions p USING (topic_id)
+             ORDER BY t.topic_id, p.partition",
+            &[],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|row| PartitionEnds {
+            topic_id: row.get(0),
+            topic: row.get(1),
+            partitions: row.get(2),
+            partition: row.get(3),
+            log_start_offset: row.get(4),
+            high_watermark: row.get(5),
+        })
+        .collect())
+}
+
+/// The stored batches of `topic_id`/`partition` that end at or after `from`, in offset order,
+/// at most `limit` of them.
+///
+/// # Errors
+/// PostgreSQL's error.
+pub async fn batches_from(
+    client: &impl GenericClient,
+    topic_id: i64,
+    partition: i32,
+    from: i64,
+    limit: i64,
+) -> Result<Vec<StoredBatch>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT base_offset, last_offset, bytes FROM minibroker.batches
+             WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3
+             ORDER BY last_offset LIMIT $4",
+            &[&topic_id, &partition, &from, &limit],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|row| StoredBatch {
+            base_offset: row.get(0),
+            last_offset: row.get(1),
+            bytes: Bytes::from(row.get::<_, Vec<u8>>(2)),
+        })
+        .collect())
+}

@@ -1,0 +1,302 @@
+//! [`ClusterLink`]: a broker's place in a cluster of brokers sharing one PostgreSQL database
+//! (`minibroker_cluster`). Where a partition's log and producer state live is the seam: on a
+//! broker of its own, its memory and segment files, judged by the core's rule; in a cluster, the
+//! database, judged by the same rule inside one transaction per window of batches.
+//!
+//! A broker of a cluster keeps nothing that cannot be lost. It commits what it is sent through
+//! its committer, and copies what any broker committed into its core (`Broker::place_committed`),
+//! where Fetch, ListOffsets and Metadata read it as they read a broker's own log: the copy
+//! follows the database a short poll behind (`COPY_POLL`), and at once after this broker's own
+//! commits. A poll rather than LISTEN/NOTIFY: one query of every partition's end per poll is
+//! cheap at this scale, needs no second connection kept listening, and misses nothing across a
+//! reconnection.
+
+use minibroker_broker::{Broker, BrokerError, Placed};
+use minibroker_cluster::{
+    Append, AppendError, Appended, Committer, Database, Heartbeat, Member, MembershipError,
+    Registration, SchemaError, SharedTopic, WindowSettings,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+use thiserror::Error;
+use tokio::sync::Notify;
+
+/// How often a broker's copy asks the database what is new.
+const COPY_POLL: Duration = Duration::from_millis(20);
+
+/// Batches a copy takes from one partition per query.
+const COPY_BATCHES: i64 = 1_000;
+
+/// How a broker joins its cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterSettings {
+    /// The database's URL.
+    pub url: String,
+    /// This broker's node id, its Kafka address as clients reach it.
+    pub member: Member,
+    /// `cluster_flush_ms`.
+    pub flush: Duration,
+    /// `cluster_lease_ms`.
+    pub lease: Duration,
+    /// Partitions of a topic a produce or Metadata creates.
+    pub default_partitions: u32,
+}
+
+/// Why a broker could not join its cluster, or a question to it failed.
+#[derive(Debug, Error)]
+pub enum ClusterError {
+    /// The schema could not be created or is newer than this broker.
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
+    /// The node id is held by a live broker, or membership failed.
+    #[error(transparent)]
+    Membership(#[from] MembershipError),
+    /// The database could not be reached or refused.
+    #[error("the cluster's database: {0}")]
+    Postgres(#[from] tokio_postgres::Error),
+    /// This broker's copy could not hold what the cluster has.
+    #[error(transparent)]
+    Copy(#[from] BrokerError),
+}
+
+/// A broker's membership of its cluster, its committer and its copy.
+#[derive(Debug)]
+pub struct ClusterLink {
+    node_id: i32,
+    broker: Arc<Broker>,
+    database: Database,
+    committer: Committer,
+    heartbeat: Mutex<Option<Heartbeat>>,
+    topics: Mutex<HashMap<String, SharedTopic>>,
+    default_partitions: i32,
+    copy_now: Arc<Notify>,
+}
+
+impl ClusterLink {
+    /// Joins the cluster: brings the schema up to date, takes the node id (waiting up to one
+    /// lease for a previous run of this broker to lose it), starts the committer and the copy.
+    ///
+    /// # Errors
+    /// [`ClusterError`]: the broker must not start.
+    pub async fn join(
+        broker: Arc<Broker>,
+        settings: ClusterSettings,
+    ) -> Result<Arc<Self>, ClusterError> {
+        let mut client = minibroker_cluster::connect(&settings.url).await?;
+        let found = minibroker_cluster::migrate(&mut client).await?;
+        tracing::info!(
+            schema_found = found,
+            schema = minibroker_cluster::SCHEMA_VERSION,
+            "the cluster's schema is up to date"
+        );
+        let heartbeat = register(&settings).await?;
+        let window = WindowSettings {
+            flush: settings.flush,
+            ..WindowSettings::default()
+        };
+        let link = Arc::new(Self {
+            node_id: settings.member.node_id,
+            broker,
+            database: Database::new(&settings.url, window.connect_timeout),
+            committer: Committer::start(&settings.url, window),
+            heartbeat: Mutex::new(Some(heartbeat)),
+            topics: Mutex::default(),
+            default_partitions: i32::try_from(settings.default_partitions).unwrap_or(i32::MAX),
+            copy_now: Arc::new(Notify::new()),
+        });
+        // The copy catches up before the broker serves, so its first reads miss nothing old.
+        link.copy_once().await?;
+        tokio::spawn(copy(Arc::downgrade(&link), Arc::clone(&link.copy_now)));
+        Ok(link)
+    }
+
+    /// This broker's node id.
+    #[must_use]
+    pub fn node_id(&self) -> i32 {
+        self.node_id
+    }
+
+    /// The cluster's topic `name`, created with the default partition count when `create`
+    /// says so and it has none; this broker's copy holds it once found.
+    ///
+    /// # Errors
+    /// The database could not be asked, or the copy cannot hold the topic.
+    pub async fn topic(
+        &self,
+        name: &str,
+        create: bool,
+    ) -> Result<Option<SharedTopic>, ClusterError> {
+        if let Some(known) = self.known_topic(name) {
+            return Ok(Some(known));
+        }
+        let client = self.database.client().await?;
+        let found = if create {
+            Some(
+                minibroker_cluster::find_or_create_topic(&*client, name, self.default_partitions)
+                    .await?,
+            )
+        } else {
+            minibroker_cluster::find_topic(&*client, name).await?
+        };
+        if let Some(topic) = &found {
+            self.hold(topic)?;
+        }
+        Ok(found)
+    }
+
+    /// Creates topic `name` with `partitions` partitions: `false` when the cluster has one of
+    /// that name already. This broker's copy holds it once created.
+    ///
+    /// # Errors
+    /// The database could not be asked or refused, or the copy cannot hold the topic.
+    pub async fn create_topic(&self, name: &str, partitions: i32) -> Result<bool, ClusterError> {
+        let client = self.database.client().await?;
+        match minibroker_cluster::create_topic(&*client, name, partitions).await? {
+            Some(topic) => {
+                self.hold(&topic)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The live brokers, by node id.
+    ///
+    /// # Errors
+    /// The database could not be asked.
+    pub async fn members(&self) -> Result<Vec<Member>, ClusterError> {
+        let client = self.database.client().await?;
+        Ok(minibroker_cluster::live_members(&*client).await?)
+    }
+
+    /// A producer id no broker of the cluster has given.
+    ///
+    /// # Errors
+    /// The database could not be asked.
+    pub async fn new_producer_id(&self) -> Result<i64, ClusterError> {
+        let client = self.database.client().await?;
+        Ok(minibroker_cluster::next_producer_id(&*client).await?)
+    }
+
+    /// Judges and stores `append` in this broker's next window; once committed, the copy is
+    /// brought up to date at once.
+    ///
+    /// # Errors
+    /// As [`Committer::append`].
+    pub async fn append(&self, append: Append) -> Result<Appended, AppendError> {
+        let appended = self.committer.append(append).await;
+        self.copy_now.notify_one();
+        appended
+    }
+
+    /// Gives up this broker's lease, so it leaves the members at once (a clean stop).
+    pub async fn leave(&self) {
+        let heartbeat = self
+            .heartbeat
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(heartbeat) = heartbeat
+            && let Err(error) = heartbeat.leave().await
+        {
+            tracing::warn!(%error, "could not leave the cluster; the lease runs out on its own");
+        }
+    }
+
+    fn known_topic(&self, name: &str) -> Option<SharedTopic> {
+        self.topics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .cloned()
+    }
+
+    /// Remembers `topic` and makes the copy hold it.
+    fn hold(&self, topic: &SharedTopic) -> Result<(), BrokerError> {
+        let partitions = u32::try_from(topic.partitions).unwrap_or(0);
+        self.broker.hold_topic(&topic.name, partitions)?;
+        self.topics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(topic.name.clone(), topic.clone());
+        Ok(())
+    }
+
+    /// One pass of the copy: every partition whose end is past the copy's gets the batches in
+    /// between.
+    async fn copy_once(&self) -> Result<(), ClusterError> {
+        let client = self.database.client().await?;
+        for ends in minibroker_cluster::partition_ends(&*client).await? {
+            let known = self.known_topic(&ends.topic);
+            if known.as_ref().is_none_or(|known| known.id != ends.topic_id) {
+                self.hold(&SharedTopic {
+                    id: ends.topic_id,
+                    name: ends.topic.clone(),
+                    partitions: ends.partitions,
+                })?;
+            }
+            let Ok(partition) = u32::try_from(ends.partition) else {
+                continue;
+            };
+            let (_, mut end) = self.broker.offsets(&ends.topic, partition)?;
+            while end < ends.high_watermark {
+                let batches = minibroker_cluster::batches_from(
+                    &*client,
+                    ends.topic_id,
+                    ends.partition,
+                    end,
+                    COPY_BATCHES,
+                )
+                .await?;
+                if batches.is_empty() {
+                    break;
+                }
+                for batch in batches {
+                    let placed = self.broker.place_committed(
+                        &ends.topic,
+                        partition,
+                        batch.base_offset,
+                        &batch.bytes,
+                    )?;
+                    if placed == Placed::Appended {
+                        end = batch.last_offset + 1;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Takes the node id, waiting while a previous run of this broker (killed, so it never gave
+/// its lease up) still holds it.
+async fn register(settings: &ClusterSettings) -> Result<Heartbeat, MembershipError> {
+    let deadline = tokio::time::Instant::now() + settings.lease + settings.lease / 2;
+    loop {
+        let registration = Registration::new(settings.member.clone());
+        match Heartbeat::start(&settings.url, registration, settings.lease).await {
+            Err(MembershipError::NodeIdTaken { .. }) if tokio::time::Instant::now() < deadline => {
+                tracing::info!(
+                    node_id = settings.member.node_id,
+                    "the node id is held by a live broker; waiting for its lease to run out"
+                );
+                tokio::time::sleep(settings.lease / 4).await;
+            }
+            started => return started,
+        }
+    }
+}
+
+/// The copy's loop: a pass every [`COPY_POLL`], or at once after this broker commits; it ends
+/// with the link.
+async fn copy(link: Weak<ClusterLink>, copy_now: Arc<Notify>) {
+    loop {
+        let Some(strong) = link.upgrade() else { return };
+        if let Err(error) = strong.copy_once().await {
+            tracing::warn!(%error, "the copy of the cluster's partitions could not catch up");
+        }
+        drop(strong);
+        let _polled = tokio::time::timeout(COPY_POLL, copy_now.notified()).await;
+    }
+}

@@ -1,0 +1,262 @@
+//! The requests a broker of a cluster serves differently from a broker on its own
+//! (`minibroker_host::ClusterLink`): Produce is judged and stored by the cluster's database,
+//! producer ids and topics are the cluster's, Metadata lists the live brokers. Reads are the
+//! same handlers as a single broker's: they read the broker's copy of what the cluster
+//! committed. Groups and transactions are not served in a cluster yet: FindCoordinator answers
+//! COORDINATOR_NOT_AVAILABLE, and a transactional producer is refused.
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::BrokerId;
+use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
+use kafka_protocol::protocol::StrBytes;
+use minibroker_cluster::{Append, AppendError, AppendRefused};
+use minibroker_host::ClusterLink;
+use minibroker_records::Inspected;
+use std::sync::Arc;
+
+use super::code;
+use super::implicit_add::TransactionAllowance;
+use super::produce::{Gate, refused, verdict_answer};
+use super::topics::Refused;
+use crate::front_end::KafkaFrontEnd;
+use crate::produce_wire::{self, PartitionAnswer, ProduceView};
+
+/// Why a broker of a cluster refuses transactions, for the answer and the log.
+pub(crate) const NO_TRANSACTIONS: &str =
+    "transactions are not served by a broker of a cluster yet: use an idempotent producer";
+
+/// Why a broker of a cluster has no group coordinator, for the log.
+pub(crate) const NO_GROUPS: &str = "consumer groups and transactions are not served by a broker of a cluster yet: assign partitions instead";
+
+impl KafkaFrontEnd {
+    /// Serves a Produce on a broker of `cluster`: every partition's batch goes to the
+    /// cluster's next window at once, and the answer is written once all are committed.
+    pub(crate) async fn produce_shared(
+        &mut self,
+        cluster: &Arc<ClusterLink>,
+        request: &ProduceView<'_>,
+        version: i16,
+        out: &mut BytesMut,
+    ) {
+        let mut gate = Gate::new(request, TransactionAllowance::default());
+        let mut answers = Vec::with_capacity(request.partitions.len());
+        let mut committing = Vec::new();
+        for (at, data) in request.partitions.iter().enumerate() {
+            let topic = request.topics[data.topic];
+            let batch = Inspected::new(data.records.unwrap_or_default());
+            let info = batch.as_ref().ok().map(|batch| *batch.info());
+            if request.transactional_id.is_some() {
+                tracing::info!(topic, "{NO_TRANSACTIONS}");
+                answers.push(refused(
+                    data.index,
+                    ResponseError::InvalidRequest,
+                    NO_TRANSACTIONS.to_owned(),
+                ));
+                continue;
+            }
+            if let Some(refusal) = gate.refusal(self, data, topic, info.as_ref()) {
+                answers.push(refusal);
+                continue;
+            }
+            match self.shared_append(cluster, topic, data.index, batch).await {
+                Ok(append) => {
+                    answers.push(refused(
+                        data.index,
+                        ResponseError::UnknownServerError,
+                        String::new(),
+                    ));
+                    committing.push(async move { (at, cluster.append(append).await) });
+                }
+                Err(refusal) => answers.push(refused(data.index, refusal.0, refusal.1)),
+            }
+        }
+        for (at, appended) in futures::future::join_all(committing).await {
+            let data = &request.partitions[at];
+            let topic = request.topics[data.topic];
+            answers[at] = match (appended, Inspected::new(data.records.unwrap_or_default())) {
+                (Ok(appended), Ok(batch)) => {
+                    let partition = u32::try_from(data.index).unwrap_or(u32::MAX);
+                    let (error, base_offset) =
+                        verdict_answer(topic, partition, appended.verdict, batch.info());
+                    PartitionAnswer {
+                        index: data.index,
+                        error_code: code(error),
+                        base_offset,
+                        log_start_offset: appended.log_start_offset,
+                        error_message: None,
+                    }
+                }
+                (Err(error), _) => {
+                    let refusal = append_refusal(&error);
+                    refused(data.index, refusal, error.to_string())
+                }
+                // Read once already, before it was sent.
+                (Ok(_), Err(error)) => {
+                    refused(data.index, ResponseError::CorruptMessage, error.to_string())
+                }
+            };
+        }
+        if request.acks != 0 {
+            produce_wire::write_answer(out, request, &answers, version);
+        }
+    }
+
+    /// The cluster's append of one partition's batch, checked as a broker on its own checks it.
+    async fn shared_append(
+        &self,
+        cluster: &ClusterLink,
+        topic: &str,
+        index: i32,
+        batch: Result<Inspected<'_>, minibroker_records::RecordsError>,
+    ) -> Result<Append, (ResponseError, String)> {
+        let unknown = || {
+            (
+                ResponseError::UnknownTopicOrPartition,
+                format!("topic {topic:?} partition {index} is not in the cluster"),
+            )
+        };
+        let batch = batch.map_err(|error| (ResponseError::CorruptMessage, error.to_string()))?;
+        let header = self
+            .broker
+            .check_batch(batch)
+            .map_err(|error| (crate::errors::code_of(&error), error.to_string()))?;
+        let create = self.may_create_topic(topic);
+        let shared = match cluster.topic(topic, create).await {
+            Ok(Some(shared)) => shared,
+            Ok(None) => return Err(unknown()),
+            Err(error) => return Err((ResponseError::KafkaStorageError, error.to_string())),
+        };
+        if index < 0 || index >= shared.partitions {
+            return Err(unknown());
+        }
+        Ok(Append {
+            topic_id: shared.id,
+            partition: index,
+            header,
+            offsets: batch.info().record_count,
+            bytes: Bytes::copy_from_slice(batch.bytes()),
+        })
+    }
+
+    /// InitProducerId on a broker of `cluster`: a new id from the cluster's sequence, epoch 0.
+    /// A producer that asks to bump the epoch of its id gets a new id, as Kafka answers a
+    /// non-transactional request it cannot match.
+    pub(crate) async fn shared_producer_id(
+        &self,
+        cluster: &ClusterLink,
+    ) -> Result<i64, ResponseError> {
+        if !self.may_write_idempotently() {
+            return Err(ResponseError::ClusterAuthorizationFailed);
+        }
+        let id = cluster.new_producer_id().await.map_err(|error| {
+            tracing::warn!(%error, "no producer id: the cluster's database did not answer");
+            ResponseError::CoordinatorNotAvailable
+        })?;
+        self.record_producer(id).map_err(|error| {
+            tracing::warn!(%error, "the producer-owners file could not be written");
+            ResponseError::KafkaStorageError
+        })?;
+        Ok(id)
+    }
+
+    /// The live brokers of `cluster` as Metadata lists them, by node id; this broker alone
+    /// when the database cannot be asked (it serves every partition all the same).
+    pub(crate) async fn shared_brokers(
+        &self,
+        cluster: &ClusterLink,
+    ) -> Vec<MetadataResponseBroker> {
+        let members = match cluster.members().await {
+            Ok(members) => members,
+            Err(error) => {
+                tracing::warn!(%error, "Metadata lists this broker alone: the cluster's database did not answer");
+                Vec::new()
+            }
+        };
+        let mut brokers: Vec<_> = members
+            .into_iter()
+            .map(|member| {
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(member.node_id))
+                    .with_host(StrBytes::from_string(member.kafka_host))
+                    .with_port(i32::from(member.kafka_port))
+            })
+            .collect();
+        if !brokers.iter().any(|broker| broker.node_id == self.node()) {
+            brokers.push(self.this_broker());
+            brokers.sort_by_key(|broker| broker.node_id);
+        }
+        brokers
+    }
+
+    /// Creates topic `name` in the cluster, with `partitions` partitions; a topic's settings
+    /// are not shared by a cluster's brokers yet, so a topic created with any is refused.
+    pub(crate) async fn create_shared_topic(
+        &self,
+        cluster: &ClusterLink,
+        name: &str,
+        partitions: u32,
+        settings: &[(&str, &str)],
+    ) -> Result<(), Refused> {
+        if let Some((setting, _)) = settings.first() {
+            return Err(Refused::Request(
+                ResponseError::InvalidConfig,
+                format!(
+                    "{setting}: a topic's settings are not shared by a cluster's brokers yet; create it without any"
+                ),
+            ));
+        }
+        minibroker_broker::validate_topic_name(name).map_err(Refused::Broker)?;
+        let count = i32::try_from(partitions)
+            .ok()
+            .filter(|count| *count > 0)
+            .ok_or_else(|| {
+                Refused::Request(
+                    ResponseError::InvalidPartitions,
+                    format!("a topic needs 1 to {} partitions", i32::MAX),
+                )
+            })?;
+        match cluster.create_topic(name, count).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(Refused::Request(
+                ResponseError::TopicAlreadyExists,
+                format!("topic {name:?} already exists"),
+            )),
+            Err(error) => Err(Refused::Request(
+                ResponseError::KafkaStorageError,
+                error.to_string(),
+            )),
+        }
+    }
+
+    /// The cluster's topics named in a Metadata request, found (or created, when `create` and
+    /// the principal may) before the request is served from the broker's copy.
+    pub(crate) async fn hold_shared_topics(
+        &self,
+        cluster: &ClusterLink,
+        names: &[String],
+        create: bool,
+    ) {
+        for name in names {
+            let create = create && self.may_create_topic(name);
+            if let Err(error) = cluster.topic(name, create).await {
+                tracing::warn!(topic = %name, %error, "the cluster's topic could not be looked up");
+            }
+        }
+    }
+}
+
+/// The Produce error for a batch the cluster did not store: retriable unless the batch itself
+/// was refused.
+fn append_refusal(error: &AppendError) -> ResponseError {
+    match error {
+        AppendError::Refused(AppendRefused::UnknownPartition { .. }) => {
+            ResponseError::UnknownTopicOrPartition
+        }
+        AppendError::Refused(AppendRefused::NotABatch { .. }) => ResponseError::CorruptMessage,
+        // Stored or not: the producer's retry meets the rule, and is answered DUPLICATE with
+        // the original offset when it was.
+        AppendError::Unknown(_) => ResponseError::RequestTimedOut,
+        AppendError::Unavailable(_) => ResponseError::KafkaStorageError,
+    }
+}
