@@ -6,6 +6,11 @@ and then judges what was stored.
         produces values v-0 .. v-(COUNT-1) over PARTITIONS partitions (creating the topic), prints
         "half" once half of them are acknowledged, and at the end a JSON summary: ok when every
         value was acknowledged, with the acknowledged (partition, offset, value) triples
+    python cluster.py one-by-one BOOTSTRAP TOPIC COUNT
+        produces values v-0 .. v-(COUNT-1) to partition 0 of TOPIC (created with one partition),
+        each acknowledged before the next is sent; prints "first" once v-0 is sent (the test
+        breaks its answer's way back), and a summary as produce does, with when v-0 was
+        acknowledged (seconds since the epoch)
     python cluster.py brokers BOOTSTRAP
         a JSON summary with the node ids Metadata lists
     python cluster.py read BOOTSTRAP TOPIC PARTITIONS
@@ -98,6 +103,35 @@ def read(bootstrap, topic, partitions):
     done({"records": records, "ends": ends}, all(positions[p] >= ends[p] for p in ends))
 
 
+def one_by_one(bootstrap, topic, count):
+    ensure_topic(bootstrap, topic, 1)
+    producer = Producer({
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "linger.ms": 0,
+        "message.timeout.ms": 60000,
+        "topic.metadata.refresh.interval.ms": 1000,
+    })
+    acked, failed, acked_at = [], [], []
+
+    def delivered(error, message):
+        if error is not None:
+            failed.append(str(error))
+        else:
+            acked.append((message.partition(), message.offset(), message.value().decode()))
+            acked_at.append(time.time())
+
+    for i in range(count):
+        producer.produce(topic, value=b"v-%d" % i, partition=0, on_delivery=delivered)
+        producer.poll(0)
+        if i == 0:
+            print("first", flush=True)
+        if producer.flush(90) != 0:
+            break
+    summary = {"acked": acked, "failed": failed[:10], "first_acked_at": acked_at[:1]}
+    done(summary, not failed and len(acked) == count)
+
+
 def brokers(bootstrap):
     admin = AdminClient({"bootstrap.servers": bootstrap})
     listed = admin.list_topics(timeout=30)
@@ -108,6 +142,8 @@ if __name__ == "__main__":
     command, args = sys.argv[1], sys.argv[2:]
     if command == "produce":
         produce(args[0], args[1], int(args[2]), int(args[3]))
+    elif command == "one-by-one":
+        one_by_one(args[0], args[1], int(args[2]))
     elif command == "brokers":
         brokers(args[0])
     elif command == "read":

@@ -33,7 +33,9 @@ use crate::proxy::KafkaProxyArgs;
 /// Flags of `check`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The Kafka-compatible broker to check (bootstrap host:port); any broker of a cluster.
+    /// The Kafka-compatible broker to check (bootstrap host:port), or several brokers of a
+    /// cluster, comma-separated: the first that answers is the bootstrap, and its Metadata
+    /// leads to the others.
     #[arg(long)]
     kafka: String,
     /// Concurrent idempotent producers.
@@ -127,11 +129,12 @@ pub async fn run(args: Args) -> Result<()> {
         .unwrap_or_else(|| format!("minibroker-check-{}", minibroker_records::now_millis()));
     let faults = proxy_config(&args)?;
     let aimed = describe_aim(&faults);
-    create_topic(&args.kafka, &topic, args.partitions).await?;
-    let proxy = EmbeddedProxy::start(&args.kafka, faults.clone()).await?;
+    let kafka = first_answering(&args.kafka).await?;
+    create_topic(&kafka, &topic, args.partitions).await?;
+    let proxy = EmbeddedProxy::start(&kafka, faults.clone()).await?;
     println!(
-        "minibroker check: {} (topic {topic}, {} partitions), {} producers x {} records, through a faulty network (seed {}, faults aimed at {aimed})",
-        args.kafka, args.partitions, args.producers, args.records, faults.seed
+        "minibroker check: {kafka} (topic {topic}, {} partitions), {} producers x {} records, through a faulty network (seed {}, faults aimed at {aimed})",
+        args.partitions, args.producers, args.records, faults.seed
     );
     println!("  faults: {faults}");
     println!();
@@ -140,12 +143,32 @@ pub async fn run(args: Args) -> Result<()> {
     // Read back from the broker itself, not through the faulty network.
     let acked = Some(produced.acked.as_slice());
     let report = if args.transactional {
-        minibroker_verify::verify_kafka_read_committed(&args.kafka, &topic, acked).await
+        minibroker_verify::verify_kafka_read_committed(&kafka, &topic, acked).await
     } else {
-        minibroker_verify::verify_kafka(&args.kafka, &topic, acked).await
+        minibroker_verify::verify_kafka(&kafka, &topic, acked).await
     }
-    .with_context(|| format!("reading {topic} back from {}", args.kafka))?;
+    .with_context(|| format!("reading {topic} back from {kafka}"))?;
     print_report(&args, &produced, &counts, &report)
+}
+
+/// The first of the comma-separated `bootstrap` addresses that takes a connection.
+async fn first_answering(bootstrap: &str) -> Result<String> {
+    let mut last = None;
+    for address in bootstrap
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+    {
+        match tokio::net::TcpStream::connect(address).await {
+            Ok(_) => return Ok(address.to_owned()),
+            Err(error) => last = Some(format!("{address}: {error}")),
+        }
+    }
+    bail!(
+        "cannot reach any Kafka broker of {bootstrap:?}{}",
+        last.map(|why| format!(" (last: {why})"))
+            .unwrap_or_default()
+    )
 }
 
 /// The proxy's settings: the fault flags (with `check`'s default rates), Kafka-aware, aimed.

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use support::{BIN, ServeProcess, free_addr, kafka_script, start_script, summary_of};
+use support::{BIN, ServeProcess, free_addr, kafka_script, start_proxy, start_script, summary_of};
 
 /// A short lease, so a killed broker leaves the members (and its node id is free again) soon.
 const LEASE_MS: u64 = 2_000;
@@ -170,5 +170,138 @@ fn postgres_stopped_under_load_the_producer_finishes_with_nothing_lost_or_stored
         first.logged().contains("a cluster window was not stored"),
         "the stop was not met: {}",
         first.logged()
+    );
+}
+
+#[test]
+fn an_answer_lost_on_one_broker_is_retried_on_another_and_answered_with_the_original_offset() {
+    let postgres = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let (a_addr, b_addr) = (free_addr(), free_addr());
+    let a = broker(&postgres.url, 1, &a_addr, &config);
+    // The first Produce's answer is lost on its way back from broker A: the batch is stored.
+    let faults = ["--kafka", "--api", "produce", "--drop-response-at", "1"];
+    let (mut proxy, proxy_addr, _) = start_proxy("127.0.0.1:0", &a_addr, &faults);
+    let bootstrap = format!("{proxy_addr},{b_addr}");
+    let producer = start_script("cluster.py", &["one-by-one", &bootstrap, "retried", "10"]);
+    assert_eq!(producer.first_line.trim(), "first");
+    std::thread::sleep(Duration::from_millis(1500));
+    // A goes before the client's retry could reach it; B is the cluster now.
+    a.kill();
+    let killed = std::time::SystemTime::now();
+    let b = broker(&postgres.url, 2, &b_addr, &config);
+    let summary = producer.summary();
+    let acked = triples(&summary, "acked");
+    let first_acked = std::time::UNIX_EPOCH
+        + Duration::from_secs_f64(summary["first_acked_at"][0].as_f64().unwrap());
+    assert!(
+        first_acked > killed,
+        "v-0 was acknowledged before A was killed: its answer was not lost"
+    );
+    let _ = proxy.kill();
+    let read = read_back(&b.kafka_addr, "retried", 1);
+    assert_eq!(read.len(), 10, "{read:?}");
+    judge(&acked, &read);
+    // v-0 was stored by A before its answer was lost, and the retry B took was a duplicate.
+    assert_eq!(acked[0], (0, 0, "v-0".to_owned()));
+}
+
+/// One Produce of `batch` to partition 0 of `topic`: (error code, base offset).
+async fn produce_once(addr: &str, topic: &str, batch: bytes::Bytes) -> (i16, i64) {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let mut connection = minibroker_kafka_client::KafkaConnection::connect(addr)
+        .await
+        .unwrap();
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(0)
+                        .with_records(Some(batch)),
+                ]),
+        ]);
+    let answer: ProduceResponse = connection.call(ApiKey::Produce, 9, &request).await.unwrap();
+    let partition = &answer.responses[0].partition_responses[0];
+    (partition.error_code, partition.base_offset)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_batch_sent_to_two_brokers_at_once_is_stored_once() {
+    let postgres = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let brokers: Vec<ServeProcess> = (1..=2)
+        .map(|node_id| broker(&postgres.url, node_id, &free_addr(), &config))
+        .collect();
+    let (first, second) = (&brokers[0].kafka_addr, &brokers[1].kafka_addr);
+    const ROUNDS: i32 = 30;
+    for sequence in 0..ROUNDS {
+        let writer = minibroker_records::Writer {
+            producer_id: 7,
+            epoch: 0,
+            base_sequence: sequence,
+        };
+        let value =
+            minibroker_records::NewRecord::value(bytes::Bytes::from(format!("r-{sequence}")));
+        let batch = minibroker_records::encode(writer, &[value], 0).unwrap();
+        let (one, other) = tokio::join!(
+            produce_once(first, "race", batch.clone()),
+            produce_once(second, "race", batch)
+        );
+        // Both answered with the one offset it is stored at: one ACCEPTED, one DUPLICATE.
+        assert_eq!(one, (0, i64::from(sequence)), "round {sequence}");
+        assert_eq!(other, one, "round {sequence}");
+    }
+    let client = minibroker_cluster_client(&postgres.url).await;
+    assert_eq!(postgres::stored_batches(&client).await, i64::from(ROUNDS));
+}
+
+/// A connection to the cluster's database, for counting what it stores.
+async fn minibroker_cluster_client(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+#[test]
+fn the_checker_holds_on_three_brokers() {
+    let postgres = Postgres::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let brokers: Vec<ServeProcess> = (1..=3)
+        .map(|node_id| broker(&postgres.url, node_id, &free_addr(), &config))
+        .collect();
+    let bootstrap: Vec<&str> = brokers.iter().map(|b| b.kafka_addr.as_str()).collect();
+    let output = Command::new(BIN)
+        .args(["check", "--kafka", &bootstrap.join(",")])
+        .args(["--producers", "3", "--records", "300", "--partitions", "3"])
+        .args([
+            "--drop-response",
+            "0.1",
+            "--drop-request",
+            "0.05",
+            "--hold",
+            "0.05",
+        ])
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{said}");
+    assert!(
+        said.contains("verdict: EXACTLY-ONCE HELD - all 900 acknowledged records"),
+        "{said}"
     );
 }

@@ -71,6 +71,8 @@ pub struct ClusterLink {
     topics: Mutex<HashMap<String, SharedTopic>>,
     default_partitions: i32,
     copy_now: Arc<Notify>,
+    /// Held by a pass of the copy: passes never interleave, so none places a batch twice.
+    copying: tokio::sync::Mutex<()>,
 }
 
 impl ClusterLink {
@@ -104,9 +106,10 @@ impl ClusterLink {
             topics: Mutex::default(),
             default_partitions: i32::try_from(settings.default_partitions).unwrap_or(i32::MAX),
             copy_now: Arc::new(Notify::new()),
+            copying: tokio::sync::Mutex::new(()),
         });
         // The copy catches up before the broker serves, so its first reads miss nothing old.
-        link.copy_once().await?;
+        link.catch_up().await?;
         tokio::spawn(copy(Arc::downgrade(&link), Arc::clone(&link.copy_now)));
         Ok(link)
     }
@@ -223,9 +226,15 @@ impl ClusterLink {
         Ok(())
     }
 
-    /// One pass of the copy: every partition whose end is past the copy's gets the batches in
-    /// between.
-    async fn copy_once(&self) -> Result<(), ClusterError> {
+    /// Brings this broker's copy up to what the cluster has committed now: every partition
+    /// whose end is past the copy's gets the batches in between. A read that must see every
+    /// acknowledged batch (ListOffsets, a Fetch past the copy's end) calls it first, since
+    /// another broker may have acknowledged it a moment ago.
+    ///
+    /// # Errors
+    /// The database could not be read, or the copy cannot hold what it has.
+    pub async fn catch_up(&self) -> Result<(), ClusterError> {
+        let _one_pass_at_a_time = self.copying.lock().await;
         let client = self.database.client().await?;
         for ends in minibroker_cluster::partition_ends(&*client).await? {
             let known = self.known_topic(&ends.topic);
@@ -293,7 +302,7 @@ async fn register(settings: &ClusterSettings) -> Result<Heartbeat, MembershipErr
 async fn copy(link: Weak<ClusterLink>, copy_now: Arc<Notify>) {
     loop {
         let Some(strong) = link.upgrade() else { return };
-        if let Err(error) = strong.copy_once().await {
+        if let Err(error) = strong.catch_up().await {
             tracing::warn!(%error, "the copy of the cluster's partitions could not catch up");
         }
         drop(strong);

@@ -104,6 +104,7 @@ impl KafkaFrontEnd {
     /// Whether the resource's settings may be changed here, by this principal (AlterConfigs on
     /// the topic, as Kafka asks).
     fn alterable(&self, resource_type: i8, name: &str) -> Result<(), Refused> {
+        self.not_in_a_cluster("changing settings")?;
         match resource_type {
             TOPIC if self.may(Operation::AlterConfigs, ResourceType::Topic, name) => Ok(()),
             TOPIC => Err(Refused::Denied),

@@ -22,10 +22,19 @@ impl KafkaFrontEnd {
         &self,
         request: DeleteRecordsRequest,
     ) -> DeleteRecordsResponse {
-        let deletable: Vec<bool> = request
+        let deletable: Vec<Option<ResponseError>> = request
             .topics
             .iter()
-            .map(|topic| self.may(Operation::Delete, ResourceType::Topic, &topic.name))
+            .map(|topic| {
+                if let Err(refused) = self.not_in_a_cluster("DeleteRecords") {
+                    tracing::info!(topic = %topic.name.as_str(), "{refused}");
+                    Some(ResponseError::InvalidRequest)
+                } else if self.may(Operation::Delete, ResourceType::Topic, &topic.name) {
+                    None
+                } else {
+                    Some(ResponseError::TopicAuthorizationFailed)
+                }
+            })
             .collect();
         let broker = Arc::clone(&self.broker);
         tokio::task::spawn_blocking(move || delete_records(&broker, &request, &deletable))
@@ -34,17 +43,18 @@ impl KafkaFrontEnd {
     }
 }
 
-/// The answer to `request`, whose topics `deletable` says may be deleted from.
+/// The answer to `request`, whose topics `refused` says may be deleted from (`None`), or why
+/// not.
 fn delete_records(
     broker: &Broker,
     request: &DeleteRecordsRequest,
-    deletable: &[bool],
+    refused: &[Option<ResponseError>],
 ) -> DeleteRecordsResponse {
     let topics = request
         .topics
         .iter()
-        .zip(deletable)
-        .map(|(topic, &deletable)| {
+        .zip(refused)
+        .map(|(topic, &refused)| {
             let partitions = topic
                 .partitions
                 .iter()
@@ -52,9 +62,8 @@ fn delete_records(
                     let answer = DeleteRecordsPartitionResult::default()
                         .with_partition_index(asked.partition_index)
                         .with_low_watermark(NONE);
-                    if !deletable {
-                        return answer
-                            .with_error_code(ResponseError::TopicAuthorizationFailed.code());
+                    if let Some(refused) = refused {
+                        return answer.with_error_code(refused.code());
                     }
                     let deleted = partition_index(&topic.name, asked.partition_index)
                         .and_then(|index| broker.delete_records(&topic.name, index, asked.offset));

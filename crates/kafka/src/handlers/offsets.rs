@@ -33,6 +33,7 @@ impl KafkaFrontEnd {
         request: ListOffsetsRequest,
         version: i16,
     ) -> Result<ListOffsetsResponse, AnswerTooLarge> {
+        self.catch_up().await;
         let room = AnswerRoom::new(self.config.max_answer_bytes, version);
         // As Kafka: Describe on each topic, or its partitions are answered
         // TOPIC_AUTHORIZATION_FAILED unlooked-up.

@@ -7,8 +7,8 @@
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::BrokerId;
 use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
+use kafka_protocol::messages::{BrokerId, FetchRequest};
 use kafka_protocol::protocol::StrBytes;
 use minibroker_cluster::{Append, AppendError, AppendRefused};
 use minibroker_host::ClusterLink;
@@ -226,6 +226,45 @@ impl KafkaFrontEnd {
                 ResponseError::KafkaStorageError,
                 error.to_string(),
             )),
+        }
+    }
+
+    /// On a broker of a cluster, brings its copy up to what the cluster committed, for a read
+    /// that must see every batch acknowledged so far, by any broker.
+    pub(crate) async fn catch_up(&self) {
+        if let Some(cluster) = &self.cluster
+            && let Err(error) = cluster.catch_up().await
+        {
+            tracing::warn!(%error, "served from this broker's copy as it is: the cluster's database did not answer");
+        }
+    }
+
+    /// Whether a Fetch asks for what this broker's copy may not hold yet: a topic it does not
+    /// know, or an offset at or past its end (another broker may have acknowledged more a
+    /// moment ago, and a Fetch's high watermark must cover every acknowledged batch).
+    pub(crate) fn asks_past_the_copy(&self, request: &FetchRequest) -> bool {
+        self.cluster.is_some()
+            && request.topics.iter().any(|topic| {
+                topic.partitions.iter().any(|partition| {
+                    let index = u32::try_from(partition.partition).unwrap_or(u32::MAX);
+                    self.broker
+                        .offsets(&topic.topic, index)
+                        .is_ok_and(|(_, end)| partition.fetch_offset >= end)
+                        || self.broker.topic(&topic.topic, false).is_err()
+                })
+            })
+    }
+
+    /// INVALID_REQUEST, saying why, for `what` (an admin change) on a broker of a cluster: its
+    /// brokers do not share it yet, and a change to one broker's copy alone would be undone by
+    /// the copy or differ between brokers.
+    pub(crate) fn not_in_a_cluster(&self, what: &str) -> Result<(), Refused> {
+        match self.cluster {
+            Some(_) => Err(Refused::Request(
+                ResponseError::InvalidRequest,
+                format!("{what} is not served by a broker of a cluster yet"),
+            )),
+            None => Ok(()),
         }
     }
 

@@ -156,15 +156,17 @@ impl KafkaFrontEnd {
                 } else if !self.may(Operation::Alter, ResourceType::Topic, &topic.name) {
                     Err(Denied)
                 } else {
-                    self.check_assignments(topic).and_then(|()| {
-                        self.broker
-                            .create_partitions(
-                                &topic.name,
-                                u32::try_from(topic.count).unwrap_or(0),
-                                request.validate_only,
-                            )
-                            .map_err(Refused::Broker)
-                    })
+                    (self.not_in_a_cluster("CreatePartitions"))
+                        .and_then(|()| self.check_assignments(topic))
+                        .and_then(|()| {
+                            self.broker
+                                .create_partitions(
+                                    &topic.name,
+                                    u32::try_from(topic.count).unwrap_or(0),
+                                    request.validate_only,
+                                )
+                                .map_err(Refused::Broker)
+                        })
                 };
                 let answer = CreatePartitionsTopicResult::default().with_name(topic.name.clone());
                 match result {
@@ -225,7 +227,8 @@ impl KafkaFrontEnd {
                 let allowed = self.may(Operation::Describe, ResourceType::Topic, &name)
                     && self.may(Operation::Delete, ResourceType::Topic, &name);
                 let deleted = if allowed {
-                    self.broker.delete_topic(&name).map_err(Refused::Broker)
+                    (self.not_in_a_cluster("DeleteTopics"))
+                        .and_then(|()| self.broker.delete_topic(&name).map_err(Refused::Broker))
                 } else {
                     Err(Denied)
                 };
