@@ -94,14 +94,41 @@ impl Committer {
     /// # Errors
     /// [`AppendError`]: the batch is not stored, or not known to be.
     pub async fn append(&self, append: Append) -> Result<Appended, AppendError> {
-        let stopped = || AppendError::Unavailable(Arc::from("the committer has stopped"));
+        self.submit(append).await?.outcome().await
+    }
+
+    /// Puts `append` in the next window, waiting only for room in the queue; its outcome comes
+    /// once the window has committed ([`Pending::outcome`]), so a connection can submit the
+    /// batches of several requests before it waits for any.
+    ///
+    /// # Errors
+    /// [`AppendError::Unavailable`] when the committer has stopped.
+    pub async fn submit(&self, append: Append) -> Result<Pending, AppendError> {
         let (answer, answered) = oneshot::channel();
         self.sender
             .send(Waiting { append, answer })
             .await
             .map_err(|_| stopped())?;
-        answered.await.unwrap_or_else(|_| Err(stopped()))
+        Ok(Pending(answered))
     }
+}
+
+/// A batch submitted to a committer, its outcome to come.
+#[derive(Debug)]
+pub struct Pending(oneshot::Receiver<Result<Appended, AppendError>>);
+
+impl Pending {
+    /// The batch's outcome, once its window has committed (or failed).
+    ///
+    /// # Errors
+    /// [`AppendError`]: the batch is not stored, or not known to be.
+    pub async fn outcome(self) -> Result<Appended, AppendError> {
+        self.0.await.unwrap_or_else(|_| Err(stopped()))
+    }
+}
+
+fn stopped() -> AppendError {
+    AppendError::Unavailable(Arc::from("the committer has stopped"))
 }
 
 /// The committer's connection, made when a window needs it.
@@ -113,7 +140,14 @@ struct Connection {
 async fn run(url: String, settings: WindowSettings, mut receiver: mpsc::Receiver<Waiting>) {
     let mut connection: Option<Connection> = None;
     while let Some(first) = receiver.recv().await {
-        let (appends, answers) = gather(first, &mut receiver, &settings).await;
+        let window = gather(first, &mut receiver, &settings, |waiting| {
+            waiting.append.bytes.len()
+        })
+        .await;
+        let (appends, answers): (Vec<_>, Vec<_>) = window
+            .into_iter()
+            .map(|Waiting { append, answer }| (append, answer))
+            .unzip();
         // A connection that stopped waiting has gone; its batch is stored all the same.
         match commit(&url, &settings, &mut connection, &appends).await {
             Ok(answered) => {
@@ -130,28 +164,29 @@ async fn run(url: String, settings: WindowSettings, mut receiver: mpsc::Receiver
     }
 }
 
-/// The window `first` opens: every batch that arrives until it closes, and, in the same order,
-/// where each is answered.
-async fn gather(
-    first: Waiting,
-    receiver: &mut mpsc::Receiver<Waiting>,
+/// The window `first` opens: it and everything `receiver` brings until the window closes,
+/// `settings.flush` after `first`, or once what it holds is `settings.max_bytes` long by
+/// `bytes_of` (a committer's batches; a benchmark's raw inserts, gathered the same way).
+pub async fn gather<T>(
+    first: T,
+    receiver: &mut mpsc::Receiver<T>,
     settings: &WindowSettings,
-) -> (Vec<Append>, Vec<Answer>) {
+    bytes_of: impl Fn(&T) -> usize,
+) -> Vec<T> {
     let closes = Instant::now() + settings.flush;
     let mut bytes = 0;
-    let (mut appends, mut answers) = (Vec::new(), Vec::new());
+    let mut window = Vec::new();
     let mut next = Some(first);
-    while let Some(Waiting { append, answer }) = next.take() {
-        bytes += append.bytes.len();
-        appends.push(append);
-        answers.push(answer);
+    while let Some(item) = next.take() {
+        bytes += bytes_of(&item);
+        window.push(item);
         if bytes < settings.max_bytes
             && let Ok(waiting) = tokio::time::timeout_at(closes, receiver.recv()).await
         {
             next = waiting;
         }
     }
-    (appends, answers)
+    window
 }
 
 /// Commits one window on the committer's connection, connecting first when it has none; a

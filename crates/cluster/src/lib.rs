@@ -27,7 +27,7 @@ pub mod reads;
 pub mod schema;
 pub mod topics;
 
-pub use committer::{AppendError, Committer, WindowSettings};
+pub use committer::{AppendError, Committer, Pending, WindowSettings, gather};
 pub use database::Database;
 pub use membership::{Heartbeat, Member, MembershipError, Registration, live_members};
 pub use produce::{Append, AppendRefused, Appended, CommitError, Statements, commit_window};

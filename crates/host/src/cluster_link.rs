@@ -14,7 +14,7 @@
 use minibroker_broker::{Broker, BrokerError, Placed};
 use minibroker_cluster::{
     Append, AppendError, Appended, Committer, Database, Heartbeat, Member, MembershipError,
-    Registration, SchemaError, SharedTopic, WindowSettings,
+    Pending, Registration, SchemaError, SharedTopic, WindowSettings,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -182,13 +182,22 @@ impl ClusterLink {
         Ok(minibroker_cluster::next_producer_id(&*client).await?)
     }
 
-    /// Judges and stores `append` in this broker's next window; once committed, the copy is
-    /// brought up to date at once.
+    /// Puts `append` in this broker's next window, to be judged and stored there
+    /// ([`Self::outcome`]).
     ///
     /// # Errors
-    /// As [`Committer::append`].
-    pub async fn append(&self, append: Append) -> Result<Appended, AppendError> {
-        let appended = self.committer.append(append).await;
+    /// As [`Committer::submit`].
+    pub async fn submit(&self, append: Append) -> Result<Pending, AppendError> {
+        self.committer.submit(append).await
+    }
+
+    /// What the cluster answered a submitted batch, once its window has committed; the copy is
+    /// then brought up to date at once.
+    ///
+    /// # Errors
+    /// As [`Pending::outcome`].
+    pub async fn outcome(&self, pending: Pending) -> Result<Appended, AppendError> {
+        let appended = pending.outcome().await;
         self.copy_now.notify_one();
         appended
     }

@@ -153,7 +153,7 @@ fn bench(c: &mut Criterion) {
             let request = Bytes::copy_from_slice(&frame);
             runtime.block_on(async {
                 assert_eq!(front_end.answer(request, out).await, Next::Continue);
-                front_end.store_answered().await.expect("stored");
+                front_end.store_answered(out).await.expect("stored");
             });
         };
         group.bench_function("front end", |b| {

@@ -38,6 +38,8 @@ pub struct KafkaFrontEnd {
     pub(crate) implicitly_added: crate::implicitly_added::ImplicitlyAdded,
     /// The connection's produces whose answers wait for their batches to be stored.
     pub(crate) unacknowledged: Unacknowledged,
+    /// On a broker of a cluster: produces whose answers wait for the cluster's commit.
+    pub(crate) deferred: Vec<crate::handlers::DeferredProduce>,
     pub(crate) config: Arc<KafkaConfig>,
     /// Where the connection is in its SASL login (on a SASL listener).
     pub(crate) session: minibroker_host::login::Session,
@@ -64,6 +66,7 @@ impl KafkaFrontEnd {
             connection: node.transactions().open_connection(),
             implicitly_added: crate::implicitly_added::ImplicitlyAdded::default(),
             unacknowledged: Unacknowledged::default(),
+            deferred: Vec::new(),
             raw_sasl: false,
             session: node.session(config.login),
             guard: node.guard(peer),
@@ -191,7 +194,7 @@ impl KafkaFrontEnd {
     /// its partitions to their transaction, once per partition and transaction, is boxed), so
     /// it is served here, outside `dispatch`, whose future holds the largest of every other
     /// API's (a fetch's wait, the group calls) and is boxed.
-    async fn serve_produce(&mut self, frame: &[u8], version: i16, out: &mut BytesMut) -> Next {
+    async fn serve_produce(&mut self, frame: &Bytes, version: i16, out: &mut BytesMut) -> Next {
         if self.refused_by_session(ApiKey::Produce) {
             return Next::Close;
         }
@@ -209,7 +212,7 @@ impl KafkaFrontEnd {
             "produce request"
         );
         let started = self.timings.as_ref().map(ConnectionTimings::start);
-        self.produce(&request, version, out).await;
+        self.produce(&request, frame, version, out).await;
         if let (Some(timings), Some(started)) = (&mut self.timings, started) {
             timings.record_since(apis::name(ApiKey::Produce), started);
         }
@@ -386,8 +389,10 @@ impl FrontEnd for KafkaFrontEnd {
         self.serve(frame, out)
     }
 
-    async fn store_answered(&mut self) -> Result<(), NotStored> {
-        Ok(self.unacknowledged.commit().await?)
+    async fn store_answered(&mut self, out: &mut BytesMut) -> Result<(), NotStored> {
+        self.unacknowledged.commit().await?;
+        self.answer_deferred(out).await;
+        Ok(())
     }
 
     fn authenticated(&self) -> bool {

@@ -81,7 +81,7 @@ impl FrontEnd for NativeFrontEnd {
         self.session.lets_through()
     }
 
-    async fn store_answered(&mut self) -> Result<(), NotStored> {
+    async fn store_answered(&mut self, _out: &mut BytesMut) -> Result<(), NotStored> {
         Ok(self.unacknowledged.commit().await?)
     }
 

@@ -169,7 +169,7 @@ impl<F: FrontEnd> Connection<F> {
     /// [`FrontEnd::store_answered`]; when it fails, the buffered answers are dropped unsent
     /// (they acknowledge what was not stored) and the connection is to close.
     async fn settle(&mut self, out: &mut BytesMut) -> io::Result<()> {
-        self.front_end.store_answered().await.map_err(|error| {
+        self.front_end.store_answered(out).await.map_err(|error| {
             tracing::warn!(%error, "answers dropped unsent: what they acknowledge was not stored");
             out.clear();
             io::Error::other(error)

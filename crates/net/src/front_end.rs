@@ -60,12 +60,18 @@ pub trait FrontEnd: Send + Sync + 'static {
     /// Stores what the answers appended to `out` so far acknowledge: a produce to a durable
     /// partition may leave its batch in memory, or unsynced under the `always` policy, and the
     /// producer-state snapshot of a segment roll unwritten, until this returns (it commits the
-    /// connection's `minibroker_broker::Unacknowledged`). The connection calls it before it
-    /// writes answers to the peer and before it waits for more requests.
+    /// connection's `minibroker_broker::Unacknowledged`). A front end may also have left an
+    /// answer out of `out` until what it says is known (a broker of a cluster's produce, whose
+    /// offsets the cluster's commit gives): it puts it in its place here. The connection calls
+    /// it before it writes answers to the peer and before it waits for more requests.
     ///
     /// # Errors
     /// A storage error: the answers must not be sent, and the connection closes without them.
-    fn store_answered(&mut self) -> impl Future<Output = Result<(), NotStored>> + Send {
+    fn store_answered(
+        &mut self,
+        out: &mut BytesMut,
+    ) -> impl Future<Output = Result<(), NotStored>> + Send {
+        let _ = out;
         async { Ok(()) }
     }
 

@@ -3,7 +3,8 @@
 //! read are written with one flush), so broker/baseline isolates the cost of the broker's work.
 //! It speaks either wire: the acknowledgement is a real produce answer of that protocol, and only
 //! its correlation id, copied from the request, changes. Standing in for a durable broker it
-//! also writes every produce frame to disk (`durable_baseline`) before answering it.
+//! also writes every produce frame to disk (`durable_baseline`) before answering it, and for a
+//! cluster inserts it into PostgreSQL (`raw_inserts`).
 
 use bytes::{Bytes, BytesMut};
 use futures::{FutureExt, StreamExt};
@@ -14,8 +15,62 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::codec::FramedRead;
 
-use super::durable_baseline::Store;
+use super::durable_baseline::{ConnectionWriter, Store};
+use super::raw_inserts::RawInserts;
 use super::wire::Wire;
+
+/// What the baseline does with a produce frame before it answers it.
+#[derive(Clone)]
+pub enum Keep {
+    /// Nothing: the answer at once.
+    Nothing,
+    /// Written to a file (and synced as the flush policy says).
+    Files(Arc<Store>),
+    /// Inserted into PostgreSQL in committer-like windows.
+    Postgres(RawInserts),
+}
+
+/// One connection's keeping of its frames.
+enum Keeping {
+    Files(ConnectionWriter),
+    Postgres(
+        RawInserts,
+        Vec<tokio::sync::oneshot::Receiver<Result<(), String>>>,
+    ),
+}
+
+impl Keeping {
+    fn of(keep: &Keep) -> Option<Self> {
+        match keep {
+            Keep::Nothing => None,
+            Keep::Files(store) => Some(Self::Files(store.writer())),
+            Keep::Postgres(inserts) => Some(Self::Postgres(inserts.clone(), Vec::new())),
+        }
+    }
+
+    async fn keep(&mut self, frame: &[u8]) -> Result<(), String> {
+        match self {
+            Self::Files(writer) => writer.write(frame).map_err(|error| error.to_string()),
+            Self::Postgres(inserts, pending) => {
+                pending.push(inserts.insert(Bytes::copy_from_slice(frame)).await);
+                Ok(())
+            }
+        }
+    }
+
+    /// Returns once everything kept so far is stored.
+    async fn kept(&mut self) -> Result<(), String> {
+        match self {
+            Self::Files(writer) => writer.durable().await.map_err(|error| error.to_string()),
+            Self::Postgres(_, pending) => {
+                for stored in pending.drain(..) {
+                    stored.await.map_err(|_| "the inserting task stopped")??;
+                }
+                Ok(())
+            }
+        }
+    }
+}
 
 /// A produce answer, and where the correlation id sits in requests and in the answer; for
 /// Kafka also the answer to the InitProducerId a producer starts with, and its API key.
@@ -27,12 +82,12 @@ struct Ack {
     identity: Option<(i16, Bytes)>,
 }
 
-/// Serves the baseline for `wire` on `listener` until `shutdown` resolves, writing produce
-/// frames to `store` when given.
+/// Serves the baseline for `wire` on `listener` until `shutdown` resolves, keeping produce
+/// frames as `keep` says.
 pub async fn serve(
     listener: TcpListener,
     wire: Wire,
-    store: Option<Arc<Store>>,
+    keep: Keep,
     shutdown: impl Future<Output = ()>,
 ) {
     let (body, correlation_in_request, correlation_in_answer) = wire.fixed_ack();
@@ -49,7 +104,7 @@ pub async fn serve(
             () = &mut shutdown => break,
             accepted = listener.accept() => {
                 if let Ok((stream, _)) = accepted {
-                    connections.spawn(answer(stream, ack.clone(), store.clone()));
+                    connections.spawn(answer(stream, ack.clone(), keep.clone()));
                 }
             }
         }
@@ -57,7 +112,7 @@ pub async fn serve(
     connections.shutdown().await;
 }
 
-async fn answer(stream: TcpStream, ack: Ack, store: Option<Arc<Store>>) {
+async fn answer(stream: TcpStream, ack: Ack, keep: Keep) {
     let _ = stream.set_nodelay(true);
     let (read_half, mut write_half) = stream.into_split();
     let mut frames = FramedRead::new(
@@ -66,7 +121,7 @@ async fn answer(stream: TcpStream, ack: Ack, store: Option<Arc<Store>>) {
     );
     let (request_at, answer_at) = (ack.correlation_in_request, ack.correlation_in_answer);
     let mut out = BytesMut::with_capacity(16 * 1024);
-    let mut writer = None;
+    let mut keeping = None;
     while let Some(Ok(mut frame)) = frames.next().await {
         loop {
             let api_key = frame
@@ -75,11 +130,13 @@ async fn answer(stream: TcpStream, ack: Ack, store: Option<Arc<Store>>) {
             let body = match &ack.identity {
                 Some((identity_key, identity)) if api_key == Some(*identity_key) => identity,
                 _ => {
-                    if let Some(store) = &store {
-                        let writer = writer.get_or_insert_with(|| store.writer());
-                        if writer.write(&frame).is_err() {
-                            return;
-                        }
+                    if keeping.is_none() {
+                        keeping = Keeping::of(&keep);
+                    }
+                    if let Some(keeping) = &mut keeping
+                        && keeping.keep(&frame).await.is_err()
+                    {
+                        return;
                     }
                     &ack.body
                 }
@@ -95,8 +152,8 @@ async fn answer(stream: TcpStream, ack: Ack, store: Option<Arc<Store>>) {
                 _ => break,
             }
         }
-        if let Some(writer) = &mut writer
-            && writer.durable().await.is_err()
+        if let Some(keeping) = &mut keeping
+            && keeping.kept().await.is_err()
         {
             return;
         }

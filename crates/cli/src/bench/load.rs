@@ -170,7 +170,8 @@ impl LoadResult {
     }
 }
 
-/// Runs `workload` against `addr`; `answered` counts answers as they come (for progress).
+/// Runs `workload` against `addr` (or several, comma-separated, which the connections take in
+/// turn); `answered` counts answers as they come (for progress).
 pub async fn run(addr: &str, workload: &Workload, answered: Arc<AtomicU64>) -> Result<LoadResult> {
     let record = Bytes::from(vec![b'x'; workload.record_size]);
     let started = Instant::now();
@@ -182,7 +183,10 @@ pub async fn run(addr: &str, workload: &Workload, answered: Arc<AtomicU64>) -> R
         .rate
         .map(|rate| Duration::from_secs_f64(workload.connections as f64 / rate.max(1.0)));
     let mut tasks = tokio::task::JoinSet::new();
+    // Several brokers (comma-separated) take the connections in turn.
+    let addrs: Vec<&str> = addr.split(',').collect();
     for connection in 0..workload.connections {
+        let addr = addrs[connection % addrs.len()];
         // One connection at a time, before any load, as producers start in a client: some
         // brokers issue ids from one shared record and fence when asked concurrently.
         let identity_addr = workload.tls.as_ref().map_or(addr, |tls| &tls.identity_addr);

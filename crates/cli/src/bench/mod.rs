@@ -6,6 +6,7 @@
 //! `--data-dir` measures the durable broker (see `durable`).
 
 mod baseline;
+mod cluster;
 mod compaction;
 mod durable;
 mod durable_baseline;
@@ -13,6 +14,7 @@ mod load;
 mod memory;
 mod metrics;
 mod pairs;
+mod raw_inserts;
 mod steal;
 mod tls;
 mod transactional;
@@ -124,6 +126,15 @@ pub struct Args {
     /// in one run, under DIR (`--data-dir`, else a temporary directory).
     #[arg(long, conflicts_with_all = ["broker", "baseline", "memory", "compare_metrics", "transactional", "tls"])]
     compaction: bool,
+    /// Idempotent Kafka produce through one and through three brokers of a cluster on this
+    /// PostgreSQL database (postgresql://USER@HOST:PORT/DB), started in this process, each
+    /// against the same batches inserted into the database with the same transaction cadence
+    /// and no rule.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["broker", "baseline", "memory", "data_dir", "compare_metrics", "transactional", "tls", "compaction"])]
+    cluster: Option<String>,
+    /// With --cluster: how long the brokers (and the baseline) gather batches per transaction.
+    #[arg(long, default_value_t = 2, requires = "cluster")]
+    cluster_flush_ms: u64,
     /// With --compaction: MiB of the log compacted in each round.
     #[arg(long, default_value_t = 256, requires = "compaction")]
     compaction_mib: u64,
@@ -188,6 +199,21 @@ pub async fn run(args: Args) -> Result<()> {
         tls: None,
         keyed: false,
     };
+    if let Some(url) = args.cluster.clone() {
+        let settings = cluster::Settings {
+            url,
+            workload: Workload {
+                wire: Wire::Kafka,
+                ..workload
+            },
+            retention_bytes: (args.retention_mib > 0).then_some(args.retention_mib << 20),
+            flush: Duration::from_millis(args.cluster_flush_ms.max(1)),
+            pairs: args.pairs,
+            warm_up: Duration::from_secs_f64(args.warm_up.max(0.0)),
+            json: args.json,
+        };
+        return tokio::task::spawn_blocking(move || cluster::run(&settings)).await?;
+    }
     if args.compare_metrics {
         return metrics::run(workload, args.json).await;
     }
@@ -277,11 +303,11 @@ fn measure_pinned(
             })?),
             None => None,
         };
-        Some(
-            sides
-                .server
-                .block_on(start_baseline(workload.wire, store))?,
-        )
+        let keep = match store {
+            Some(store) => baseline::Keep::Files(store),
+            None => baseline::Keep::Nothing,
+        };
+        Some(sides.server.block_on(start_baseline(workload.wire, keep))?)
     } else {
         None
     };
@@ -425,14 +451,11 @@ impl Target {
     }
 }
 
-async fn start_baseline(
-    wire: Wire,
-    store: Option<Arc<durable_baseline::Store>>,
-) -> Result<(String, oneshot::Sender<()>)> {
+async fn start_baseline(wire: Wire, keep: baseline::Keep) -> Result<(String, oneshot::Sender<()>)> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?.to_string();
     let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(baseline::serve(listener, wire, store, async move {
+    tokio::spawn(baseline::serve(listener, wire, keep, async move {
         let _ = stopped.await;
     }));
     Ok((addr, stop))

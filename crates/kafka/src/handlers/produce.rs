@@ -27,11 +27,14 @@ impl KafkaFrontEnd {
     pub(crate) async fn produce(
         &mut self,
         request: &ProduceView<'_>,
+        frame: &bytes::Bytes,
         version: i16,
         out: &mut BytesMut,
     ) {
         if let Some(cluster) = self.cluster.clone() {
-            return self.produce_shared(&cluster, request, version, out).await;
+            return self
+                .produce_shared(&cluster, request, frame, version, out)
+                .await;
         }
         let inspected = request
             .partitions

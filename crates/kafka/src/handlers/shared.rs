@@ -10,7 +10,7 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
 use kafka_protocol::messages::{BrokerId, FetchRequest};
 use kafka_protocol::protocol::StrBytes;
-use minibroker_cluster::{Append, AppendError, AppendRefused};
+use minibroker_cluster::{Append, AppendError, AppendRefused, Pending};
 use minibroker_host::ClusterLink;
 use minibroker_records::Inspected;
 use std::sync::Arc;
@@ -22,6 +22,19 @@ use super::topics::Refused;
 use crate::front_end::KafkaFrontEnd;
 use crate::produce_wire::{self, PartitionAnswer, ProduceView};
 
+/// A Produce whose answer waits for the cluster's commit of its batches.
+pub(crate) struct DeferredProduce {
+    /// Where its answer goes in the connection's buffered answers.
+    at: usize,
+    /// The request, read again to write the answer.
+    frame: Bytes,
+    version: i16,
+    /// Each partition's answer: the refused ones final, the others placeholders.
+    answers: Vec<PartitionAnswer>,
+    /// The partitions submitted to the cluster, by place in the request.
+    pending: Vec<(usize, Pending)>,
+}
+
 /// Why a broker of a cluster refuses transactions, for the answer and the log.
 pub(crate) const NO_TRANSACTIONS: &str =
     "transactions are not served by a broker of a cluster yet: use an idempotent producer";
@@ -30,18 +43,21 @@ pub(crate) const NO_TRANSACTIONS: &str =
 pub(crate) const NO_GROUPS: &str = "consumer groups and transactions are not served by a broker of a cluster yet: assign partitions instead";
 
 impl KafkaFrontEnd {
-    /// Serves a Produce on a broker of `cluster`: every partition's batch goes to the
-    /// cluster's next window at once, and the answer is written once all are committed.
+    /// Serves a Produce (read from `frame`) on a broker of `cluster`: every partition's batch
+    /// goes to the cluster's next window at once, and the answer's place in `out` is kept
+    /// until the windows have committed ([`Self::answer_deferred`]), so the requests a
+    /// connection pipelines share windows instead of waiting for one each.
     pub(crate) async fn produce_shared(
         &mut self,
         cluster: &Arc<ClusterLink>,
         request: &ProduceView<'_>,
+        frame: &Bytes,
         version: i16,
-        out: &mut BytesMut,
+        out: &BytesMut,
     ) {
         let mut gate = Gate::new(request, TransactionAllowance::default());
         let mut answers = Vec::with_capacity(request.partitions.len());
-        let mut committing = Vec::new();
+        let mut pending = Vec::new();
         for (at, data) in request.partitions.iter().enumerate() {
             let topic = request.topics[data.topic];
             let batch = Inspected::new(data.records.unwrap_or_default());
@@ -59,47 +75,84 @@ impl KafkaFrontEnd {
                 answers.push(refusal);
                 continue;
             }
-            match self.shared_append(cluster, topic, data.index, batch).await {
-                Ok(append) => {
+            let submitted = match self.shared_append(cluster, topic, data.index, batch).await {
+                Ok(append) => cluster
+                    .submit(append)
+                    .await
+                    .map_err(|error| (append_refusal(&error), error.to_string())),
+                Err(refusal) => Err(refusal),
+            };
+            match submitted {
+                Ok(submitted) => {
+                    // Its place, filled once the window has committed.
                     answers.push(refused(
                         data.index,
                         ResponseError::UnknownServerError,
                         String::new(),
                     ));
-                    committing.push(async move { (at, cluster.append(append).await) });
+                    pending.push((at, submitted));
                 }
-                Err(refusal) => answers.push(refused(data.index, refusal.0, refusal.1)),
+                Err((error, message)) => answers.push(refused(data.index, error, message)),
             }
         }
-        for (at, appended) in futures::future::join_all(committing).await {
-            let data = &request.partitions[at];
-            let topic = request.topics[data.topic];
-            answers[at] = match (appended, Inspected::new(data.records.unwrap_or_default())) {
-                (Ok(appended), Ok(batch)) => {
-                    let partition = u32::try_from(data.index).unwrap_or(u32::MAX);
-                    let (error, base_offset) =
-                        verdict_answer(topic, partition, appended.verdict, batch.info());
-                    PartitionAnswer {
-                        index: data.index,
-                        error_code: code(error),
-                        base_offset,
-                        log_start_offset: appended.log_start_offset,
-                        error_message: None,
-                    }
-                }
-                (Err(error), _) => {
-                    let refusal = append_refusal(&error);
-                    refused(data.index, refusal, error.to_string())
-                }
-                // Read once already, before it was sent.
-                (Ok(_), Err(error)) => {
-                    refused(data.index, ResponseError::CorruptMessage, error.to_string())
-                }
-            };
-        }
+        // acks=0 gets no answer; its batches are committed all the same.
         if request.acks != 0 {
-            produce_wire::write_answer(out, request, &answers, version);
+            self.deferred.push(DeferredProduce {
+                at: out.len(),
+                frame: frame.clone(),
+                version,
+                answers,
+                pending,
+            });
         }
+    }
+
+    /// Writes the answers of the Produces [`Self::produce_shared`] deferred into their places
+    /// in `out`, once their batches' windows have committed.
+    pub(crate) async fn answer_deferred(&mut self, out: &mut BytesMut) {
+        let deferred = std::mem::take(&mut self.deferred);
+        let Some(cluster) = self.cluster.clone().filter(|_| !deferred.is_empty()) else {
+            return;
+        };
+        let mut answered = BytesMut::with_capacity(out.len() + 128 * deferred.len());
+        let mut copied = 0;
+        for produce in deferred {
+            answered.extend_from_slice(&out[copied..produce.at]);
+            copied = produce.at;
+            let Ok(request) = produce_wire::read(&produce.frame, produce.version) else {
+                continue; // it was read once already
+            };
+            let mut answers = produce.answers;
+            for (at, pending) in produce.pending {
+                let data = &request.partitions[at];
+                let topic = request.topics[data.topic];
+                let outcome = cluster.outcome(pending).await;
+                answers[at] = match (outcome, Inspected::new(data.records.unwrap_or_default())) {
+                    (Ok(appended), Ok(batch)) => {
+                        let partition = u32::try_from(data.index).unwrap_or(u32::MAX);
+                        let (error, base_offset) =
+                            verdict_answer(topic, partition, appended.verdict, batch.info());
+                        PartitionAnswer {
+                            index: data.index,
+                            error_code: code(error),
+                            base_offset,
+                            log_start_offset: appended.log_start_offset,
+                            error_message: None,
+                        }
+                    }
+                    (Err(error), _) => {
+                        refused(data.index, append_refusal(&error), error.to_string())
+                    }
+                    // Read once already, before it was sent.
+                    (Ok(_), Err(error)) => {
+                        refused(data.index, ResponseError::CorruptMessage, error.to_string())
+                    }
+                };
+            }
+            produce_wire::write_answer(&mut answered, &request, &answers, produce.version);
+        }
+        answered.extend_from_slice(&out[copied..]);
+        *out = answered;
     }
 
     /// The cluster's append of one partition's batch, checked as a broker on its own checks it.

@@ -1,0 +1,90 @@
+//! The cluster benchmark's baseline store: every produce frame inserted into PostgreSQL in
+//! windows gathered exactly as a broker's committer gathers them (`minibroker_cluster::gather`,
+//! the same `cluster_flush_ms` and byte bound), one transaction per window, and answered once it
+//! commits, but with no rule: no partition row locked, no producer row read or written. What is
+//! left is the engine's own cost of storing the same bytes at the same cadence.
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use minibroker_cluster::WindowSettings;
+use tokio::sync::{mpsc, oneshot};
+
+/// Where one insert's answer goes: `Err` with why the window was not stored.
+type Answer = oneshot::Sender<Result<(), String>>;
+
+/// The handle to the inserting task; cloned by every baseline connection.
+#[derive(Clone)]
+pub struct RawInserts {
+    sender: mpsc::Sender<(Bytes, Answer)>,
+}
+
+impl RawInserts {
+    /// A fresh table (`minibroker_bench.raw_batches`, keyed like the cluster's batches) in the
+    /// database at `url`, and the task inserting into it.
+    ///
+    /// # Errors
+    /// The database cannot be reached or refuses the table.
+    pub async fn start(url: &str, settings: WindowSettings) -> Result<Self> {
+        let client = minibroker_cluster::connect(url)
+            .await
+            .context("connecting to the cluster's database")?;
+        client
+            .batch_execute(
+                "CREATE SCHEMA IF NOT EXISTS minibroker_bench;
+                 DROP TABLE IF EXISTS minibroker_bench.raw_batches;
+                 CREATE TABLE minibroker_bench.raw_batches (
+                     last_offset bigint PRIMARY KEY,
+                     base_offset bigint NOT NULL,
+                     bytes bytea NOT NULL
+                 )",
+            )
+            .await
+            .context("creating the baseline's table")?;
+        let (sender, receiver) = mpsc::channel(4096);
+        tokio::spawn(insert(client, settings, receiver));
+        Ok(Self { sender })
+    }
+
+    /// Queues `frame` for the next window; the receiver answers once it is committed.
+    pub async fn insert(&self, frame: Bytes) -> oneshot::Receiver<Result<(), String>> {
+        let (answer, answered) = oneshot::channel();
+        let _stopped = self.sender.send((frame, answer)).await;
+        answered
+    }
+}
+
+async fn insert(
+    mut client: tokio_postgres::Client,
+    settings: WindowSettings,
+    mut receiver: mpsc::Receiver<(Bytes, Answer)>,
+) {
+    let mut next_offset = 0i64;
+    while let Some(first) = receiver.recv().await {
+        let window =
+            minibroker_cluster::gather(first, &mut receiver, &settings, |(frame, _)| frame.len())
+                .await;
+        let (frames, answers): (Vec<Bytes>, Vec<Answer>) = window.into_iter().unzip();
+        let base_offsets: Vec<i64> = (0..frames.len() as i64).map(|i| next_offset + i).collect();
+        next_offset += frames.len() as i64;
+        let bodies: Vec<&[u8]> = frames.iter().map(|frame| &frame[..]).collect();
+        let stored = async {
+            let transaction = client.transaction().await?;
+            transaction
+                .execute(
+                    "INSERT INTO minibroker_bench.raw_batches (last_offset, base_offset, bytes)
+                     SELECT o, o, b FROM unnest($1::bigint[], $2::bytea[]) AS t(o, b)",
+                    &[
+                        &base_offsets as &(dyn tokio_postgres::types::ToSql + Sync),
+                        &bodies,
+                    ],
+                )
+                .await?;
+            transaction.commit().await
+        }
+        .await
+        .map_err(|error| error.to_string());
+        for answer in answers {
+            let _gone = answer.send(stored.clone());
+        }
+    }
+}
