@@ -71,8 +71,12 @@ pub struct ClusterLink {
     topics: Mutex<HashMap<String, SharedTopic>>,
     default_partitions: i32,
     copy_now: Arc<Notify>,
-    /// Held by a pass of the copy: passes never interleave, so none places a batch twice.
+    /// Held by a pass of the copy, and by a placement of the broker's own batch: they never
+    /// interleave, so none places a batch twice.
     copying: tokio::sync::Mutex<()>,
+    /// Passes of the copy begun, so a read that waited for one begun after it arrived needs
+    /// no pass of its own.
+    passes: std::sync::atomic::AtomicU64,
 }
 
 impl ClusterLink {
@@ -107,6 +111,7 @@ impl ClusterLink {
             default_partitions: i32::try_from(settings.default_partitions).unwrap_or(i32::MAX),
             copy_now: Arc::new(Notify::new()),
             copying: tokio::sync::Mutex::new(()),
+            passes: std::sync::atomic::AtomicU64::new(0),
         });
         // The copy catches up before the broker serves, so its first reads miss nothing old.
         link.catch_up().await?;
@@ -191,15 +196,51 @@ impl ClusterLink {
         self.committer.submit(append).await
     }
 
-    /// What the cluster answered a submitted batch, once its window has committed; the copy is
-    /// then brought up to date at once.
+    /// What the cluster answered a submitted `batch` of `topic`/`partition`, once its window
+    /// has committed. An accepted batch that begins where this broker's copy ends is placed in
+    /// the copy at once, rather than read back from the database; otherwise (another broker's
+    /// batches come first, or a pass of the copy is under way) the copy catches up at once.
     ///
     /// # Errors
     /// As [`Pending::outcome`].
-    pub async fn outcome(&self, pending: Pending) -> Result<Appended, AppendError> {
+    pub async fn outcome(
+        &self,
+        pending: Pending,
+        topic: &str,
+        partition: u32,
+        batch: &[u8],
+    ) -> Result<Appended, AppendError> {
         let appended = pending.outcome().await;
-        self.copy_now.notify_one();
+        let placed = match &appended {
+            Ok(appended) if appended.verdict.outcome == minibroker_broker::Outcome::Accepted => {
+                appended
+                    .verdict
+                    .base_offset
+                    .is_some_and(|base_offset| self.place_own(topic, partition, base_offset, batch))
+            }
+            // Nothing new was stored.
+            _ => true,
+        };
+        if !placed {
+            self.copy_now.notify_one();
+        }
         appended
+    }
+
+    /// Places this broker's own committed batch in the copy when it begins at the copy's end
+    /// and no pass of the copy is under way (placements never interleave); `false` when it
+    /// was left to the copy.
+    fn place_own(&self, topic: &str, partition: u32, base_offset: i64, batch: &[u8]) -> bool {
+        let Ok(_one_placement_at_a_time) = self.copying.try_lock() else {
+            return false;
+        };
+        match self.broker.offsets(topic, partition) {
+            Ok((_, end)) if end == base_offset => self
+                .broker
+                .place_committed(topic, partition, base_offset, batch)
+                .is_ok_and(|placed| placed == Placed::Appended),
+            _ => false,
+        }
     }
 
     /// Gives up this broker's lease, so it leaves the members at once (a clean stop).
@@ -236,14 +277,21 @@ impl ClusterLink {
     }
 
     /// Brings this broker's copy up to what the cluster has committed now: every partition
-    /// whose end is past the copy's gets the batches in between. A read that must see every
-    /// acknowledged batch (ListOffsets, a Fetch past the copy's end) calls it first, since
-    /// another broker may have acknowledged it a moment ago.
+    /// whose end is past the copy's gets the batches in between. Every read calls it first
+    /// (Fetch, ListOffsets), since another broker may have acknowledged a batch a moment ago
+    /// and a read's high watermark must cover it. Reads that arrive together share a pass: one
+    /// that waited for a pass begun after it arrived is served by that pass.
     ///
     /// # Errors
     /// The database could not be read, or the copy cannot hold what it has.
     pub async fn catch_up(&self) -> Result<(), ClusterError> {
+        use std::sync::atomic::Ordering;
+        let begun_before = self.passes.load(Ordering::Acquire);
         let _one_pass_at_a_time = self.copying.lock().await;
+        if self.passes.load(Ordering::Acquire) > begun_before {
+            return Ok(());
+        }
+        self.passes.fetch_add(1, Ordering::AcqRel);
         let client = self.database.client().await?;
         for ends in minibroker_cluster::partition_ends(&*client).await? {
             let known = self.known_topic(&ends.topic);

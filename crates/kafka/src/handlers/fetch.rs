@@ -25,9 +25,7 @@ impl KafkaFrontEnd {
             .min(MAX_FETCH_WAIT);
         let deadline = tokio::time::Instant::now() + wait;
         let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
-        if self.asks_past_the_copy(&request) {
-            self.catch_up().await;
-        }
+        self.catch_up().await;
         let notifiers: Vec<_> = request
             .topics
             .iter()

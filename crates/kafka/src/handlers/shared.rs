@@ -8,7 +8,7 @@
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
-use kafka_protocol::messages::{BrokerId, FetchRequest};
+use kafka_protocol::messages::BrokerId;
 use kafka_protocol::protocol::StrBytes;
 use minibroker_cluster::{Append, AppendError, AppendRefused, Pending};
 use minibroker_host::ClusterLink;
@@ -126,10 +126,11 @@ impl KafkaFrontEnd {
             for (at, pending) in produce.pending {
                 let data = &request.partitions[at];
                 let topic = request.topics[data.topic];
-                let outcome = cluster.outcome(pending).await;
-                answers[at] = match (outcome, Inspected::new(data.records.unwrap_or_default())) {
+                let partition = u32::try_from(data.index).unwrap_or(u32::MAX);
+                let records = data.records.unwrap_or_default();
+                let outcome = cluster.outcome(pending, topic, partition, records).await;
+                answers[at] = match (outcome, Inspected::new(records)) {
                     (Ok(appended), Ok(batch)) => {
-                        let partition = u32::try_from(data.index).unwrap_or(u32::MAX);
                         let (error, base_offset) =
                             verdict_answer(topic, partition, appended.verdict, batch.info());
                         PartitionAnswer {
@@ -283,29 +284,13 @@ impl KafkaFrontEnd {
     }
 
     /// On a broker of a cluster, brings its copy up to what the cluster committed, for a read
-    /// that must see every batch acknowledged so far, by any broker.
+    /// (Fetch, ListOffsets) that must see every batch acknowledged so far, by any broker.
     pub(crate) async fn catch_up(&self) {
         if let Some(cluster) = &self.cluster
             && let Err(error) = cluster.catch_up().await
         {
             tracing::warn!(%error, "served from this broker's copy as it is: the cluster's database did not answer");
         }
-    }
-
-    /// Whether a Fetch asks for what this broker's copy may not hold yet: a topic it does not
-    /// know, or an offset at or past its end (another broker may have acknowledged more a
-    /// moment ago, and a Fetch's high watermark must cover every acknowledged batch).
-    pub(crate) fn asks_past_the_copy(&self, request: &FetchRequest) -> bool {
-        self.cluster.is_some()
-            && request.topics.iter().any(|topic| {
-                topic.partitions.iter().any(|partition| {
-                    let index = u32::try_from(partition.partition).unwrap_or(u32::MAX);
-                    self.broker
-                        .offsets(&topic.topic, index)
-                        .is_ok_and(|(_, end)| partition.fetch_offset >= end)
-                        || self.broker.topic(&topic.topic, false).is_err()
-                })
-            })
     }
 
     /// INVALID_REQUEST, saying why, for `what` (an admin change) on a broker of a cluster: its
