@@ -39,7 +39,7 @@ pub struct KafkaFrontEnd {
     /// The connection's produces whose answers wait for their batches to be stored.
     pub(crate) unacknowledged: Unacknowledged,
     /// On a broker of a cluster: produces whose answers wait for the cluster's commit.
-    pub(crate) deferred: Vec<crate::handlers::DeferredProduce>,
+    pub(crate) deferred: Vec<crate::deferred::DeferredProduce>,
     pub(crate) config: Arc<KafkaConfig>,
     /// Where the connection is in its SASL login (on a SASL listener).
     pub(crate) session: minibroker_host::login::Session,

@@ -17,7 +17,10 @@
 //!   (InitProducerId), `groups` (the consumer-group APIs), `transactions` and `implicit_add`
 //!   (the transactional APIs), `transaction_admin`, `security_admin` (ACLs and SCRAM users),
 //!   `configs` and `alter_configs`, `delete_records`, `offset_delete`, `leader_epoch`,
-//!   `log_dirs`, `cluster` (DescribeCluster).
+//!   `log_dirs`, `cluster` (DescribeCluster), and `shared`: what a broker of a cluster
+//!   serves its own way (Produce through the cluster's committer, producer ids, topics and
+//!   Metadata from the cluster), with `deferred`, the Produces whose answers wait for the
+//!   cluster's commit.
 //! - `sasl` — the SASL handshake and logins; `authorize` — each request's ACL checks;
 //!   `implicitly_added` — a connection's memory of partitions its transaction added by
 //!   producing (KIP-890 part 2).
@@ -30,6 +33,7 @@
 mod answer_room;
 mod apis;
 mod authorize;
+mod deferred;
 mod errors;
 mod front_end;
 mod handlers;

@@ -17,8 +17,6 @@ mod produce;
 mod producer_ids;
 mod security_admin;
 mod shared;
-
-pub(crate) use shared::DeferredProduce;
 mod topics;
 mod transaction_admin;
 mod transactions;

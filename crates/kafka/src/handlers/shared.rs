@@ -7,10 +7,10 @@
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
 use kafka_protocol::messages::BrokerId;
+use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
 use kafka_protocol::protocol::StrBytes;
-use minibroker_cluster::{Append, AppendError, AppendRefused, Pending};
+use minibroker_cluster::{Append, AppendError, AppendRefused};
 use minibroker_host::ClusterLink;
 use minibroker_records::Inspected;
 use std::sync::Arc;
@@ -19,21 +19,9 @@ use super::code;
 use super::implicit_add::TransactionAllowance;
 use super::produce::{Gate, refused, verdict_answer};
 use super::topics::Refused;
+use crate::deferred::DeferredProduce;
 use crate::front_end::KafkaFrontEnd;
 use crate::produce_wire::{self, PartitionAnswer, ProduceView};
-
-/// A Produce whose answer waits for the cluster's commit of its batches.
-pub(crate) struct DeferredProduce {
-    /// Where its answer goes in the connection's buffered answers.
-    at: usize,
-    /// The request, read again to write the answer.
-    frame: Bytes,
-    version: i16,
-    /// Each partition's answer: the refused ones final, the others placeholders.
-    answers: Vec<PartitionAnswer>,
-    /// The partitions submitted to the cluster, by place in the request.
-    pending: Vec<(usize, Pending)>,
-}
 
 /// Why a broker of a cluster refuses transactions, for the answer and the log.
 pub(crate) const NO_TRANSACTIONS: &str =
