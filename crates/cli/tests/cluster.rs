@@ -11,31 +11,55 @@ mod support;
 use postgres::Postgres;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use support::{BIN, ServeProcess, free_addr, kafka_script, start_proxy, start_script, summary_of};
+use support::{
+    BIN, CHECK_FAULTS, ServeProcess, free_addr, kafka_script, start_proxy, start_script, summary_of,
+};
 
 /// A short lease, so a killed broker leaves the members (and its node id is free again) soon.
 const LEASE_MS: u64 = 2_000;
 
-/// Broker `node_id` of the cluster on `url`, on the Kafka address `kafka` (restarts reuse it).
-fn broker(url: &str, node_id: i32, kafka: &str, config: &Path) -> ServeProcess {
-    let mut command = Command::new(BIN);
-    command
-        .args(["serve", "--cluster", url, "--kafka-listen", kafka])
-        .args(["--node-id", &node_id.to_string()])
-        .arg("--config")
-        .arg(config)
-        .env("RUST_LOG", "info");
-    ServeProcess::spawn(&mut command)
+/// A database for one test's cluster, and the brokers' config file (the short lease).
+struct Cluster {
+    postgres: Postgres,
+    config: tempfile::TempPath,
 }
 
-/// A config file with the short lease.
-fn config(dir: &Path) -> std::path::PathBuf {
-    let path = dir.join("cluster.toml");
-    std::fs::write(&path, format!("cluster_lease_ms = {LEASE_MS}\n")).unwrap();
-    path
+impl Cluster {
+    fn start() -> Self {
+        let config = tempfile::NamedTempFile::new().unwrap().into_temp_path();
+        std::fs::write(&config, format!("cluster_lease_ms = {LEASE_MS}\n")).unwrap();
+        Self {
+            postgres: Postgres::start(),
+            config,
+        }
+    }
+
+    /// Broker `node_id`, on the Kafka address `kafka` (restarts reuse it).
+    fn broker(&self, node_id: i32, kafka: &str) -> ServeProcess {
+        let mut command = Command::new(BIN);
+        command
+            .args([
+                "serve",
+                "--cluster",
+                &self.postgres.url,
+                "--kafka-listen",
+                kafka,
+            ])
+            .args(["--node-id", &node_id.to_string()])
+            .arg("--config")
+            .arg(&self.config)
+            .env("RUST_LOG", "info");
+        ServeProcess::spawn(&mut command)
+    }
+
+    /// Brokers 1 to `count`, each on a free address.
+    fn brokers(&self, count: i32) -> Vec<ServeProcess> {
+        (1..=count)
+            .map(|node_id| self.broker(node_id, &free_addr()))
+            .collect()
+    }
 }
 
 /// (partition, offset, value) triples of a script's summary.
@@ -109,12 +133,10 @@ fn listed_brokers(bootstrap: &str) -> Vec<u64> {
 
 #[test]
 fn three_brokers_one_killed_mid_run_every_acknowledged_record_once_in_order() {
-    let postgres = Postgres::start();
-    let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path());
+    let cluster = Cluster::start();
     let kafka: Vec<String> = (0..3).map(|_| free_addr()).collect();
     let mut brokers: Vec<Option<ServeProcess>> = (0..3)
-        .map(|i| Some(broker(&postgres.url, i as i32 + 1, &kafka[i], &config)))
+        .map(|i| Some(cluster.broker(i as i32 + 1, &kafka[i])))
         .collect();
     let bootstrap = kafka.join(",");
     assert_eq!(listed_brokers(&kafka[0]), vec![1, 2, 3]);
@@ -134,7 +156,7 @@ fn three_brokers_one_killed_mid_run_every_acknowledged_record_once_in_order() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    brokers[1] = Some(broker(&postgres.url, 2, &kafka[1], &config));
+    brokers[1] = Some(cluster.broker(2, &kafka[1]));
     let summary = producer.summary();
     let acked = triples(&summary, "acked");
     assert_eq!(acked.len(), 30_000);
@@ -145,20 +167,18 @@ fn three_brokers_one_killed_mid_run_every_acknowledged_record_once_in_order() {
 
 #[test]
 fn postgres_stopped_under_load_the_producer_finishes_with_nothing_lost_or_stored_twice() {
-    let postgres = Postgres::start();
-    let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path());
+    let cluster = Cluster::start();
     let kafka: Vec<String> = (0..2).map(|_| free_addr()).collect();
-    let first = broker(&postgres.url, 1, &kafka[0], &config);
-    let second = broker(&postgres.url, 2, &kafka[1], &config);
+    let first = cluster.broker(1, &kafka[0]);
+    let second = cluster.broker(2, &kafka[1]);
     let producer = start_script(
         "cluster.py",
         &["produce", &kafka[0], "payments", "3", "20000"],
     );
     assert_eq!(producer.first_line.trim(), "half");
-    postgres.stop();
+    cluster.postgres.stop();
     std::thread::sleep(Duration::from_secs(3));
-    postgres.restart();
+    cluster.postgres.restart();
     let acked = triples(&producer.summary(), "acked");
     assert_eq!(acked.len(), 20_000);
     judge(&acked, &read_back(&kafka[1], "payments", 3));
@@ -175,11 +195,9 @@ fn postgres_stopped_under_load_the_producer_finishes_with_nothing_lost_or_stored
 
 #[test]
 fn an_answer_lost_on_one_broker_is_retried_on_another_and_answered_with_the_original_offset() {
-    let postgres = Postgres::start();
-    let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path());
+    let cluster = Cluster::start();
     let (a_addr, b_addr) = (free_addr(), free_addr());
-    let a = broker(&postgres.url, 1, &a_addr, &config);
+    let a = cluster.broker(1, &a_addr);
     // The first Produce's answer is lost on its way back from broker A: the batch is stored.
     let faults = ["--kafka", "--api", "produce", "--drop-response-at", "1"];
     let (mut proxy, proxy_addr, _) = start_proxy("127.0.0.1:0", &a_addr, &faults);
@@ -190,7 +208,7 @@ fn an_answer_lost_on_one_broker_is_retried_on_another_and_answered_with_the_orig
     // A goes before the client's retry could reach it; B is the cluster now.
     a.kill();
     let killed = std::time::SystemTime::now();
-    let b = broker(&postgres.url, 2, &b_addr, &config);
+    let b = cluster.broker(2, &b_addr);
     let summary = producer.summary();
     let acked = triples(&summary, "acked");
     let first_acked = std::time::UNIX_EPOCH
@@ -234,12 +252,8 @@ async fn produce_once(addr: &str, topic: &str, batch: bytes::Bytes) -> (i16, i64
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_batch_sent_to_two_brokers_at_once_is_stored_once() {
-    let postgres = Postgres::start();
-    let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path());
-    let brokers: Vec<ServeProcess> = (1..=2)
-        .map(|node_id| broker(&postgres.url, node_id, &free_addr(), &config))
-        .collect();
+    let cluster = Cluster::start();
+    let brokers = cluster.brokers(2);
     let (first, second) = (&brokers[0].kafka_addr, &brokers[1].kafka_addr);
     const ROUNDS: i32 = 30;
     for sequence in 0..ROUNDS {
@@ -259,7 +273,7 @@ async fn the_same_batch_sent_to_two_brokers_at_once_is_stored_once() {
         assert_eq!(one, (0, i64::from(sequence)), "round {sequence}");
         assert_eq!(other, one, "round {sequence}");
     }
-    let client = minibroker_cluster_client(&postgres.url).await;
+    let client = minibroker_cluster_client(&cluster.postgres.url).await;
     assert_eq!(postgres::stored_batches(&client).await, i64::from(ROUNDS));
 }
 
@@ -274,24 +288,13 @@ async fn minibroker_cluster_client(url: &str) -> tokio_postgres::Client {
 
 #[test]
 fn the_checker_holds_on_three_brokers() {
-    let postgres = Postgres::start();
-    let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path());
-    let brokers: Vec<ServeProcess> = (1..=3)
-        .map(|node_id| broker(&postgres.url, node_id, &free_addr(), &config))
-        .collect();
+    let cluster = Cluster::start();
+    let brokers = cluster.brokers(3);
     let bootstrap: Vec<&str> = brokers.iter().map(|b| b.kafka_addr.as_str()).collect();
     let output = Command::new(BIN)
         .args(["check", "--kafka", &bootstrap.join(",")])
         .args(["--producers", "3", "--records", "300", "--partitions", "3"])
-        .args([
-            "--drop-response",
-            "0.1",
-            "--drop-request",
-            "0.05",
-            "--hold",
-            "0.05",
-        ])
+        .args(CHECK_FAULTS)
         .output()
         .unwrap();
     let said = format!(

@@ -9,7 +9,7 @@ mod double;
 
 use double::Misbehaviour;
 use std::process::{Command, Output};
-use support::{BIN, ServeProcess, serve_command};
+use support::{BIN, CHECK_FAULTS, ServeProcess, serve_command};
 
 /// No random faults: what the double does is the only thing wrong.
 const NO_FAULTS: [&str; 12] = [
@@ -62,17 +62,7 @@ fn text(output: &Output) -> String {
 #[test]
 fn check_passes_a_broker_that_keeps_exactly_once_under_faults() {
     let server = ServeProcess::spawn(&mut serve_command("127.0.0.1:0", "127.0.0.1:0"));
-    let output = check(
-        &server.kafka_addr,
-        &[
-            "--drop-response",
-            "0.1",
-            "--drop-request",
-            "0.05",
-            "--hold",
-            "0.05",
-        ],
-    );
+    let output = check(&server.kafka_addr, &CHECK_FAULTS);
     let said = text(&output);
     assert!(output.status.success(), "{said}");
     assert!(

@@ -185,6 +185,17 @@ pub fn start_proxy(
     (proxy, addr, output)
 }
 
+/// The faults `check --kafka` is run under by the tests that expect it to hold: lost answers
+/// and requests, and requests held back to arrive after their retries.
+pub const CHECK_FAULTS: [&str; 6] = [
+    "--drop-response",
+    "0.1",
+    "--drop-request",
+    "0.05",
+    "--hold",
+    "0.05",
+];
+
 /// A name no other test of this run uses.
 pub fn unique() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
