@@ -3,6 +3,7 @@
 
 use bytes::Bytes;
 use minibroker_cluster::Pending;
+use minibroker_records::BatchInfo;
 
 use crate::produce_wire::PartitionAnswer;
 
@@ -15,6 +16,7 @@ pub(crate) struct DeferredProduce {
     pub(crate) version: i16,
     /// Each partition's answer: the refused ones final, the others placeholders.
     pub(crate) answers: Vec<PartitionAnswer>,
-    /// The partitions submitted to the cluster, by place in the request.
-    pub(crate) pending: Vec<(usize, Pending)>,
+    /// The partitions submitted to the cluster, by place in the request, with what their
+    /// batch's header said (read once, when it was submitted).
+    pub(crate) pending: Vec<(usize, Pending, BatchInfo)>,
 }

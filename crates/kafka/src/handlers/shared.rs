@@ -70,17 +70,23 @@ impl KafkaFrontEnd {
                     .map_err(|error| (append_refusal(&error), error.to_string())),
                 Err(refusal) => Err(refusal),
             };
-            match submitted {
-                Ok(submitted) => {
+            match (submitted, info) {
+                (Ok(submitted), Some(info)) => {
                     // Its place, filled once the window has committed.
                     answers.push(refused(
                         data.index,
                         ResponseError::UnknownServerError,
                         String::new(),
                     ));
-                    pending.push((at, submitted));
+                    pending.push((at, submitted, info));
                 }
-                Err((error, message)) => answers.push(refused(data.index, error, message)),
+                (Err((error, message)), _) => answers.push(refused(data.index, error, message)),
+                // A batch that did not read is refused by `shared_append` before it is sent.
+                (Ok(_), None) => answers.push(refused(
+                    data.index,
+                    ResponseError::CorruptMessage,
+                    "not a record batch".to_owned(),
+                )),
             }
         }
         // acks=0 gets no answer; its batches are committed all the same.
@@ -111,16 +117,16 @@ impl KafkaFrontEnd {
                 continue; // it was read once already
             };
             let mut answers = produce.answers;
-            for (at, pending) in produce.pending {
+            for (at, pending, info) in produce.pending {
                 let data = &request.partitions[at];
                 let topic = request.topics[data.topic];
                 let partition = u32::try_from(data.index).unwrap_or(u32::MAX);
                 let records = data.records.unwrap_or_default();
                 let outcome = cluster.outcome(pending, topic, partition, records).await;
-                answers[at] = match (outcome, Inspected::new(records)) {
-                    (Ok(appended), Ok(batch)) => {
+                answers[at] = match outcome {
+                    Ok(appended) => {
                         let (error, base_offset) =
-                            verdict_answer(topic, partition, appended.verdict, batch.info());
+                            verdict_answer(topic, partition, appended.verdict, &info);
                         PartitionAnswer {
                             index: data.index,
                             error_code: code(error),
@@ -129,13 +135,7 @@ impl KafkaFrontEnd {
                             error_message: None,
                         }
                     }
-                    (Err(error), _) => {
-                        refused(data.index, append_refusal(&error), error.to_string())
-                    }
-                    // Read once already, before it was sent.
-                    (Ok(_), Err(error)) => {
-                        refused(data.index, ResponseError::CorruptMessage, error.to_string())
-                    }
+                    Err(error) => refused(data.index, append_refusal(&error), error.to_string()),
                 };
             }
             produce_wire::write_answer(&mut answered, &request, &answers, produce.version);
