@@ -16,6 +16,14 @@ and then judges what was stored.
     python cluster.py read BOOTSTRAP TOPIC PARTITIONS
         reads every partition from its first offset to its end, by assignment (no group): a
         JSON summary with the (partition, offset, value) triples read
+    python cluster.py shared BROKER_A BROKER_B TOPIC
+        what one broker changes, the other serves: a topic's settings set through A, changed
+        through B and described through both; compaction refused; records deleted through A
+        and read through B from the new start; records older than the topic's retention.ms
+        gone from B's earliest offset once retention ran (the brokers run it every second); a
+        JSON summary of each step
+    python cluster.py produce-as BOOTSTRAP TOPIC PARTITIONS COUNT USER PASSWORD
+        as produce, logged in with SASL PLAIN
 """
 
 import json
@@ -32,8 +40,8 @@ def done(summary, ok):
     sys.exit(0 if ok else 1)
 
 
-def ensure_topic(bootstrap, topic, partitions):
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def ensure_topic(bootstrap, topic, partitions, extra=None):
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(extra or {})})
     for future in admin.create_topics([NewTopic(topic, partitions)]).values():
         try:
             future.result(30)
@@ -42,14 +50,21 @@ def ensure_topic(bootstrap, topic, partitions):
                 raise
 
 
-def produce(bootstrap, topic, partitions, count):
-    ensure_topic(bootstrap, topic, partitions)
+def login(user, password):
+    """The settings of a client that logs in as USER with SASL PLAIN."""
+    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
+            "sasl.username": user, "sasl.password": password}
+
+
+def produce(bootstrap, topic, partitions, count, extra=None):
+    ensure_topic(bootstrap, topic, partitions, extra)
     producer = Producer({
         "bootstrap.servers": bootstrap,
         "enable.idempotence": True,
         "linger.ms": 5,
         "message.timeout.ms": 120000,
         "topic.metadata.refresh.interval.ms": 1000,
+        **(extra or {}),
     })
     acked, failed = [], []
     half = [False]
@@ -138,6 +153,98 @@ def brokers(bootstrap):
     done({"brokers": sorted(listed.brokers)}, True)
 
 
+def settings_of(admin, topic):
+    """The topic's own settings, as DescribeConfigs lists them."""
+    from confluent_kafka.admin import ConfigResource, ConfigSource
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entries = admin.describe_configs([resource])[resource].result(15)
+    return {name: entry.value for name, entry in entries.items()
+            if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
+
+
+def earliest(bootstrap, topic):
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cluster-earliest"})
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=15)
+    consumer.close()
+    return low, high
+
+
+def produce_at(bootstrap, topic, timestamps):
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "linger.ms": 0})
+    for i, timestamp in enumerate(timestamps):
+        producer.produce(topic, value=b"r-%d" % i, partition=0, timestamp=timestamp)
+        producer.flush(15)
+
+
+def shared(broker_a, broker_b, topic):
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    admin_a = AdminClient({"bootstrap.servers": broker_a})
+    admin_b = AdminClient({"bootstrap.servers": broker_b})
+    steps = {}
+    created = NewTopic(topic, 1, config={"retention.ms": "86400000"})
+    admin_a.create_topics([created])[topic].result(15)
+    steps["created_seen_by_b"] = settings_of(admin_b, topic)
+    changes = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.bytes", "1048576", incremental_operation=AlterConfigOpType.SET),
+    ])
+    admin_b.incremental_alter_configs([changes])[changes].result(15)
+    steps["changed_seen_by_a"] = settings_of(admin_a, topic)
+
+    compacted = NewTopic(topic + "-compacted", 1, config={"cleanup.policy": "compact"})
+    try:
+        admin_a.create_topics([compacted])[compacted.topic].result(15)
+        steps["compacted"] = "created"
+    except KafkaException as error:
+        steps["compacted"] = [error.args[0].name(), error.args[0].str()]
+
+    now = int(time.time() * 1000)
+    produce_at(broker_a, topic, [now] * 10)
+    deleted = admin_a.delete_records([TopicPartition(topic, 0, 4)])
+    steps["low_watermark_a"] = next(iter(deleted.values())).result(15).low_watermark
+    steps["watermarks_b"] = list(earliest(broker_b, topic))
+    steps["read_b"] = [offset for _, offset, _ in read_from(broker_b, topic)]
+
+    aged = topic + "-aged"
+    admin_a.create_topics([NewTopic(aged, 1, config={"retention.ms": "3600000"})])[aged].result(15)
+    day = 86400 * 1000
+    produce_at(broker_a, aged, [now - day] * 3 + [now] * 2)
+    deadline, low = time.time() + 20, None
+    while time.time() < deadline:
+        low, _ = earliest(broker_b, aged)
+        if low == 3:
+            break
+        time.sleep(0.2)
+    steps["aged_earliest_b"] = low
+    ok = (steps["created_seen_by_b"] == {"retention.ms": "86400000"}
+          and steps["changed_seen_by_a"] == {"retention.ms": "86400000",
+                                             "retention.bytes": "1048576"}
+          and steps["compacted"][0] == "INVALID_CONFIG"
+          and steps["low_watermark_a"] == 4
+          and steps["watermarks_b"] == [4, 10]
+          and steps["read_b"] == list(range(4, 10))
+          and steps["aged_earliest_b"] == 3)
+    done(steps, ok)
+
+
+def read_from(bootstrap, topic):
+    """Partition 0 of TOPIC from its earliest offset to its end: (partition, offset, value)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cluster-read-from",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=15)
+    consumer.assign([TopicPartition(topic, 0, -2)])  # OFFSET_BEGINNING
+    records, deadline = [], time.time() + 30
+    while (not records or records[-1][1] < high - 1) and time.time() < deadline:
+        message = consumer.poll(0.5)
+        if message is None or message.error():
+            continue
+        records.append((message.partition(), message.offset(), message.value().decode()))
+    consumer.close()
+    return records
+
+
 if __name__ == "__main__":
     command, args = sys.argv[1], sys.argv[2:]
     if command == "produce":
@@ -148,5 +255,9 @@ if __name__ == "__main__":
         brokers(args[0])
     elif command == "read":
         read(args[0], args[1], int(args[2]))
+    elif command == "shared":
+        shared(args[0], args[1], args[2])
+    elif command == "produce-as":
+        produce(args[0], args[1], int(args[2]), int(args[3]), login(args[4], args[5]))
     else:
         sys.exit("usage: cluster.py produce|read ...")

@@ -28,8 +28,13 @@ struct Cluster {
 
 impl Cluster {
     fn start() -> Self {
+        Self::start_with("")
+    }
+
+    /// As [`Self::start`], the brokers' config file ending with `extra`.
+    fn start_with(extra: &str) -> Self {
         let config = tempfile::NamedTempFile::new().unwrap().into_temp_path();
-        std::fs::write(&config, format!("cluster_lease_ms = {LEASE_MS}\n")).unwrap();
+        std::fs::write(&config, format!("cluster_lease_ms = {LEASE_MS}\n{extra}")).unwrap();
         Self {
             postgres: Postgres::start(),
             config,
@@ -163,6 +168,66 @@ fn three_brokers_one_killed_mid_run_every_acknowledged_record_once_in_order() {
     // Read back through a broker that was never killed.
     judge(&acked, &read_back(&kafka[2], "orders", 6));
     assert_eq!(listed_brokers(&kafka[2]), vec![1, 2, 3]);
+}
+
+#[test]
+fn what_one_broker_changes_another_serves_settings_deleted_records_and_retention() {
+    // Retention runs every second, so records older than a topic's retention.ms go soon.
+    let cluster = Cluster::start_with("maintenance_interval_ms = 1000\n");
+    let brokers = cluster.brokers(2);
+    let output = kafka_script(
+        "cluster.py",
+        &[
+            "shared",
+            &brokers[0].kafka_addr,
+            &brokers[1].kafka_addr,
+            "shared",
+        ],
+    )
+    .output()
+    .unwrap();
+    let summary = summary_of(&output, "cluster.py shared");
+    assert_eq!(summary["ok"], true, "{summary}");
+    let compacted = summary["compacted"][1].as_str().unwrap();
+    assert!(
+        compacted.contains("not served by a broker of a cluster"),
+        "{compacted}"
+    );
+}
+
+#[test]
+fn a_producer_id_issued_by_one_broker_is_its_owners_on_every_broker() {
+    // Authorisation on (alice a super user, so only the producer ids' owners are checked):
+    // the producer gets its id from one broker and writes to partitions led by all three.
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    support::add_user(&users, "alice", "alice-pw");
+    let acls = dir.path().join("acls");
+    std::fs::write(&acls, "").unwrap();
+    let cluster = Cluster::start_with(&format!(
+        "kafka_security_protocol = \"SASL_PLAINTEXT\"\nsasl_enabled_mechanisms = [\"PLAIN\"]\nusers_file = {:?}\nacls_file = {:?}\nsuper_users = [\"User:alice\"]\n",
+        users.display().to_string(),
+        acls.display().to_string(),
+    ));
+    let brokers = cluster.brokers(3);
+    let bootstrap: Vec<&str> = brokers
+        .iter()
+        .map(|broker| broker.kafka_addr.as_str())
+        .collect();
+    let producer = start_script(
+        "cluster.py",
+        &[
+            "produce-as",
+            &bootstrap.join(","),
+            "owned",
+            "6",
+            "3000",
+            "alice",
+            "alice-pw",
+        ],
+    );
+    let summary = producer.summary();
+    assert_eq!(triples(&summary, "acked").len(), 3_000, "{summary}");
 }
 
 #[test]

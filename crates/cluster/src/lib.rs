@@ -13,7 +13,8 @@
 //!   `minibroker_state`'s own function, with the partition rows locked, and stored.
 //! - [`committer`] — a broker's windows: gathered over `cluster_flush_ms`, committed one after
 //!   the other on a connection of their own, answered once committed.
-//! - [`producer_ids`] — one sequence for the whole cluster.
+//! - [`producer_ids`] — one sequence for the whole cluster, and who owns each id.
+//! - [`trim`] — a partition's start moved up for every broker: DeleteRecords and retention.
 //! - [`reads`] — what a broker reads back for its copy: partitions' ends and stored batches.
 //! - [`database`] — a broker's reconnecting connection for everything but its windows.
 //! - [`connect`] — one connection to the database from its URL.
@@ -26,15 +27,20 @@ pub mod producer_ids;
 pub mod reads;
 pub mod schema;
 pub mod topics;
+pub mod trim;
 
 pub use committer::{AppendError, Committer, Pending, WindowSettings, gather};
 pub use database::Database;
 pub use membership::{Heartbeat, Member, MembershipError, Registration, live_members};
 pub use produce::{Append, AppendRefused, Appended, CommitError, Statements, commit_window};
-pub use producer_ids::next_producer_id;
+pub use producer_ids::{issue_producer_id, next_producer_id, producer_owner};
 pub use reads::{PartitionEnds, StoredBatch, batches_from, partition_ends};
-pub use schema::{SCHEMA_VERSION, SchemaError, migrate};
-pub use topics::{SharedTopic, create_topic, find_or_create_topic, find_topic};
+pub use schema::{SCHEMA_VERSION, SchemaError, migrate, migrate_to};
+pub use topics::{
+    SharedTopic, create_topic, create_topic_with, find_or_create_topic, find_topic,
+    replace_settings,
+};
+pub use trim::{Deleted, Keep, apply_retention, delete_records};
 
 use std::time::Duration;
 

@@ -20,6 +20,8 @@ pub struct PartitionEnds {
     pub log_start_offset: i64,
     /// The offset the next batch will get.
     pub high_watermark: i64,
+    /// The topic's own settings.
+    pub settings: Vec<(String, String)>,
 }
 
 /// A stored batch, its base offset stamped in its bytes.
@@ -43,7 +45,7 @@ pub async fn partition_ends(
     let rows = client
         .query(
             "SELECT t.topic_id, t.name, t.partitions, p.partition, p.log_start_offset,
-                    p.high_watermark
+                    p.high_watermark, t.settings
              FROM minibroker.topics t JOIN minibroker.partitions p USING (topic_id)
              ORDER BY t.topic_id, p.partition",
             &[],
@@ -58,6 +60,7 @@ pub async fn partition_ends(
             partition: row.get(3),
             log_start_offset: row.get(4),
             high_watermark: row.get(5),
+            settings: crate::topics::settings_of(&row.get::<_, Vec<String>>(6)),
         })
         .collect())
 }

@@ -65,6 +65,18 @@ const STEPS: &[&str] = &[
         FOREIGN KEY (topic_id, partition) REFERENCES minibroker.partitions ON DELETE CASCADE
     );
     CREATE SEQUENCE minibroker.producer_ids AS bigint MINVALUE 0 START 0",
+    // 3: what else every broker shares. A topic's own settings, as `name=value` items (Kafka's
+    // names, checked and written as a broker writes them). Each batch's newest timestamp, read
+    // from its header (bytes 35 to 43), for retention by age. Which principal each producer id
+    // was issued to, so that with authorisation on only its owner writes with it, on any broker.
+    "ALTER TABLE minibroker.topics ADD COLUMN settings text[] NOT NULL DEFAULT '{}';
+    ALTER TABLE minibroker.batches ADD COLUMN max_timestamp bigint NOT NULL
+        GENERATED ALWAYS AS (('x' || encode(substring(bytes FROM 36 FOR 8), 'hex'))::bit(64)::bigint) STORED;
+    CREATE TABLE minibroker.producer_owners (
+        producer_id bigint PRIMARY KEY CHECK (producer_id >= 0),
+        principal text NOT NULL,
+        issued timestamptz NOT NULL DEFAULT now()
+    )",
 ];
 
 /// The version of the schema this broker writes and reads.
@@ -100,6 +112,24 @@ pub enum SchemaError {
 /// [`SchemaError::Newer`] for a schema newer than this broker knows (nothing is changed), or
 /// PostgreSQL's error (the transaction is rolled back: the schema is as it was).
 pub async fn migrate(client: &mut tokio_postgres::Client) -> Result<i32, SchemaError> {
+    migrate_to(client, SCHEMA_VERSION).await
+}
+
+/// As [`migrate`], stopping at version `target` (at most [`SCHEMA_VERSION`]): how a test makes
+/// the database an older broker left, to show a newer one reads it.
+///
+/// # Errors
+/// As [`migrate`]; [`SchemaError::Newer`] also for a `target` past [`SCHEMA_VERSION`].
+pub async fn migrate_to(
+    client: &mut tokio_postgres::Client,
+    target: i32,
+) -> Result<i32, SchemaError> {
+    if target > SCHEMA_VERSION {
+        return Err(SchemaError::Newer {
+            found: target,
+            known: SCHEMA_VERSION,
+        });
+    }
     let transaction = client.transaction().await?;
     transaction
         .execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
@@ -123,14 +153,19 @@ pub async fn migrate(client: &mut tokio_postgres::Client) -> Result<i32, SchemaE
             known: SCHEMA_VERSION,
         });
     }
-    for step in STEPS.iter().skip(usize::try_from(found).unwrap_or(0)) {
+    let steps = usize::try_from(target.max(found)).unwrap_or(0);
+    for step in STEPS
+        .iter()
+        .take(steps)
+        .skip(usize::try_from(found).unwrap_or(0))
+    {
         transaction.batch_execute(step).await?;
     }
     transaction
         .execute(
             "INSERT INTO minibroker.schema_version (version) VALUES ($1)
              ON CONFLICT (only_row) DO UPDATE SET version = EXCLUDED.version",
-            &[&SCHEMA_VERSION],
+            &[&target.max(found)],
         )
         .await?;
     transaction.commit().await?;

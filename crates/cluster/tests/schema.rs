@@ -4,7 +4,7 @@
 
 mod support;
 
-use minibroker_cluster::{SCHEMA_VERSION, SchemaError, connect, migrate};
+use minibroker_cluster::{SCHEMA_VERSION, SchemaError, connect, migrate, migrate_to};
 use support::Postgres;
 
 #[tokio::test]
@@ -67,4 +67,54 @@ async fn a_newer_schema_is_refused_and_left_as_it_was() {
         .unwrap()
         .get(0);
     assert_eq!(version, newer);
+}
+
+#[tokio::test]
+async fn a_database_of_schema_2_is_brought_forward_with_its_batches_read() {
+    let postgres = Postgres::start();
+    let mut client = connect(&postgres.url).await.unwrap();
+    assert_eq!(migrate_to(&mut client, 2).await.unwrap(), 0);
+    // What a broker of schema 2 stored: a topic without settings, a batch without its newest
+    // timestamp.
+    let timestamp = 1_700_000_000_123_i64;
+    let writer = minibroker_records::Writer {
+        producer_id: minibroker_records::NO_PRODUCER_ID,
+        epoch: -1,
+        base_sequence: -1,
+    };
+    let record = minibroker_records::NewRecord {
+        timestamp: Some(timestamp),
+        ..minibroker_records::NewRecord::value(&b"kept"[..])
+    };
+    let batch = minibroker_records::encode(writer, &[record], 0).unwrap();
+    client
+        .batch_execute(
+            "INSERT INTO minibroker.topics (name, partitions) VALUES ('old', 1);
+             INSERT INTO minibroker.partitions (topic_id, partition, high_watermark)
+                 SELECT topic_id, 0, 1 FROM minibroker.topics",
+        )
+        .await
+        .unwrap();
+    client
+        .execute(
+            "INSERT INTO minibroker.batches (topic_id, partition, last_offset, base_offset, bytes)
+             SELECT topic_id, 0, 0, 0, $1 FROM minibroker.topics",
+            &[&batch.as_ref()],
+        )
+        .await
+        .unwrap();
+
+    assert_eq!(migrate(&mut client).await.unwrap(), 2);
+    let stored: i64 = client
+        .query_one("SELECT max_timestamp FROM minibroker.batches", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(stored, minibroker_records::max_timestamp(&batch));
+    assert_eq!(stored, timestamp);
+    let topic = minibroker_cluster::find_topic(&client, "old")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(topic.settings.is_empty());
 }

@@ -229,6 +229,27 @@ impl Guard {
         access.owners.owner(producer_id).as_deref() == Some(self.principal.as_str())
     }
 
+    /// Whether this broker remembers whose `producer_id` is (with authorisation off, there is
+    /// nothing to know: `true`).
+    #[must_use]
+    pub fn knows_producer(&self, producer_id: i64) -> bool {
+        self.access
+            .as_ref()
+            .is_none_or(|access| access.owners.owner(producer_id).is_some())
+    }
+
+    /// Remembers that `producer_id` was issued to `owner`: by another broker of a cluster,
+    /// which recorded it in the cluster's database.
+    ///
+    /// # Errors
+    /// The record could not be stored.
+    pub fn remember_producer_owner(&self, producer_id: i64, owner: &str) -> Result<(), FileError> {
+        match &self.access {
+            Some(access) => access.owners.record(producer_id, owner, now_ms()),
+            None => Ok(()),
+        }
+    }
+
     /// Records that `producer_id` is this principal's, before it is handed out.
     ///
     /// # Errors

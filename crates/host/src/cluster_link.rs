@@ -13,8 +13,8 @@
 
 use minibroker_broker::{Broker, BrokerError, Placed};
 use minibroker_cluster::{
-    Append, AppendError, Appended, Committer, Database, Heartbeat, Member, MembershipError,
-    Pending, Registration, SchemaError, SharedTopic, WindowSettings,
+    Append, AppendError, Appended, Committer, Database, Deleted, Heartbeat, Keep, Member,
+    MembershipError, Pending, Registration, SchemaError, SharedTopic, WindowSettings,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -58,6 +58,12 @@ pub enum ClusterError {
     /// This broker's copy could not hold what the cluster has.
     #[error(transparent)]
     Copy(#[from] BrokerError),
+    /// The cluster has no topic of that name.
+    #[error("topic {0:?} is not in the cluster")]
+    UnknownTopic(String),
+    /// A topic's settings were refused.
+    #[error(transparent)]
+    Refused(BrokerError),
 }
 
 /// A broker's membership of its cluster, its committer and its copy.
@@ -116,6 +122,8 @@ impl ClusterLink {
         // The copy catches up before the broker serves, so its first reads miss nothing old.
         link.catch_up().await?;
         tokio::spawn(copy(Arc::downgrade(&link), Arc::clone(&link.copy_now)));
+        let every = Duration::from_millis(link.broker.config().maintenance_interval_ms);
+        tokio::spawn(retention(Arc::downgrade(&link), every));
         Ok(link)
     }
 
@@ -153,14 +161,20 @@ impl ClusterLink {
         Ok(found)
     }
 
-    /// Creates topic `name` with `partitions` partitions: `false` when the cluster has one of
+    /// Creates topic `name` with `partitions` partitions and its own `settings` (checked by
+    /// the caller): `false` when the cluster has one of
     /// that name already. This broker's copy holds it once created.
     ///
     /// # Errors
     /// The database could not be asked or refused, or the copy cannot hold the topic.
-    pub async fn create_topic(&self, name: &str, partitions: i32) -> Result<bool, ClusterError> {
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        settings: &[(String, String)],
+    ) -> Result<bool, ClusterError> {
         let client = self.database.client().await?;
-        match minibroker_cluster::create_topic(&*client, name, partitions).await? {
+        match minibroker_cluster::create_topic_with(&*client, name, partitions, settings).await? {
             Some(topic) => {
                 self.hold(&topic)?;
                 Ok(true)
@@ -178,13 +192,127 @@ impl ClusterLink {
         Ok(minibroker_cluster::live_members(&*client).await?)
     }
 
-    /// A producer id no broker of the cluster has given.
+    /// A producer id no broker of the cluster has given, recorded as `owner`'s when there is
+    /// one (with authorisation on), so every broker knows whose it is.
     ///
     /// # Errors
     /// The database could not be asked.
-    pub async fn new_producer_id(&self) -> Result<i64, ClusterError> {
+    pub async fn new_producer_id(&self, owner: Option<&str>) -> Result<i64, ClusterError> {
         let client = self.database.client().await?;
-        Ok(minibroker_cluster::next_producer_id(&*client).await?)
+        Ok(match owner {
+            Some(owner) => minibroker_cluster::issue_producer_id(&*client, owner).await?,
+            None => minibroker_cluster::next_producer_id(&*client).await?,
+        })
+    }
+
+    /// The principal `producer_id` was issued to, by any broker, if it was issued with one.
+    ///
+    /// # Errors
+    /// The database could not be asked.
+    pub async fn producer_owner(&self, producer_id: i64) -> Result<Option<String>, ClusterError> {
+        let client = self.database.client().await?;
+        Ok(minibroker_cluster::producer_owner(&*client, producer_id).await?)
+    }
+
+    /// Changes topic `name`'s own settings, for every broker of the cluster, to what `change`
+    /// makes of them. A compare-and-set: when another broker changed them meanwhile, they are
+    /// read again and `change` asked again, so neither change is lost. This broker's copy
+    /// applies them at once, the others' on their next pass. With `validate_only`, only asks
+    /// `change`.
+    ///
+    /// # Errors
+    /// [`ClusterError::UnknownTopic`]; [`ClusterError::Refused`] with `change`'s refusal; the
+    /// database could not be asked.
+    pub async fn change_topic_settings(
+        &self,
+        name: &str,
+        change: impl Fn(&[(String, String)]) -> Result<Vec<(String, String)>, BrokerError>,
+        validate_only: bool,
+    ) -> Result<(), ClusterError> {
+        let client = self.database.client().await?;
+        loop {
+            let Some(topic) = minibroker_cluster::find_topic(&*client, name).await? else {
+                return Err(ClusterError::UnknownTopic(name.to_owned()));
+            };
+            let settings = change(&topic.settings).map_err(ClusterError::Refused)?;
+            if validate_only {
+                return Ok(());
+            }
+            if minibroker_cluster::replace_settings(&*client, &topic, &topic.settings, &settings)
+                .await?
+            {
+                self.hold(&SharedTopic { settings, ..topic })?;
+                return Ok(());
+            }
+        }
+    }
+
+    /// Deletes the records of `name`/`partition` below `before` (-1: all of them) for every
+    /// broker of the cluster (DeleteRecords); this broker's copy follows at once, the others'
+    /// on their next pass, and every read brings its broker's copy up to date first.
+    ///
+    /// # Errors
+    /// The database could not be asked, or the copy cannot follow.
+    pub async fn delete_records(
+        &self,
+        name: &str,
+        partition: i32,
+        before: i64,
+    ) -> Result<Deleted, ClusterError> {
+        let Some(topic) = self.topic(name, false).await? else {
+            return Ok(Deleted::UnknownPartition);
+        };
+        let client = self.database.client().await?;
+        let deleted =
+            minibroker_cluster::delete_records(&*client, topic.id, partition, before).await?;
+        if let (Deleted::Start(start), Ok(index)) = (deleted, u32::try_from(partition)) {
+            let _one_placement_at_a_time = self.copying.lock().await;
+            self.broker.follow_committed_start(name, index, start)?;
+        }
+        Ok(deleted)
+    }
+
+    /// Applies every topic's retention (its settings in force on this broker, which are the
+    /// cluster's) to what the cluster keeps, as of now; the copies follow the new starts.
+    ///
+    /// # Errors
+    /// The database could not be asked.
+    pub async fn apply_retention(&self) -> Result<(), ClusterError> {
+        let topics: Vec<SharedTopic> = self
+            .topics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        let client = self.database.client().await?;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |now| i64::try_from(now.as_millis()).unwrap_or(i64::MAX));
+        for topic in topics {
+            let Ok(settings) = self.broker.topic_settings(&topic.name) else {
+                continue;
+            };
+            let keep = Keep {
+                ms: settings.retention.ms,
+                bytes: settings
+                    .retention
+                    .bytes
+                    .map(|bytes| i64::try_from(bytes).unwrap_or(i64::MAX)),
+            };
+            let moved =
+                minibroker_cluster::apply_retention(&*client, topic.id, keep, now_ms).await?;
+            for (partition, start_offset) in moved {
+                tracing::info!(
+                    topic = topic.name,
+                    partition,
+                    start_offset,
+                    "retention deleted the cluster's old batches"
+                );
+            }
+        }
+        self.copy_now.notify_one();
+        Ok(())
     }
 
     /// Puts `append` in this broker's next window, to be judged and stored there
@@ -265,10 +393,25 @@ impl ClusterLink {
             .cloned()
     }
 
-    /// Remembers `topic` and makes the copy hold it.
+    /// Remembers `topic` and makes the copy hold it, with its settings.
     fn hold(&self, topic: &SharedTopic) -> Result<(), BrokerError> {
         let partitions = u32::try_from(topic.partitions).unwrap_or(0);
         self.broker.hold_topic(&topic.name, partitions)?;
+        let known = self.known_topic(&topic.name);
+        if known.is_none_or(|known| known.settings != topic.settings) {
+            let settings: Vec<(&str, &str)> = topic
+                .settings
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.as_str()))
+                .collect();
+            if let Err(error) = self
+                .broker
+                .replace_topic_settings(&topic.name, &settings, false)
+            {
+                tracing::warn!(topic = topic.name, %error,
+                    "this broker cannot apply the topic's settings the cluster has; it keeps its own");
+            }
+        }
         self.topics
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -295,16 +438,28 @@ impl ClusterLink {
         let client = self.database.client().await?;
         for ends in minibroker_cluster::partition_ends(&*client).await? {
             let known = self.known_topic(&ends.topic);
-            if known.as_ref().is_none_or(|known| known.id != ends.topic_id) {
+            if known
+                .as_ref()
+                .is_none_or(|known| known.id != ends.topic_id || known.settings != ends.settings)
+            {
                 self.hold(&SharedTopic {
                     id: ends.topic_id,
                     name: ends.topic.clone(),
                     partitions: ends.partitions,
+                    settings: ends.settings.clone(),
                 })?;
             }
             let Ok(partition) = u32::try_from(ends.partition) else {
                 continue;
             };
+            let (start, _) = self.broker.offsets(&ends.topic, partition)?;
+            if ends.log_start_offset > start {
+                self.broker.follow_committed_start(
+                    &ends.topic,
+                    partition,
+                    ends.log_start_offset,
+                )?;
+            }
             let (_, mut end) = self.broker.offsets(&ends.topic, partition)?;
             while end < ends.high_watermark {
                 let batches = minibroker_cluster::batches_from(
@@ -325,9 +480,9 @@ impl ClusterLink {
                         batch.base_offset,
                         &batch.bytes,
                     )?;
-                    if placed == Placed::Appended {
-                        end = batch.last_offset + 1;
-                    }
+                    // Held: the copy has it already (its start may have moved past it).
+                    let (Placed::Appended | Placed::Held) = placed;
+                    end = end.max(batch.last_offset + 1);
                 }
             }
         }
@@ -350,6 +505,22 @@ async fn register(settings: &ClusterSettings) -> Result<Heartbeat, MembershipErr
                 tokio::time::sleep(settings.lease / 4).await;
             }
             started => return started,
+        }
+    }
+}
+
+/// Retention over what the cluster keeps, every `every` (the broker's
+/// `maintenance_interval_ms`); it ends with the link. Every broker runs it: a second run moves
+/// nothing further.
+async fn retention(link: Weak<ClusterLink>, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let Some(strong) = link.upgrade() else { return };
+        if let Err(error) = strong.apply_retention().await {
+            tracing::warn!(%error, "retention of the cluster's partitions could not run");
         }
     }
 }

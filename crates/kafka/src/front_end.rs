@@ -342,14 +342,16 @@ impl KafkaFrontEnd {
                 self.delete_groups(request).await,
             )),
             RequestKind::DescribeConfigs(request) => Ok(ResponseKind::DescribeConfigs(
-                self.describe_configs(&request, version),
+                self.describe_configs(&request, version).await,
             )),
-            RequestKind::AlterConfigs(request) => {
-                Ok(ResponseKind::AlterConfigs(self.alter_configs(&request)))
+            RequestKind::AlterConfigs(request) => Ok(ResponseKind::AlterConfigs(
+                self.alter_configs(&request).await,
+            )),
+            RequestKind::IncrementalAlterConfigs(request) => {
+                Ok(ResponseKind::IncrementalAlterConfigs(
+                    self.incremental_alter_configs(&request).await,
+                ))
             }
-            RequestKind::IncrementalAlterConfigs(request) => Ok(
-                ResponseKind::IncrementalAlterConfigs(self.incremental_alter_configs(&request)),
-            ),
             RequestKind::OffsetForLeaderEpoch(request) => Ok(ResponseKind::OffsetForLeaderEpoch(
                 self.offset_for_leader_epoch(&request),
             )),

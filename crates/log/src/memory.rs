@@ -335,6 +335,27 @@ impl MemoryLog {
         })
     }
 
+    /// Moves the start offset up to `start`, as [`Self::delete_records`] does, except that a
+    /// `start` past the end empties the log and starts it there: a copy of a log kept
+    /// elsewhere, whose oldest records were deleted there before this copy held them.
+    pub fn restart_at(&mut self, start: i64) -> Released {
+        if start <= self.next_offset {
+            return self.delete_records(start);
+        }
+        let released = Released {
+            batches: self.batch_count as u64,
+            bytes: self.stored_bytes as u64,
+        };
+        *self = Self {
+            retention: self.retention,
+            next_offset: start,
+            deleted_before: start,
+            spare: std::mem::take(&mut self.spare),
+            ..Self::default()
+        };
+        released
+    }
+
     /// Bytes of batches stored.
     #[must_use]
     pub fn stored_bytes(&self) -> usize {
@@ -464,6 +485,31 @@ mod tests {
         append(&mut log, 2, &["b0"]);
         append(&mut log, 1, &["a3", "a4"]);
         log
+    }
+
+    #[test]
+    fn restart_at_past_the_end_empties_the_log_and_goes_on_from_there() {
+        let mut log = sample();
+        let released = log.restart_at(20);
+        assert_eq!(released.batches, 3);
+        assert_eq!(released.bytes, log_bytes_of_sample());
+        assert_eq!((log.start_offset(), log.next_offset()), (20, 20));
+        assert_eq!(log.batch_count(), 0);
+        assert_eq!(append(&mut log, 1, &["c0"]), 20);
+        assert_eq!((log.start_offset(), log.next_offset()), (20, 21));
+    }
+
+    #[test]
+    fn restart_at_within_the_log_is_delete_records() {
+        let mut log = sample();
+        log.restart_at(3);
+        assert_eq!((log.start_offset(), log.next_offset()), (3, 6));
+        log.restart_at(1);
+        assert_eq!(log.start_offset(), 3);
+    }
+
+    fn log_bytes_of_sample() -> u64 {
+        sample().stored_bytes() as u64
     }
 
     fn bases(read: &[Bytes]) -> Vec<i64> {

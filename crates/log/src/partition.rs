@@ -175,6 +175,18 @@ impl PartitionLog {
         }
     }
 
+    /// Moves the start offset up to `start`, even past the end (an in-memory copy then starts
+    /// empty there: `MemoryLog::restart_at`); a log on files only deletes up to its end.
+    ///
+    /// # Errors
+    /// As [`Self::delete_records`].
+    pub fn restart_at(&mut self, start: i64) -> Result<Released, LogError> {
+        match self {
+            Self::Memory(log) => Ok(log.restart_at(start)),
+            Self::Durable(log) => log.delete_records(start.min(log.next_offset())),
+        }
+    }
+
     /// A compaction pass over what may be cleaned (full chunks or sealed segments whose newest
     /// record is at or before `cutoff_ms`), to run without the partition's lock; `None` when
     /// none of it is dirty (with `sweep`, a delete horizon having passed: when there is none of

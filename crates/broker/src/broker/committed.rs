@@ -92,4 +92,27 @@ impl Broker {
         Self::count(target, &verdict, &info, batch.len());
         Ok(Placed::Appended)
     }
+
+    /// Moves the start of this broker's copy of `topic`/`partition` up to `start`, where the
+    /// cluster's start now is (DeleteRecords or retention on any broker), and returns the copy's
+    /// start after it. A copy that ends below `start` starts again, empty, at `start`: what it
+    /// lacked was deleted before it was copied.
+    ///
+    /// # Errors
+    /// An unknown topic or partition.
+    pub fn follow_committed_start(
+        &self,
+        topic: &str,
+        partition: u32,
+        start: i64,
+    ) -> Result<i64, BrokerError> {
+        let found = self.topics.get(topic)?;
+        let target = found.partition(partition)?;
+        let mut data = target.log();
+        if start <= data.log.start_offset() {
+            return Ok(data.log.start_offset());
+        }
+        let released = data.log.restart_at(start)?;
+        Ok(self.dropped_from_front(&mut data, released))
+    }
 }

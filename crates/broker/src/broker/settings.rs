@@ -2,7 +2,7 @@
 //! (AlterConfigs) or changed a step at a time (IncrementalAlterConfigs). The settings' model
 //! and checks are `crate::topic_settings`; the registry saves and applies them.
 
-use crate::topic_settings::{Overrides, SettingChange};
+use crate::topic_settings::{Overrides, SettingChange, TopicSettings};
 use crate::{Broker, BrokerError, ConfigEntry};
 
 impl Broker {
@@ -38,6 +38,48 @@ impl Broker {
     pub fn topic_configs(&self, topic: &str) -> Result<Vec<ConfigEntry>, BrokerError> {
         let overrides = self.topics.overrides(topic)?;
         Ok(self.config.topic_configs(topic, &overrides))
+    }
+
+    /// `topic`'s settings in force: its own, else the broker's.
+    ///
+    /// # Errors
+    /// A bad or unknown topic name.
+    pub fn topic_settings(&self, topic: &str) -> Result<TopicSettings, BrokerError> {
+        Ok(self.topics.get(topic)?.settings())
+    }
+
+    /// `topic`'s own settings (what it overrides of the broker's).
+    ///
+    /// # Errors
+    /// A bad or unknown topic name.
+    pub fn topic_overrides(&self, topic: &str) -> Result<Overrides, BrokerError> {
+        self.topics.overrides(topic)
+    }
+
+    /// `settings` checked and written as the broker keeps them (Kafka's names and values),
+    /// without a topic: what a new topic of a cluster is created with.
+    ///
+    /// # Errors
+    /// [`BrokerError::InvalidConfig`] for the first setting refused.
+    pub fn parse_topic_settings(
+        &self,
+        settings: &[(&str, &str)],
+    ) -> Result<Overrides, BrokerError> {
+        Overrides::parse(settings.iter().copied(), &self.config)
+    }
+
+    /// Changes `topic`'s own settings to what `change` makes of them, checked, saved and
+    /// applied to every partition at once; with `validate_only`, only checks.
+    ///
+    /// # Errors
+    /// A bad or unknown topic; what `change` refuses; a storage error saving them.
+    pub fn alter_topic_settings(
+        &self,
+        topic: &str,
+        change: impl FnOnce(&Overrides) -> Result<Overrides, BrokerError>,
+        validate_only: bool,
+    ) -> Result<(), BrokerError> {
+        self.topics.alter_settings(topic, change, validate_only)
     }
 
     /// Replaces `topic`'s own settings with `settings` (AlterConfigs: what it does not name

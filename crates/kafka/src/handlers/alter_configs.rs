@@ -10,7 +10,7 @@ use kafka_protocol::messages::{
     IncrementalAlterConfigsResponse, alter_configs_response, incremental_alter_configs_response,
 };
 use kafka_protocol::protocol::StrBytes;
-use minibroker_broker::SettingChange;
+use minibroker_broker::{BrokerError, Overrides, SettingChange};
 use minibroker_security::acl::CLUSTER_NAME;
 use minibroker_security::{Operation, ResourceType};
 
@@ -25,86 +25,115 @@ const APPEND: i8 = 2;
 const SUBTRACT: i8 = 3;
 
 impl KafkaFrontEnd {
-    pub(crate) fn alter_configs(&self, request: &AlterConfigsRequest) -> AlterConfigsResponse {
-        let responses = request
-            .resources
-            .iter()
-            .map(|resource| {
-                let settings: Vec<(&str, Option<&str>)> = resource
-                    .configs
-                    .iter()
-                    .map(|config| (config.name.as_str(), config.value.as_deref()))
-                    .collect();
-                let result = self
-                    .alterable(resource.resource_type, &resource.resource_name)
-                    .and_then(|()| given_values(&settings))
-                    .and_then(|settings| {
-                        self.broker
-                            .replace_topic_settings(
-                                &resource.resource_name,
-                                &settings,
-                                request.validate_only,
-                            )
-                            .map_err(Refused::Broker)
-                    });
-                let (code, message) = answered(result);
+    pub(crate) async fn alter_configs(
+        &self,
+        request: &AlterConfigsRequest,
+    ) -> AlterConfigsResponse {
+        let config = self.broker.config();
+        let mut responses = Vec::with_capacity(request.resources.len());
+        for resource in &request.resources {
+            let settings: Vec<(&str, Option<&str>)> = resource
+                .configs
+                .iter()
+                .map(|config| (config.name.as_str(), config.value.as_deref()))
+                .collect();
+            let result = match self
+                .alterable(resource.resource_type, &resource.resource_name)
+                .and_then(|()| given_values(&settings))
+            {
+                Ok(settings) => {
+                    let replaced =
+                        |_: &Overrides| Overrides::parse(settings.iter().copied(), config);
+                    self.alter_topic_settings(
+                        &resource.resource_name,
+                        replaced,
+                        request.validate_only,
+                    )
+                    .await
+                }
+                Err(refused) => Err(refused),
+            };
+            let (code, message) = answered(result);
+            responses.push(
                 alter_configs_response::AlterConfigsResourceResponse::default()
                     .with_error_code(code)
                     .with_error_message(message)
                     .with_resource_type(resource.resource_type)
-                    .with_resource_name(resource.resource_name.clone())
-            })
-            .collect();
+                    .with_resource_name(resource.resource_name.clone()),
+            );
+        }
         AlterConfigsResponse::default().with_responses(responses)
     }
 
-    pub(crate) fn incremental_alter_configs(
+    pub(crate) async fn incremental_alter_configs(
         &self,
         request: &IncrementalAlterConfigsRequest,
     ) -> IncrementalAlterConfigsResponse {
-        let responses = request
-            .resources
-            .iter()
-            .map(|resource| {
-                let result = self
-                    .alterable(resource.resource_type, &resource.resource_name)
-                    .and_then(|()| {
-                        resource
-                            .configs
-                            .iter()
-                            .map(|config| {
-                                change(
-                                    config.config_operation,
-                                    &config.name,
-                                    config.value.as_deref(),
-                                )
-                            })
-                            .collect::<Result<Vec<_>, _>>()
-                    })
-                    .and_then(|changes| {
-                        self.broker
-                            .change_topic_settings(
-                                &resource.resource_name,
-                                &changes,
-                                request.validate_only,
+        let config = self.broker.config();
+        let mut responses = Vec::with_capacity(request.resources.len());
+        for resource in &request.resources {
+            let changes = self
+                .alterable(resource.resource_type, &resource.resource_name)
+                .and_then(|()| {
+                    resource
+                        .configs
+                        .iter()
+                        .map(|config| {
+                            change(
+                                config.config_operation,
+                                &config.name,
+                                config.value.as_deref(),
                             )
-                            .map_err(Refused::Broker)
-                    });
-                let (code, message) = answered(result);
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                });
+            let result = match changes {
+                Ok(changes) => {
+                    let changed = |current: &Overrides| current.changed(&changes, config);
+                    self.alter_topic_settings(
+                        &resource.resource_name,
+                        changed,
+                        request.validate_only,
+                    )
+                    .await
+                }
+                Err(refused) => Err(refused),
+            };
+            let (code, message) = answered(result);
+            responses.push(
                 incremental_alter_configs_response::AlterConfigsResourceResponse::default()
                     .with_error_code(code)
                     .with_error_message(message)
                     .with_resource_type(resource.resource_type)
-                    .with_resource_name(resource.resource_name.clone())
-            })
-            .collect();
+                    .with_resource_name(resource.resource_name.clone()),
+            );
+        }
         IncrementalAlterConfigsResponse::default().with_responses(responses)
+    }
+
+    /// Changes topic `name`'s own settings to what `change` makes of them: the cluster's topic
+    /// on a broker of a cluster, else this broker's.
+    async fn alter_topic_settings(
+        &self,
+        name: &str,
+        change: impl Fn(&Overrides) -> Result<Overrides, BrokerError>,
+        validate_only: bool,
+    ) -> Result<(), Refused> {
+        match &self.cluster {
+            Some(cluster) => {
+                self.alter_shared_settings(cluster, name, change, validate_only)
+                    .await
+            }
+            None => self
+                .broker
+                .alter_topic_settings(name, change, validate_only)
+                .map_err(Refused::Broker),
+        }
     }
 
     /// Whether the resource's settings may be changed here, by this principal (AlterConfigs on
     /// the topic, as Kafka asks).
     fn alterable(&self, resource_type: i8, name: &str) -> Result<(), Refused> {
-        self.not_in_a_cluster("changing settings")?;
         match resource_type {
             TOPIC if self.may(Operation::AlterConfigs, ResourceType::Topic, name) => Ok(()),
             TOPIC => Err(Refused::Denied),

@@ -23,11 +23,14 @@ pub(crate) const TOPIC: i8 = 2;
 pub(crate) const BROKER: i8 = 4;
 
 impl KafkaFrontEnd {
-    pub(crate) fn describe_configs(
+    pub(crate) async fn describe_configs(
         &self,
         request: &DescribeConfigsRequest,
         version: i16,
     ) -> DescribeConfigsResponse {
+        // On a broker of a cluster, a change of settings made through another broker a moment
+        // ago is described too.
+        self.catch_up().await;
         let results = request
             .resources
             .iter()

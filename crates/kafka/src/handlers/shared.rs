@@ -10,8 +10,10 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::BrokerId;
 use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
 use kafka_protocol::protocol::StrBytes;
+use minibroker_broker::{BrokerError, Overrides};
+use minibroker_cluster::Deleted;
 use minibroker_cluster::{Append, AppendError, AppendRefused};
-use minibroker_host::ClusterLink;
+use minibroker_host::{ClusterError, ClusterLink};
 use minibroker_records::Inspected;
 use std::sync::Arc;
 
@@ -43,6 +45,7 @@ impl KafkaFrontEnd {
         version: i16,
         out: &BytesMut,
     ) {
+        self.learn_producer_owners(cluster, request).await;
         let mut gate = Gate::new(request, TransactionAllowance::default());
         let mut answers = Vec::with_capacity(request.partitions.len());
         let mut pending = Vec::new();
@@ -191,7 +194,8 @@ impl KafkaFrontEnd {
         if !self.may_write_idempotently() {
             return Err(ResponseError::ClusterAuthorizationFailed);
         }
-        let id = cluster.new_producer_id().await.map_err(|error| {
+        let owner = self.guard.is_on().then(|| self.guard.principal());
+        let id = cluster.new_producer_id(owner).await.map_err(|error| {
             tracing::warn!(%error, "no producer id: the cluster's database did not answer");
             ResponseError::CoordinatorNotAvailable
         })?;
@@ -200,6 +204,35 @@ impl KafkaFrontEnd {
             ResponseError::KafkaStorageError
         })?;
         Ok(id)
+    }
+
+    /// With authorisation on, learns from the cluster whose each producer id `request` writes
+    /// with is, when another broker issued it, so this broker judges its use as that broker
+    /// would. An id the cluster has no owner for stays unknown here, and is refused.
+    async fn learn_producer_owners(&self, cluster: &ClusterLink, request: &ProduceView<'_>) {
+        if !self.guard.is_on() {
+            return;
+        }
+        for data in &request.partitions {
+            let Ok(batch) = Inspected::new(data.records.unwrap_or_default()) else {
+                continue;
+            };
+            let producer_id = batch.info().producer_id;
+            if producer_id < 0 || self.guard.knows_producer(producer_id) {
+                continue;
+            }
+            match cluster.producer_owner(producer_id).await {
+                Ok(Some(owner)) => {
+                    if let Err(error) = self.guard.remember_producer_owner(producer_id, &owner) {
+                        tracing::warn!(%error, producer_id, "a producer id's owner could not be remembered");
+                    }
+                }
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::warn!(%error, producer_id, "a producer id's owner could not be asked of the cluster");
+                }
+            }
+        }
     }
 
     /// The live brokers of `cluster` as Metadata lists them, by node id; this broker alone
@@ -231,8 +264,8 @@ impl KafkaFrontEnd {
         brokers
     }
 
-    /// Creates topic `name` in the cluster, with `partitions` partitions; a topic's settings
-    /// are not shared by a cluster's brokers yet, so a topic created with any is refused.
+    /// Creates topic `name` in the cluster, with `partitions` partitions and its own
+    /// `settings`, checked as a broker on its own checks them.
     pub(crate) async fn create_shared_topic(
         &self,
         cluster: &ClusterLink,
@@ -240,14 +273,11 @@ impl KafkaFrontEnd {
         partitions: u32,
         settings: &[(&str, &str)],
     ) -> Result<(), Refused> {
-        if let Some((setting, _)) = settings.first() {
-            return Err(Refused::Request(
-                ResponseError::InvalidConfig,
-                format!(
-                    "{setting}: a topic's settings are not shared by a cluster's brokers yet; create it without any"
-                ),
-            ));
-        }
+        let settings = self
+            .broker
+            .parse_topic_settings(settings)
+            .and_then(|overrides| shared_settings(&overrides))
+            .map_err(Refused::Broker)?;
         minibroker_broker::validate_topic_name(name).map_err(Refused::Broker)?;
         let count = i32::try_from(partitions)
             .ok()
@@ -258,7 +288,7 @@ impl KafkaFrontEnd {
                     format!("a topic needs 1 to {} partitions", i32::MAX),
                 )
             })?;
-        match cluster.create_topic(name, count).await {
+        match cluster.create_topic(name, count, &settings).await {
             Ok(true) => Ok(()),
             Ok(false) => Err(Refused::Request(
                 ResponseError::TopicAlreadyExists,
@@ -268,6 +298,56 @@ impl KafkaFrontEnd {
                 ResponseError::KafkaStorageError,
                 error.to_string(),
             )),
+        }
+    }
+
+    /// Changes the cluster's topic `name`'s own settings to what `change` makes of them.
+    pub(crate) async fn alter_shared_settings(
+        &self,
+        cluster: &ClusterLink,
+        name: &str,
+        change: impl Fn(&Overrides) -> Result<Overrides, BrokerError>,
+        validate_only: bool,
+    ) -> Result<(), Refused> {
+        let changed = cluster
+            .change_topic_settings(
+                name,
+                |current| {
+                    let current: Vec<(&str, &str)> = current
+                        .iter()
+                        .map(|(name, value)| (name.as_str(), value.as_str()))
+                        .collect();
+                    let current = self.broker.parse_topic_settings(&current)?;
+                    shared_settings(&change(&current)?)
+                },
+                validate_only,
+            )
+            .await;
+        changed.map_err(|error| match error {
+            ClusterError::Refused(error) => Refused::Broker(error),
+            ClusterError::UnknownTopic(_) => {
+                Refused::Request(ResponseError::UnknownTopicOrPartition, error.to_string())
+            }
+            error => Refused::Request(ResponseError::KafkaStorageError, error.to_string()),
+        })
+    }
+
+    /// DeleteRecords of `topic`/`partition` below `before` on a broker of `cluster`: the new
+    /// start (low watermark), or Kafka's error.
+    pub(crate) async fn delete_shared_records(
+        cluster: &ClusterLink,
+        topic: &str,
+        partition: i32,
+        before: i64,
+    ) -> Result<i64, ResponseError> {
+        match cluster.delete_records(topic, partition, before).await {
+            Ok(Deleted::Start(start)) => Ok(start),
+            Ok(Deleted::PastEnd { .. }) => Err(ResponseError::OffsetOutOfRange),
+            Ok(Deleted::UnknownPartition) => Err(ResponseError::UnknownTopicOrPartition),
+            Err(error) => {
+                tracing::warn!(topic, partition, %error, "DeleteRecords: the cluster's database did not answer");
+                Err(ResponseError::KafkaStorageError)
+            }
         }
     }
 
@@ -309,6 +389,35 @@ impl KafkaFrontEnd {
             }
         }
     }
+}
+
+/// `overrides` as a topic of a cluster keeps them: Kafka's names and values. Compaction and
+/// LogAppendTime are refused: a broker of a cluster does not compact, nor stamp batches with
+/// its own time, yet.
+fn shared_settings(overrides: &Overrides) -> Result<Vec<(String, String)>, BrokerError> {
+    let refused = |name: &str, reason: &str| BrokerError::InvalidConfig {
+        name: name.to_owned(),
+        reason: reason.to_owned(),
+    };
+    if overrides
+        .get("cleanup.policy")
+        .is_some_and(|policy| policy.split(',').any(|item| item.trim() == "compact"))
+    {
+        return Err(refused(
+            "cleanup.policy",
+            "compaction is not served by a broker of a cluster yet: use cleanup.policy=delete",
+        ));
+    }
+    if overrides.get("message.timestamp.type") == Some("LogAppendTime") {
+        return Err(refused(
+            "message.timestamp.type",
+            "LogAppendTime is not served by a broker of a cluster yet: use CreateTime",
+        ));
+    }
+    Ok(overrides
+        .iter()
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect())
 }
 
 /// The Produce error for a batch the cluster did not store: retriable unless the batch itself
