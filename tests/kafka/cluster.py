@@ -2,8 +2,9 @@
 cluster tests: the test breaks something (kills a broker, stops the database) while it runs,
 and then judges what was stored.
 
-    python cluster.py produce BOOTSTRAP TOPIC PARTITIONS COUNT
-        produces values v-0 .. v-(COUNT-1) over PARTITIONS partitions (creating the topic), prints
+    python cluster.py produce BOOTSTRAP TOPIC PARTITIONS COUNT [PAD]
+        produces values v-0 .. v-(COUNT-1) (each followed by PAD dots) over PARTITIONS
+        partitions (creating the topic), prints
         "half" once half of them are acknowledged, and at the end a JSON summary: ok when every
         value was acknowledged, with the acknowledged (partition, offset, value) triples
     python cluster.py one-by-one BOOTSTRAP TOPIC COUNT
@@ -22,6 +23,9 @@ and then judges what was stored.
         and read through B from the new start; records older than the topic's retention.ms
         gone from B's earliest offset once retention ran (the brokers run it every second); a
         JSON summary of each step
+    python cluster.py offsets BOOTSTRAP TOPIC
+        partition 0's earliest and latest offsets, and the offset ListOffsets finds for
+        timestamp 0 (the first record), as a JSON summary
     python cluster.py produce-as BOOTSTRAP TOPIC PARTITIONS COUNT USER PASSWORD
         as produce, logged in with SASL PLAIN
 """
@@ -56,7 +60,7 @@ def login(user, password):
             "sasl.username": user, "sasl.password": password}
 
 
-def produce(bootstrap, topic, partitions, count, extra=None):
+def produce(bootstrap, topic, partitions, count, extra=None, pad=0):
     ensure_topic(bootstrap, topic, partitions, extra)
     producer = Producer({
         "bootstrap.servers": bootstrap,
@@ -81,7 +85,7 @@ def produce(bootstrap, topic, partitions, count, extra=None):
     for i in range(count):
         while True:
             try:
-                producer.produce(topic, value=b"v-%d" % i, partition=i % partitions,
+                producer.produce(topic, value=b"v-%d" % i + b"." * pad, partition=i % partitions,
                                  on_delivery=delivered)
                 break
             except BufferError:
@@ -229,6 +233,14 @@ def shared(broker_a, broker_b, topic):
     done(steps, ok)
 
 
+def offsets(bootstrap, topic):
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cluster-offsets"})
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=15)
+    found = consumer.offsets_for_times([TopicPartition(topic, 0, 0)], timeout=15)
+    consumer.close()
+    done({"earliest": low, "latest": high, "at_time_0": found[0].offset}, True)
+
+
 def read_from(bootstrap, topic):
     """Partition 0 of TOPIC from its earliest offset to its end: (partition, offset, value)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cluster-read-from",
@@ -248,7 +260,8 @@ def read_from(bootstrap, topic):
 if __name__ == "__main__":
     command, args = sys.argv[1], sys.argv[2:]
     if command == "produce":
-        produce(args[0], args[1], int(args[2]), int(args[3]))
+        pad = int(args[4]) if len(args) > 4 else 0
+        produce(args[0], args[1], int(args[2]), int(args[3]), pad=pad)
     elif command == "one-by-one":
         one_by_one(args[0], args[1], int(args[2]))
     elif command == "brokers":
@@ -257,6 +270,8 @@ if __name__ == "__main__":
         read(args[0], args[1], int(args[2]))
     elif command == "shared":
         shared(args[0], args[1], args[2])
+    elif command == "offsets":
+        offsets(args[0], args[1])
     elif command == "produce-as":
         produce(args[0], args[1], int(args[2]), int(args[3]), login(args[4], args[5]))
     else:

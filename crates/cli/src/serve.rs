@@ -156,6 +156,7 @@ pub async fn run(args: Args) -> Result<()> {
                 flush: std::time::Duration::from_millis(config.net.cluster_flush_ms),
                 lease: std::time::Duration::from_millis(config.net.cluster_lease_ms),
                 default_partitions: config.broker.default_partitions,
+                cache_bytes: config.net.cluster_cache_bytes,
             };
             host.join_cluster(settings).await?;
             tracing::info!(node_id = config.net.node_id, "joined the cluster");

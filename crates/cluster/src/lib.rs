@@ -34,7 +34,7 @@ pub use database::Database;
 pub use membership::{Heartbeat, Member, MembershipError, Registration, live_members};
 pub use produce::{Append, AppendRefused, Appended, CommitError, Statements, commit_window};
 pub use producer_ids::{issue_producer_id, next_producer_id, producer_owner};
-pub use reads::{PartitionEnds, StoredBatch, batches_from, partition_ends};
+pub use reads::{PartitionEnds, StoredBatch, batches_from, first_batch_since, partition_ends};
 pub use schema::{SCHEMA_VERSION, SchemaError, migrate, migrate_to};
 pub use topics::{
     SharedTopic, create_topic, create_topic_with, find_or_create_topic, find_topic,

@@ -94,3 +94,32 @@ pub async fn batches_from(
         })
         .collect())
 }
+
+/// The first stored batch of `topic_id`/`partition` that ends at or after `from` and holds a
+/// record of `timestamp` or later (by its newest timestamp): where ListOffsets by time finds its
+/// answer.
+///
+/// # Errors
+/// PostgreSQL's error.
+pub async fn first_batch_since(
+    client: &impl GenericClient,
+    topic_id: i64,
+    partition: i32,
+    from: i64,
+    timestamp: i64,
+) -> Result<Option<StoredBatch>, tokio_postgres::Error> {
+    let row = client
+        .query_opt(
+            "SELECT base_offset, last_offset, bytes FROM minibroker.batches
+             WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3
+                 AND max_timestamp >= $4
+             ORDER BY last_offset LIMIT 1",
+            &[&topic_id, &partition, &from, &timestamp],
+        )
+        .await?;
+    Ok(row.map(|row| StoredBatch {
+        base_offset: row.get(0),
+        last_offset: row.get(1),
+        bytes: Bytes::from(row.get::<_, Vec<u8>>(2)),
+    }))
+}

@@ -28,6 +28,9 @@ const COPY_POLL: Duration = Duration::from_millis(20);
 /// Batches a copy takes from one partition per query.
 const COPY_BATCHES: i64 = 1_000;
 
+/// Batches a read below the copy takes from the database per query, at most.
+const OLDER_BATCHES: i64 = 200;
+
 /// How a broker joins its cluster.
 #[derive(Debug, Clone)]
 pub struct ClusterSettings {
@@ -41,6 +44,9 @@ pub struct ClusterSettings {
     pub lease: Duration,
     /// Partitions of a topic a produce or Metadata creates.
     pub default_partitions: u32,
+    /// `cluster_cache_bytes`: the most a partition's copy holds; older batches are read from
+    /// the database.
+    pub cache_bytes: u64,
 }
 
 /// Why a broker could not join its cluster, or a question to it failed.
@@ -76,6 +82,10 @@ pub struct ClusterLink {
     heartbeat: Mutex<Option<Heartbeat>>,
     topics: Mutex<HashMap<String, SharedTopic>>,
     default_partitions: i32,
+    cache_bytes: u64,
+    /// Each partition's first offset in the cluster, as of the copy's last pass: below the
+    /// copy's own start, reads go to the database.
+    starts: Mutex<HashMap<(String, u32), i64>>,
     copy_now: Arc<Notify>,
     /// Held by a pass of the copy, and by a placement of the broker's own batch: they never
     /// interleave, so none places a batch twice.
@@ -115,6 +125,8 @@ impl ClusterLink {
             heartbeat: Mutex::new(Some(heartbeat)),
             topics: Mutex::default(),
             default_partitions: i32::try_from(settings.default_partitions).unwrap_or(i32::MAX),
+            cache_bytes: settings.cache_bytes,
+            starts: Mutex::default(),
             copy_now: Arc::new(Notify::new()),
             copying: tokio::sync::Mutex::new(()),
             passes: std::sync::atomic::AtomicU64::new(0),
@@ -267,6 +279,7 @@ impl ClusterLink {
             minibroker_cluster::delete_records(&*client, topic.id, partition, before).await?;
         if let (Deleted::Start(start), Ok(index)) = (deleted, u32::try_from(partition)) {
             let _one_placement_at_a_time = self.copying.lock().await;
+            self.note_start(name, index, start);
             self.broker.follow_committed_start(name, index, start)?;
         }
         Ok(deleted)
@@ -371,6 +384,102 @@ impl ClusterLink {
         }
     }
 
+    /// The first offset of `topic`/`partition` in the cluster (Kafka's log start offset), as of
+    /// the copy's last pass; `None` for a partition the copy has not seen.
+    #[must_use]
+    pub fn log_start(&self, topic: &str, partition: u32) -> Option<i64> {
+        self.starts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(topic.to_owned(), partition))
+            .copied()
+    }
+
+    fn note_start(&self, topic: &str, partition: u32, start: i64) {
+        self.starts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert((topic.to_owned(), partition), start);
+    }
+
+    /// The batches of `topic`/`partition` from `offset` on, read from the database, at most
+    /// `max_bytes` of them (and at least one): for a read below what the copy still holds,
+    /// and at or above the cluster's start. `None` when the copy serves the read itself (the
+    /// offset is in the copy, past its end, or below the cluster's start).
+    ///
+    /// # Errors
+    /// The database could not be asked.
+    pub async fn read_older(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<Option<Vec<bytes::Bytes>>, ClusterError> {
+        let Some((shared, index)) = self.older_than_copy(topic, partition, offset) else {
+            return Ok(None);
+        };
+        let client = self.database.client().await?;
+        let stored =
+            minibroker_cluster::batches_from(&*client, shared.id, index, offset, OLDER_BATCHES)
+                .await?;
+        let mut taken = 0;
+        let mut batches = Vec::new();
+        for batch in stored {
+            if !batches.is_empty() && taken + batch.bytes.len() > max_bytes {
+                break;
+            }
+            taken += batch.bytes.len();
+            batches.push(batch.bytes);
+        }
+        Ok(Some(batches))
+    }
+
+    /// The offset and timestamp of the first record of `topic`/`partition` written at
+    /// `timestamp` or later (ListOffsets by time), found in the database, which holds what the
+    /// copy no longer does.
+    ///
+    /// # Errors
+    /// The database could not be asked.
+    pub async fn offset_for_timestamp(
+        &self,
+        topic: &str,
+        partition: u32,
+        timestamp: i64,
+    ) -> Result<Option<(i64, i64)>, ClusterError> {
+        let (Some(shared), Ok(index), Some(start)) = (
+            self.known_topic(topic),
+            i32::try_from(partition),
+            self.log_start(topic, partition),
+        ) else {
+            return Ok(None);
+        };
+        let client = self.database.client().await?;
+        let found =
+            minibroker_cluster::first_batch_since(&*client, shared.id, index, start, timestamp)
+                .await?;
+        Ok(found.and_then(|batch| {
+            minibroker_log::first_record_at_or_after(&batch.bytes, timestamp)
+                .map(|(offset, at)| (offset.max(start), at))
+        }))
+    }
+
+    /// The topic and partition index of a read at `offset` that the copy no longer holds but
+    /// the cluster does.
+    fn older_than_copy(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: i64,
+    ) -> Option<(SharedTopic, i32)> {
+        let start = self.log_start(topic, partition)?;
+        let (copy_start, _) = self.broker.offsets(topic, partition).ok()?;
+        if offset < start || offset >= copy_start {
+            return None;
+        }
+        Some((self.known_topic(topic)?, i32::try_from(partition).ok()?))
+    }
+
     /// Gives up this broker's lease, so it leaves the members at once (a clean stop).
     pub async fn leave(&self) {
         let heartbeat = self
@@ -436,7 +545,15 @@ impl ClusterLink {
         }
         self.passes.fetch_add(1, Ordering::AcqRel);
         let client = self.database.client().await?;
-        for ends in minibroker_cluster::partition_ends(&*client).await? {
+        let all_ends = minibroker_cluster::partition_ends(&*client).await?;
+        // The copy is a cache: each partition's holds at most `cluster_cache_bytes`, and all
+        // of them together at most half the broker's storage limit.
+        let held = u64::try_from(all_ends.len()).unwrap_or(u64::MAX).max(1);
+        let cache_bytes = self
+            .cache_bytes
+            .min(self.broker.config().max_stored_bytes / 2 / held);
+        let cache_bytes = usize::try_from(cache_bytes).unwrap_or(usize::MAX);
+        for ends in all_ends {
             let known = self.known_topic(&ends.topic);
             if known
                 .as_ref()
@@ -452,6 +569,7 @@ impl ClusterLink {
             let Ok(partition) = u32::try_from(ends.partition) else {
                 continue;
             };
+            self.note_start(&ends.topic, partition, ends.log_start_offset);
             let (start, _) = self.broker.offsets(&ends.topic, partition)?;
             if ends.log_start_offset > start {
                 self.broker.follow_committed_start(
@@ -484,7 +602,10 @@ impl ClusterLink {
                     let (Placed::Appended | Placed::Held) = placed;
                     end = end.max(batch.last_offset + 1);
                 }
+                self.broker.trim_copy(&ends.topic, partition, cache_bytes)?;
             }
+            // This broker's own batches are placed outside a pass: trimmed here too.
+            self.broker.trim_copy(&ends.topic, partition, cache_bytes)?;
         }
         Ok(())
     }

@@ -151,6 +151,9 @@ pub struct NetConfig {
     pub cluster_flush_ms: u64,
     /// In a cluster: how long a broker stays a member after its last heartbeat.
     pub cluster_lease_ms: u64,
+    /// In a cluster: the most of one partition a broker's copy keeps in memory; older batches
+    /// are read from the database.
+    pub cluster_cache_bytes: u64,
     /// Responses a connection may buffer before they are flushed to the socket.
     pub max_in_flight: usize,
     /// A connection with no request for this long (up to twice as long, as the timer is checked
@@ -267,6 +270,7 @@ impl Default for NetConfig {
             cluster: None,
             cluster_flush_ms: 2,
             cluster_lease_ms: 9_000,
+            cluster_cache_bytes: 64 << 20,
             max_in_flight: 64,
             idle_timeout_ms: 600_000,
             write_timeout_ms: 30_000,
@@ -313,6 +317,9 @@ impl NetConfig {
         }
         if !(300..=60_000).contains(&self.cluster_lease_ms) {
             return fail("cluster_lease_ms must be 300 to 60000");
+        }
+        if self.cluster_cache_bytes == 0 {
+            return fail("cluster_cache_bytes must be at least 1");
         }
         if self.idle_timeout_ms == 0 || self.idle_timeout_ms > MAX_TIMEOUT_MS {
             return fail("idle_timeout_ms must be between 1 and 31536000000 (a year)");

@@ -33,7 +33,7 @@ pub(crate) fn check_appendable(
 /// `timestamp` (Kafka's ListOffsets by time, once the batch that holds the answer is found by its
 /// header). A compressed batch is not decompressed by the broker: it answers with its first
 /// offset and its largest timestamp.
-pub(crate) fn first_record_at_or_after(batch: &[u8], timestamp: i64) -> Option<(i64, i64)> {
+pub fn first_record_at_or_after(batch: &[u8], timestamp: i64) -> Option<(i64, i64)> {
     let info = minibroker_records::inspect_kept(batch).ok()?;
     if info.compressed {
         return Some((

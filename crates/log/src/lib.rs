@@ -56,6 +56,7 @@ mod segment;
 /// The disk the log writes to (see [`minibroker_storage`]).
 use minibroker_storage as storage;
 
+pub use batch::first_record_at_or_after;
 pub use cleaner::{CleanRules, CleanStats, OffsetMap, Throttle};
 pub use durable::{
     Appended, CleanedUp, DurableClean, DurableCleaned, DurableLog, MAX_PENDING_BYTES, Opened,

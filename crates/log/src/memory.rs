@@ -356,6 +356,14 @@ impl MemoryLog {
         released
     }
 
+    /// Drops the oldest full chunks while the log would still hold `bytes` or more without
+    /// them (never the chunk being filled): a cache of a log kept elsewhere, bounded. Unlike
+    /// retention, the start does not move for readers who know where the rest is kept; here it
+    /// does, and they read below it there.
+    pub fn trim_to(&mut self, bytes: usize) -> Released {
+        self.drop_chunks_while(|log, oldest| log.stored_bytes - oldest.bytes >= bytes)
+    }
+
     /// Bytes of batches stored.
     #[must_use]
     pub fn stored_bytes(&self) -> usize {
@@ -506,6 +514,23 @@ mod tests {
         assert_eq!((log.start_offset(), log.next_offset()), (3, 6));
         log.restart_at(1);
         assert_eq!(log.start_offset(), 3);
+    }
+
+    #[test]
+    fn trim_to_keeps_the_newest_chunks_that_hold_the_bound() {
+        let mut log = MemoryLog::new();
+        let big = "x".repeat(400_000);
+        for _ in 0..8 {
+            append(&mut log, 1, &[big.as_str()]);
+        }
+        let before = log.stored_bytes();
+        let released = log.trim_to(1);
+        assert!(released.batches > 0);
+        assert_eq!(log.stored_bytes(), before - released.bytes as usize);
+        // Only the chunk being filled is left, and reads go on from its first offset.
+        assert!(log.start_offset() > 0);
+        assert_eq!(log.next_offset(), 8);
+        assert!(log.trim_to(usize::MAX).batches == 0);
     }
 
     fn log_bytes_of_sample() -> u64 {

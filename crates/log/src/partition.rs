@@ -187,6 +187,15 @@ impl PartitionLog {
         }
     }
 
+    /// Drops an in-memory log's oldest chunks while it would still hold `bytes` without them
+    /// (`MemoryLog::trim_to`); a log on files keeps what it has.
+    pub fn trim_to(&mut self, bytes: usize) -> Released {
+        match self {
+            Self::Memory(log) => log.trim_to(bytes),
+            Self::Durable(_) => Released::default(),
+        }
+    }
+
     /// A compaction pass over what may be cleaned (full chunks or sealed segments whose newest
     /// record is at or before `cutoff_ms`), to run without the partition's lock; `None` when
     /// none of it is dirty (with `sweep`, a delete horizon having passed: when there is none of

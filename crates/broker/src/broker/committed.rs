@@ -115,4 +115,21 @@ impl Broker {
         let released = data.log.restart_at(start)?;
         Ok(self.dropped_from_front(&mut data, released))
     }
+
+    /// Drops the oldest batches of this broker's copy of `topic`/`partition` while it would
+    /// still hold `bytes` without them: the copy is a cache, and what it no longer holds is
+    /// read from the cluster. Returns the bytes the copy holds after it.
+    ///
+    /// # Errors
+    /// An unknown topic or partition.
+    pub fn trim_copy(&self, topic: &str, partition: u32, bytes: usize) -> Result<u64, BrokerError> {
+        let found = self.topics.get(topic)?;
+        let target = found.partition(partition)?;
+        let mut data = target.log();
+        let released = data.log.trim_to(bytes);
+        if released != minibroker_log::Released::default() {
+            self.dropped_from_front(&mut data, released);
+        }
+        Ok(data.log.stored_bytes())
+    }
 }

@@ -61,6 +61,7 @@ pub fn run(settings: &Settings) -> Result<()> {
                 flush: window.flush,
                 lease: Duration::from_secs(9),
                 default_partitions: config.broker.default_partitions,
+                cache_bytes: config.net.cluster_cache_bytes,
             })
             .await?;
             anyhow::Ok((host, addr.to_string()))

@@ -9,12 +9,19 @@ use kafka_protocol::messages::fetch_response::{
 };
 use kafka_protocol::messages::{FetchRequest, FetchResponse, ProducerId, TopicName};
 use minibroker_broker::Isolation;
+use std::collections::HashMap;
 use std::time::Duration;
 
 use super::NONE;
 use crate::errors::code_of;
 use crate::front_end::KafkaFrontEnd;
 use minibroker_security::{Operation, ResourceType};
+
+/// Batches read from elsewhere than the broker's log, by topic and partition: on a broker of a
+/// cluster, those its copy no longer holds, read from the database.
+/// An error stands for batches that could not be read there, and must not be answered from the
+/// log (which would say the offset is out of range).
+pub(crate) type OlderBatches = HashMap<(String, i32), Result<Vec<Bytes>, ResponseError>>;
 
 /// The longest a fetch waits for data, whatever the client asks.
 const MAX_FETCH_WAIT: Duration = Duration::from_secs(30);
@@ -26,6 +33,10 @@ impl KafkaFrontEnd {
         let deadline = tokio::time::Instant::now() + wait;
         let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
         self.catch_up().await;
+        let older = match &self.cluster {
+            Some(cluster) => Self::shared_older_batches(cluster, &request).await,
+            None => OlderBatches::new(),
+        };
         let notifiers: Vec<_> = request
             .topics
             .iter()
@@ -39,7 +50,7 @@ impl KafkaFrontEnd {
         loop {
             // Register for appends before reading, so one that lands in between still wakes us.
             let waits: Vec<_> = notifiers.iter().map(|n| n.wait()).collect();
-            let (response, bytes) = self.fetch_once(&request, version);
+            let (response, bytes) = self.fetch_once(&request, version, &older);
             let now = tokio::time::Instant::now();
             // As Kafka: enough bytes (so at once for min_bytes 0), or an error to report, or
             // time is up.
@@ -53,13 +64,20 @@ impl KafkaFrontEnd {
             }
             tokio::select! {
                 _ = futures::future::select_all(waits) => {}
-                () = tokio::time::sleep_until(deadline) => return self.fetch_once(&request, version).0,
+                () = tokio::time::sleep_until(deadline) => {
+                    return self.fetch_once(&request, version, &older).0;
+                }
             }
         }
     }
 
     /// One pass over the requested partitions; returns the answer and its record bytes.
-    fn fetch_once(&self, request: &FetchRequest, version: i16) -> (FetchResponse, usize) {
+    fn fetch_once(
+        &self,
+        request: &FetchRequest,
+        version: i16,
+        older: &OlderBatches,
+    ) -> (FetchResponse, usize) {
         let mut room = Room {
             max: usize::try_from(request.max_bytes)
                 .unwrap_or(0)
@@ -77,7 +95,8 @@ impl KafkaFrontEnd {
                         return denied_partition(wanted.partition);
                     }
                     let isolation = request.isolation_level;
-                    self.fetch_partition(&topic.topic, wanted, isolation, version, &mut room)
+                    let older = older.get(&(topic.topic.to_string(), wanted.partition));
+                    self.fetch_partition(&topic.topic, wanted, isolation, version, older, &mut room)
                 })
                 .collect();
             responses.push(
@@ -99,6 +118,7 @@ impl KafkaFrontEnd {
         wanted: &FetchPartition,
         isolation_level: i8,
         version: i16,
+        older: Option<&Result<Vec<Bytes>, ResponseError>>,
         room: &mut Room,
     ) -> PartitionData {
         let data = PartitionData::default()
@@ -116,6 +136,22 @@ impl KafkaFrontEnd {
         let limit = usize::try_from(wanted.partition_max_bytes)
             .unwrap_or(0)
             .min(room.left());
+        if let (Some(older), Ok((local_start, end))) =
+            (older, self.broker.offsets(topic, partition))
+        {
+            let older = match older {
+                Ok(older) => older,
+                Err(error) => return data.with_error_code(error.code()),
+            };
+            // Read from the cluster's database: committed, and the cluster has no
+            // transactions, so all of it is stable.
+            let records = room.take(older, limit);
+            return data
+                .with_high_watermark(end)
+                .with_last_stable_offset(end)
+                .with_log_start_offset(start(self.log_start_of(topic, partition, local_start)))
+                .with_records(Some(records));
+        }
         let isolation = isolation_of(isolation_level);
         let fetched = self.broker.fetch(
             topic,
@@ -139,7 +175,11 @@ impl KafkaFrontEnd {
                     .collect();
                 data.with_high_watermark(fetched.high_watermark)
                     .with_last_stable_offset(fetched.last_stable_offset)
-                    .with_log_start_offset(start(fetched.log_start_offset))
+                    .with_log_start_offset(start(self.log_start_of(
+                        topic,
+                        partition,
+                        fetched.log_start_offset,
+                    )))
                     .with_aborted_transactions(Some(aborted))
                     .with_records(Some(records))
             }
@@ -151,7 +191,7 @@ impl KafkaFrontEnd {
                 data.with_error_code(code_of(&error).code())
                     .with_high_watermark(end)
                     .with_last_stable_offset(end)
-                    .with_log_start_offset(start(first))
+                    .with_log_start_offset(start(self.log_start_of(topic, partition, first)))
             }
         }
     }

@@ -18,7 +18,7 @@ use crate::errors::code_of;
 use crate::front_end::KafkaFrontEnd;
 
 /// ListOffsets' timestamps for the log start and the log end.
-const EARLIEST: i64 = -2;
+pub(crate) const EARLIEST: i64 = -2;
 const LATEST: i64 = -1;
 
 impl KafkaFrontEnd {
@@ -43,22 +43,32 @@ impl KafkaFrontEnd {
             .filter(|topic| !self.may(Operation::Describe, ResourceType::Topic, &topic.name))
             .map(|topic| topic.name.to_string())
             .collect();
+        let known = match &self.cluster {
+            Some(cluster) => Self::shared_offsets(cluster, &request).await,
+            None => Known::new(),
+        };
         let reads = request
             .topics
             .iter()
             .flat_map(|topic| &topic.partitions)
             .any(|partition| !matches!(partition.timestamp, EARLIEST | LATEST));
         if !reads {
-            return list_offsets(&self.broker, request, &denied, version, room);
+            return list_offsets(&self.broker, request, &denied, &known, version, room);
         }
         let broker = Arc::clone(&self.broker);
-        tokio::task::spawn_blocking(move || list_offsets(&broker, request, &denied, version, room))
-            .await
-            .unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()))
+        tokio::task::spawn_blocking(move || {
+            list_offsets(&broker, request, &denied, &known, version, room)
+        })
+        .await
+        .unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()))
     }
 }
 
-/// ListOffsets, answered in `room`. A partition named twice in one request is answered
+/// Answers found before the lookups, by topic and partition: (offset, timestamp). A broker of a
+/// cluster finds some in the database (`KafkaFrontEnd::shared_offsets`).
+pub(crate) type Known = HashMap<(String, i32), (i64, i64)>;
+
+/// ListOffsets, answered in `room`, with the answers `known` already. A partition named twice in one request is answered
 /// INVALID_REQUEST each time, unlooked-up, as Kafka does: each partition costs at most one
 /// lookup per request. The partitions of a `denied` topic are answered
 /// TOPIC_AUTHORIZATION_FAILED.
@@ -66,6 +76,7 @@ fn list_offsets(
     broker: &Broker,
     request: ListOffsetsRequest,
     denied: &HashSet<String>,
+    known: &Known,
     version: i16,
     mut room: AnswerRoom,
 ) -> Result<ListOffsetsResponse, AnswerTooLarge> {
@@ -101,6 +112,7 @@ fn list_offsets(
                     (&topic.name, wanted.partition_index),
                     wanted.timestamp,
                     isolation_of(request.isolation_level),
+                    known,
                 ) {
                     Ok((offset, timestamp)) => answer.with_offset(offset).with_timestamp(timestamp),
                     Err(error) => answer.with_error_code(code_of(&error).code()),
@@ -127,9 +139,14 @@ fn offset_at(
     (topic, partition): (&str, i32),
     timestamp: i64,
     isolation: Isolation,
+    known: &Known,
 ) -> Result<(i64, i64), BrokerError> {
+    let index = partition;
     let partition = partition_index(topic, partition)?;
     let (start, end) = broker.offsets(topic, partition)?;
+    if let Some(&answer) = known.get(&(topic.to_owned(), index)) {
+        return Ok(answer);
+    }
     Ok(match timestamp {
         EARLIEST => (start, NONE),
         LATEST if isolation == Isolation::ReadCommitted => {

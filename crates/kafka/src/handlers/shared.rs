@@ -7,8 +7,8 @@
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::BrokerId;
 use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
+use kafka_protocol::messages::{BrokerId, FetchRequest, ListOffsetsRequest};
 use kafka_protocol::protocol::StrBytes;
 use minibroker_broker::{BrokerError, Overrides};
 use minibroker_cluster::Deleted;
@@ -17,8 +17,11 @@ use minibroker_host::{ClusterError, ClusterLink};
 use minibroker_records::Inspected;
 use std::sync::Arc;
 
+use super::NONE;
 use super::code;
+use super::fetch::OlderBatches;
 use super::implicit_add::TransactionAllowance;
+use super::offsets::{EARLIEST, Known};
 use super::produce::{Gate, refused, verdict_answer};
 use super::topics::Refused;
 use crate::deferred::DeferredProduce;
@@ -359,6 +362,90 @@ impl KafkaFrontEnd {
         {
             tracing::warn!(%error, "served from this broker's copy as it is: the cluster's database did not answer");
         }
+    }
+
+    /// ListOffsets' answers a broker of `cluster` finds beyond its copy: the earliest offset is
+    /// the cluster's start (the copy may hold less), and a lookup by time is made in the
+    /// database, which holds what the copy no longer does. A lookup the database could not
+    /// answer is left to the copy.
+    pub(crate) async fn shared_offsets(
+        cluster: &ClusterLink,
+        request: &ListOffsetsRequest,
+    ) -> Known {
+        let mut known = Known::new();
+        for topic in &request.topics {
+            for wanted in &topic.partitions {
+                let Ok(partition) = u32::try_from(wanted.partition_index) else {
+                    continue;
+                };
+                let answer = match wanted.timestamp {
+                    EARLIEST => cluster
+                        .log_start(&topic.name, partition)
+                        .map(|start| (start, NONE)),
+                    at if at >= 0 => {
+                        match cluster
+                            .offset_for_timestamp(&topic.name, partition, at)
+                            .await
+                        {
+                            Ok(found) => Some(found.unwrap_or((NONE, NONE))),
+                            Err(error) => {
+                                tracing::warn!(%error, "ListOffsets by time answered from this broker's copy: the cluster's database did not answer");
+                                None
+                            }
+                        }
+                    }
+                    _ => None,
+                };
+                if let Some(answer) = answer {
+                    known.insert((topic.name.to_string(), wanted.partition_index), answer);
+                }
+            }
+        }
+        known
+    }
+
+    /// The batches a Fetch on a broker of `cluster` reads from the database: those of each
+    /// partition it asks from an offset the copy no longer holds (the copy is a cache of the
+    /// newest), by topic and partition.
+    pub(crate) async fn shared_older_batches(
+        cluster: &ClusterLink,
+        request: &FetchRequest,
+    ) -> OlderBatches {
+        let mut older = OlderBatches::new();
+        for topic in &request.topics {
+            for wanted in &topic.partitions {
+                let Ok(partition) = u32::try_from(wanted.partition) else {
+                    continue;
+                };
+                let max_bytes = usize::try_from(wanted.partition_max_bytes).unwrap_or(0);
+                let read = cluster
+                    .read_older(&topic.topic, partition, wanted.fetch_offset, max_bytes)
+                    .await;
+                let key = (topic.topic.to_string(), wanted.partition);
+                match read {
+                    Ok(Some(batches)) => {
+                        older.insert(key, Ok(batches));
+                    }
+                    Ok(None) => {}
+                    Err(error) => {
+                        // Never answered from the copy, which would say out of range: the
+                        // client retries.
+                        tracing::warn!(%error, "a Fetch below this broker's copy could not be read from the cluster's database");
+                        older.insert(key, Err(ResponseError::KafkaStorageError));
+                    }
+                }
+            }
+        }
+        older
+    }
+
+    /// The first offset of `topic`/`partition`: the cluster's on a broker of a cluster (its
+    /// copy may hold less), else `local`, the broker's own.
+    pub(crate) fn log_start_of(&self, topic: &str, partition: u32, local: i64) -> i64 {
+        self.cluster
+            .as_ref()
+            .and_then(|cluster| cluster.log_start(topic, partition))
+            .unwrap_or(local)
     }
 
     /// INVALID_REQUEST, saying why, for `what` (an admin change) on a broker of a cluster: its
