@@ -3,8 +3,11 @@
 //!
 //! A window opens with its first batch and closes after `flush` or once it holds `max_bytes`,
 //! whichever comes first; while it commits, the next one gathers. One transaction per window
-//! rather than per batch is what lets PostgreSQL keep up: its cost is a few round trips and one
-//! WAL flush, whatever the window holds.
+//! rather than per batch is what lets PostgreSQL keep up: its cost is two round trips and one
+//! WAL flush, whatever the window holds. Two windows commit at once, each on its connection:
+//! the next window begins once the one before holds its partitions' locks, so its own locks
+//! queue behind them (a partition's windows are judged in order) while the one before's
+//! writes and COMMIT are on their way.
 //!
 //! The committer never gives up: when the database cannot be reached, or a commit fails, every
 //! batch of the window is answered [`AppendError::Unavailable`] (or
@@ -17,7 +20,9 @@ use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::produce::{Append, AppendRefused, Appended, CommitError, Statements, commit_window};
+use crate::produce::{
+    Append, AppendRefused, Appended, CommitError, Statements, commit_window_then,
+};
 
 /// How a committer gathers its windows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +66,9 @@ type Answer = oneshot::Sender<Result<Appended, AppendError>>;
 struct Waiting {
     append: Append,
     answer: Answer,
+    /// When it was submitted: a window is open for `flush` from its first batch's arrival,
+    /// however long that batch waited for the window before to commit.
+    arrived: Instant,
 }
 
 /// The handle to a committer task; cloned by every connection of the broker.
@@ -106,7 +114,11 @@ impl Committer {
     pub async fn submit(&self, append: Append) -> Result<Pending, AppendError> {
         let (answer, answered) = oneshot::channel();
         self.sender
-            .send(Waiting { append, answer })
+            .send(Waiting {
+                append,
+                answer,
+                arrived: Instant::now(),
+            })
             .await
             .map_err(|_| stopped())?;
         Ok(Pending(answered))
@@ -137,43 +149,74 @@ struct Connection {
     statements: Statements,
 }
 
+/// Windows whose commits are under way at once, each on its connection.
+const WINDOWS_IN_FLIGHT: usize = 2;
+
 async fn run(url: String, settings: WindowSettings, mut receiver: mpsc::Receiver<Waiting>) {
-    let mut connection: Option<Connection> = None;
+    let url: Arc<str> = Arc::from(url);
+    // Connections not in use; `None` stands for one to be made when a window needs it.
+    let mut free: Vec<Option<Connection>> = (0..WINDOWS_IN_FLIGHT).map(|_| None).collect();
+    let (returned, mut given_back) = mpsc::unbounded_channel();
+    let mut window_before_locked: Option<oneshot::Receiver<()>> = None;
     while let Some(first) = receiver.recv().await {
-        let window = gather(first, &mut receiver, &settings, |waiting| {
+        let opened = first.arrived;
+        let window = gather(first, &mut receiver, &settings, opened, |waiting| {
             waiting.append.bytes.len()
         })
         .await;
         let (appends, answers): (Vec<_>, Vec<_>) = window
             .into_iter()
-            .map(|Waiting { append, answer }| (append, answer))
+            .map(|Waiting { append, answer, .. }| (append, answer))
             .unzip();
-        // A connection that stopped waiting has gone; its batch is stored all the same.
-        match commit(&url, &settings, &mut connection, &appends).await {
-            Ok(answered) => {
-                for (answer, answered) in answers.into_iter().zip(answered) {
-                    let _gone = answer.send(answered.map_err(AppendError::from));
+        // This window's locks queue behind the one before's: it begins once that one holds its
+        // partitions (or has failed), so a partition's windows are judged in the order they
+        // were gathered, while one window's writes and COMMIT overlap the next one's reads.
+        if let Some(locked) = window_before_locked.take() {
+            let _locked_or_failed = locked.await;
+        }
+        let mut connection = match free.pop() {
+            Some(connection) => connection,
+            None => given_back.recv().await.flatten(),
+        };
+        let (locked, locked_here) = oneshot::channel();
+        window_before_locked = Some(locked_here);
+        let (url, returned) = (Arc::clone(&url), returned.clone());
+        tokio::spawn(async move {
+            let committed = commit(&url, &settings, &mut connection, &appends, locked).await;
+            // A connection that stopped waiting has gone; its batch is stored all the same.
+            match committed {
+                Ok(answered) => {
+                    for (answer, answered) in answers.into_iter().zip(answered) {
+                        let _gone = answer.send(answered.map_err(AppendError::from));
+                    }
+                }
+                Err(error) => {
+                    for answer in answers {
+                        let _gone = answer.send(Err(error.clone()));
+                    }
                 }
             }
-            Err(error) => {
-                for answer in answers {
-                    let _gone = answer.send(Err(error.clone()));
-                }
-            }
+            let _committer_gone = returned.send(connection);
+        });
+        while let Ok(connection) = given_back.try_recv() {
+            free.push(connection);
         }
     }
 }
 
 /// The window `first` opens: it and everything `receiver` brings until the window closes,
-/// `settings.flush` after `first`, or once what it holds is `settings.max_bytes` long by
-/// `bytes_of` (a committer's batches; a benchmark's raw inserts, gathered the same way).
+/// `settings.flush` after `opened` (when `first` arrived: a batch that waited for the window
+/// before it to commit has waited its flush already, as a producer's linger counts from its
+/// first record), or once what it holds is `settings.max_bytes` long by `bytes_of` (a
+/// committer's batches; a benchmark's raw inserts, gathered the same way).
 pub async fn gather<T>(
     first: T,
     receiver: &mut mpsc::Receiver<T>,
     settings: &WindowSettings,
+    opened: Instant,
     bytes_of: impl Fn(&T) -> usize,
 ) -> Vec<T> {
-    let closes = Instant::now() + settings.flush;
+    let closes = opened + settings.flush;
     let mut bytes = 0;
     let mut window = Vec::new();
     let mut next = Some(first);
@@ -196,6 +239,7 @@ async fn commit(
     settings: &WindowSettings,
     connection: &mut Option<Connection>,
     appends: &[Append],
+    locked: oneshot::Sender<()>,
 ) -> Result<Vec<Result<Appended, AppendRefused>>, AppendError> {
     let open = match connection {
         Some(open) => open,
@@ -205,7 +249,10 @@ async fn commit(
                 .map_err(|error| AppendError::Unavailable(Arc::from(error.to_string())))?,
         ),
     };
-    match commit_window(&mut open.client, &open.statements, appends).await {
+    let locked = move || {
+        let _next_window_may_begin = locked.send(());
+    };
+    match commit_window_then(&mut open.client, &open.statements, appends, locked).await {
         Ok(answers) => Ok(answers),
         Err(error) => {
             tracing::warn!(%error, batches = appends.len(), "a cluster window was not stored");

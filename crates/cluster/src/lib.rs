@@ -32,7 +32,9 @@ pub mod trim;
 pub use committer::{AppendError, Committer, Pending, WindowSettings, gather};
 pub use database::Database;
 pub use membership::{Heartbeat, Member, MembershipError, Registration, live_members};
-pub use produce::{Append, AppendRefused, Appended, CommitError, Statements, commit_window};
+pub use produce::{
+    Append, AppendRefused, Appended, CommitError, Statements, commit_window, commit_window_then,
+};
 pub use producer_ids::{issue_producer_id, next_producer_id, producer_owner};
 pub use reads::{PartitionEnds, StoredBatch, batches_from, first_batch_since, partition_ends};
 pub use schema::{SCHEMA_VERSION, SchemaError, migrate, migrate_to};

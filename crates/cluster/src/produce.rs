@@ -10,23 +10,27 @@
 //!
 //! The partition row's lock is what makes a window the only writer of its partitions, as the
 //! shard lock is on one broker: a producer's row is read after the lock is held and written
-//! before it is let go. Statements are prepared once per connection ([`Statements`]), and the
-//! reads, like the writes, go to the server together (pipelined), so a window costs four round
-//! trips: BEGIN, the reads, the writes, COMMIT.
+//! before it is let go. Statements are prepared once per connection ([`Statements`]). BEGIN goes
+//! to the server with the reads, and the writes with COMMIT (pipelined: the server runs them in
+//! order), so a window costs two round trips. A write the server refuses aborts the
+//! transaction, and the COMMIT after it then rolls back: a window is answered as stored only
+//! when every write and the COMMIT succeeded.
 //!
 //! A COMMIT whose answer is lost is [`CommitError::Unknown`]: the window may be stored or not,
 //! and is never answered as stored. A retry then meets the rule: DUPLICATE with the original
 //! offset when it was stored, ACCEPTED when it was not.
 
-use bytes::{Bytes, BytesMut};
-use futures::future::try_join_all;
+use bytes::Bytes;
+use futures::future::MaybeDone;
 use minibroker_state::{
     BatchHeader, BatchMetadata, Outcome, ProducerEntry, Verdict, decide_and_record,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::pin::Pin;
 use thiserror::Error;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Row, Statement, Transaction};
+use tokio_postgres::{Client, Row, Statement};
 
 /// One batch for one partition, as a broker took it (already checked as a batch).
 #[derive(Debug, Clone)]
@@ -136,9 +140,9 @@ impl Statements {
                 ),
                 client.prepare(
                     "INSERT INTO minibroker.batches
-                         (topic_id, partition, last_offset, base_offset, bytes)
+                         (topic_id, partition, last_offset, base_offset, bytes, max_timestamp)
                      SELECT * FROM unnest($1::bigint[], $2::integer[], $3::bigint[],
-                                          $4::bigint[], $5::bytea[])",
+                                          $4::bigint[], $5::bytea[], $6::bigint[])",
                 ),
                 client.prepare(
                     "INSERT INTO minibroker.producer_states (topic_id, partition, producer_id,
@@ -187,7 +191,8 @@ struct Writes {
     partitions: Vec<i32>,
     last_offsets: Vec<i64>,
     base_offsets: Vec<i64>,
-    batches: Vec<BytesMut>,
+    max_timestamps: Vec<i64>,
+    batches: Vec<Vec<u8>>,
     /// Producers whose entry an accepted batch changed.
     changed_producers: BTreeSet<ProducerKey>,
 }
@@ -202,23 +207,64 @@ pub async fn commit_window(
     statements: &Statements,
     appends: &[Append],
 ) -> Result<Vec<Result<Appended, AppendRefused>>, CommitError> {
-    let transaction = client.transaction().await.map_err(CommitError::Failed)?;
-    let (mut held, mut entries) = read_window(&transaction, statements, appends).await?;
+    commit_window_then(client, statements, appends, || ()).await
+}
+
+/// [`commit_window`], calling `locked` once the window's partitions are locked and read (or
+/// that failed): a window begun on another connection after it queues behind its locks.
+///
+/// # Errors
+/// As [`commit_window`].
+pub async fn commit_window_then(
+    client: &mut Client,
+    statements: &Statements,
+    appends: &[Append],
+    locked: impl FnOnce(),
+) -> Result<Vec<Result<Appended, AppendRefused>>, CommitError> {
+    let committed = judge_and_commit(client, statements, appends, locked).await;
+    if matches!(
+        committed,
+        Err(CommitError::Failed(_) | CommitError::Damaged { .. })
+    ) {
+        // Whatever of the window the server took is undone, and the connection is ready for
+        // the next one (a ROLLBACK after a COMMIT that rolled back only warns).
+        if let Err(error) = client.batch_execute("ROLLBACK").await {
+            tracing::debug!(%error, "ROLLBACK after a failed window");
+        }
+    }
+    committed
+}
+
+/// [`commit_window`]'s transaction, begun with its reads and ended with its writes, each sent
+/// together. A write refused makes the COMMIT sent after it a rollback, so the window is
+/// answered as stored only when every write and the COMMIT succeeded.
+async fn judge_and_commit(
+    client: &Client,
+    statements: &Statements,
+    appends: &[Append],
+    locked: impl FnOnce(),
+) -> Result<Vec<Result<Appended, AppendRefused>>, CommitError> {
+    let read = read_window(client, statements, appends).await;
+    locked();
+    let (mut held, mut entries) = read?;
     let mut writes = Writes::default();
     let answers = appends
         .iter()
         .map(|append| judge(append, &mut held, &mut entries, &mut writes))
         .collect();
-    write_window(&transaction, statements, &entries, writes)
-        .await
-        .map_err(CommitError::Failed)?;
-    transaction.commit().await.map_err(CommitError::Unknown)?;
+    let writes = WindowWrites::new(&entries, writes);
+    let sent = writes.send(client, statements).await;
+    // Every write is on its way: COMMIT follows them.
+    let (written, committed) = futures::join!(answered(sent), client.batch_execute("COMMIT"));
+    written.map_err(CommitError::Failed)?;
+    committed.map_err(CommitError::Unknown)?;
     Ok(answers)
 }
 
-/// Locks the window's partitions in key order and reads them and their producers' entries.
+/// Begins the window's transaction, locks its partitions in key order and reads them and
+/// their producers' entries.
 async fn read_window(
-    transaction: &Transaction<'_>,
+    client: &Client,
     statements: &Statements,
     appends: &[Append],
 ) -> Result<
@@ -253,9 +299,10 @@ async fn read_window(
         &producer_columns.1,
         &producer_columns.2,
     ];
-    let (locked, producer_rows) = futures::try_join!(
-        transaction.query(&statements.lock_partitions, &lock_parameters),
-        transaction.query(&statements.read_producers, &producer_parameters),
+    let (_begun, locked, producer_rows) = futures::try_join!(
+        client.batch_execute("BEGIN"),
+        client.query(&statements.lock_partitions, &lock_parameters),
+        client.query(&statements.read_producers, &producer_parameters),
     )
     .map_err(CommitError::Failed)?;
     let held = locked
@@ -330,7 +377,7 @@ fn judge(
     }
     let base_offset = partition.high_watermark;
     let mut store = || {
-        let mut batch = BytesMut::from(&append.bytes[..]);
+        let mut batch = append.bytes.to_vec();
         minibroker_records::set_base_offset(&mut batch, base_offset);
         writes.topic_ids.push(append.topic_id);
         writes.partitions.push(append.partition);
@@ -338,6 +385,9 @@ fn judge(
             .last_offsets
             .push(base_offset + i64::from(append.offsets) - 1);
         writes.base_offsets.push(base_offset);
+        writes
+            .max_timestamps
+            .push(minibroker_records::max_timestamp(&batch));
         writes.batches.push(batch);
         partition.high_watermark += i64::from(append.offsets);
         Ok::<_, std::convert::Infallible>(base_offset)
@@ -370,57 +420,90 @@ fn judge(
     })
 }
 
-/// Writes the window's batches, changed producers and new high watermarks, all sent together.
-async fn write_window(
-    transaction: &Transaction<'_>,
-    statements: &Statements,
-    entries: &HashMap<ProducerKey, ProducerEntry>,
+/// The window's writes as the statements' columns: its batches, its partitions' new high
+/// watermarks and its changed producers' rows.
+struct WindowWrites {
     writes: Writes,
-) -> Result<(), tokio_postgres::Error> {
-    if writes.batches.is_empty() {
-        return Ok(());
+    advanced: (Vec<i64>, Vec<i32>, Vec<i64>),
+    producer_rows: Vec<ProducerRow>,
+}
+
+impl WindowWrites {
+    fn new(entries: &HashMap<ProducerKey, ProducerEntry>, writes: Writes) -> Self {
+        // Each partition that took batches ends after its last one (batches are in offset
+        // order); the others' rows stay as they were.
+        let advanced: BTreeMap<PartitionKey, i64> = writes
+            .topic_ids
+            .iter()
+            .zip(&writes.partitions)
+            .zip(&writes.last_offsets)
+            .map(|((&topic_id, &partition), &last_offset)| ((topic_id, partition), last_offset + 1))
+            .collect();
+        let producer_rows = writes
+            .changed_producers
+            .iter()
+            .filter_map(|key| Some(ProducerRow::new(*key, entries.get(key)?)))
+            .collect();
+        Self {
+            advanced: (
+                advanced.keys().map(|key| key.0).collect(),
+                advanced.keys().map(|key| key.1).collect(),
+                advanced.values().copied().collect(),
+            ),
+            producer_rows,
+            writes,
+        }
     }
-    let batches: Vec<&[u8]> = writes.batches.iter().map(|batch| &batch[..]).collect();
-    // Each partition that took batches ends after its last one (batches are in offset order);
-    // the others' rows stay as they were.
-    let advanced: BTreeMap<PartitionKey, i64> = writes
-        .topic_ids
-        .iter()
-        .zip(&writes.partitions)
-        .zip(&writes.last_offsets)
-        .map(|((&topic_id, &partition), &last_offset)| ((topic_id, partition), last_offset + 1))
-        .collect();
-    let advanced_columns = (
-        advanced.keys().map(|key| key.0).collect::<Vec<_>>(),
-        advanced.keys().map(|key| key.1).collect::<Vec<_>>(),
-        advanced.values().copied().collect::<Vec<_>>(),
-    );
-    let producer_rows: Vec<ProducerRow> = writes
-        .changed_producers
-        .iter()
-        .filter_map(|key| Some(ProducerRow::new(*key, entries.get(key)?)))
-        .collect();
-    let batch_parameters: [&(dyn ToSql + Sync); 5] = [
-        &writes.topic_ids,
-        &writes.partitions,
-        &writes.last_offsets,
-        &writes.base_offsets,
-        &batches,
-    ];
-    let advance_parameters: [&(dyn ToSql + Sync); 3] = [
-        &advanced_columns.0,
-        &advanced_columns.1,
-        &advanced_columns.2,
-    ];
-    let producer_parameters: Vec<[&(dyn ToSql + Sync); 9]> =
-        producer_rows.iter().map(ProducerRow::parameters).collect();
-    let mut statements_sent = Vec::with_capacity(producer_rows.len() + 2);
-    statements_sent.push(transaction.execute(&statements.insert_batches, &batch_parameters));
-    statements_sent.push(transaction.execute(&statements.advance_partitions, &advance_parameters));
-    for row in &producer_parameters {
-        statements_sent.push(transaction.execute(&statements.write_producer, row));
+
+    /// Sends every write on `client` (each statement goes out on its first poll, which this
+    /// gives it), returning them to be awaited: what is sent after this follows them.
+    async fn send<'a>(&'a self, client: &'a Client, statements: &'a Statements) -> Vec<Sent<'a>> {
+        let mut sent: Vec<Sent<'a>> = Vec::with_capacity(self.producer_rows.len() + 2);
+        if self.writes.batches.is_empty() {
+            return sent;
+        }
+        let writes = &self.writes;
+        let batches: [&(dyn ToSql + Sync); 6] = [
+            &writes.topic_ids,
+            &writes.partitions,
+            &writes.last_offsets,
+            &writes.base_offsets,
+            &writes.batches,
+            &writes.max_timestamps,
+        ];
+        sent.push(MaybeDone::Future(Box::pin(
+            client.execute_raw(&statements.insert_batches, batches),
+        )));
+        let advanced: [&(dyn ToSql + Sync); 3] =
+            [&self.advanced.0, &self.advanced.1, &self.advanced.2];
+        sent.push(MaybeDone::Future(Box::pin(
+            client.execute_raw(&statements.advance_partitions, advanced),
+        )));
+        for row in &self.producer_rows {
+            sent.push(MaybeDone::Future(Box::pin(
+                client.execute_raw(&statements.write_producer, row.parameters()),
+            )));
+        }
+        for write in &mut sent {
+            // The first poll sends it; one already answered keeps its answer.
+            let _sent = futures::poll!(write);
+        }
+        sent
     }
-    try_join_all(statements_sent).await?;
+}
+
+/// A write sent, its answer still to come.
+type Sent<'a> =
+    MaybeDone<Pin<Box<dyn Future<Output = Result<u64, tokio_postgres::Error>> + Send + 'a>>>;
+
+/// Waits for the answers of writes [`WindowWrites::send`] sent: the first error, if any.
+async fn answered(mut sent: Vec<Sent<'_>>) -> Result<(), tokio_postgres::Error> {
+    futures::future::join_all(sent.iter_mut()).await;
+    for write in &mut sent {
+        if let Some(Err(error)) = Pin::new(write).take_output() {
+            return Err(error);
+        }
+    }
     Ok(())
 }
 

@@ -66,12 +66,16 @@ const STEPS: &[&str] = &[
     );
     CREATE SEQUENCE minibroker.producer_ids AS bigint MINVALUE 0 START 0",
     // 3: what else every broker shares. A topic's own settings, as `name=value` items (Kafka's
-    // names, checked and written as a broker writes them). Each batch's newest timestamp, read
-    // from its header (bytes 35 to 43), for retention by age. Which principal each producer id
-    // was issued to, so that with authorisation on only its owner writes with it, on any broker.
+    // names, checked and written as a broker writes them). Each batch's newest timestamp, for
+    // retention by age and lookups by time: written by the broker that stores the batch, and
+    // read here from the header (bytes 35 to 43) of the batches stored before.
+    // Which principal each producer id was issued to, so that with authorisation on only its
+    // owner writes with it, on any broker.
     "ALTER TABLE minibroker.topics ADD COLUMN settings text[] NOT NULL DEFAULT '{}';
-    ALTER TABLE minibroker.batches ADD COLUMN max_timestamp bigint NOT NULL
-        GENERATED ALWAYS AS (('x' || encode(substring(bytes FROM 36 FOR 8), 'hex'))::bit(64)::bigint) STORED;
+    ALTER TABLE minibroker.batches ADD COLUMN max_timestamp bigint;
+    UPDATE minibroker.batches
+        SET max_timestamp = ('x' || encode(substring(bytes FROM 36 FOR 8), 'hex'))::bit(64)::bigint;
+    ALTER TABLE minibroker.batches ALTER COLUMN max_timestamp SET NOT NULL;
     CREATE TABLE minibroker.producer_owners (
         producer_id bigint PRIMARY KEY CHECK (producer_id >= 0),
         principal text NOT NULL,

@@ -7,7 +7,8 @@ mod support;
 
 use bytes::Bytes;
 use minibroker_cluster::{
-    Append, AppendError, Committer, WindowSettings, connect, create_topic, migrate,
+    Append, AppendError, CommitError, Committer, Statements, WindowSettings, commit_window,
+    connect, create_topic, migrate,
 };
 use minibroker_state::{BatchHeader, Outcome, SequenceRange};
 use std::time::Duration;
@@ -73,4 +74,67 @@ async fn batches_are_refused_while_postgres_is_down_and_stored_once_after() {
     let client = connect(&postgres.url).await.unwrap();
     let batches = support::stored_batches(&client).await;
     assert_eq!(batches, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_refused_in_a_window_stores_none_of_it_and_the_next_window_goes_on() {
+    // The window's writes go out with its COMMIT: a refused write must turn that COMMIT into
+    // a rollback, and the connection must be ready for the next window.
+    let postgres = Postgres::start();
+    let mut client = connect(&postgres.url).await.unwrap();
+    migrate(&mut client).await.unwrap();
+    let topic_id = create_topic(&client, "t", 1).await.unwrap().unwrap().id;
+    // A row in the way of the window's second batch (offset 1).
+    client
+        .execute(
+            "INSERT INTO minibroker.batches
+                 (topic_id, partition, last_offset, base_offset, bytes, max_timestamp)
+             VALUES ($1, 0, 1, 1, '\\x00', 0)",
+            &[&topic_id],
+        )
+        .await
+        .unwrap();
+    let statements = Statements::prepare(&client).await.unwrap();
+    let append = |sequence| Append {
+        topic_id,
+        partition: 0,
+        header: Some(BatchHeader::new(7, 0, 0, SequenceRange::single(sequence).unwrap()).unwrap()),
+        offsets: 1,
+        bytes: Bytes::from(vec![0; minibroker_records::HEADER_LEN]),
+    };
+    let window = [append(0), append(1)];
+    let refused = commit_window(&mut client, &statements, &window)
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, CommitError::Failed(_)), "{refused}");
+    let (high_watermark, producers): (i64, i64) = {
+        let row = client
+            .query_one(
+                "SELECT (SELECT high_watermark FROM minibroker.partitions),
+                        (SELECT count(*) FROM minibroker.producer_states)",
+                &[],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(
+        (high_watermark, producers),
+        (0, 0),
+        "nothing of the window is stored"
+    );
+
+    client
+        .execute("DELETE FROM minibroker.batches", &[])
+        .await
+        .unwrap();
+    let answers = commit_window(&mut client, &statements, &window)
+        .await
+        .unwrap();
+    let offsets: Vec<Option<i64>> = answers
+        .iter()
+        .map(|answer| answer.as_ref().unwrap().verdict.base_offset)
+        .collect();
+    assert_eq!(offsets, vec![Some(0), Some(1)]);
+    assert_eq!(support::stored_batches(&client).await, 2);
 }

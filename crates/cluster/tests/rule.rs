@@ -326,3 +326,55 @@ async fn two_brokers_given_one_batch_at_once_store_it_once() {
     let stored = support::stored_batches(&client).await;
     assert_eq!(stored, 20);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producers_batches_sent_back_to_back_are_judged_in_order_across_overlapping_windows() {
+    // A committer commits two windows at once; a producer's batches, submitted without waiting
+    // for any answer, span many windows and two partitions: every one must be ACCEPTED, at
+    // consecutive offsets, in the order sent.
+    let postgres = Postgres::start();
+    let (client, _) = ready(&postgres.url).await;
+    let topic_id = create_topic(&client, "ordered", 2)
+        .await
+        .unwrap()
+        .unwrap()
+        .id;
+    let committer = Committer::start(
+        &postgres.url,
+        WindowSettings {
+            flush: std::time::Duration::from_millis(1),
+            ..WindowSettings::default()
+        },
+    );
+    let mut pending = Vec::new();
+    for sequence in 0..1_000 {
+        for partition in 0..2 {
+            let header = BatchHeader::new(
+                9,
+                PartitionId::try_from(partition).unwrap(),
+                0,
+                SequenceRange::single(sequence).unwrap(),
+            )
+            .unwrap();
+            let append = Append {
+                topic_id,
+                partition,
+                header: Some(header),
+                offsets: 1,
+                bytes: bytes_of(0),
+            };
+            pending.push((partition, committer.submit(append).await.unwrap()));
+            if sequence % 50 == 0 {
+                tokio::time::sleep(std::time::Duration::from_micros(500)).await;
+            }
+        }
+    }
+    let mut next = [0_i64; 2];
+    for (partition, pending) in pending {
+        let appended = pending.outcome().await.unwrap();
+        let index = usize::try_from(partition).unwrap();
+        assert_eq!(appended.verdict.outcome, Outcome::Accepted);
+        assert_eq!(appended.verdict.base_offset, Some(next[index]));
+        next[index] += 1;
+    }
+}
