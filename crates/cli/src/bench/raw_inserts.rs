@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 use minibroker_cluster::WindowSettings;
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 /// Where one insert's answer goes: `Err` with why the window was not stored.
 type Answer = oneshot::Sender<Result<(), String>>;
@@ -15,7 +16,7 @@ type Answer = oneshot::Sender<Result<(), String>>;
 /// The handle to the inserting task; cloned by every baseline connection.
 #[derive(Clone)]
 pub struct RawInserts {
-    sender: mpsc::Sender<(Bytes, Answer)>,
+    sender: mpsc::Sender<(Bytes, Answer, Instant)>,
 }
 
 impl RawInserts {
@@ -48,41 +49,58 @@ impl RawInserts {
     /// Queues `frame` for the next window; the receiver answers once it is committed.
     pub async fn insert(&self, frame: Bytes) -> oneshot::Receiver<Result<(), String>> {
         let (answer, answered) = oneshot::channel();
-        let _stopped = self.sender.send((frame, answer)).await;
+        let _stopped = self.sender.send((frame, answer, Instant::now())).await;
         answered
     }
 }
 
 async fn insert(
-    mut client: tokio_postgres::Client,
+    client: tokio_postgres::Client,
     settings: WindowSettings,
-    mut receiver: mpsc::Receiver<(Bytes, Answer)>,
+    mut receiver: mpsc::Receiver<(Bytes, Answer, Instant)>,
 ) {
+    // Prepared once, and each window's BEGIN, INSERT and COMMIT sent together, as a broker's
+    // committer sends its statements: the engine's limit, not a client's round trips.
+    let statement = match client
+        .prepare(
+            "INSERT INTO minibroker_bench.raw_batches (last_offset, base_offset, bytes)
+             SELECT o, o, b FROM unnest($1::bigint[], $2::bytea[]) AS t(o, b)",
+        )
+        .await
+    {
+        Ok(statement) => statement,
+        Err(error) => {
+            tracing::error!(%error, "the baseline's insert could not be prepared");
+            return;
+        }
+    };
     let mut next_offset = 0i64;
     while let Some(first) = receiver.recv().await {
-        let window =
-            minibroker_cluster::gather(first, &mut receiver, &settings, |(frame, _)| frame.len())
-                .await;
-        let (frames, answers): (Vec<Bytes>, Vec<Answer>) = window.into_iter().unzip();
+        let opened = first.2;
+        let window = minibroker_cluster::gather(first, &mut receiver, &settings, opened, |item| {
+            item.0.len()
+        })
+        .await;
+        let (frames, answers): (Vec<Bytes>, Vec<Answer>) = window
+            .into_iter()
+            .map(|(frame, answer, _)| (frame, answer))
+            .unzip();
         let base_offsets: Vec<i64> = (0..frames.len() as i64).map(|i| next_offset + i).collect();
         next_offset += frames.len() as i64;
         let bodies: Vec<&[u8]> = frames.iter().map(|frame| &frame[..]).collect();
-        let stored = async {
-            let transaction = client.transaction().await?;
-            transaction
-                .execute(
-                    "INSERT INTO minibroker_bench.raw_batches (last_offset, base_offset, bytes)
-                     SELECT o, o, b FROM unnest($1::bigint[], $2::bytea[]) AS t(o, b)",
-                    &[
-                        &base_offsets as &(dyn tokio_postgres::types::ToSql + Sync),
-                        &bodies,
-                    ],
-                )
-                .await?;
-            transaction.commit().await
+        let parameters: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&base_offsets, &bodies];
+        let (begun, inserted, committed) = futures::join!(
+            client.batch_execute("BEGIN"),
+            client.execute_raw(&statement, parameters),
+            client.batch_execute("COMMIT"),
+        );
+        let stored = begun
+            .and(inserted.map(|_| ()))
+            .and(committed)
+            .map_err(|error| error.to_string());
+        if stored.is_err() {
+            let _undone = client.batch_execute("ROLLBACK").await;
         }
-        .await
-        .map_err(|error| error.to_string());
         for answer in answers {
             let _gone = answer.send(stored.clone());
         }
