@@ -85,14 +85,16 @@ pub async fn batches_from(
             &[&topic_id, &partition, &from, &limit],
         )
         .await?;
-    Ok(rows
-        .iter()
-        .map(|row| StoredBatch {
-            base_offset: row.get(0),
-            last_offset: row.get(1),
-            bytes: Bytes::from(row.get::<_, Vec<u8>>(2)),
-        })
-        .collect())
+    Ok(rows.iter().map(stored_batch).collect())
+}
+
+/// A batch's row as `SELECT base_offset, last_offset, bytes` reads it.
+fn stored_batch(row: &tokio_postgres::Row) -> StoredBatch {
+    StoredBatch {
+        base_offset: row.get(0),
+        last_offset: row.get(1),
+        bytes: Bytes::from(row.get::<_, Vec<u8>>(2)),
+    }
 }
 
 /// The first stored batch of `topic_id`/`partition` that ends at or after `from` and holds a
@@ -117,9 +119,5 @@ pub async fn first_batch_since(
             &[&topic_id, &partition, &from, &timestamp],
         )
         .await?;
-    Ok(row.map(|row| StoredBatch {
-        base_offset: row.get(0),
-        last_offset: row.get(1),
-        bytes: Bytes::from(row.get::<_, Vec<u8>>(2)),
-    }))
+    Ok(row.as_ref().map(stored_batch))
 }

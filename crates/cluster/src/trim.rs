@@ -9,6 +9,19 @@
 
 use tokio_postgres::GenericClient;
 
+/// The end of a statement whose `moved` part moved partition `$1`/`$2`'s start: the batches
+/// wholly below the new start are deleted with it, and the new start is its answer.
+macro_rules! deleted_below_moved {
+    () => {
+        "gone AS (
+             DELETE FROM minibroker.batches b USING moved
+             WHERE b.topic_id = $1 AND b.partition = $2
+                 AND b.last_offset < moved.log_start_offset
+         )
+         SELECT log_start_offset FROM moved"
+    };
+}
+
 /// What [`delete_records`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Deleted {
@@ -36,7 +49,8 @@ pub async fn delete_records(
 ) -> Result<Deleted, tokio_postgres::Error> {
     let moved = client
         .query_opt(
-            "WITH ends AS (
+            concat!(
+                "WITH ends AS (
                  SELECT high_watermark FROM minibroker.partitions
                  WHERE topic_id = $1 AND partition = $2
              ), moved AS (
@@ -47,12 +61,9 @@ pub async fn delete_records(
                  WHERE p.topic_id = $1 AND p.partition = $2
                      AND $3::bigint >= -1 AND $3::bigint <= ends.high_watermark
                  RETURNING p.log_start_offset
-             ), gone AS (
-                 DELETE FROM minibroker.batches b USING moved
-                 WHERE b.topic_id = $1 AND b.partition = $2
-                     AND b.last_offset < moved.log_start_offset
-             )
-             SELECT log_start_offset FROM moved",
+             ), ",
+                deleted_below_moved!()
+            ),
             &[&topic_id, &partition, &before],
         )
         .await?;
@@ -114,7 +125,8 @@ pub async fn apply_retention(
         let partition: i32 = row.get(0);
         let start = client
             .query_opt(
-                "WITH ends AS (
+                concat!(
+                    "WITH ends AS (
                      SELECT high_watermark FROM minibroker.partitions
                      WHERE topic_id = $1 AND partition = $2
                  ), held AS (
@@ -134,12 +146,9 @@ pub async fn apply_retention(
                      WHERE p.topic_id = $1 AND p.partition = $2
                          AND first_kept.offset > p.log_start_offset
                      RETURNING p.log_start_offset
-                 ), gone AS (
-                     DELETE FROM minibroker.batches b USING moved
-                     WHERE b.topic_id = $1 AND b.partition = $2
-                         AND b.last_offset < moved.log_start_offset
-                 )
-                 SELECT log_start_offset FROM moved",
+                 ), ",
+                    deleted_below_moved!()
+                ),
                 &[&topic_id, &partition, &cutoff, &keep.bytes],
             )
             .await?;

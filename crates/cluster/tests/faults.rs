@@ -14,12 +14,29 @@ use minibroker_state::{BatchHeader, Outcome, SequenceRange};
 use std::time::Duration;
 use support::Postgres;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn batches_are_refused_while_postgres_is_down_and_stored_once_after() {
-    let postgres = Postgres::start();
+/// A database with topic "t" of one partition: a client, and the topic's id.
+async fn one_topic(postgres: &Postgres) -> (tokio_postgres::Client, i64) {
     let mut client = connect(&postgres.url).await.unwrap();
     migrate(&mut client).await.unwrap();
     let topic_id = create_topic(&client, "t", 1).await.unwrap().unwrap().id;
+    (client, topic_id)
+}
+
+/// Producer 7's one-record batch of `sequence` (epoch 0) for partition 0 of `topic_id`.
+fn append_to(topic_id: i64, sequence: i32) -> Append {
+    Append {
+        topic_id,
+        partition: 0,
+        header: Some(BatchHeader::new(7, 0, 0, SequenceRange::single(sequence).unwrap()).unwrap()),
+        offsets: 1,
+        bytes: Bytes::from(vec![0; minibroker_records::HEADER_LEN]),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_are_refused_while_postgres_is_down_and_stored_once_after() {
+    let postgres = Postgres::start();
+    let (client, topic_id) = one_topic(&postgres).await;
     drop(client);
     let committer = Committer::start(
         &postgres.url,
@@ -28,13 +45,7 @@ async fn batches_are_refused_while_postgres_is_down_and_stored_once_after() {
             ..WindowSettings::default()
         },
     );
-    let append = |sequence| Append {
-        topic_id,
-        partition: 0,
-        header: Some(BatchHeader::new(7, 0, 0, SequenceRange::single(sequence).unwrap()).unwrap()),
-        offsets: 1,
-        bytes: Bytes::from(vec![0; minibroker_records::HEADER_LEN]),
-    };
+    let append = |sequence| append_to(topic_id, sequence);
     let first = committer.append(append(0)).await.unwrap();
     assert_eq!(first.verdict.outcome, Outcome::Accepted);
 
@@ -81,9 +92,7 @@ async fn a_write_refused_in_a_window_stores_none_of_it_and_the_next_window_goes_
     // The window's writes go out with its COMMIT: a refused write must turn that COMMIT into
     // a rollback, and the connection must be ready for the next window.
     let postgres = Postgres::start();
-    let mut client = connect(&postgres.url).await.unwrap();
-    migrate(&mut client).await.unwrap();
-    let topic_id = create_topic(&client, "t", 1).await.unwrap().unwrap().id;
+    let (mut client, topic_id) = one_topic(&postgres).await;
     // A row in the way of the window's second batch (offset 1).
     client
         .execute(
@@ -95,13 +104,7 @@ async fn a_write_refused_in_a_window_stores_none_of_it_and_the_next_window_goes_
         .await
         .unwrap();
     let statements = Statements::prepare(&client).await.unwrap();
-    let append = |sequence| Append {
-        topic_id,
-        partition: 0,
-        header: Some(BatchHeader::new(7, 0, 0, SequenceRange::single(sequence).unwrap()).unwrap()),
-        offsets: 1,
-        bytes: Bytes::from(vec![0; minibroker_records::HEADER_LEN]),
-    };
+    let append = |sequence| append_to(topic_id, sequence);
     let window = [append(0), append(1)];
     let refused = commit_window(&mut client, &statements, &window)
         .await
