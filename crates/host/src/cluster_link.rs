@@ -83,9 +83,8 @@ pub struct ClusterLink {
     topics: Mutex<HashMap<String, SharedTopic>>,
     default_partitions: i32,
     cache_bytes: u64,
-    /// Each partition's first offset in the cluster, as of the copy's last pass: below the
-    /// copy's own start, reads go to the database.
-    starts: Mutex<HashMap<(String, u32), i64>>,
+    /// What the copy's passes learnt of each partition, by topic and partition index.
+    copied: Mutex<HashMap<String, Vec<Copied>>>,
     copy_now: Arc<Notify>,
     /// Held by a pass of the copy, and by a placement of the broker's own batch: they never
     /// interleave, so none places a batch twice.
@@ -126,7 +125,7 @@ impl ClusterLink {
             topics: Mutex::default(),
             default_partitions: i32::try_from(settings.default_partitions).unwrap_or(i32::MAX),
             cache_bytes: settings.cache_bytes,
-            starts: Mutex::default(),
+            copied: Mutex::default(),
             copy_now: Arc::new(Notify::new()),
             copying: tokio::sync::Mutex::new(()),
             passes: std::sync::atomic::AtomicU64::new(0),
@@ -154,8 +153,8 @@ impl ClusterLink {
         &self,
         name: &str,
         create: bool,
-    ) -> Result<Option<SharedTopic>, ClusterError> {
-        if let Some(known) = self.known_topic(name) {
+    ) -> Result<Option<TopicHandle>, ClusterError> {
+        if let Some(known) = self.known_handle(name) {
             return Ok(Some(known));
         }
         let client = self.database.client().await?;
@@ -170,7 +169,7 @@ impl ClusterLink {
         if let Some(topic) = &found {
             self.hold(topic)?;
         }
-        Ok(found)
+        Ok(found.as_ref().map(TopicHandle::of))
     }
 
     /// Creates topic `name` with `partitions` partitions and its own `settings` (checked by
@@ -388,18 +387,38 @@ impl ClusterLink {
     /// the copy's last pass; `None` for a partition the copy has not seen.
     #[must_use]
     pub fn log_start(&self, topic: &str, partition: u32) -> Option<i64> {
-        self.starts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&(topic.to_owned(), partition))
-            .copied()
+        let copied = self.copied.lock().unwrap_or_else(PoisonError::into_inner);
+        let index = usize::try_from(partition).ok()?;
+        copied.get(topic)?.get(index)?.start
+    }
+
+    /// Records `change` of what the copy knows of `topic`/`partition`, returning what it knew.
+    fn note(&self, topic: &str, partition: u32, change: impl FnOnce(&mut Copied)) -> Copied {
+        let mut copied = self.copied.lock().unwrap_or_else(PoisonError::into_inner);
+        let partitions = match copied.get_mut(topic) {
+            Some(partitions) => partitions,
+            None => copied.entry(topic.to_owned()).or_default(),
+        };
+        let index = usize::try_from(partition).unwrap_or(usize::MAX);
+        if partitions.len() <= index {
+            partitions.resize(index.saturating_add(1), Copied::default());
+        }
+        let known = partitions[index];
+        change(&mut partitions[index]);
+        known
     }
 
     fn note_start(&self, topic: &str, partition: u32, start: i64) {
-        self.starts
+        self.note(topic, partition, |copied| copied.start = Some(start));
+    }
+
+    /// Whether this broker holds `ends`' topic as the cluster has it (its id and settings).
+    fn holds_as(&self, ends: &minibroker_cluster::PartitionEnds) -> bool {
+        self.topics
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert((topic.to_owned(), partition), start);
+            .get(&ends.topic)
+            .is_some_and(|known| known.id == ends.topic_id && known.settings == ends.settings)
     }
 
     /// The batches of `topic`/`partition` from `offset` on, read from the database, at most
@@ -448,7 +467,7 @@ impl ClusterLink {
         timestamp: i64,
     ) -> Result<Option<(i64, i64)>, ClusterError> {
         let (Some(shared), Ok(index), Some(start)) = (
-            self.known_topic(topic),
+            self.known_handle(topic),
             i32::try_from(partition),
             self.log_start(topic, partition),
         ) else {
@@ -471,13 +490,13 @@ impl ClusterLink {
         topic: &str,
         partition: u32,
         offset: i64,
-    ) -> Option<(SharedTopic, i32)> {
+    ) -> Option<(TopicHandle, i32)> {
         let start = self.log_start(topic, partition)?;
         let (copy_start, _) = self.broker.offsets(topic, partition).ok()?;
         if offset < start || offset >= copy_start {
             return None;
         }
-        Some((self.known_topic(topic)?, i32::try_from(partition).ok()?))
+        Some((self.known_handle(topic)?, i32::try_from(partition).ok()?))
     }
 
     /// Gives up this broker's lease, so it leaves the members at once (a clean stop).
@@ -494,20 +513,25 @@ impl ClusterLink {
         }
     }
 
-    fn known_topic(&self, name: &str) -> Option<SharedTopic> {
+    fn known_handle(&self, name: &str) -> Option<TopicHandle> {
         self.topics
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(name)
-            .cloned()
+            .map(TopicHandle::of)
     }
 
     /// Remembers `topic` and makes the copy hold it, with its settings.
     fn hold(&self, topic: &SharedTopic) -> Result<(), BrokerError> {
         let partitions = u32::try_from(topic.partitions).unwrap_or(0);
         self.broker.hold_topic(&topic.name, partitions)?;
-        let known = self.known_topic(&topic.name);
-        if known.is_none_or(|known| known.settings != topic.settings) {
+        let settings_known = self
+            .topics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&topic.name)
+            .is_some_and(|known| known.settings == topic.settings);
+        if !settings_known {
             let settings: Vec<(&str, &str)> = topic
                 .settings
                 .iter()
@@ -554,11 +578,7 @@ impl ClusterLink {
             .min(self.broker.config().max_stored_bytes / 2 / held);
         let cache_bytes = usize::try_from(cache_bytes).unwrap_or(usize::MAX);
         for ends in all_ends {
-            let known = self.known_topic(&ends.topic);
-            if known
-                .as_ref()
-                .is_none_or(|known| known.id != ends.topic_id || known.settings != ends.settings)
-            {
+            if !self.holds_as(&ends) {
                 self.hold(&SharedTopic {
                     id: ends.topic_id,
                     name: ends.topic.clone(),
@@ -569,7 +589,10 @@ impl ClusterLink {
             let Ok(partition) = u32::try_from(ends.partition) else {
                 continue;
             };
-            self.note_start(&ends.topic, partition, ends.log_start_offset);
+            let known = self.note(&ends.topic, partition, |copied| {
+                copied.start = Some(ends.log_start_offset);
+                copied.trimmed_at = ends.high_watermark;
+            });
             let (start, _) = self.broker.offsets(&ends.topic, partition)?;
             if ends.log_start_offset > start {
                 self.broker.follow_committed_start(
@@ -604,11 +627,41 @@ impl ClusterLink {
                 }
                 self.broker.trim_copy(&ends.topic, partition, cache_bytes)?;
             }
-            // This broker's own batches are placed outside a pass: trimmed here too.
-            self.broker.trim_copy(&ends.topic, partition, cache_bytes)?;
+            // This broker's own batches are placed outside a pass: trimmed here too, once the
+            // partition has grown since the last trim.
+            if known.trimmed_at != ends.high_watermark {
+                self.broker.trim_copy(&ends.topic, partition, cache_bytes)?;
+            }
         }
         Ok(())
     }
+}
+
+/// A cluster topic's id and partition count: what a produce or a read needs of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicHandle {
+    /// The cluster's id of the topic.
+    pub id: i64,
+    /// Its partition count.
+    pub partitions: i32,
+}
+
+impl TopicHandle {
+    fn of(topic: &SharedTopic) -> Self {
+        Self {
+            id: topic.id,
+            partitions: topic.partitions,
+        }
+    }
+}
+
+/// What the copy's passes learnt of one partition.
+#[derive(Debug, Clone, Copy, Default)]
+struct Copied {
+    /// Its first offset in the cluster: below the copy's own start, reads go to the database.
+    start: Option<i64>,
+    /// The cluster's high watermark when the copy was last trimmed to its bound.
+    trimmed_at: i64,
 }
 
 /// Takes the node id, waiting while a previous run of this broker (killed, so it never gave

@@ -6,14 +6,6 @@ use crate::topic_settings::{Overrides, SettingChange, TopicSettings};
 use crate::{Broker, BrokerError, ConfigEntry};
 
 impl Broker {
-    /// Whether `settings` could be a new topic's (CreateTopics with `validate_only`).
-    ///
-    /// # Errors
-    /// [`BrokerError::InvalidConfig`] for the first setting refused.
-    pub fn check_topic_settings(&self, settings: &[(&str, &str)]) -> Result<(), BrokerError> {
-        Overrides::parse(settings.iter().copied(), self.config()).map(|_| ())
-    }
-
     /// Creates `topic` with `partitions` partitions and its own `settings` (Kafka's names and
     /// values, as CreateTopics carries them); every setting is checked before anything is made.
     ///
@@ -48,16 +40,9 @@ impl Broker {
         Ok(self.topics.get(topic)?.settings())
     }
 
-    /// `topic`'s own settings (what it overrides of the broker's).
-    ///
-    /// # Errors
-    /// A bad or unknown topic name.
-    pub fn topic_overrides(&self, topic: &str) -> Result<Overrides, BrokerError> {
-        self.topics.overrides(topic)
-    }
-
     /// `settings` checked and written as the broker keeps them (Kafka's names and values),
-    /// without a topic: what a new topic of a cluster is created with.
+    /// without a topic: whether they could be a new topic's (CreateTopics with
+    /// `validate_only`), and what a new topic of a cluster is created with.
     ///
     /// # Errors
     /// [`BrokerError::InvalidConfig`] for the first setting refused.

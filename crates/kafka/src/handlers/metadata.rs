@@ -109,11 +109,14 @@ impl KafkaFrontEnd {
         if !self.may(Operation::Describe, ResourceType::Topic, name) {
             return denied(name);
         }
-        let create = auto_create && self.may_create_topic(name);
+        // A broker of a cluster creates topics in the cluster (`hold_shared_topics`), never in
+        // its copy alone: a topic made here would differ from the cluster's.
+        let may_create = auto_create && self.may_create_topic(name);
+        let create = may_create && self.cluster.is_none();
         match self.broker.topic(name, create) {
             Err(error)
                 if auto_create
-                    && !create
+                    && !may_create
                     && error.kind() == minibroker_broker::ErrorKind::UnknownTopic =>
             {
                 denied(name)

@@ -304,6 +304,19 @@ impl KafkaFrontEnd {
         }
     }
 
+    /// Whether `settings` could be a new topic's here (CreateTopics with `validate_only`): on a
+    /// broker of a cluster, also what a cluster's topic may not have yet.
+    pub(crate) fn check_new_topic_settings(
+        &self,
+        settings: &[(&str, &str)],
+    ) -> Result<(), BrokerError> {
+        let overrides = self.broker.parse_topic_settings(settings)?;
+        if self.cluster.is_some() {
+            shared_settings(&overrides)?;
+        }
+        Ok(())
+    }
+
     /// Changes the cluster's topic `name`'s own settings to what `change` makes of them.
     pub(crate) async fn alter_shared_settings(
         &self,

@@ -103,8 +103,7 @@ impl KafkaFrontEnd {
                 match given_values(&settings) {
                     Err(refused) => Err(refused),
                     Ok(settings) if request.validate_only => self
-                        .broker
-                        .check_topic_settings(&settings)
+                        .check_new_topic_settings(&settings)
                         .map_err(Refused::Broker),
                     Ok(settings) => match &self.cluster {
                         Some(cluster) => {
