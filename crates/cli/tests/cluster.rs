@@ -220,6 +220,17 @@ fn a_broker_reads_what_its_copy_no_longer_holds_from_the_database() {
     assert_eq!(acked.len(), 8_000);
     judge(&acked, &read_back(&brokers[1].kafka_addr, "cached", 1));
     judge(&acked, &read_back(&brokers[0].kafka_addr, "cached", 1));
+    // A broker joining now copies only the newest batches, and reads the rest from the
+    // database too.
+    let joined = cluster.broker(3, &free_addr());
+    judge(&acked, &read_back(&joined.kafka_addr, "cached", 1));
+    assert!(
+        joined
+            .logged()
+            .contains("the copy starts at the newest batches it keeps"),
+        "{}",
+        joined.logged()
+    );
     // The earliest offset and a lookup by time are the cluster's, not the copy's.
     let output = kafka_script("cluster.py", &["offsets", &brokers[1].kafka_addr, "cached"])
         .output()

@@ -36,7 +36,9 @@ pub use produce::{
     Append, AppendRefused, Appended, CommitError, Statements, commit_window, commit_window_then,
 };
 pub use producer_ids::{issue_producer_id, next_producer_id, producer_owner};
-pub use reads::{PartitionEnds, StoredBatch, batches_from, first_batch_since, partition_ends};
+pub use reads::{
+    PartitionEnds, StoredBatch, batches_from, first_batch_since, partition_ends, tail_start,
+};
 pub use schema::{SCHEMA_VERSION, SchemaError, migrate, migrate_to};
 pub use topics::{
     SharedTopic, create_topic, create_topic_with, find_or_create_topic, find_topic,

@@ -121,3 +121,32 @@ pub async fn first_batch_since(
         .await?;
     Ok(row.as_ref().map(stored_batch))
 }
+
+/// Where a copy of `topic_id`/`partition` that holds nothing begins, to hold about `bytes` of
+/// what lies from `from` on: the base offset of the oldest batch whose newer batches come to
+/// less than `bytes` (as a log keeps its pieces under `retention.bytes`; at least the newest
+/// batch), or `None` when there is none.
+///
+/// # Errors
+/// PostgreSQL's error.
+pub async fn tail_start(
+    client: &impl GenericClient,
+    topic_id: i64,
+    partition: i32,
+    from: i64,
+    bytes: i64,
+) -> Result<Option<i64>, tokio_postgres::Error> {
+    let row = client
+        .query_one(
+            "SELECT min(base_offset) FROM (
+                 SELECT base_offset,
+                     coalesce(sum(octet_length(bytes)) OVER (ORDER BY last_offset DESC
+                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS newer
+                 FROM minibroker.batches
+                 WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3
+             ) held WHERE newer < $4",
+            &[&topic_id, &partition, &from, &bytes],
+        )
+        .await?;
+    Ok(row.get(0))
+}

@@ -601,7 +601,14 @@ impl ClusterLink {
                     ends.log_start_offset,
                 )?;
             }
-            let (_, mut end) = self.broker.offsets(&ends.topic, partition)?;
+            let (start, mut end) = self.broker.offsets(&ends.topic, partition)?;
+            if start == end && ends.high_watermark - end > COPY_BATCHES {
+                // A copy that holds nothing (a broker joining, or one left far behind) starts
+                // at the newest batches its bound keeps, not at the cluster's first.
+                end = self
+                    .start_copy_near_end(&client, &ends, partition, end, cache_bytes)
+                    .await?;
+            }
             while end < ends.high_watermark {
                 let batches = minibroker_cluster::batches_from(
                     &*client,
@@ -662,6 +669,38 @@ struct Copied {
     start: Option<i64>,
     /// The cluster's high watermark when the copy was last trimmed to its bound.
     trimmed_at: i64,
+}
+
+impl ClusterLink {
+    /// Starts an empty copy of `ends`' partition at the newest batches `cache_bytes` holds,
+    /// and returns its end there (`end` when it stays where it is).
+    async fn start_copy_near_end(
+        &self,
+        client: &tokio_postgres::Client,
+        ends: &minibroker_cluster::PartitionEnds,
+        partition: u32,
+        end: i64,
+        cache_bytes: usize,
+    ) -> Result<i64, ClusterError> {
+        let bytes = i64::try_from(cache_bytes).unwrap_or(i64::MAX);
+        let tail =
+            minibroker_cluster::tail_start(client, ends.topic_id, ends.partition, end, bytes)
+                .await?;
+        match tail {
+            Some(tail) if tail > end => {
+                tracing::info!(
+                    topic = ends.topic,
+                    partition,
+                    start_offset = tail,
+                    "the copy starts at the newest batches it keeps; older reads go to the database"
+                );
+                self.broker
+                    .follow_committed_start(&ends.topic, partition, tail)?;
+                Ok(tail)
+            }
+            _ => Ok(end),
+        }
+    }
 }
 
 /// Takes the node id, waiting while a previous run of this broker (killed, so it never gave
