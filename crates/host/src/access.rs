@@ -22,7 +22,9 @@ use minibroker_net::Peer;
 /// How often a changed ACLs file is noticed, at most (one `stat` per this, not per request).
 const ACLS_RECHECK: Duration = Duration::from_secs(1);
 
-fn now_ms() -> i64 {
+/// Milliseconds since the epoch, as the producer-owners records and the cluster's retention
+/// count them.
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| {

@@ -298,9 +298,7 @@ impl ClusterLink {
             .cloned()
             .collect();
         let client = self.database.client().await?;
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |now| i64::try_from(now.as_millis()).unwrap_or(i64::MAX));
+        let now_ms = crate::access::now_ms();
         for topic in topics {
             let Ok(settings) = self.broker.topic_settings(&topic.name) else {
                 continue;
@@ -593,15 +591,16 @@ impl ClusterLink {
                 copied.start = Some(ends.log_start_offset);
                 copied.trimmed_at = ends.high_watermark;
             });
-            let (start, _) = self.broker.offsets(&ends.topic, partition)?;
+            let (mut start, mut end) = self.broker.offsets(&ends.topic, partition)?;
             if ends.log_start_offset > start {
-                self.broker.follow_committed_start(
+                start = self.broker.follow_committed_start(
                     &ends.topic,
                     partition,
                     ends.log_start_offset,
                 )?;
+                // A copy that ended below the new start starts again there.
+                end = end.max(start);
             }
-            let (start, mut end) = self.broker.offsets(&ends.topic, partition)?;
             if start == end && ends.high_watermark - end > COPY_BATCHES {
                 // A copy that holds nothing (a broker joining, or one left far behind) starts
                 // at the newest batches its bound keeps, not at the cluster's first.
@@ -622,14 +621,13 @@ impl ClusterLink {
                     break;
                 }
                 for batch in batches {
-                    let placed = self.broker.place_committed(
+                    // Appended, or held already (the copy's start may have moved past it).
+                    self.broker.place_committed(
                         &ends.topic,
                         partition,
                         batch.base_offset,
                         &batch.bytes,
                     )?;
-                    // Held: the copy has it already (its start may have moved past it).
-                    let (Placed::Appended | Placed::Held) = placed;
                     end = end.max(batch.last_offset + 1);
                 }
                 self.broker.trim_copy(&ends.topic, partition, cache_bytes)?;

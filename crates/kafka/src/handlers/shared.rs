@@ -48,7 +48,6 @@ impl KafkaFrontEnd {
         version: i16,
         out: &BytesMut,
     ) {
-        self.learn_producer_owners(cluster, request).await;
         let mut gate = Gate::new(request, TransactionAllowance::default());
         let mut answers = Vec::with_capacity(request.partitions.len());
         let mut pending = Vec::new();
@@ -64,6 +63,9 @@ impl KafkaFrontEnd {
                     NO_TRANSACTIONS.to_owned(),
                 ));
                 continue;
+            }
+            if let Some(info) = &info {
+                self.learn_producer_owner(cluster, info.producer_id).await;
             }
             if let Some(refusal) = gate.refusal(self, data, topic, info.as_ref()) {
                 answers.push(refusal);
@@ -209,31 +211,22 @@ impl KafkaFrontEnd {
         Ok(id)
     }
 
-    /// With authorisation on, learns from the cluster whose each producer id `request` writes
-    /// with is, when another broker issued it, so this broker judges its use as that broker
-    /// would. An id the cluster has no owner for stays unknown here, and is refused.
-    async fn learn_producer_owners(&self, cluster: &ClusterLink, request: &ProduceView<'_>) {
-        if !self.guard.is_on() {
+    /// With authorisation on, learns from the cluster whose `producer_id` (a batch's) is, when
+    /// another broker issued it, so this broker judges its use as that broker would. An id the
+    /// cluster has no owner for stays unknown here, and is refused.
+    async fn learn_producer_owner(&self, cluster: &ClusterLink, producer_id: i64) {
+        if !self.guard.is_on() || producer_id < 0 || self.guard.knows_producer(producer_id) {
             return;
         }
-        for data in &request.partitions {
-            let Ok(batch) = Inspected::new(data.records.unwrap_or_default()) else {
-                continue;
-            };
-            let producer_id = batch.info().producer_id;
-            if producer_id < 0 || self.guard.knows_producer(producer_id) {
-                continue;
+        match cluster.producer_owner(producer_id).await {
+            Ok(Some(owner)) => {
+                if let Err(error) = self.guard.remember_producer_owner(producer_id, &owner) {
+                    tracing::warn!(%error, producer_id, "a producer id's owner could not be remembered");
+                }
             }
-            match cluster.producer_owner(producer_id).await {
-                Ok(Some(owner)) => {
-                    if let Err(error) = self.guard.remember_producer_owner(producer_id, &owner) {
-                        tracing::warn!(%error, producer_id, "a producer id's owner could not be remembered");
-                    }
-                }
-                Ok(None) => {}
-                Err(error) => {
-                    tracing::warn!(%error, producer_id, "a producer id's owner could not be asked of the cluster");
-                }
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(%error, producer_id, "a producer id's owner could not be asked of the cluster");
             }
         }
     }
