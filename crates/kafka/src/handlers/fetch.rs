@@ -95,7 +95,10 @@ impl KafkaFrontEnd {
                         return denied_partition(wanted.partition);
                     }
                     let isolation = request.isolation_level;
-                    let older = older.get(&(topic.topic.to_string(), wanted.partition));
+                    // Only a broker of a cluster has any (no key is made otherwise).
+                    let older = (!older.is_empty())
+                        .then(|| older.get(&(topic.topic.to_string(), wanted.partition)))
+                        .flatten();
                     self.fetch_partition(&topic.topic, wanted, isolation, version, older, &mut room)
                 })
                 .collect();

@@ -68,10 +68,10 @@ impl KafkaFrontEnd {
 /// cluster finds some in the database (`KafkaFrontEnd::shared_offsets`).
 pub(crate) type Known = HashMap<(String, i32), (i64, i64)>;
 
-/// ListOffsets, answered in `room`, with the answers `known` already. A partition named twice in one request is answered
-/// INVALID_REQUEST each time, unlooked-up, as Kafka does: each partition costs at most one
-/// lookup per request. The partitions of a `denied` topic are answered
-/// TOPIC_AUTHORIZATION_FAILED.
+/// ListOffsets, answered in `room`, with the answers `known` already. A partition named twice
+/// in one request is answered INVALID_REQUEST each time, unlooked-up, as Kafka does: each
+/// partition costs at most one lookup per request. The partitions of a `denied` topic are
+/// answered TOPIC_AUTHORIZATION_FAILED.
 fn list_offsets(
     broker: &Broker,
     request: ListOffsetsRequest,
@@ -144,7 +144,10 @@ fn offset_at(
     let index = partition;
     let partition = partition_index(topic, partition)?;
     let (start, end) = broker.offsets(topic, partition)?;
-    if let Some(&answer) = known.get(&(topic.to_owned(), index)) {
+    if let Some(&answer) = (!known.is_empty())
+        .then(|| known.get(&(topic.to_owned(), index)))
+        .flatten()
+    {
         return Ok(answer);
     }
     Ok(match timestamp {
