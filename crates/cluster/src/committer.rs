@@ -21,7 +21,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::produce::{
-    Append, AppendRefused, Appended, CommitError, Statements, commit_window_then,
+    Answers, Append, AppendRefused, Appended, CommitError, KnownProducers, Statements,
+    commit_window_then,
 };
 
 /// How a committer gathers its windows.
@@ -158,6 +159,10 @@ async fn run(url: String, settings: WindowSettings, mut receiver: mpsc::Receiver
     let mut free: Vec<Option<Connection>> = (0..WINDOWS_IN_FLIGHT).map(|_| None).collect();
     let (returned, mut given_back) = mpsc::unbounded_channel();
     let mut window_before_locked: Option<oneshot::Receiver<()>> = None;
+    // Dropped when the window before has finished (stored, or not): a window judged again
+    // waits for it.
+    let mut window_before_done: Option<oneshot::Receiver<()>> = None;
+    let known = Arc::new(KnownProducers::new());
     while let Some(first) = receiver.recv().await {
         let opened = first.arrived;
         let window = gather(first, &mut receiver, &settings, opened, |waiting| {
@@ -180,9 +185,16 @@ async fn run(url: String, settings: WindowSettings, mut receiver: mpsc::Receiver
         };
         let (locked, locked_here) = oneshot::channel();
         window_before_locked = Some(locked_here);
-        let (url, returned) = (Arc::clone(&url), returned.clone());
+        let (done, done_here) = oneshot::channel::<()>();
+        let window = Window {
+            appends,
+            locked,
+            before_done: window_before_done.replace(done_here),
+        };
+        let (url, returned, known) = (Arc::clone(&url), returned.clone(), Arc::clone(&known));
         tokio::spawn(async move {
-            let committed = commit(&url, &settings, &mut connection, &appends, locked).await;
+            let committed = commit(&url, &settings, &mut connection, &known, window).await;
+            drop(done);
             // A connection that stopped waiting has gone; its batch is stored all the same.
             match committed {
                 Ok(answered) => {
@@ -232,15 +244,29 @@ pub async fn gather<T>(
     window
 }
 
+/// A window to commit, and its place among the others.
+struct Window {
+    appends: Vec<Append>,
+    /// Told once it holds its partitions' locks (or failed).
+    locked: oneshot::Sender<()>,
+    /// Closed once the window before has finished.
+    before_done: Option<oneshot::Receiver<()>>,
+}
+
 /// Commits one window on the committer's connection, connecting first when it has none; a
 /// connection that broke is dropped, for the next window to make another.
 async fn commit(
     url: &str,
     settings: &WindowSettings,
     connection: &mut Option<Connection>,
-    appends: &[Append],
-    locked: oneshot::Sender<()>,
-) -> Result<Vec<Result<Appended, AppendRefused>>, AppendError> {
+    known: &KnownProducers,
+    window: Window,
+) -> Result<Answers, AppendError> {
+    let Window {
+        appends,
+        locked,
+        before_done,
+    } = window;
     let open = match connection {
         Some(open) => open,
         None => connection.insert(
@@ -252,7 +278,21 @@ async fn commit(
     let locked = move || {
         let _next_window_may_begin = locked.send(());
     };
-    match commit_window_then(&mut open.client, &open.statements, appends, locked).await {
+    let window_before = async {
+        if let Some(done) = before_done {
+            let _finished = done.await;
+        }
+    };
+    let committed = commit_window_then(
+        &mut open.client,
+        &open.statements,
+        known,
+        &appends,
+        locked,
+        window_before,
+    )
+    .await;
+    match committed {
         Ok(answers) => Ok(answers),
         Err(error) => {
             tracing::warn!(%error, batches = appends.len(), "a cluster window was not stored");

@@ -10,7 +10,8 @@
 //!   brokers are the members.
 //! - [`topics`] — topics and their partitions, shared by every broker.
 //! - [`produce`] — the exactly-once rule in one transaction: a window of batches judged by
-//!   `minibroker_state`'s own function, with the partition rows locked, and stored.
+//!   `minibroker_state`'s own function, with the partition rows locked, and stored; in one
+//!   round trip when the producers' rows are those the broker last wrote.
 //! - [`committer`] — a broker's windows: gathered over `cluster_flush_ms`, committed one after
 //!   the other on a connection of their own, answered once committed.
 //! - [`producer_ids`] — one sequence for the whole cluster, and who owns each id.
@@ -33,7 +34,8 @@ pub use committer::{AppendError, Committer, Pending, WindowSettings, gather};
 pub use database::Database;
 pub use membership::{Heartbeat, Member, MembershipError, Registration, live_members};
 pub use produce::{
-    Append, AppendRefused, Appended, CommitError, Statements, commit_window, commit_window_then,
+    Answers, Append, AppendRefused, Appended, CommitError, KnownProducers, Statements,
+    commit_window, commit_window_then,
 };
 pub use producer_ids::{issue_producer_id, next_producer_id, producer_owner};
 pub use reads::{

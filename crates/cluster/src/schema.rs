@@ -81,6 +81,31 @@ const STEPS: &[&str] = &[
         principal text NOT NULL,
         issued timestamptz NOT NULL DEFAULT now()
     )",
+    // 4: a version on each producer's row, a new random one at every write, so a broker may
+    // judge a window against the rows it wrote last and have the server check they are still
+    // those (`minibroker.expect_window`, under the partitions' locks). A writer that does not
+    // set it (a broker of version 3 still running) gets one from the trigger, so its writes
+    // are seen as changes too.
+    "ALTER TABLE minibroker.producer_states
+        ADD COLUMN version bigint NOT NULL DEFAULT (random() * 9e18)::bigint;
+    CREATE FUNCTION minibroker.new_producer_version() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        NEW.version := (random() * 9e18)::bigint;
+        RETURN NEW;
+    END $$;
+    CREATE TRIGGER producer_state_changes BEFORE UPDATE ON minibroker.producer_states
+        FOR EACH ROW WHEN (NEW.version = OLD.version)
+        EXECUTE FUNCTION minibroker.new_producer_version();
+    CREATE FUNCTION minibroker.expect_window(partitions_found bigint, partitions bigint,
+                                             producers_found bigint, producers bigint)
+        RETURNS boolean LANGUAGE plpgsql AS $$
+    BEGIN
+        IF partitions_found <> partitions OR producers_found <> producers THEN
+            RAISE EXCEPTION 'the window was judged against producer rows that have changed'
+                USING ERRCODE = 'MB001';
+        END IF;
+        RETURN true;
+    END $$",
 ];
 
 /// The version of the schema this broker writes and reads.

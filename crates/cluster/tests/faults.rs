@@ -7,8 +7,8 @@ mod support;
 
 use bytes::Bytes;
 use minibroker_cluster::{
-    Append, AppendError, CommitError, Committer, Statements, WindowSettings, commit_window,
-    connect, create_topic, migrate,
+    Append, AppendError, CommitError, Committer, KnownProducers, Statements, WindowSettings,
+    commit_window, connect, create_topic, migrate,
 };
 use minibroker_state::{BatchHeader, Outcome, SequenceRange};
 use std::time::Duration;
@@ -104,9 +104,10 @@ async fn a_write_refused_in_a_window_stores_none_of_it_and_the_next_window_goes_
         .await
         .unwrap();
     let statements = Statements::prepare(&client).await.unwrap();
+    let known = KnownProducers::new();
     let append = |sequence| append_to(topic_id, sequence);
     let window = [append(0), append(1)];
-    let refused = commit_window(&mut client, &statements, &window)
+    let refused = commit_window(&mut client, &statements, &known, &window)
         .await
         .unwrap_err();
     assert!(matches!(refused, CommitError::Failed(_)), "{refused}");
@@ -131,7 +132,7 @@ async fn a_write_refused_in_a_window_stores_none_of_it_and_the_next_window_goes_
         .execute("DELETE FROM minibroker.batches", &[])
         .await
         .unwrap();
-    let answers = commit_window(&mut client, &statements, &window)
+    let answers = commit_window(&mut client, &statements, &known, &window)
         .await
         .unwrap();
     let offsets: Vec<Option<i64>> = answers
@@ -140,4 +141,67 @@ async fn a_write_refused_in_a_window_stores_none_of_it_and_the_next_window_goes_
         .collect();
     assert_eq!(offsets, vec![Some(0), Some(1)]);
     assert_eq!(support::stored_batches(&client).await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_refused_in_a_window_judged_before_its_rows_were_read_stores_none_of_it() {
+    // Once a broker knows a producer's row, its next window goes out in one round trip: lock,
+    // check, writes and COMMIT together. A refused write there must roll all of it back too,
+    // and the broker must not go on believing the row it expected.
+    let postgres = Postgres::start();
+    let (mut client, topic_id) = one_topic(&postgres).await;
+    let statements = Statements::prepare(&client).await.unwrap();
+    let known = KnownProducers::new();
+    let append = |sequence| append_to(topic_id, sequence);
+    let first = commit_window(&mut client, &statements, &known, &[append(0)])
+        .await
+        .unwrap();
+    assert_eq!(first[0].unwrap().verdict.base_offset, Some(0));
+    client
+        .execute(
+            "INSERT INTO minibroker.batches
+                 (topic_id, partition, last_offset, base_offset, bytes, max_timestamp)
+             VALUES ($1, 0, 2, 2, '\\x00', 0)",
+            &[&topic_id],
+        )
+        .await
+        .unwrap();
+    let window = [append(1), append(2)];
+    let refused = commit_window(&mut client, &statements, &known, &window)
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, CommitError::Failed(_)), "{refused}");
+    let row = client
+        .query_one(
+            "SELECT (SELECT high_watermark FROM minibroker.partitions),
+                    (SELECT last_sequences[1] FROM minibroker.producer_states)",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (high_watermark, last_sequence): (i64, i32) = (row.get(0), row.get(1));
+    assert_eq!(
+        (high_watermark, last_sequence),
+        (1, 0),
+        "nothing of it is stored"
+    );
+
+    client
+        .execute("DELETE FROM minibroker.batches WHERE last_offset = 2", &[])
+        .await
+        .unwrap();
+    let answers = commit_window(&mut client, &statements, &known, &window)
+        .await
+        .unwrap();
+    let offsets: Vec<Option<i64>> = answers
+        .iter()
+        .map(|answer| answer.as_ref().unwrap().verdict.base_offset)
+        .collect();
+    assert_eq!(offsets, vec![Some(1), Some(2)]);
+    let retried = commit_window(&mut client, &statements, &known, &[append(2)])
+        .await
+        .unwrap();
+    assert_eq!(retried[0].unwrap().verdict.outcome, Outcome::Duplicate);
+    assert_eq!(retried[0].unwrap().verdict.base_offset, Some(2));
+    assert_eq!(support::stored_batches(&client).await, 3);
 }

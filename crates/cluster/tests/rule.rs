@@ -2,14 +2,16 @@
 //! random windows, are answered by `commit_window` on a real PostgreSQL (started by
 //! `scripts/postgres`) exactly as `minibroker_state::ProducerStateManager` answers them one at
 //! a time, offsets included, and leave the same producer entries and high watermarks behind.
-//! Two committers racing with one batch store it once.
+//! The windows are taken in turn by two brokers at random, so each broker's windows are judged
+//! both against rows it read and against rows it knew from its last window, and meet rows the
+//! other broker has changed since. Two committers racing with one batch store it once.
 
 mod support;
 
 use bytes::Bytes;
 use minibroker_cluster::{
-    Append, AppendRefused, Committer, Statements, WindowSettings, commit_window, connect,
-    create_topic, migrate,
+    Append, AppendRefused, Committer, KnownProducers, Statements, WindowSettings, commit_window,
+    connect, create_topic, migrate,
 };
 use minibroker_state::{
     BatchHeader, Outcome, PartitionId, ProducerStateManager, SequenceRange, Verdict,
@@ -54,12 +56,24 @@ fn op() -> impl Strategy<Value = Op> {
         )
 }
 
-/// A case: its batches, and where windows end (indexes into them).
-fn case() -> impl Strategy<Value = (Vec<Op>, Vec<usize>)> {
+/// A case: its batches, where windows end (indexes into them), and which of two brokers
+/// commits each window.
+fn case() -> impl Strategy<Value = (Vec<Op>, Vec<usize>, Vec<bool>)> {
     prop::collection::vec(op(), 1..40).prop_flat_map(|ops| {
         let len = ops.len();
-        (Just(ops), prop::collection::vec(0..len, 0..6))
+        (
+            Just(ops),
+            prop::collection::vec(0..len, 0..10),
+            prop::collection::vec(any::<bool>(), 11),
+        )
     })
+}
+
+/// One broker's connection to the cluster's database, and the rows its windows left.
+struct Broker {
+    client: Client,
+    statements: Statements,
+    known: KnownProducers,
 }
 
 /// The batch `op` stands for, given what one broker holds now.
@@ -90,13 +104,13 @@ fn bytes_of(index: usize) -> Bytes {
 }
 
 async fn check_case(
-    client: &mut Client,
-    statements: &Statements,
+    brokers: &mut [Broker; 2],
     topic: &str,
     ops: &[Op],
     cuts: &[usize],
+    takers: &[bool],
 ) {
-    let topic_id = create_topic(&*client, topic, PARTITIONS)
+    let topic_id = create_topic(&brokers[0].client, topic, PARTITIONS)
         .await
         .unwrap()
         .unwrap()
@@ -144,13 +158,20 @@ async fn check_case(
     cuts.sort_unstable();
     let mut answered = Vec::new();
     let mut start = 0;
-    for end in cuts {
+    for (window, end) in cuts.into_iter().enumerate() {
         if end <= start {
             continue;
         }
-        let answers = commit_window(client, statements, &appends[start..end])
-            .await
-            .unwrap();
+        let broker = &mut brokers[usize::from(takers[window])];
+        let window = &appends[start..end];
+        let answers = commit_window(
+            &mut broker.client,
+            &broker.statements,
+            &broker.known,
+            window,
+        )
+        .await
+        .unwrap();
         answered.extend(answers.into_iter().map(|answer| answer.unwrap().verdict));
         start = end;
     }
@@ -162,6 +183,7 @@ async fn check_case(
         );
     }
     // What they leave: every producer's entry, and each partition's high watermark.
+    let client = &brokers[0].client;
     for partition in 0..PARTITIONS {
         let local = PartitionId::try_from(partition).unwrap();
         let high_watermark: i64 = client
@@ -203,19 +225,35 @@ async fn check_case(
             assert_eq!(stored, entry, "producer {producer}, partition {partition}");
         }
     }
-    let stored: i64 = client
-        .query_one(
-            "SELECT count(*) FROM minibroker.batches WHERE topic_id = $1",
+    // Every accepted batch stored once, at its offset, stamped with it.
+    let stored = client
+        .query(
+            "SELECT base_offset, bytes FROM minibroker.batches WHERE topic_id = $1",
             &[&topic_id],
         )
         .await
-        .unwrap()
-        .get(0);
+        .unwrap();
+    for row in &stored {
+        let (base_offset, bytes): (i64, Vec<u8>) = (row.get(0), row.get(1));
+        let (stamp, index) = bytes.split_at(8);
+        assert_eq!(i64::from_be_bytes(stamp.try_into().unwrap()), base_offset);
+        let index = usize::from_be_bytes(
+            index[minibroker_records::HEADER_LEN - 8..]
+                .try_into()
+                .unwrap(),
+        );
+        assert_eq!(expected[index].outcome, Outcome::Accepted, "batch {index}");
+        assert_eq!(
+            expected[index].base_offset,
+            Some(base_offset),
+            "batch {index}"
+        );
+    }
     let accepted = expected
         .iter()
         .filter(|verdict| verdict.outcome == Outcome::Accepted)
         .count();
-    assert_eq!(stored, i64::try_from(accepted).unwrap());
+    assert_eq!(stored.len(), accepted);
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -232,26 +270,36 @@ async fn ready(url: &str) -> (Client, Statements) {
     (client, statements)
 }
 
+async fn broker(url: &str) -> Broker {
+    let (client, statements) = ready(url).await;
+    Broker {
+        client,
+        statements,
+        known: KnownProducers::new(),
+    }
+}
+
 #[test]
 fn windows_in_postgres_answer_every_batch_as_one_broker_does() {
     let postgres = Postgres::start();
     let runtime = runtime();
-    let (client, statements) = runtime.block_on(ready(&postgres.url));
-    let client = RefCell::new(client);
+    let brokers = RefCell::new(
+        runtime.block_on(async { [broker(&postgres.url).await, broker(&postgres.url).await] }),
+    );
     let cases = RefCell::new(0u32);
     let mut runner = TestRunner::new(Config {
         cases: 96,
         ..Config::default()
     });
     runner
-        .run(&case(), |(ops, cuts)| {
+        .run(&case(), |(ops, cuts, takers)| {
             let topic = {
                 let mut cases = cases.borrow_mut();
                 *cases += 1;
                 format!("case-{cases}")
             };
-            let mut client = client.borrow_mut();
-            runtime.block_on(check_case(&mut client, &statements, &topic, &ops, &cuts));
+            let mut brokers = brokers.borrow_mut();
+            runtime.block_on(check_case(&mut brokers, &topic, &ops, &cuts, &takers));
             Ok(())
         })
         .unwrap();
@@ -270,7 +318,8 @@ fn a_batch_for_a_partition_the_cluster_lacks_is_refused_alone() {
             offsets: 1,
             bytes: bytes_of(0),
         };
-        let answers = commit_window(&mut client, &statements, &[append(1), append(0)])
+        let known = KnownProducers::new();
+        let answers = commit_window(&mut client, &statements, &known, &[append(1), append(0)])
             .await
             .unwrap();
         assert_eq!(
