@@ -3,11 +3,13 @@
 //!
 //! A window opens with its first batch and closes after `flush` or once it holds `max_bytes`,
 //! whichever comes first; while it commits, the next one gathers. One transaction per window
-//! rather than per batch is what lets PostgreSQL keep up: its cost is two round trips and one
-//! WAL flush, whatever the window holds. Two windows commit at once, each on its connection:
-//! the next window begins once the one before holds its partitions' locks, so its own locks
-//! queue behind them (a partition's windows are judged in order) while the one before's
-//! writes and COMMIT are on their way.
+//! rather than per batch is what lets PostgreSQL keep up: its cost is one round trip (two for
+//! a producer the committer has not seen write) and one WAL flush, whatever the window holds.
+//! Windows commit one after the other, so a partition's windows are judged in the order they
+//! were gathered. A second window in flight on a second connection was measured and not kept:
+//! the partitions' locks make the server run the two one after the other anyway, and the
+//! batches split over three windows (committing, waiting, gathering) instead of two made each
+//! window smaller and the whole slower (docs/performance.md).
 //!
 //! The committer never gives up: when the database cannot be reached, or a commit fails, every
 //! batch of the window is answered [`AppendError::Unavailable`] (or
@@ -22,7 +24,7 @@ use tokio::time::Instant;
 
 use crate::produce::{
     Answers, Append, AppendRefused, Appended, CommitError, KnownProducers, Statements,
-    commit_window_then,
+    commit_window,
 };
 
 /// How a committer gathers its windows.
@@ -150,19 +152,9 @@ struct Connection {
     statements: Statements,
 }
 
-/// Windows whose commits are under way at once, each on its connection.
-const WINDOWS_IN_FLIGHT: usize = 2;
-
 async fn run(url: String, settings: WindowSettings, mut receiver: mpsc::Receiver<Waiting>) {
-    let url: Arc<str> = Arc::from(url);
-    // Connections not in use; `None` stands for one to be made when a window needs it.
-    let mut free: Vec<Option<Connection>> = (0..WINDOWS_IN_FLIGHT).map(|_| None).collect();
-    let (returned, mut given_back) = mpsc::unbounded_channel();
-    let mut window_before_locked: Option<oneshot::Receiver<()>> = None;
-    // Dropped when the window before has finished (stored, or not): a window judged again
-    // waits for it.
-    let mut window_before_done: Option<oneshot::Receiver<()>> = None;
-    let known = Arc::new(KnownProducers::new());
+    let mut connection = None;
+    let known = KnownProducers::new();
     while let Some(first) = receiver.recv().await {
         let opened = first.arrived;
         let window = gather(first, &mut receiver, &settings, opened, |waiting| {
@@ -173,45 +165,19 @@ async fn run(url: String, settings: WindowSettings, mut receiver: mpsc::Receiver
             .into_iter()
             .map(|Waiting { append, answer, .. }| (append, answer))
             .unzip();
-        // This window's locks queue behind the one before's: it begins once that one holds its
-        // partitions (or has failed), so a partition's windows are judged in the order they
-        // were gathered, while one window's writes and COMMIT overlap the next one's reads.
-        if let Some(locked) = window_before_locked.take() {
-            let _locked_or_failed = locked.await;
-        }
-        let mut connection = match free.pop() {
-            Some(connection) => connection,
-            None => given_back.recv().await.flatten(),
-        };
-        let (locked, locked_here) = oneshot::channel();
-        window_before_locked = Some(locked_here);
-        let (done, done_here) = oneshot::channel::<()>();
-        let window = Window {
-            appends,
-            locked,
-            before_done: window_before_done.replace(done_here),
-        };
-        let (url, returned, known) = (Arc::clone(&url), returned.clone(), Arc::clone(&known));
-        tokio::spawn(async move {
-            let committed = commit(&url, &settings, &mut connection, &known, window).await;
-            drop(done);
-            // A connection that stopped waiting has gone; its batch is stored all the same.
-            match committed {
-                Ok(answered) => {
-                    for (answer, answered) in answers.into_iter().zip(answered) {
-                        let _gone = answer.send(answered.map_err(AppendError::from));
-                    }
-                }
-                Err(error) => {
-                    for answer in answers {
-                        let _gone = answer.send(Err(error.clone()));
-                    }
+        let committed = commit(&url, &settings, &mut connection, &known, &appends).await;
+        // A connection that stopped waiting has gone; its batch is stored all the same.
+        match committed {
+            Ok(answered) => {
+                for (answer, answered) in answers.into_iter().zip(answered) {
+                    let _gone = answer.send(answered.map_err(AppendError::from));
                 }
             }
-            let _committer_gone = returned.send(connection);
-        });
-        while let Ok(connection) = given_back.try_recv() {
-            free.push(connection);
+            Err(error) => {
+                for answer in answers {
+                    let _gone = answer.send(Err(error.clone()));
+                }
+            }
         }
     }
 }
@@ -244,15 +210,6 @@ pub async fn gather<T>(
     window
 }
 
-/// A window to commit, and its place among the others.
-struct Window {
-    appends: Vec<Append>,
-    /// Told once it holds its partitions' locks (or failed).
-    locked: oneshot::Sender<()>,
-    /// Closed once the window before has finished.
-    before_done: Option<oneshot::Receiver<()>>,
-}
-
 /// Commits one window on the committer's connection, connecting first when it has none; a
 /// connection that broke is dropped, for the next window to make another.
 async fn commit(
@@ -260,13 +217,8 @@ async fn commit(
     settings: &WindowSettings,
     connection: &mut Option<Connection>,
     known: &KnownProducers,
-    window: Window,
+    appends: &[Append],
 ) -> Result<Answers, AppendError> {
-    let Window {
-        appends,
-        locked,
-        before_done,
-    } = window;
     let open = match connection {
         Some(open) => open,
         None => connection.insert(
@@ -275,24 +227,7 @@ async fn commit(
                 .map_err(|error| AppendError::Unavailable(Arc::from(error.to_string())))?,
         ),
     };
-    let locked = move || {
-        let _next_window_may_begin = locked.send(());
-    };
-    let window_before = async {
-        if let Some(done) = before_done {
-            let _finished = done.await;
-        }
-    };
-    let committed = commit_window_then(
-        &mut open.client,
-        &open.statements,
-        known,
-        &appends,
-        locked,
-        window_before,
-    )
-    .await;
-    match committed {
+    match commit_window(&mut open.client, &open.statements, known, appends).await {
         Ok(answers) => Ok(answers),
         Err(error) => {
             tracing::warn!(%error, batches = appends.len(), "a cluster window was not stored");

@@ -35,7 +35,7 @@ pub use database::Database;
 pub use membership::{Heartbeat, Member, MembershipError, Registration, live_members};
 pub use produce::{
     Answers, Append, AppendRefused, Appended, CommitError, KnownProducers, Statements,
-    commit_window, commit_window_then,
+    commit_window,
 };
 pub use producer_ids::{issue_producer_id, next_producer_id, producer_owner};
 pub use reads::{

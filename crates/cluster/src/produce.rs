@@ -2,19 +2,28 @@
 //! for any partition, is judged and stored at once.
 //!
 //! [`commit_window`] locks the window's partition rows in key order (two brokers' windows never
-//! deadlock; one waits for the other), reads their producers' rows, runs each batch in arrival
-//! order through `minibroker_state::decide_and_record`, the same function a single broker runs
+//! deadlock; one waits for the other) and runs each batch in arrival order through
+//! `minibroker_state::decide_and_record` (`judge`), the same function a single broker runs
 //! under its shard lock, so both give the same answers. Accepted batches take offsets from
 //! their partition's high watermark. The batches, the changed producer rows and the new high
 //! watermarks are written, and the transaction commits. Only then is anything answered.
 //!
 //! The partition row's lock is what makes a window the only writer of its partitions, as the
-//! shard lock is on one broker: a producer's row is read after the lock is held and written
-//! before it is let go. Statements are prepared once per connection ([`Statements`]). BEGIN goes
-//! to the server with the reads, and the writes with COMMIT (pipelined: the server runs them in
-//! order), so a window costs two round trips. A write the server refuses aborts the
-//! transaction, and the COMMIT after it then rolls back: a window is answered as stored only
-//! when every write and the COMMIT succeeded.
+//! shard lock is on one broker: a producer's row is judged as it is under the lock and
+//! written before the lock is let go. That happens in one of two ways:
+//! - **One round trip**, when the broker knows every producer's row of the window from its
+//!   last windows ([`KnownProducers`]): the window is judged at once, and BEGIN, the lock, a
+//!   check of those rows' versions, the writes and COMMIT go to the server together. The
+//!   server runs them in order; the check fails the transaction when a row is not the one the
+//!   window was judged against (another broker wrote it), and the window is then judged again
+//!   the other way. Its offsets are only known under the lock, so the writes carry them
+//!   relative to each partition's end and the server makes them real.
+//! - **Two round trips** otherwise: BEGIN goes with the lock and the producers' rows read,
+//!   and the writes with COMMIT.
+//!
+//! Either way a write the server refuses aborts the transaction, and the COMMIT after it then
+//! rolls back: a window is answered as stored only when every write and the COMMIT succeeded.
+//! Statements are prepared once per connection ([`Statements`]).
 //!
 //! A COMMIT whose answer is lost is [`CommitError::Unknown`]: the window may be stored or not,
 //! and is never answered as stored. A retry then meets the rule: DUPLICATE with the original
@@ -28,7 +37,6 @@ mod writes;
 use bytes::Bytes;
 use minibroker_state::{BatchHeader, BatchMetadata, ProducerEntry, Verdict};
 use std::collections::{BTreeSet, HashMap};
-use std::future::Future;
 use thiserror::Error;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
@@ -123,7 +131,7 @@ const STALE: &str = "MB001";
 
 /// Judges and stores `appends` in one transaction on `client` (see the module's docs), and
 /// answers each in order. `known` holds the rows this connection's windows left; a window whose
-/// producers are all there is judged before its rows are read.
+/// producers are all there is judged before its rows are read, in one round trip.
 ///
 /// # Errors
 /// [`CommitError`]: nothing of the window is answered as stored then.
@@ -133,64 +141,44 @@ pub async fn commit_window(
     known: &KnownProducers,
     appends: &[Append],
 ) -> Result<Answers, CommitError> {
-    commit_window_then(client, statements, known, appends, || (), async {}).await
-}
-
-/// [`commit_window`], calling `locked` once the window's partitions are locked and it is
-/// judged (or that failed): a window begun on another connection after it queues behind its
-/// locks, and finds in `known` what this one leaves. A window judged against rows that turned
-/// out to have changed waits for `window_before` (the window begun before it, done) before it
-/// is judged again, so a partition's windows are still judged in order.
-///
-/// # Errors
-/// As [`commit_window`].
-pub async fn commit_window_then(
-    client: &mut Client,
-    statements: &Statements,
-    known: &KnownProducers,
-    appends: &[Append],
-    locked: impl FnOnce(),
-    window_before: impl Future<Output = ()>,
-) -> Result<Answers, CommitError> {
     let producers = producer_keys(appends);
-    let mut locked = Some(locked);
     let committed = match known.recall(&producers) {
-        Some(rows) => {
-            match in_one_trip(client, statements, known, appends, rows, &mut locked).await {
-                Ok(Some(answers)) => Ok(answers),
-                Ok(None) => {
-                    tracing::debug!("a window met changed producer rows; judging it again");
-                    known.forget(&producers);
-                    roll_back(client).await;
-                    window_before.await;
-                    in_two_trips(client, statements, known, appends, &mut locked).await
-                }
-                Err(error) => Err(error),
+        Some(rows) => match in_one_trip(client, statements, appends, rows).await {
+            Ok(Some(committed)) => Ok(committed),
+            Ok(None) => {
+                tracing::debug!("a window met changed producer rows; judging it again");
+                known.forget(&producers);
+                roll_back(client).await;
+                in_two_trips(client, statements, appends).await
             }
-        }
-        None => in_two_trips(client, statements, known, appends, &mut locked).await,
+            Err(error) => Err(error),
+        },
+        None => in_two_trips(client, statements, appends).await,
     };
-    fire(&mut locked);
-    if let Err(error) = &committed {
-        known.forget(&producers);
-        if matches!(error, CommitError::Failed(_) | CommitError::Damaged { .. }) {
-            roll_back(client).await;
+    match committed {
+        Ok((answers, left)) => {
+            known.remember(left);
+            Ok(answers)
+        }
+        Err(error) => {
+            // The rows may have changed (a COMMIT without an answer) or not: read them next.
+            known.forget(&producers);
+            if matches!(error, CommitError::Failed(_) | CommitError::Damaged { .. }) {
+                roll_back(client).await;
+            }
+            Err(error)
         }
     }
-    committed
 }
+
+/// A window's answers and the producers' rows it left.
+type Committed = (Answers, Vec<(ProducerKey, KnownRow)>);
 
 /// Undoes whatever of the window the server took, so the connection is ready for the next
 /// one (a ROLLBACK after a COMMIT that rolled back only warns).
 async fn roll_back(client: &Client) {
     if let Err(error) = client.batch_execute("ROLLBACK").await {
         tracing::debug!(%error, "ROLLBACK after a window that was not stored");
-    }
-}
-
-fn fire(locked: &mut Option<impl FnOnce()>) {
-    if let Some(locked) = locked.take() {
-        locked();
     }
 }
 
@@ -201,11 +189,9 @@ fn fire(locked: &mut Option<impl FnOnce()>) {
 async fn in_one_trip(
     client: &Client,
     statements: &Statements,
-    known: &KnownProducers,
     appends: &[Append],
     rows: HashMap<ProducerKey, KnownRow>,
-    locked: &mut Option<impl FnOnce()>,
-) -> Result<Option<Answers>, CommitError> {
+) -> Result<Option<Committed>, CommitError> {
     let (topic_ids, partition_numbers) = partition_columns(appends);
     let expected = (
         rows.keys().map(|key| key.0).collect::<Vec<_>>(),
@@ -228,25 +214,11 @@ async fn in_one_trip(
         &expected.2,
         &expected.3,
     ];
-    let mut answers = Vec::new();
     // Sent in this order on the first poll; the server runs them in order, the check once the
     // partitions are locked.
-    let (begun, lock, checked, written, committed) = futures::join!(
+    let (begun, locked, checked, written, committed) = futures::join!(
         client.batch_execute("BEGIN"),
-        async {
-            let rows = client
-                .query(&statements.lock_partitions, &lock_parameters)
-                .await?;
-            let held = held_of(&rows);
-            let left;
-            (answers, left) = settle(&judged, &held);
-            // A partition missing fails the check: what the window left is not known then.
-            if held.len() == topic_ids.len() {
-                known.remember(left);
-            }
-            fire(locked);
-            Ok::<_, tokio_postgres::Error>(())
-        },
+        client.query(&statements.lock_partitions, &lock_parameters),
         client.execute(&statements.check_window, &check_parameters),
         writes.execute(client, statements),
         client.batch_execute("COMMIT"),
@@ -256,13 +228,14 @@ async fn in_one_trip(
     {
         return Ok(None);
     }
-    begun
-        .and(lock)
-        .and(checked.map(drop))
-        .and(written)
+    let locked = begun
+        .and(locked)
+        .and_then(|locked| checked.map(|_| locked))
+        .and_then(|locked| written.map(|()| locked))
         .map_err(CommitError::Failed)?;
     committed.map_err(CommitError::Unknown)?;
-    Ok(Some(answers))
+    // The check passed: every partition of the window is there.
+    Ok(Some(settle(&judged, &held_of(&locked))))
 }
 
 /// The window judged once its partitions are locked and its producers' rows read (BEGIN goes
@@ -270,15 +243,10 @@ async fn in_one_trip(
 async fn in_two_trips(
     client: &Client,
     statements: &Statements,
-    known: &KnownProducers,
     appends: &[Append],
-    locked: &mut Option<impl FnOnce()>,
-) -> Result<Answers, CommitError> {
+) -> Result<Committed, CommitError> {
     let (held, entries) = read_window(client, statements, appends).await?;
     let judged = judge(appends, entries, Some(&held));
-    let (answers, left) = settle(&judged, &held);
-    known.remember(left);
-    fire(locked);
     let writes = WindowWrites::new(&judged);
     let (written, committed) = futures::join!(
         writes.execute(client, statements),
@@ -286,7 +254,7 @@ async fn in_two_trips(
     );
     written.map_err(CommitError::Failed)?;
     committed.map_err(CommitError::Unknown)?;
-    Ok(answers)
+    Ok(settle(&judged, &held))
 }
 
 /// The window's producers, each once, in key order.

@@ -377,10 +377,10 @@ async fn two_brokers_given_one_batch_at_once_store_it_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_producers_batches_sent_back_to_back_are_judged_in_order_across_overlapping_windows() {
-    // A committer commits two windows at once; a producer's batches, submitted without waiting
-    // for any answer, span many windows and two partitions: every one must be ACCEPTED, at
-    // consecutive offsets, in the order sent.
+async fn a_producers_batches_sent_back_to_back_are_judged_in_order_across_windows() {
+    // A producer's batches, submitted without waiting for any answer, span many windows (each
+    // judged against the rows the one before left) and two partitions: every one must be
+    // ACCEPTED, at consecutive offsets, in the order sent.
     let postgres = Postgres::start();
     let (client, _) = ready(&postgres.url).await;
     let topic_id = create_topic(&client, "ordered", 2)

@@ -13,7 +13,7 @@ use minibroker_state::{BatchMetadata, Outcome, ProducerEntry, Verdict, decide_an
 use std::collections::{BTreeMap, HashMap};
 
 use super::known::KnownRow;
-use super::{Append, AppendRefused, Appended, PartitionKey, ProducerKey};
+use super::{Append, AppendRefused, Appended, Committed, PartitionKey, ProducerKey};
 
 /// Where a window's offsets start before it knows its partitions' ends: offsets at or past
 /// this are that far past the end (a partition never grows this long: 2^62 offsets).
@@ -158,13 +158,7 @@ fn settled(offset: i64, high_watermark: i64) -> i64 {
 }
 
 /// The window's answers and the rows it leaves, once its partitions are locked and read.
-pub(super) fn settle(
-    judged: &Judged,
-    held: &HashMap<PartitionKey, Held>,
-) -> (
-    Vec<Result<Appended, AppendRefused>>,
-    Vec<(ProducerKey, KnownRow)>,
-) {
+pub(super) fn settle(judged: &Judged, held: &HashMap<PartitionKey, Held>) -> Committed {
     let answers = judged
         .verdicts
         .iter()

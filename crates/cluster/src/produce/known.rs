@@ -29,7 +29,7 @@ pub(super) struct KnownRow {
 /// Rows known at most: past this the broker forgets them all and reads them again.
 const MOST_KNOWN: usize = 100_000;
 
-/// The rows a broker's windows know, shared by its committer's windows in flight.
+/// The rows a broker's committer knows.
 #[derive(Debug, Default)]
 pub struct KnownProducers {
     rows: Mutex<HashMap<ProducerKey, KnownRow>>,
@@ -50,7 +50,7 @@ impl KnownProducers {
             .collect()
     }
 
-    /// Rows a window leaves (once its partitions are locked: it will commit them or fail).
+    /// Rows a committed window left.
     pub(super) fn remember(&self, left: impl IntoIterator<Item = (ProducerKey, KnownRow)>) {
         let mut rows = self.lock();
         rows.extend(left);

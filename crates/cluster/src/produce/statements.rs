@@ -15,7 +15,7 @@ pub struct Statements {
     pub(super) read_producers: Statement,
     pub(super) check_window: Statement,
     pub(super) insert_batches: Statement,
-    pub(super) write_producer: Statement,
+    pub(super) write_producers: Statement,
     pub(super) advance_partitions: Statement,
 }
 
@@ -58,7 +58,7 @@ impl Statements {
                      cardinality($3::bigint[]))",
             ),
         )?;
-        let (insert_batches, write_producer, advance_partitions) = futures::try_join!(
+        let (insert_batches, write_producers, advance_partitions) = futures::try_join!(
             // `relative`: the batch's offset from the partition's high watermark before the
             // window; the base offset goes into the batch's first eight bytes.
             client.prepare(
@@ -75,20 +75,35 @@ impl Statements {
                      AS t(topic_id, partition, relative, offsets, bytes, max_timestamp)
                  JOIN minibroker.partitions p USING (topic_id, partition)",
             ),
-            // Base offsets at or above $10 were given by this window before it knew where
-            // the partition ended: they are that far past its high watermark.
+            // Every changed producer's row in one statement: the rows as columns ($1-$7),
+            // their batches as columns too ($8-$11), each naming its row by its place in the
+            // first (from 1). Base offsets at or above $12 were given by this window before it
+            // knew where the partition ended: they are that far past its high watermark.
             client.prepare(
                 "INSERT INTO minibroker.producer_states (topic_id, partition, producer_id,
                      epoch, last_timestamp, in_transaction, first_sequences,
                      last_sequences, base_offsets, version)
-                 SELECT $1, $2, $3, $4, $5, $6, $7, $8,
-                        ARRAY(SELECT CASE WHEN o >= $10 THEN p.high_watermark + (o - $10)
-                                          ELSE o END
-                              FROM unnest($9::bigint[]) WITH ORDINALITY AS u(o, n)
-                              ORDER BY n),
-                        $11
-                 FROM minibroker.partitions p
-                 WHERE p.topic_id = $1 AND p.partition = $2
+                 SELECT k.topic_id, k.partition, k.producer_id, k.epoch, k.last_timestamp,
+                        k.in_transaction, coalesce(b.first_sequences, '{}'),
+                        coalesce(b.last_sequences, '{}'), coalesce(b.base_offsets, '{}'),
+                        k.version
+                 FROM unnest($1::bigint[], $2::integer[], $3::bigint[], $4::smallint[],
+                             $5::bigint[], $6::boolean[], $7::bigint[])
+                     WITH ORDINALITY AS k(topic_id, partition, producer_id, epoch,
+                                          last_timestamp, in_transaction, version, row_number)
+                 JOIN minibroker.partitions p USING (topic_id, partition)
+                 CROSS JOIN LATERAL (
+                     SELECT array_agg(u.first_sequence ORDER BY u.n) AS first_sequences,
+                            array_agg(u.last_sequence ORDER BY u.n) AS last_sequences,
+                            array_agg(CASE WHEN u.base_offset >= $12
+                                           THEN p.high_watermark + (u.base_offset - $12)
+                                           ELSE u.base_offset END
+                                      ORDER BY u.n) AS base_offsets
+                     FROM unnest($8::bigint[], $9::integer[], $10::integer[], $11::bigint[])
+                         WITH ORDINALITY AS u(row_number, first_sequence, last_sequence,
+                                              base_offset, n)
+                     WHERE u.row_number = k.row_number
+                 ) b
                  ON CONFLICT (topic_id, partition, producer_id) DO UPDATE SET
                      epoch = EXCLUDED.epoch,
                      last_timestamp = EXCLUDED.last_timestamp,
@@ -110,7 +125,7 @@ impl Statements {
             read_producers,
             check_window,
             insert_batches,
-            write_producer,
+            write_producers,
             advance_partitions,
         })
     }

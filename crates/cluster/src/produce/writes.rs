@@ -2,7 +2,7 @@
 //! ends, sent together on the window's connection, ahead of its COMMIT.
 
 use futures::future::MaybeDone;
-use minibroker_state::{BatchMetadata, ProducerEntry};
+use minibroker_state::ProducerEntry;
 use std::future::Future;
 use std::pin::Pin;
 use tokio_postgres::Client;
@@ -16,20 +16,18 @@ use super::statements::Statements;
 pub(super) struct WindowWrites<'a> {
     judged: &'a Judged,
     taken: (Vec<i64>, Vec<i32>, Vec<i64>),
-    producer_rows: Vec<ProducerRow>,
+    producers: ProducerRows,
 }
 
 impl<'a> WindowWrites<'a> {
     pub(super) fn new(judged: &'a Judged) -> Self {
         let taken = &judged.writes.taken;
-        let producer_rows = judged
-            .changed
-            .iter()
-            .filter_map(|(key, version)| {
-                let (entry, _) = judged.entries.get(key)?;
-                Some(ProducerRow::new(*key, entry, *version))
-            })
-            .collect();
+        let mut producers = ProducerRows::default();
+        for (key, version) in &judged.changed {
+            if let Some((entry, _)) = judged.entries.get(key) {
+                producers.push(*key, entry, *version);
+            }
+        }
         Self {
             judged,
             taken: (
@@ -37,7 +35,7 @@ impl<'a> WindowWrites<'a> {
                 taken.keys().map(|key| key.1).collect(),
                 taken.values().copied().collect(),
             ),
-            producer_rows,
+            producers,
         }
     }
 
@@ -53,7 +51,6 @@ impl<'a> WindowWrites<'a> {
             return Ok(());
         }
         let bytes: Vec<&[u8]> = writes.batches.iter().map(|batch| &batch[..]).collect();
-        let mut sent: Vec<Sent<'_>> = Vec::with_capacity(self.producer_rows.len() + 2);
         let batches: [&(dyn ToSql + Sync); 6] = [
             &writes.topic_ids,
             &writes.partitions,
@@ -62,19 +59,20 @@ impl<'a> WindowWrites<'a> {
             &bytes,
             &writes.max_timestamps,
         ];
-        sent.push(MaybeDone::Future(Box::pin(
-            client.execute_raw(&statements.insert_batches, batches),
-        )));
-        // Each row reads its partition's end before the window: they go before it moves.
-        for row in &self.producer_rows {
-            sent.push(MaybeDone::Future(Box::pin(
-                client.execute_raw(&statements.write_producer, row.parameters()),
-            )));
-        }
         let taken: [&(dyn ToSql + Sync); 3] = [&self.taken.0, &self.taken.1, &self.taken.2];
-        sent.push(MaybeDone::Future(Box::pin(
-            client.execute_raw(&statements.advance_partitions, taken),
-        )));
+        // The producers' rows read their partitions' ends before the window: they go before
+        // the ends move.
+        let mut sent: [Sent<'_>; 3] = [
+            MaybeDone::Future(Box::pin(
+                client.execute_raw(&statements.insert_batches, batches),
+            )),
+            MaybeDone::Future(Box::pin(
+                client.execute_raw(&statements.write_producers, self.producers.parameters()),
+            )),
+            MaybeDone::Future(Box::pin(
+                client.execute_raw(&statements.advance_partitions, taken),
+            )),
+        ];
         for write in &mut sent {
             // The first poll sends it; one already answered keeps its answer.
             let _sent = futures::poll!(write);
@@ -93,47 +91,55 @@ impl<'a> WindowWrites<'a> {
 type Sent<'a> =
     MaybeDone<Pin<Box<dyn Future<Output = Result<u64, tokio_postgres::Error>> + Send + 'a>>>;
 
-/// A producer's entry as its row's columns.
-#[derive(Debug)]
-struct ProducerRow {
-    key: ProducerKey,
-    epoch: i16,
-    last_timestamp: i64,
-    in_transaction: bool,
+/// The changed producers' rows as columns, and their batches as columns too, each naming its
+/// row by its place among them (from 1).
+#[derive(Debug, Default)]
+struct ProducerRows {
+    topic_ids: Vec<i64>,
+    partitions: Vec<i32>,
+    producer_ids: Vec<i64>,
+    epochs: Vec<i16>,
+    last_timestamps: Vec<i64>,
+    in_transactions: Vec<bool>,
+    versions: Vec<i64>,
+    batch_rows: Vec<i64>,
     first_sequences: Vec<i32>,
     last_sequences: Vec<i32>,
     base_offsets: Vec<Option<i64>>,
-    version: i64,
 }
 
-impl ProducerRow {
-    fn new(key: ProducerKey, entry: &ProducerEntry, version: i64) -> Self {
-        let batches: Vec<BatchMetadata> = entry.batches().collect();
-        Self {
-            key,
-            epoch: entry.epoch(),
-            last_timestamp: entry.last_timestamp(),
-            in_transaction: entry.in_transaction(),
-            first_sequences: batches.iter().map(|batch| batch.first_sequence).collect(),
-            last_sequences: batches.iter().map(|batch| batch.last_sequence).collect(),
-            base_offsets: batches.iter().map(|batch| batch.base_offset).collect(),
-            version,
+impl ProducerRows {
+    fn push(&mut self, key: ProducerKey, entry: &ProducerEntry, version: i64) {
+        self.topic_ids.push(key.0);
+        self.partitions.push(key.1);
+        self.producer_ids.push(key.2);
+        self.epochs.push(entry.epoch());
+        self.last_timestamps.push(entry.last_timestamp());
+        self.in_transactions.push(entry.in_transaction());
+        self.versions.push(version);
+        let row = i64::try_from(self.versions.len()).unwrap_or(i64::MAX);
+        for batch in entry.batches() {
+            self.batch_rows.push(row);
+            self.first_sequences.push(batch.first_sequence);
+            self.last_sequences.push(batch.last_sequence);
+            self.base_offsets.push(batch.base_offset);
         }
     }
 
-    fn parameters(&self) -> [&(dyn ToSql + Sync); 11] {
+    fn parameters(&self) -> [&(dyn ToSql + Sync); 12] {
         [
-            &self.key.0,
-            &self.key.1,
-            &self.key.2,
-            &self.epoch,
-            &self.last_timestamp,
-            &self.in_transaction,
+            &self.topic_ids,
+            &self.partitions,
+            &self.producer_ids,
+            &self.epochs,
+            &self.last_timestamps,
+            &self.in_transactions,
+            &self.versions,
+            &self.batch_rows,
             &self.first_sequences,
             &self.last_sequences,
             &self.base_offsets,
             &PROVISIONAL,
-            &self.version,
         ]
     }
 }
