@@ -192,45 +192,30 @@ async fn in_one_trip(
     appends: &[Append],
     rows: HashMap<ProducerKey, KnownRow>,
 ) -> Result<Option<Committed>, CommitError> {
-    let (topic_ids, partition_numbers) = partition_columns(appends);
-    let expected = (
-        rows.keys().map(|key| key.0).collect::<Vec<_>>(),
-        rows.keys().map(|key| key.1).collect::<Vec<_>>(),
-        rows.keys().map(|key| key.2).collect::<Vec<_>>(),
-        rows.values().map(|row| row.version).collect::<Vec<_>>(),
-    );
+    let partitions = window_partitions(appends);
     let entries = rows
         .into_iter()
         .map(|(key, row)| (key, (row.entry, Some(row.version))))
         .collect();
     let judged = judge(appends, entries, None);
-    let writes = WindowWrites::new(&judged);
+    let writes = WindowWrites::new(&judged, partitions.iter().copied());
+    let (topic_ids, partition_numbers): (Vec<i64>, Vec<i32>) = partitions.into_iter().unzip();
     let lock_parameters: [&(dyn ToSql + Sync); 2] = [&topic_ids, &partition_numbers];
-    let check_parameters: [&(dyn ToSql + Sync); 6] = [
-        &topic_ids,
-        &partition_numbers,
-        &expected.0,
-        &expected.1,
-        &expected.2,
-        &expected.3,
-    ];
-    // Sent in this order on the first poll; the server runs them in order, the check once the
-    // partitions are locked.
-    let (begun, locked, checked, written, committed) = futures::join!(
+    // Sent in this order on the first poll; the server runs them in order, the check and the
+    // writes once the partitions are locked.
+    let (begun, locked, written, committed) = futures::join!(
         client.batch_execute("BEGIN"),
         client.query(&statements.lock_partitions, &lock_parameters),
-        client.execute(&statements.check_window, &check_parameters),
         writes.execute(client, statements),
         client.batch_execute("COMMIT"),
     );
-    if let Err(error) = &checked
+    if let Err(error) = &written
         && error.code().map(SqlState::code) == Some(STALE)
     {
         return Ok(None);
     }
     let locked = begun
         .and(locked)
-        .and_then(|locked| checked.map(|_| locked))
         .and_then(|locked| written.map(|()| locked))
         .map_err(CommitError::Failed)?;
     committed.map_err(CommitError::Unknown)?;
@@ -247,7 +232,7 @@ async fn in_two_trips(
 ) -> Result<Committed, CommitError> {
     let (held, entries) = read_window(client, statements, appends).await?;
     let judged = judge(appends, entries, Some(&held));
-    let writes = WindowWrites::new(&judged);
+    let writes = WindowWrites::new(&judged, held.keys().copied());
     let (written, committed) = futures::join!(
         writes.execute(client, statements),
         client.batch_execute("COMMIT")
@@ -269,14 +254,12 @@ fn producer_keys(appends: &[Append]) -> Vec<ProducerKey> {
     keys.into_iter().collect()
 }
 
-/// The window's partitions, each once, in key order (the order their rows are locked in), as
-/// two columns.
-fn partition_columns(appends: &[Append]) -> (Vec<i64>, Vec<i32>) {
-    let partitions: BTreeSet<PartitionKey> = appends
+/// The window's partitions, each once, in key order (the order their rows are locked in).
+fn window_partitions(appends: &[Append]) -> BTreeSet<PartitionKey> {
+    appends
         .iter()
         .map(|append| (append.topic_id, append.partition))
-        .collect();
-    partitions.into_iter().unzip()
+        .collect()
 }
 
 fn held_of(rows: &[Row]) -> HashMap<PartitionKey, Held> {
@@ -298,7 +281,8 @@ async fn read_window(
     statements: &Statements,
     appends: &[Append],
 ) -> Result<(HashMap<PartitionKey, Held>, HashMap<ProducerKey, Holding>), CommitError> {
-    let (topic_ids, partition_numbers) = partition_columns(appends);
+    let (topic_ids, partition_numbers): (Vec<i64>, Vec<i32>) =
+        window_partitions(appends).into_iter().unzip();
     let producers = producer_keys(appends);
     let producer_columns = (
         producers.iter().map(|key| key.0).collect::<Vec<_>>(),

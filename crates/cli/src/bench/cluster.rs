@@ -1,7 +1,8 @@
 //! `bench --cluster URL`: idempotent Kafka produce through one broker of a cluster, and through
 //! three (the connections take them in turn), all in this process on one PostgreSQL database,
 //! each against the same batches inserted into that database at the same transaction cadence
-//! with no rule (`raw_inserts`): the engine's own limit. Peak records/s, then latency at half
+//! with no rule (`raw_inserts`, one inserting connection per broker, as each broker has its
+//! committer): the engine's own limit. Peak records/s, then latency at half
 //! of each side's peak, in alternating pairs.
 
 use anyhow::Result;
@@ -67,11 +68,17 @@ pub fn run(settings: &Settings) -> Result<()> {
             anyhow::Ok((host, addr.to_string()))
         })??);
     }
-    let url = settings.url.clone();
-    let (baseline, stop_baseline) = sides.on_server(async move {
-        let inserts = RawInserts::start(&url, window).await?;
-        start_baseline(super::wire::Wire::Kafka, Keep::Postgres(inserts)).await
-    })??;
+    // The same transaction cadence: a baseline for n brokers inserts through n committers'
+    // worth of windows, each gathering the connections that go to it.
+    let mut baselines = Vec::new();
+    for n in 0..usize::try_from(BROKERS)? {
+        let url = settings.url.clone();
+        baselines.push(sides.on_server(async move {
+            let inserts = RawInserts::start(&url, window, n).await?;
+            start_baseline(super::wire::Wire::Kafka, Keep::Postgres(inserts)).await
+        })??);
+    }
+    let baseline_addrs: Vec<&str> = baselines.iter().map(|(addr, _)| addr.as_str()).collect();
     let addrs: Vec<&str> = brokers.iter().map(|(_, addr)| addr.as_str()).collect();
     let side = |name, addr: String| Side {
         name,
@@ -80,12 +87,16 @@ pub fn run(settings: &Settings) -> Result<()> {
     };
     let through_one = side("1 broker", addrs[0].to_owned());
     let through_three = side("3 brokers", addrs.join(","));
-    let base = side("baseline", baseline);
+    let base_of_one = side("baseline", baseline_addrs[0].to_owned());
+    let base_of_three = side("baseline", baseline_addrs.join(","));
     let mut alternation = Alternation::new(settings.pairs, settings.warm_up, settings.json);
     let measured = sides.generator.block_on(async {
         let mut measured = Vec::new();
-        for brokers in [&through_one, &through_three] {
-            let peak = alternation.compare(brokers, &base).await?;
+        for (brokers, base) in [
+            (&through_one, &base_of_one),
+            (&through_three, &base_of_three),
+        ] {
+            let peak = alternation.compare(brokers, base).await?;
             let rate = peak.first(LoadResult::requests_per_sec).median / 2.0;
             let half = alternation
                 .compare(
@@ -97,7 +108,9 @@ pub fn run(settings: &Settings) -> Result<()> {
         }
         anyhow::Ok(measured)
     });
-    let _ = stop_baseline.send(());
+    for (_, stop_baseline) in baselines {
+        let _ = stop_baseline.send(());
+    }
     for (host, _) in brokers {
         sides.on_server(host.stop())??;
     }

@@ -2,7 +2,8 @@
 //! windows gathered exactly as a broker's committer gathers them (`minibroker_cluster::gather`,
 //! the same `cluster_flush_ms` and byte bound), one transaction per window, and answered once it
 //! commits, but with no rule: no partition row locked, no producer row read or written. What is
-//! left is the engine's own cost of storing the same bytes at the same cadence.
+//! left is the engine's own cost of storing the same bytes at the same cadence. A baseline for
+//! several brokers has one of these for each, as each broker has its committer.
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
@@ -20,29 +21,29 @@ pub struct RawInserts {
 }
 
 impl RawInserts {
-    /// A fresh table (`minibroker_bench.raw_batches`, keyed like the cluster's batches) in the
-    /// database at `url`, and the task inserting into it.
+    /// A fresh table (`minibroker_bench.raw_batches_N`, keyed like the cluster's batches) in the
+    /// database at `url`, and the task inserting into it: one committer's worth.
     ///
     /// # Errors
     /// The database cannot be reached or refuses the table.
-    pub async fn start(url: &str, settings: WindowSettings) -> Result<Self> {
+    pub async fn start(url: &str, settings: WindowSettings, n: usize) -> Result<Self> {
         let client = minibroker_cluster::connect(url)
             .await
             .context("connecting to the cluster's database")?;
         client
-            .batch_execute(
+            .batch_execute(&format!(
                 "CREATE SCHEMA IF NOT EXISTS minibroker_bench;
-                 DROP TABLE IF EXISTS minibroker_bench.raw_batches;
-                 CREATE TABLE minibroker_bench.raw_batches (
-                     last_offset bigint PRIMARY KEY,
-                     base_offset bigint NOT NULL,
-                     bytes bytea NOT NULL
-                 )",
-            )
+             DROP TABLE IF EXISTS minibroker_bench.raw_batches_{n};
+             CREATE TABLE minibroker_bench.raw_batches_{n} (
+                 last_offset bigint PRIMARY KEY,
+                 base_offset bigint NOT NULL,
+                 bytes bytea NOT NULL
+             )"
+            ))
             .await
             .context("creating the baseline's table")?;
         let (sender, receiver) = mpsc::channel(4096);
-        tokio::spawn(insert(client, settings, receiver));
+        tokio::spawn(insert(client, settings, receiver, n));
         Ok(Self { sender })
     }
 
@@ -58,14 +59,15 @@ async fn insert(
     client: tokio_postgres::Client,
     settings: WindowSettings,
     mut receiver: mpsc::Receiver<(Bytes, Answer, Instant)>,
+    n: usize,
 ) {
     // Prepared once, and each window's BEGIN, INSERT and COMMIT sent together, as a broker's
     // committer sends its statements: the engine's limit, not a client's round trips.
     let statement = match client
-        .prepare(
-            "INSERT INTO minibroker_bench.raw_batches (last_offset, base_offset, bytes)
-             SELECT o, o, b FROM unnest($1::bigint[], $2::bytea[]) AS t(o, b)",
-        )
+        .prepare(&format!(
+            "INSERT INTO minibroker_bench.raw_batches_{n} (last_offset, base_offset, bytes)
+             SELECT o, o, b FROM unnest($1::bigint[], $2::bytea[]) AS t(o, b)"
+        ))
         .await
     {
         Ok(statement) => statement,

@@ -1,35 +1,52 @@
-//! A judged window's writes: its batches, its changed producers' rows and its partitions' new
-//! ends, sent together on the window's connection, ahead of its COMMIT.
+//! A judged window's check and writes: its batches, its changed producers' rows and its
+//! partitions' new ends, sent in one statement ahead of its COMMIT.
 
-use futures::future::MaybeDone;
 use minibroker_state::ProducerEntry;
-use std::future::Future;
-use std::pin::Pin;
 use tokio_postgres::Client;
 use tokio_postgres::types::ToSql;
 
-use super::ProducerKey;
 use super::judge::{Judged, PROVISIONAL};
 use super::statements::Statements;
+use super::{PartitionKey, ProducerKey};
 
-/// The window's writes as the statements' columns.
+/// The window's check and writes as the statement's columns.
 pub(super) struct WindowWrites<'a> {
     judged: &'a Judged,
+    /// The partitions that must be there.
+    partitions: (Vec<i64>, Vec<i32>),
+    /// The producers' rows judged against, with their versions.
+    expected: (Vec<i64>, Vec<i32>, Vec<i64>, Vec<i64>),
     taken: (Vec<i64>, Vec<i32>, Vec<i64>),
     producers: ProducerRows,
 }
 
 impl<'a> WindowWrites<'a> {
-    pub(super) fn new(judged: &'a Judged) -> Self {
-        let taken = &judged.writes.taken;
+    /// `judged`'s writes, checked against `partitions` being there and against every
+    /// producer's row it was judged by being the version it was.
+    pub(super) fn new(
+        judged: &'a Judged,
+        partitions: impl IntoIterator<Item = PartitionKey>,
+    ) -> Self {
+        let mut expected = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (key, (_, version)) in &judged.entries {
+            if let Some(version) = version {
+                expected.0.push(key.0);
+                expected.1.push(key.1);
+                expected.2.push(key.2);
+                expected.3.push(*version);
+            }
+        }
         let mut producers = ProducerRows::default();
         for (key, version) in &judged.changed {
             if let Some((entry, _)) = judged.entries.get(key) {
                 producers.push(*key, entry, *version);
             }
         }
+        let taken = &judged.writes.taken;
         Self {
             judged,
+            partitions: partitions.into_iter().unzip(),
+            expected,
             taken: (
                 taken.keys().map(|key| key.0).collect(),
                 taken.keys().map(|key| key.1).collect(),
@@ -39,57 +56,51 @@ impl<'a> WindowWrites<'a> {
         }
     }
 
-    /// Sends every write on `client` in order and waits for their answers: the first error,
-    /// if any. Everything is sent on the first poll, so what is sent after that poll follows.
+    /// Sends the statement on `client` (on the first poll, so what is sent after that poll
+    /// follows it) and waits for its answer.
     pub(super) async fn execute(
         &self,
         client: &Client,
         statements: &Statements,
     ) -> Result<(), tokio_postgres::Error> {
         let writes = &self.judged.writes;
-        if writes.batches.is_empty() {
-            return Ok(());
-        }
         let bytes: Vec<&[u8]> = writes.batches.iter().map(|batch| &batch[..]).collect();
-        let batches: [&(dyn ToSql + Sync); 6] = [
+        let producers = &self.producers;
+        let parameters: [&(dyn ToSql + Sync); 27] = [
+            &self.partitions.0,
+            &self.partitions.1,
+            &self.expected.0,
+            &self.expected.1,
+            &self.expected.2,
+            &self.expected.3,
             &writes.topic_ids,
             &writes.partitions,
             &writes.relatives,
             &writes.offsets,
             &bytes,
             &writes.max_timestamps,
+            &producers.topic_ids,
+            &producers.partitions,
+            &producers.producer_ids,
+            &producers.epochs,
+            &producers.last_timestamps,
+            &producers.in_transactions,
+            &producers.versions,
+            &producers.batch_rows,
+            &producers.first_sequences,
+            &producers.last_sequences,
+            &producers.base_offsets,
+            &PROVISIONAL,
+            &self.taken.0,
+            &self.taken.1,
+            &self.taken.2,
         ];
-        let taken: [&(dyn ToSql + Sync); 3] = [&self.taken.0, &self.taken.1, &self.taken.2];
-        // The producers' rows read their partitions' ends before the window: they go before
-        // the ends move.
-        let mut sent: [Sent<'_>; 3] = [
-            MaybeDone::Future(Box::pin(
-                client.execute_raw(&statements.insert_batches, batches),
-            )),
-            MaybeDone::Future(Box::pin(
-                client.execute_raw(&statements.write_producers, self.producers.parameters()),
-            )),
-            MaybeDone::Future(Box::pin(
-                client.execute_raw(&statements.advance_partitions, taken),
-            )),
-        ];
-        for write in &mut sent {
-            // The first poll sends it; one already answered keeps its answer.
-            let _sent = futures::poll!(write);
-        }
-        futures::future::join_all(sent.iter_mut()).await;
-        for write in &mut sent {
-            if let Some(Err(error)) = Pin::new(write).take_output() {
-                return Err(error);
-            }
-        }
-        Ok(())
+        client
+            .execute_raw(&statements.write_window, parameters)
+            .await
+            .map(drop)
     }
 }
-
-/// A write sent, its answer still to come.
-type Sent<'a> =
-    MaybeDone<Pin<Box<dyn Future<Output = Result<u64, tokio_postgres::Error>> + Send + 'a>>>;
 
 /// The changed producers' rows as columns, and their batches as columns too, each naming its
 /// row by its place among them (from 1).
@@ -124,22 +135,5 @@ impl ProducerRows {
             self.last_sequences.push(batch.last_sequence);
             self.base_offsets.push(batch.base_offset);
         }
-    }
-
-    fn parameters(&self) -> [&(dyn ToSql + Sync); 12] {
-        [
-            &self.topic_ids,
-            &self.partitions,
-            &self.producer_ids,
-            &self.epochs,
-            &self.last_timestamps,
-            &self.in_transactions,
-            &self.versions,
-            &self.batch_rows,
-            &self.first_sequences,
-            &self.last_sequences,
-            &self.base_offsets,
-            &PROVISIONAL,
-        ]
     }
 }
