@@ -249,6 +249,12 @@ async fn connect(
     settings: &WindowSettings,
 ) -> Result<Connection, tokio_postgres::Error> {
     let client = crate::connect_with_timeout(url, settings.connect_timeout).await?;
+    // A window's statements are planned once, when first run: planned again for each window
+    // (PostgreSQL's choice for statements with parameters, at first) their planning cost more
+    // than running them (docs/performance.md).
+    client
+        .batch_execute("SET plan_cache_mode = force_generic_plan")
+        .await?;
     let statements = Statements::prepare(&client).await?;
     Ok(Connection { client, statements })
 }

@@ -61,8 +61,16 @@ async fn insert(
     mut receiver: mpsc::Receiver<(Bytes, Answer, Instant)>,
     n: usize,
 ) {
-    // Prepared once, and each window's BEGIN, INSERT and COMMIT sent together, as a broker's
-    // committer sends its statements: the engine's limit, not a client's round trips.
+    // Prepared once, planned once (as the committer's statements are), and each window's
+    // BEGIN, INSERT and COMMIT sent together, as a broker's committer sends its statements:
+    // the engine's limit, not a client's round trips.
+    if let Err(error) = client
+        .batch_execute("SET plan_cache_mode = force_generic_plan")
+        .await
+    {
+        tracing::error!(%error, "the baseline's connection could not be set up");
+        return;
+    }
     let statement = match client
         .prepare(&format!(
             "INSERT INTO minibroker_bench.raw_batches_{n} (last_offset, base_offset, bytes)
