@@ -33,6 +33,40 @@ fn append_to(topic_id: i64, sequence: i32) -> Append {
     }
 }
 
+/// A stored row at `offset` of partition 0, in the way of the batch the window puts there.
+async fn block(client: &tokio_postgres::Client, topic_id: i64, offset: i64) {
+    client
+        .execute(
+            "INSERT INTO minibroker.batches
+                 (topic_id, partition, last_offset, base_offset, bytes, max_timestamp)
+             VALUES ($1, 0, $2, $2, '\\x00', 0)",
+            &[&topic_id, &offset],
+        )
+        .await
+        .unwrap();
+}
+
+/// Takes away what [`block`] put at `offset`.
+async fn unblock(client: &tokio_postgres::Client, offset: i64) {
+    client
+        .execute(
+            "DELETE FROM minibroker.batches WHERE last_offset = $1",
+            &[&offset],
+        )
+        .await
+        .unwrap();
+}
+
+/// The window's answers' base offsets, every batch answered.
+fn base_offsets(
+    answers: &[Result<minibroker_cluster::Appended, minibroker_cluster::AppendRefused>],
+) -> Vec<Option<i64>> {
+    answers
+        .iter()
+        .map(|answer| answer.as_ref().unwrap().verdict.base_offset)
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_are_refused_while_postgres_is_down_and_stored_once_after() {
     let postgres = Postgres::start();
@@ -94,15 +128,7 @@ async fn a_write_refused_in_a_window_stores_none_of_it_and_the_next_window_goes_
     let postgres = Postgres::start();
     let (mut client, topic_id) = one_topic(&postgres).await;
     // A row in the way of the window's second batch (offset 1).
-    client
-        .execute(
-            "INSERT INTO minibroker.batches
-                 (topic_id, partition, last_offset, base_offset, bytes, max_timestamp)
-             VALUES ($1, 0, 1, 1, '\\x00', 0)",
-            &[&topic_id],
-        )
-        .await
-        .unwrap();
+    block(&client, topic_id, 1).await;
     let statements = Statements::prepare(&client).await.unwrap();
     let known = KnownProducers::new();
     let append = |sequence| append_to(topic_id, sequence);
@@ -128,18 +154,11 @@ async fn a_write_refused_in_a_window_stores_none_of_it_and_the_next_window_goes_
         "nothing of the window is stored"
     );
 
-    client
-        .execute("DELETE FROM minibroker.batches", &[])
-        .await
-        .unwrap();
+    unblock(&client, 1).await;
     let answers = commit_window(&mut client, &statements, &known, &window)
         .await
         .unwrap();
-    let offsets: Vec<Option<i64>> = answers
-        .iter()
-        .map(|answer| answer.as_ref().unwrap().verdict.base_offset)
-        .collect();
-    assert_eq!(offsets, vec![Some(0), Some(1)]);
+    assert_eq!(base_offsets(&answers), vec![Some(0), Some(1)]);
     assert_eq!(support::stored_batches(&client).await, 2);
 }
 
@@ -157,15 +176,7 @@ async fn a_write_refused_in_a_window_judged_before_its_rows_were_read_stores_non
         .await
         .unwrap();
     assert_eq!(first[0].unwrap().verdict.base_offset, Some(0));
-    client
-        .execute(
-            "INSERT INTO minibroker.batches
-                 (topic_id, partition, last_offset, base_offset, bytes, max_timestamp)
-             VALUES ($1, 0, 2, 2, '\\x00', 0)",
-            &[&topic_id],
-        )
-        .await
-        .unwrap();
+    block(&client, topic_id, 2).await;
     let window = [append(1), append(2)];
     let refused = commit_window(&mut client, &statements, &known, &window)
         .await
@@ -186,18 +197,11 @@ async fn a_write_refused_in_a_window_judged_before_its_rows_were_read_stores_non
         "nothing of it is stored"
     );
 
-    client
-        .execute("DELETE FROM minibroker.batches WHERE last_offset = 2", &[])
-        .await
-        .unwrap();
+    unblock(&client, 2).await;
     let answers = commit_window(&mut client, &statements, &known, &window)
         .await
         .unwrap();
-    let offsets: Vec<Option<i64>> = answers
-        .iter()
-        .map(|answer| answer.as_ref().unwrap().verdict.base_offset)
-        .collect();
-    assert_eq!(offsets, vec![Some(1), Some(2)]);
+    assert_eq!(base_offsets(&answers), vec![Some(1), Some(2)]);
     let retried = commit_window(&mut client, &statements, &known, &[append(2)])
         .await
         .unwrap();
