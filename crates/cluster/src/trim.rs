@@ -22,6 +22,61 @@ macro_rules! deleted_below_moved {
     };
 }
 
+/// The part of a retention statement that moves partition `$1`/`$2`'s start up to its
+/// `first_kept` batch.
+macro_rules! moved_to_first_kept {
+    () => {
+        "moved AS (
+             UPDATE minibroker.partitions p SET log_start_offset = first_kept.offset
+             FROM first_kept
+             WHERE p.topic_id = $1 AND p.partition = $2
+                 AND first_kept.offset > p.log_start_offset
+             RETURNING p.log_start_offset
+         ), "
+    };
+}
+
+/// Retention by age alone, for partition `$1`/`$2` and the newest timestamp `$3` a batch must
+/// reach to stay: the first batch kept is found walking the partition in offset order from its
+/// start, which stops at once when nothing is too old (the usual case).
+const RETENTION_BY_AGE: &str = concat!(
+    "WITH ends AS (
+             SELECT high_watermark FROM minibroker.partitions
+             WHERE topic_id = $1 AND partition = $2
+         ), first_kept AS (
+             SELECT coalesce(
+                 (SELECT base_offset FROM minibroker.batches
+                  WHERE topic_id = $1 AND partition = $2
+                      AND max_timestamp >= $3::bigint
+                  ORDER BY last_offset LIMIT 1),
+                 (SELECT high_watermark FROM ends)) AS offset
+         ), ",
+    moved_to_first_kept!(),
+    deleted_below_moved!()
+);
+
+/// Retention by size too (`$4` bytes at most, `$3` as above or NULL): each batch needs the
+/// bytes after it, so the whole partition is read.
+const RETENTION_BY_SIZE: &str = concat!(
+    "WITH ends AS (
+             SELECT high_watermark FROM minibroker.partitions
+             WHERE topic_id = $1 AND partition = $2
+         ), held AS (
+             SELECT base_offset, max_timestamp,
+                 coalesce(sum(octet_length(bytes)) OVER (ORDER BY last_offset DESC
+                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS newer_bytes
+             FROM minibroker.batches WHERE topic_id = $1 AND partition = $2
+         ), first_kept AS (
+             SELECT coalesce(min(base_offset), (SELECT high_watermark FROM ends))
+                 AS offset
+             FROM held
+             WHERE ($3::bigint IS NULL OR max_timestamp >= $3::bigint)
+                 AND ($4::bigint IS NULL OR newer_bytes < $4::bigint)
+         ), ",
+    moved_to_first_kept!(),
+    deleted_below_moved!()
+);
+
 /// What [`delete_records`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Deleted {
@@ -123,35 +178,18 @@ pub async fn apply_retention(
     let mut moved = Vec::new();
     for row in partitions {
         let partition: i32 = row.get(0);
-        let start = client
-            .query_opt(
-                concat!(
-                    "WITH ends AS (
-                     SELECT high_watermark FROM minibroker.partitions
-                     WHERE topic_id = $1 AND partition = $2
-                 ), held AS (
-                     SELECT base_offset, max_timestamp,
-                         coalesce(sum(octet_length(bytes)) OVER (ORDER BY last_offset DESC
-                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS newer_bytes
-                     FROM minibroker.batches WHERE topic_id = $1 AND partition = $2
-                 ), first_kept AS (
-                     SELECT coalesce(min(base_offset), (SELECT high_watermark FROM ends))
-                         AS offset
-                     FROM held
-                     WHERE ($3::bigint IS NULL OR max_timestamp >= $3::bigint)
-                         AND ($4::bigint IS NULL OR newer_bytes < $4::bigint)
-                 ), moved AS (
-                     UPDATE minibroker.partitions p SET log_start_offset = first_kept.offset
-                     FROM first_kept
-                     WHERE p.topic_id = $1 AND p.partition = $2
-                         AND first_kept.offset > p.log_start_offset
-                     RETURNING p.log_start_offset
-                 ), ",
-                    deleted_below_moved!()
-                ),
-                &[&topic_id, &partition, &cutoff, &keep.bytes],
-            )
-            .await?;
+        let start = match keep.bytes {
+            None => {
+                client
+                    .query_opt(RETENTION_BY_AGE, &[&topic_id, &partition, &cutoff])
+                    .await?
+            }
+            Some(bytes) => {
+                client
+                    .query_opt(RETENTION_BY_SIZE, &[&topic_id, &partition, &cutoff, &bytes])
+                    .await?
+            }
+        };
         if let Some(start) = start {
             moved.push((partition, start.get(0)));
         }
