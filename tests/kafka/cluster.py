@@ -35,7 +35,7 @@ import sys
 import time
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 
 def done(summary, ok):
@@ -260,6 +260,27 @@ def offsets(bootstrap, topic):
     done({"earliest": low, "latest": high, "at_time_0": found[0].offset}, True)
 
 
+def dated(bootstrap, topic):
+    """One record a day ahead, then many newer ones."""
+    ensure_topic(bootstrap, topic, 1)
+    ahead = int(time.time() * 1000) + 86_400_000
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "linger.ms": 5})
+    producer.produce(topic, value=b"ahead", partition=0, timestamp=ahead)
+    for _ in range(8000):
+        producer.produce(topic, value=b"x" * 600, partition=0)
+    producer.flush(30)
+    done({"ahead": ahead}, True)
+
+
+def newest(bootstrap, topic):
+    """The record with the largest timestamp in partition 0 of TOPIC (KIP-734)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    partition = TopicPartition(topic, 0)
+    found = admin.list_offsets({partition: OffsetSpec.max_timestamp()})[partition].result(15)
+    done({"offset": found.offset, "timestamp": found.timestamp}, True)
+
+
 def read_from(bootstrap, topic):
     """Partition 0 of TOPIC from its earliest offset to its end: (partition, offset, value)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cluster-read-from",
@@ -291,6 +312,10 @@ if __name__ == "__main__":
         shared(args[0], args[1], args[2])
     elif command == "offsets":
         offsets(args[0], args[1])
+    elif command == "dated":
+        dated(args[0], args[1])
+    elif command == "newest":
+        newest(args[0], args[1])
     elif command == "produce-as":
         produce(args[0], args[1], int(args[2]), int(args[3]), login(args[4], args[5]))
     else:

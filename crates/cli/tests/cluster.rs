@@ -231,7 +231,7 @@ fn a_broker_reads_what_its_copy_no_longer_holds_from_the_database() {
         "{}",
         joined.logged()
     );
-    // The earliest offset and a lookup by time are the cluster's, not the copy's.
+    // The earliest offset and the lookups by time are the cluster's, not the copy's.
     let output = kafka_script("cluster.py", &["offsets", &brokers[1].kafka_addr, "cached"])
         .output()
         .unwrap();
@@ -239,6 +239,23 @@ fn a_broker_reads_what_its_copy_no_longer_holds_from_the_database() {
     assert_eq!(offsets["earliest"], 0, "{offsets}");
     assert_eq!(offsets["latest"], 8_000, "{offsets}");
     assert_eq!(offsets["at_time_0"], 0, "{offsets}");
+    // So is the record with the largest timestamp, asked of a broker whose copy never held it
+    // (it joined after, and holds only the newest batch; the others stop, so that it leads the
+    // partition the question goes to).
+    let output = kafka_script("cluster.py", &["dated", &brokers[0].kafka_addr, "dated"])
+        .output()
+        .unwrap();
+    let dated = summary_of(&output, "cluster.py dated");
+    let late = cluster.broker(4, &free_addr());
+    for broker in brokers.into_iter().chain([joined]) {
+        broker.terminate();
+    }
+    let output = kafka_script("cluster.py", &["newest", &late.kafka_addr, "dated"])
+        .output()
+        .unwrap();
+    let newest = summary_of(&output, "cluster.py newest");
+    assert_eq!(newest["offset"], 0, "{newest}");
+    assert_eq!(newest["timestamp"], dated["ahead"], "{newest}");
 }
 
 #[test]

@@ -39,7 +39,8 @@ pub use produce::{
 };
 pub use producer_ids::{issue_producer_id, next_producer_id, producer_owner};
 pub use reads::{
-    PartitionEnds, StoredBatch, batches_from, first_batch_since, partition_ends, tail_start,
+    PartitionEnds, StoredBatch, batch_of_max_timestamp, batches_from, first_batch_since,
+    partition_ends, tail_start,
 };
 pub use schema::{SCHEMA_VERSION, SchemaError, migrate, migrate_to};
 pub use topics::{

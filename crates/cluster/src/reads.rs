@@ -122,6 +122,30 @@ pub async fn first_batch_since(
     Ok(row.as_ref().map(stored_batch))
 }
 
+/// The first stored batch of `topic_id`/`partition` at or past `from` whose newest record is
+/// the partition's newest by timestamp (the earliest such batch when several tie), with that
+/// timestamp, for ListOffsets' largest timestamp. It reads the whole partition: no index
+/// orders batches by time.
+///
+/// # Errors
+/// PostgreSQL's error.
+pub async fn batch_of_max_timestamp(
+    client: &impl GenericClient,
+    topic_id: i64,
+    partition: i32,
+    from: i64,
+) -> Result<Option<(StoredBatch, i64)>, tokio_postgres::Error> {
+    let row = client
+        .query_opt(
+            "SELECT base_offset, last_offset, bytes, max_timestamp FROM minibroker.batches
+             WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3
+             ORDER BY max_timestamp DESC, last_offset LIMIT 1",
+            &[&topic_id, &partition, &from],
+        )
+        .await?;
+    Ok(row.map(|row| (stored_batch(&row), row.get(3))))
+}
+
 /// Where a copy of `topic_id`/`partition` that holds nothing begins, to hold about `bytes` of
 /// what lies from `from` on: the base offset of the oldest batch whose newer batches come to
 /// less than `bytes` (as a log keeps its pieces under `retention.bytes`; at least the newest

@@ -481,6 +481,33 @@ impl ClusterLink {
         }))
     }
 
+    /// The offset and timestamp of the first record of `topic`/`partition` with its newest
+    /// timestamp (ListOffsets' largest timestamp), found in the database, which holds what the
+    /// copy no longer does.
+    ///
+    /// # Errors
+    /// The database could not be asked.
+    pub async fn offset_of_max_timestamp(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<Option<(i64, i64)>, ClusterError> {
+        let (Some(shared), Ok(index), Some(start)) = (
+            self.known_handle(topic),
+            i32::try_from(partition),
+            self.log_start(topic, partition),
+        ) else {
+            return Ok(None);
+        };
+        let client = self.database.client().await?;
+        let found =
+            minibroker_cluster::batch_of_max_timestamp(&*client, shared.id, index, start).await?;
+        Ok(found.and_then(|(batch, newest)| {
+            minibroker_log::first_record_at_or_after(&batch.bytes, newest)
+                .map(|(offset, at)| (offset.max(start), at))
+        }))
+    }
+
     /// The topic and partition index of a read at `offset` that the copy no longer holds but
     /// the cluster does.
     fn older_than_copy(

@@ -20,6 +20,8 @@ use crate::front_end::KafkaFrontEnd;
 /// ListOffsets' timestamps for the log start and the log end.
 pub(crate) const EARLIEST: i64 = -2;
 const LATEST: i64 = -1;
+/// ListOffsets' timestamp for the record with the largest timestamp (KIP-734).
+pub(crate) const MAX_TIMESTAMP: i64 = -3;
 
 impl KafkaFrontEnd {
     /// Lookups by time (and of the largest timestamp) read the log, so a request with any is
@@ -156,7 +158,7 @@ fn offset_at(
             (broker.last_stable_offset(topic, partition)?, NONE)
         }
         LATEST => (end, NONE),
-        -3 => broker
+        MAX_TIMESTAMP => broker
             .offset_of_max_timestamp(topic, partition)?
             .unwrap_or((NONE, NONE)),
         at => broker

@@ -21,7 +21,7 @@ use super::NONE;
 use super::code;
 use super::fetch::OlderBatches;
 use super::implicit_add::TransactionAllowance;
-use super::offsets::{EARLIEST, Known};
+use super::offsets::{EARLIEST, Known, MAX_TIMESTAMP};
 use super::produce::{Gate, refused, verdict_answer};
 use super::topics::Refused;
 use crate::deferred::DeferredProduce;
@@ -371,8 +371,8 @@ impl KafkaFrontEnd {
     }
 
     /// ListOffsets' answers a broker of `cluster` finds beyond its copy: the earliest offset is
-    /// the cluster's start (the copy may hold less), and a lookup by time is made in the
-    /// database, which holds what the copy no longer does. A lookup the database could not
+    /// the cluster's start (the copy may hold less), and lookups by time (the largest timestamp
+    /// too) are made in the database, which holds what the copy no longer does. A lookup the database could not
     /// answer is left to the copy.
     pub(crate) async fn shared_offsets(
         cluster: &ClusterLink,
@@ -388,17 +388,13 @@ impl KafkaFrontEnd {
                     EARLIEST => cluster
                         .log_start(&topic.name, partition)
                         .map(|start| (start, NONE)),
+                    MAX_TIMESTAMP => {
+                        let found = cluster.offset_of_max_timestamp(&topic.name, partition);
+                        from_database(found.await)
+                    }
                     at if at >= 0 => {
-                        match cluster
-                            .offset_for_timestamp(&topic.name, partition, at)
-                            .await
-                        {
-                            Ok(found) => Some(found.unwrap_or((NONE, NONE))),
-                            Err(error) => {
-                                tracing::warn!(%error, "ListOffsets by time answered from this broker's copy: the cluster's database did not answer");
-                                None
-                            }
-                        }
+                        let found = cluster.offset_for_timestamp(&topic.name, partition, at);
+                        from_database(found.await)
                     }
                     _ => None,
                 };
@@ -525,5 +521,17 @@ fn append_refusal(error: &AppendError) -> ResponseError {
         // the original offset when it was.
         AppendError::Unknown(_) => ResponseError::RequestTimedOut,
         AppendError::Unavailable(_) => ResponseError::KafkaStorageError,
+    }
+}
+
+/// A lookup by time made in the database: its answer (no record: `NONE`), or `None` when the
+/// database could not be asked, for the copy to answer.
+fn from_database(found: Result<Option<(i64, i64)>, ClusterError>) -> Option<(i64, i64)> {
+    match found {
+        Ok(found) => Some(found.unwrap_or((NONE, NONE))),
+        Err(error) => {
+            tracing::warn!(%error, "ListOffsets by time answered from this broker's copy: the cluster's database did not answer");
+            None
+        }
     }
 }
