@@ -452,17 +452,16 @@ impl ClusterLink {
         Ok(Some(batches))
     }
 
-    /// The offset and timestamp of the first record of `topic`/`partition` written at
-    /// `timestamp` or later (ListOffsets by time), found in the database, which holds what the
-    /// copy no longer does.
+    /// The offset and timestamp of the record of `topic`/`partition` that `wanted` names
+    /// (ListOffsets by time), found in the database, which holds what the copy no longer does.
     ///
     /// # Errors
     /// The database could not be asked.
-    pub async fn offset_for_timestamp(
+    pub async fn offset_by_time(
         &self,
         topic: &str,
         partition: u32,
-        timestamp: i64,
+        wanted: ByTime,
     ) -> Result<Option<(i64, i64)>, ClusterError> {
         let (Some(shared), Ok(index), Some(start)) = (
             self.known_handle(topic),
@@ -472,38 +471,20 @@ impl ClusterLink {
             return Ok(None);
         };
         let client = self.database.client().await?;
-        let found =
-            minibroker_cluster::first_batch_since(&*client, shared.id, index, start, timestamp)
-                .await?;
-        Ok(found.and_then(|batch| {
+        // The batch holding the record, and the timestamp the record has at least.
+        let found = match wanted {
+            ByTime::AtOrAfter(timestamp) => {
+                minibroker_cluster::first_batch_since(&*client, shared.id, index, start, timestamp)
+                    .await?
+                    .map(|batch| (batch, timestamp))
+            }
+            ByTime::Largest => {
+                minibroker_cluster::batch_of_max_timestamp(&*client, shared.id, index, start)
+                    .await?
+            }
+        };
+        Ok(found.and_then(|(batch, timestamp)| {
             minibroker_log::first_record_at_or_after(&batch.bytes, timestamp)
-                .map(|(offset, at)| (offset.max(start), at))
-        }))
-    }
-
-    /// The offset and timestamp of the first record of `topic`/`partition` with its newest
-    /// timestamp (ListOffsets' largest timestamp), found in the database, which holds what the
-    /// copy no longer does.
-    ///
-    /// # Errors
-    /// The database could not be asked.
-    pub async fn offset_of_max_timestamp(
-        &self,
-        topic: &str,
-        partition: u32,
-    ) -> Result<Option<(i64, i64)>, ClusterError> {
-        let (Some(shared), Ok(index), Some(start)) = (
-            self.known_handle(topic),
-            i32::try_from(partition),
-            self.log_start(topic, partition),
-        ) else {
-            return Ok(None);
-        };
-        let client = self.database.client().await?;
-        let found =
-            minibroker_cluster::batch_of_max_timestamp(&*client, shared.id, index, start).await?;
-        Ok(found.and_then(|(batch, newest)| {
-            minibroker_log::first_record_at_or_after(&batch.bytes, newest)
                 .map(|(offset, at)| (offset.max(start), at))
         }))
     }
@@ -667,6 +648,15 @@ impl ClusterLink {
         }
         Ok(())
     }
+}
+
+/// The record a lookup by time asks for ([`ClusterLink::offset_by_time`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ByTime {
+    /// The first written at this timestamp or later.
+    AtOrAfter(i64),
+    /// The first with the largest timestamp (KIP-734).
+    Largest,
 }
 
 /// A cluster topic's id and partition count: what a produce or a read needs of it.

@@ -30,7 +30,7 @@ mod node;
 pub mod timings;
 pub mod tls;
 
-pub use cluster_link::{ClusterError, ClusterLink, ClusterSettings, TopicHandle};
+pub use cluster_link::{ByTime, ClusterError, ClusterLink, ClusterSettings, TopicHandle};
 pub use config::{ClientAuth, Config, NetConfig, SASL_MECHANISMS, SecurityProtocol};
 pub use host::{Host, HostError};
 pub use login::LoginCounts;

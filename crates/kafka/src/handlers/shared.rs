@@ -13,7 +13,7 @@ use kafka_protocol::protocol::StrBytes;
 use minibroker_broker::{BrokerError, Overrides};
 use minibroker_cluster::Deleted;
 use minibroker_cluster::{Append, AppendError, AppendRefused};
-use minibroker_host::{ClusterError, ClusterLink};
+use minibroker_host::{ByTime, ClusterError, ClusterLink};
 use minibroker_records::Inspected;
 use std::sync::Arc;
 
@@ -384,19 +384,18 @@ impl KafkaFrontEnd {
                 let Ok(partition) = u32::try_from(wanted.partition_index) else {
                     continue;
                 };
-                let answer = match wanted.timestamp {
-                    EARLIEST => cluster
+                let answer = if wanted.timestamp == EARLIEST {
+                    cluster
                         .log_start(&topic.name, partition)
-                        .map(|start| (start, NONE)),
-                    MAX_TIMESTAMP => {
-                        let found = cluster.offset_of_max_timestamp(&topic.name, partition);
-                        from_database(found.await)
-                    }
-                    at if at >= 0 => {
-                        let found = cluster.offset_for_timestamp(&topic.name, partition, at);
-                        from_database(found.await)
-                    }
-                    _ => None,
+                        .map(|start| (start, NONE))
+                } else if let Some(by_time) = by_time(wanted.timestamp) {
+                    from_database(
+                        cluster
+                            .offset_by_time(&topic.name, partition, by_time)
+                            .await,
+                    )
+                } else {
+                    None
                 };
                 if let Some(answer) = answer {
                     known.insert((topic.name.to_string(), wanted.partition_index), answer);
@@ -521,6 +520,15 @@ fn append_refusal(error: &AppendError) -> ResponseError {
         // the original offset when it was.
         AppendError::Unknown(_) => ResponseError::RequestTimedOut,
         AppendError::Unavailable(_) => ResponseError::KafkaStorageError,
+    }
+}
+
+/// The lookup by time a ListOffsets timestamp asks for, if it is one.
+fn by_time(timestamp: i64) -> Option<ByTime> {
+    match timestamp {
+        MAX_TIMESTAMP => Some(ByTime::Largest),
+        at if at >= 0 => Some(ByTime::AtOrAfter(at)),
+        _ => None,
     }
 }
 
