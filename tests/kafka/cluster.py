@@ -28,6 +28,15 @@ and then judges what was stored.
         timestamp 0 (the first record), as a JSON summary
     python cluster.py produce-as BOOTSTRAP TOPIC PARTITIONS COUNT USER PASSWORD
         as produce, logged in with SASL PLAIN
+    python cluster.py group-consume BOOTSTRAP TOPIC GROUP OUT STOP
+        one consumer of GROUP subscribed to TOPIC: each record it is given is written to the
+        file OUT as a line "PARTITION OFFSET VALUE", and its offset committed (synchronously;
+        a commit refused while the group's coordinator moves is left to the next one). Prints
+        "started", and runs until the file STOP exists; then a JSON summary of the commits
+        refused
+    python cluster.py describe-group BROKER GROUP
+        GROUP as ListGroups and DescribeGroups through BROKER show it: a JSON summary, ok when
+        it is listed
 """
 
 import json
@@ -281,6 +290,47 @@ def newest(bootstrap, topic):
     done({"offset": found.offset, "timestamp": found.timestamp}, True)
 
 
+def group_consume(bootstrap, topic, group, out, stop):
+    import os
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 500,
+        "topic.metadata.refresh.interval.ms": 1000,
+    })
+    consumer.subscribe([topic])
+    print("started", flush=True)
+    refused = []
+    with open(out, "a") as written:
+        while not os.path.exists(stop):
+            message = consumer.poll(0.2)
+            if message is None or message.error():
+                continue
+            written.write("%d %d %s\n" % (message.partition(), message.offset(),
+                                            message.value().decode()))
+            written.flush()
+            # A slow consumer, so the test breaks things while it runs.
+            time.sleep(0.003)
+            try:
+                consumer.commit(message=message, asynchronous=False)
+            except KafkaException as error:
+                refused.append(error.args[0].name())
+    consumer.close()
+    done({"refused": refused[:20], "refusals": len(refused)}, True)
+
+
+def describe_group(broker, group):
+    admin = AdminClient({"bootstrap.servers": broker})
+    listed = [g.group_id for g in admin.list_consumer_groups().result(15).valid]
+    described = admin.describe_consumer_groups([group])[group].result(15)
+    done({"listed": group in listed, "state": str(described.state),
+          "members": len(described.members), "coordinator": described.coordinator.id},
+         group in listed)
+
+
 def read_from(bootstrap, topic):
     """Partition 0 of TOPIC from its earliest offset to its end: (partition, offset, value)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cluster-read-from",
@@ -316,6 +366,10 @@ if __name__ == "__main__":
         dated(args[0], args[1])
     elif command == "newest":
         newest(args[0], args[1])
+    elif command == "group-consume":
+        group_consume(*args)
+    elif command == "describe-group":
+        describe_group(*args)
     elif command == "produce-as":
         produce(args[0], args[1], int(args[2]), int(args[3]), login(args[4], args[5]))
     else:

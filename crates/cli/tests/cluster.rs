@@ -4,84 +4,18 @@
 //! acknowledged record must then be stored exactly once, in order per partition, read back
 //! through a broker that was not broken.
 
+mod cluster_support;
 #[path = "../../cluster/tests/support/mod.rs"]
 mod postgres;
 mod support;
 
-use postgres::Postgres;
-use serde_json::Value;
+use cluster_support::{Cluster, LEASE_MS, triples};
 use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use support::{
     BIN, CHECK_FAULTS, ServeProcess, free_addr, kafka_script, start_proxy, start_script, summary_of,
 };
-
-/// A short lease, so a killed broker leaves the members (and its node id is free again) soon.
-const LEASE_MS: u64 = 2_000;
-
-/// A database for one test's cluster, and the brokers' config file (the short lease).
-struct Cluster {
-    postgres: Postgres,
-    config: tempfile::TempPath,
-}
-
-impl Cluster {
-    fn start() -> Self {
-        Self::start_with("")
-    }
-
-    /// As [`Self::start`], the brokers' config file ending with `extra`.
-    fn start_with(extra: &str) -> Self {
-        let config = tempfile::NamedTempFile::new().unwrap().into_temp_path();
-        std::fs::write(&config, format!("cluster_lease_ms = {LEASE_MS}\n{extra}")).unwrap();
-        Self {
-            postgres: Postgres::start(),
-            config,
-        }
-    }
-
-    /// Broker `node_id`, on the Kafka address `kafka` (restarts reuse it).
-    fn broker(&self, node_id: i32, kafka: &str) -> ServeProcess {
-        let mut command = Command::new(BIN);
-        command
-            .args([
-                "serve",
-                "--cluster",
-                &self.postgres.url,
-                "--kafka-listen",
-                kafka,
-            ])
-            .args(["--node-id", &node_id.to_string()])
-            .arg("--config")
-            .arg(&self.config)
-            .env("RUST_LOG", "info");
-        ServeProcess::spawn(&mut command)
-    }
-
-    /// Brokers 1 to `count`, each on a free address.
-    fn brokers(&self, count: i32) -> Vec<ServeProcess> {
-        (1..=count)
-            .map(|node_id| self.broker(node_id, &free_addr()))
-            .collect()
-    }
-}
-
-/// (partition, offset, value) triples of a script's summary.
-fn triples(summary: &Value, key: &str) -> Vec<(u64, u64, String)> {
-    summary[key]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| {
-            (
-                t[0].as_u64().unwrap(),
-                t[1].as_u64().unwrap(),
-                t[2].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
-}
 
 /// Every acknowledged record is read back once, at the offset its acknowledgement gave, nothing
 /// is read twice, and each partition holds the producer's values in the order it sent them.

@@ -8,6 +8,10 @@
 //!   that finds a schema newer than it knows refuses to start.
 //! - [`membership`] — each broker's lease on its node id, kept by its heartbeat; the live
 //!   brokers are the members.
+//! - [`coordinators`] — who coordinates a group or a transactional id: the live holder of its
+//!   lease, taken by the broker the key hashes to and renewed with its membership.
+//! - [`groups`] — consumer groups' saved generations and committed offsets, written only under
+//!   the group's lease and read by any broker.
 //! - [`topics`] — topics and their partitions, shared by every broker.
 //! - [`produce`] — the exactly-once rule in one transaction: a window of batches judged by
 //!   `minibroker_state`'s own function, with the partition rows locked, and stored; in one
@@ -21,7 +25,9 @@
 //! - [`connect`] — one connection to the database from its URL.
 
 pub mod committer;
+pub mod coordinators;
 pub mod database;
+pub mod groups;
 pub mod membership;
 pub mod produce;
 pub mod producer_ids;
@@ -31,7 +37,9 @@ pub mod topics;
 pub mod trim;
 
 pub use committer::{AppendError, Committer, Pending, WindowSettings, gather};
+pub use coordinators::{KeyType, Leases};
 pub use database::Database;
+pub use groups::{GroupRow, GroupWriteError, StoredOffset, Tenure};
 pub use membership::{Heartbeat, Member, MembershipError, Registration, live_members};
 pub use produce::{
     Answers, Append, AppendRefused, Appended, CommitError, KnownProducers, Statements,

@@ -10,8 +10,11 @@
 //! Times are the database's (`now()`), never the brokers' clocks, so brokers whose clocks
 //! disagree still agree on who is live.
 
+use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
+
+use crate::coordinators::Leases;
 use tokio_postgres::GenericClient;
 
 /// A broker as the cluster lists it.
@@ -188,13 +191,14 @@ pub async fn live_members(
 }
 
 /// A lease as the milliseconds the statements add to `now()`.
-fn lease_ms(lease: Duration) -> f64 {
+pub(crate) fn lease_ms(lease: Duration) -> f64 {
     lease.as_secs_f64() * 1000.0
 }
 
 /// A broker's heartbeat: renews its lease every third of the lease on a connection of its
 /// own, connecting again after any failure, so a broker stays a member while it runs and drops
-/// out one lease after it stops (a SIGKILL included).
+/// out one lease after it stops (a SIGKILL included). The leases it holds as a coordinator
+/// ([`Leases`]) are renewed with it.
 #[derive(Debug)]
 pub struct Heartbeat {
     task: tokio::task::JoinHandle<()>,
@@ -212,10 +216,17 @@ impl Heartbeat {
         url: &str,
         registration: Registration,
         lease: Duration,
+        leases: Arc<Leases>,
     ) -> Result<Self, MembershipError> {
         let client = crate::connect(url).await?;
         registration.register(&client, lease).await?;
-        let task = tokio::spawn(beat(url.to_owned(), registration.clone(), lease, client));
+        let beating = Beating {
+            url: url.to_owned(),
+            registration: registration.clone(),
+            lease,
+            leases,
+        };
+        let task = tokio::spawn(beat(beating, client));
         Ok(Self {
             task,
             registration,
@@ -223,15 +234,24 @@ impl Heartbeat {
         })
     }
 
-    /// Stops renewing and gives the lease up, so the broker leaves the members at once (a
-    /// clean shutdown).
+    /// Stops renewing and gives the lease up, and every coordinator's lease with it, so the
+    /// broker leaves the members and other brokers take its groups at once (a clean shutdown).
     ///
     /// # Errors
-    /// PostgreSQL's error: the lease then runs out on its own.
+    /// PostgreSQL's error: the leases then run out on their own.
     pub async fn leave(self) -> Result<(), MembershipError> {
         self.task.abort();
         let client = crate::connect(&self.url).await?;
+        crate::coordinators::release_all(&client, &self.registration.run_id).await?;
         self.registration.leave(&client).await
+    }
+}
+
+impl Heartbeat {
+    /// The run it keeps alive.
+    #[must_use]
+    pub fn registration(&self) -> &Registration {
+        &self.registration
     }
 }
 
@@ -241,12 +261,21 @@ impl Drop for Heartbeat {
     }
 }
 
-async fn beat(
+/// What a heartbeat renews, and where.
+struct Beating {
     url: String,
     registration: Registration,
     lease: Duration,
-    client: tokio_postgres::Client,
-) {
+    leases: Arc<Leases>,
+}
+
+async fn beat(beating: Beating, client: tokio_postgres::Client) {
+    let Beating {
+        url,
+        registration,
+        lease,
+        leases,
+    } = beating;
     let mut client = Some(client);
     let mut ticks = tokio::time::interval(lease / 3);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -276,6 +305,9 @@ async fn beat(
                 }
             }
             Err(error) => tracing::warn!(%error, "cluster heartbeat: the lease was not renewed"),
+        }
+        if let Err(error) = leases.renew(&connected, &registration.run_id, lease).await {
+            tracing::warn!(%error, "cluster heartbeat: the coordinators' leases were not renewed");
         }
         client = Some(connected);
     }

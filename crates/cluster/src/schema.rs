@@ -113,6 +113,158 @@ const STEPS: &[&str] = &[
         END IF;
         RETURN true;
     END $$",
+    // 5: coordinators. A consumer group (key type 0) or a transactional id (1) is coordinated
+    // by the broker holding its lease; the lease's epoch moves on each time another run (or
+    // the same run after the lease ran out) takes it, so a write made under an older tenure is
+    // told apart from the holder's. Every coordinator's write checks, in its own transaction,
+    // that its run still holds the lease at the epoch it took it (`minibroker.hold_lease`,
+    // SQLSTATE MB002): a broker paused past its lease can change nothing.
+    // A group's row is its last saved generation, with its members' ids (an offset commit by
+    // a member is checked against them, SQLSTATE MB003), its state and protocol type (for
+    // ListGroups through any broker) and its membership as the group coordinator encodes it
+    // (for DescribeGroups). Its committed offsets are rows of their own.
+    "CREATE TABLE minibroker.coordinator_leases (
+        key_type smallint NOT NULL CHECK (key_type IN (0, 1)),
+        key text NOT NULL,
+        node_id integer NOT NULL,
+        run_id text NOT NULL,
+        epoch bigint NOT NULL,
+        expires timestamptz NOT NULL,
+        PRIMARY KEY (key_type, key)
+    );
+    CREATE INDEX coordinator_leases_by_run ON minibroker.coordinator_leases (run_id);
+    CREATE TABLE minibroker.groups (
+        group_id text PRIMARY KEY,
+        generation integer NOT NULL DEFAULT 0,
+        members text[] NOT NULL DEFAULT '{}',
+        state text NOT NULL DEFAULT 'Empty',
+        protocol_type text NOT NULL DEFAULT '',
+        membership bytea
+    );
+    CREATE TABLE minibroker.group_offsets (
+        group_id text NOT NULL REFERENCES minibroker.groups ON DELETE CASCADE,
+        topic text NOT NULL,
+        partition integer NOT NULL,
+        committed_offset bigint NOT NULL,
+        metadata text,
+        commit_ms bigint NOT NULL,
+        PRIMARY KEY (group_id, topic, partition)
+    );
+    CREATE FUNCTION minibroker.hold_lease(wanted_type smallint, wanted_key text, run text,
+                                          held_epoch bigint)
+        RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM 1 FROM minibroker.coordinator_leases
+            WHERE key_type = wanted_type AND key = wanted_key AND run_id = run
+              AND epoch = held_epoch AND expires > clock_timestamp()
+            FOR SHARE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'this broker no longer holds the lease of %', wanted_key
+                USING ERRCODE = 'MB002';
+        END IF;
+    END $$;
+    CREATE FUNCTION minibroker.claim_lease(wanted_type smallint, wanted_key text, node integer,
+                                           run text, lease_ms float8)
+        RETURNS bigint LANGUAGE plpgsql AS $$
+    DECLARE
+        held_epoch bigint;
+    BEGIN
+        INSERT INTO minibroker.coordinator_leases AS held
+                (key_type, key, node_id, run_id, epoch, expires)
+            VALUES (wanted_type, wanted_key, node, run, 1,
+                    clock_timestamp() + lease_ms * interval '1 millisecond')
+            ON CONFLICT (key_type, key) DO UPDATE SET
+                node_id = EXCLUDED.node_id,
+                run_id = EXCLUDED.run_id,
+                expires = EXCLUDED.expires,
+                epoch = CASE WHEN held.run_id = EXCLUDED.run_id
+                                  AND held.expires > clock_timestamp()
+                             THEN held.epoch ELSE held.epoch + 1 END
+            WHERE held.expires <= clock_timestamp() OR held.run_id = EXCLUDED.run_id
+            RETURNING epoch INTO held_epoch;
+        RETURN held_epoch;
+    END $$;
+    CREATE FUNCTION minibroker.claim_group(wanted_group text, node integer, run text,
+                                           lease_ms float8, known_epoch bigint,
+                                           OUT held_epoch bigint, OUT generation integer)
+        LANGUAGE plpgsql AS $$
+    BEGIN
+        held_epoch := minibroker.claim_lease(0::smallint, wanted_group, node, run, lease_ms);
+        IF held_epoch IS NULL THEN
+            RETURN;
+        END IF;
+        IF held_epoch <> known_epoch THEN
+            -- A new tenure: the members of the last one must join again.
+            UPDATE minibroker.groups g
+                SET generation = g.generation + 1, members = '{}', state = 'Empty',
+                    membership = NULL
+                WHERE g.group_id = wanted_group;
+        END IF;
+        SELECT g.generation INTO generation FROM minibroker.groups g
+            WHERE g.group_id = wanted_group;
+        generation := coalesce(generation, 0);
+    END $$;
+    CREATE FUNCTION minibroker.commit_group_offsets(
+            wanted_group text, run text, held_epoch bigint, member_generation integer,
+            member text, topics text[], partitions integer[], offsets bigint[],
+            metadata text[], commit_ms bigint)
+        RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM minibroker.hold_lease(0::smallint, wanted_group, run, held_epoch);
+        IF member_generation IS NOT NULL THEN
+            PERFORM 1 FROM minibroker.groups g
+                WHERE g.group_id = wanted_group AND g.generation = member_generation
+                  AND member = ANY(g.members);
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'member % of generation % is not the group''s', member,
+                                member_generation USING ERRCODE = 'MB003';
+            END IF;
+        END IF;
+        INSERT INTO minibroker.groups (group_id) VALUES (wanted_group)
+            ON CONFLICT (group_id) DO NOTHING;
+        INSERT INTO minibroker.group_offsets AS o
+                (group_id, topic, partition, committed_offset, metadata, commit_ms)
+            SELECT wanted_group, t, p, c, m, commit_ms
+            FROM unnest(topics, partitions, offsets, metadata) AS given(t, p, c, m)
+            ON CONFLICT (group_id, topic, partition) DO UPDATE SET
+                committed_offset = EXCLUDED.committed_offset,
+                metadata = EXCLUDED.metadata,
+                commit_ms = EXCLUDED.commit_ms;
+    END $$;
+    CREATE FUNCTION minibroker.save_group(wanted_group text, run text, held_epoch bigint,
+                                          new_generation integer, new_members text[],
+                                          new_state text, new_protocol_type text,
+                                          new_membership bytea)
+        RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM minibroker.hold_lease(0::smallint, wanted_group, run, held_epoch);
+        INSERT INTO minibroker.groups AS g
+                (group_id, generation, members, state, protocol_type, membership)
+            VALUES (wanted_group, new_generation, new_members, new_state, new_protocol_type,
+                    new_membership)
+            ON CONFLICT (group_id) DO UPDATE SET
+                generation = EXCLUDED.generation,
+                members = EXCLUDED.members,
+                state = EXCLUDED.state,
+                protocol_type = EXCLUDED.protocol_type,
+                membership = EXCLUDED.membership;
+    END $$;
+    CREATE FUNCTION minibroker.delete_group_offsets(wanted_group text, run text,
+                                                    held_epoch bigint, topics text[],
+                                                    partitions integer[])
+        RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM minibroker.hold_lease(0::smallint, wanted_group, run, held_epoch);
+        DELETE FROM minibroker.group_offsets o
+            USING unnest(topics, partitions) AS given(t, p)
+            WHERE o.group_id = wanted_group AND o.topic = given.t AND o.partition = given.p;
+    END $$;
+    CREATE FUNCTION minibroker.remove_group(wanted_group text, run text, held_epoch bigint)
+        RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM minibroker.hold_lease(0::smallint, wanted_group, run, held_epoch);
+        DELETE FROM minibroker.groups WHERE group_id = wanted_group;
+    END $$",
 ];
 
 /// The version of the schema this broker writes and reads.

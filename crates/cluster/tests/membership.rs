@@ -1,13 +1,17 @@
 //! Membership on a real PostgreSQL: a registered broker is listed until its lease runs out or
 //! it leaves; a second run with a live broker's node id is refused, and takes the id once the
 //! lease has run out, after which the first run's renewal learns it lost it. A heartbeat keeps
-//! a broker listed while it runs; stopped, it drops out within a lease.
+//! a broker listed while it runs, with the groups it coordinates; stopped, it drops out within a
+//! lease, and one that leaves frees its groups at once.
 
 mod support;
 
+use minibroker_cluster::coordinators::claim;
 use minibroker_cluster::{
-    Heartbeat, Member, MembershipError, Registration, connect, live_members, migrate,
+    Heartbeat, KeyType, Leases, Member, MembershipError, Registration, connect, live_members,
+    migrate,
 };
+use std::sync::Arc;
 use std::time::Duration;
 use support::Postgres;
 
@@ -89,21 +93,40 @@ async fn a_heartbeat_keeps_a_broker_listed_until_it_stops() {
             .collect::<Vec<_>>()
     };
 
-    let killed = Heartbeat::start(&postgres.url, broker(1, 9001), lease)
+    let leases = Arc::new(Leases::default());
+    let killed = Heartbeat::start(&postgres.url, broker(1, 9001), lease, Arc::default())
         .await
         .unwrap();
-    let left = Heartbeat::start(&postgres.url, broker(2, 9002), lease)
+    let left = Heartbeat::start(&postgres.url, broker(2, 9002), lease, Arc::clone(&leases))
         .await
         .unwrap();
+    // The second coordinates a group: its heartbeat renews that lease too.
+    let epoch = claim(
+        &client,
+        &leases,
+        left.registration(),
+        (KeyType::Group, "g"),
+        lease,
+    )
+    .await
+    .unwrap()
+    .unwrap();
     // Three leases later both are still members: their heartbeats renewed them.
     tokio::time::sleep(lease * 3).await;
     assert_eq!(listed().await, [1, 2]);
+    assert!(leases.holds(KeyType::Group, "g", epoch));
+    let other = broker(3, 9003);
+    let other_leases = Leases::default();
+    let refused = claim(&client, &other_leases, &other, (KeyType::Group, "g"), lease);
+    assert_eq!(refused.await.unwrap(), None);
 
     // A broker that stops renewing (as a SIGKILL stops it) drops out within a lease.
     drop(killed);
     tokio::time::sleep(lease + Duration::from_millis(200)).await;
     assert_eq!(listed().await, [2]);
-    // One that leaves is out at once.
+    // One that leaves is out at once, and its groups are free for another.
     left.leave().await.unwrap();
     assert!(listed().await.is_empty());
+    let taken = claim(&client, &other_leases, &other, (KeyType::Group, "g"), lease);
+    assert!(taken.await.unwrap().is_some());
 }

@@ -224,6 +224,20 @@ pub(super) fn encode_change(change: &GroupChange) -> Vec<u8> {
     minibroker_log::sealed::seal(CHANGE_MAGIC, CHANGE_VERSION, &out.into_body())
 }
 
+/// A group's membership as a sealed, versioned record of its own (what a cluster's database
+/// keeps for DescribeGroups through any broker): the file's membership change.
+pub(super) fn encode_membership_record(membership: &SavedMembership) -> Vec<u8> {
+    encode_change(&GroupChange::Membership(membership.clone()))
+}
+
+/// The membership [`encode_membership_record`] wrote; `None` for anything else.
+pub(super) fn decode_membership_record(bytes: &[u8]) -> Option<SavedMembership> {
+    match decode_change(bytes)? {
+        GroupChange::Membership(membership) => Some(membership),
+        _ => None,
+    }
+}
+
 fn decode_change(bytes: &[u8]) -> Option<GroupChange> {
     let body = minibroker_log::sealed::unseal(CHANGE_MAGIC, CHANGE_VERSION, bytes).ok()?;
     let mut r = Fields::new(body);

@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -16,6 +16,7 @@ use crate::model::{
     Committed, GroupChange, GroupDescription, GroupError, GroupState, JoinRequest, Joined,
     MAX_MEMBER_METADATA_BYTES, MAX_PROTOCOLS_PER_MEMBER, SavedGroup, TopicPartition, Waiting,
 };
+use crate::shared::{self, SharedGroups, SharedWrite};
 use crate::store::{self, FileState, OffsetStore};
 
 /// The bounds the coordinator enforces.
@@ -52,15 +53,29 @@ struct Slot {
     writer: tokio::sync::Mutex<FileState>,
     /// The name of its file (with a data directory).
     file: String,
+    /// In a cluster, the epoch of the lease under which this broker took the group over; every
+    /// write of it names the epoch, and is refused once the lease is another's.
+    epoch: i64,
 }
 
 impl Slot {
     fn new(id: String, group: Group, file: String, state: FileState) -> Arc<Self> {
+        Self::with_epoch(id, group, file, state, 0)
+    }
+
+    fn with_epoch(
+        id: String,
+        group: Group,
+        file: String,
+        state: FileState,
+        epoch: i64,
+    ) -> Arc<Self> {
         Arc::new(Self {
             id,
             group: Mutex::new(group),
             writer: tokio::sync::Mutex::new(state),
             file,
+            epoch,
         })
     }
 
@@ -91,6 +106,8 @@ pub struct GroupCoordinator {
     issued: Mutex<HashSet<(String, String)>>,
     limits: Limits,
     store: Option<OffsetStore>,
+    /// In a cluster: where groups are leased and kept (set once, before the broker serves).
+    shared: OnceLock<Arc<dyn SharedGroups>>,
     /// What groups hold is charged here, with everything else the broker keeps.
     budget: Arc<StorageBudget>,
 }
@@ -163,8 +180,82 @@ impl GroupCoordinator {
                 ),
             },
             store,
+            shared: OnceLock::new(),
             budget,
         })
+    }
+
+    /// Makes this the group coordinator of a broker of a cluster: a group is served only under
+    /// its lease, and kept in `shared` (see `shared`). Set before the broker serves; a second
+    /// call changes nothing.
+    pub fn share(&self, shared: Arc<dyn SharedGroups>) {
+        let _already = self.shared.set(shared);
+    }
+
+    /// Whether this coordinator is a cluster's.
+    #[must_use]
+    pub fn is_shared(&self) -> bool {
+        self.shared.get().is_some()
+    }
+
+    /// In a cluster, makes sure this broker holds `group_id`'s lease and has the group as the
+    /// cluster keeps it: taken over afresh (a new generation, the committed offsets) when the
+    /// lease is newly this broker's. Nothing to do on a broker of its own.
+    ///
+    /// # Errors
+    /// [`GroupError::NotCoordinator`] when another broker holds the lease; a storage error.
+    pub async fn ensure_coordinator(&self, group_id: &str) -> Result<(), GroupError> {
+        let Some(shared) = self.shared.get() else {
+            return Ok(());
+        };
+        if let Some(slot) = self.find(group_id)
+            && shared.epoch(group_id) == Some(slot.epoch)
+        {
+            return Ok(());
+        }
+        let claimed = shared.claim(group_id).await?;
+        let epoch = claimed.epoch;
+        let mut registry = self.registry();
+        if let Some(slot) = registry.groups.get(group_id)
+            && slot.epoch == epoch
+        {
+            // Taken by a request that came meanwhile.
+            return Ok(());
+        }
+        let group = shared::taken_over(claimed, Instant::now());
+        let bytes = GROUP_BYTES + group.bytes();
+        if let Some(old) = registry.groups.get(group_id) {
+            self.budget.release(GROUP_BYTES + old.lock().bytes());
+        } else if registry.groups.len() >= self.limits.max_groups {
+            return Err(GroupError::TooManyGroups(self.limits.max_groups));
+        }
+        // What the cluster keeps is taken whatever the budget: it was accepted once.
+        self.budget.charge(bytes);
+        let slot = Slot::with_epoch(
+            group_id.to_owned(),
+            group,
+            group_id.to_owned(),
+            FileState::default(),
+            epoch,
+        );
+        registry.groups.insert(group_id.to_owned(), slot);
+        Ok(())
+    }
+
+    /// In a cluster, whether this broker still holds `group_id`'s lease, for the requests of
+    /// members that do not wait for the database (syncs, heartbeats, leaves). Under a lease it
+    /// took again, no member of the group it held before is known: they join again.
+    fn coordinates(&self, group_id: &str) -> Result<(), GroupError> {
+        let Some(shared) = self.shared.get() else {
+            return Ok(());
+        };
+        let Some(epoch) = shared.epoch(group_id) else {
+            return Err(GroupError::NotCoordinator);
+        };
+        match self.find(group_id) {
+            Some(slot) if slot.epoch != epoch => Err(GroupError::UnknownMemberId),
+            _ => Ok(()),
+        }
     }
 
     fn registry(&self) -> MutexGuard<'_, Registry> {
@@ -208,9 +299,9 @@ impl GroupCoordinator {
     }
 
     /// Removes the group `group_id` if nobody else holds it and `gone` says so of it; returns
-    /// its file name if it had offsets on disk (the caller removes the file, then
+    /// where it was kept if it had offsets kept (the caller removes them, then
     /// [`Self::forget_file`]s the name).
-    fn remove_if(&self, group_id: &str, gone: impl Fn(&Group) -> bool) -> Option<Option<String>> {
+    fn remove_if(&self, group_id: &str, gone: impl Fn(&Group) -> bool) -> Option<Option<Kept>> {
         let mut registry = self.registry();
         let slot = registry.groups.get(group_id)?;
         if Arc::strong_count(slot) > 1 {
@@ -225,7 +316,10 @@ impl GroupCoordinator {
         drop(group);
         let slot = registry.groups.remove(group_id)?;
         if had_offsets {
-            Some(Some(slot.file.clone()))
+            Some(Some(Kept {
+                file: slot.file.clone(),
+                epoch: slot.epoch,
+            }))
         } else {
             registry.files.remove(&slot.file);
             Some(None)
@@ -294,6 +388,9 @@ impl GroupCoordinator {
     /// [`GroupError`] for a request the group refuses.
     pub async fn join(&self, request: JoinRequest) -> Result<Joined, GroupError> {
         let group_id = request.group_id.clone();
+        if !group_id.is_empty() {
+            self.ensure_coordinator(&group_id).await?;
+        }
         let waiting = self.begin_join(request)?;
         let joined = waiting
             .await
@@ -383,6 +480,7 @@ impl GroupCoordinator {
         assignments: Vec<(String, Bytes)>,
     ) -> Result<Bytes, GroupError> {
         let needs = assignments.iter().map(|(_, a)| a.len() as u64).sum();
+        self.coordinates(group_id)?;
         let slot = self.find(group_id).ok_or(GroupError::UnknownMemberId)?;
         let waiting = self.apply(&slot, needs, |group| {
             group.sync(generation, member_id, assignments, Instant::now())
@@ -407,6 +505,9 @@ impl GroupCoordinator {
 
     /// [`Self::save_membership_of`] for `slot`'s group.
     async fn save_membership(&self, slot: &Slot) -> Result<(), GroupError> {
+        if let Some(shared) = self.shared.get() {
+            return self.share_membership(shared.as_ref(), slot).await;
+        }
         let Some(store) = &self.store else {
             return Ok(());
         };
@@ -420,6 +521,55 @@ impl GroupCoordinator {
             Write::of(&file, &mut group, membership)
         };
         self.write(store, slot, &mut file, write).await
+    }
+
+    /// [`Self::save_membership`] in a cluster: the membership goes to the cluster's database.
+    async fn share_membership(
+        &self,
+        shared: &dyn SharedGroups,
+        slot: &Slot,
+    ) -> Result<(), GroupError> {
+        let _writer = slot.writer.lock().await;
+        let (membership, changes) = {
+            let mut group = slot.lock();
+            if !group.membership_unsaved() {
+                return Ok(());
+            }
+            group.mark_saved();
+            (shared::membership_of(&group), group.membership_changes())
+        };
+        self.share_write(shared, slot, SharedWrite::Membership(membership))
+            .await?;
+        slot.lock().membership_saved(changes);
+        Ok(())
+    }
+
+    /// Writes `write` of `slot`'s group to the cluster's database; when the lease turns out to
+    /// be another's, the group is dropped from this broker (its members find the new one).
+    async fn share_write(
+        &self,
+        shared: &dyn SharedGroups,
+        slot: &Slot,
+        write: SharedWrite,
+    ) -> Result<(), GroupError> {
+        let written = shared.write(&slot.id, slot.epoch, write).await;
+        if written == Err(GroupError::NotCoordinator) {
+            self.drop_group(&slot.id, slot.epoch);
+        }
+        written
+    }
+
+    /// Drops group `group_id` taken over at `epoch` from this broker, whoever holds it: its
+    /// lease is another's, and what this broker still holds of it must not be served.
+    fn drop_group(&self, group_id: &str, epoch: i64) {
+        let mut registry = self.registry();
+        if let Some(slot) = registry.groups.get(group_id)
+            && slot.epoch == epoch
+        {
+            self.budget.release(GROUP_BYTES + slot.lock().bytes());
+            registry.groups.remove(group_id);
+            tracing::info!(group = group_id, "another broker coordinates the group now");
+        }
     }
 
     /// Writes `write` to `slot`'s file, whose state `file` is (its writer lock, which the
@@ -469,12 +619,16 @@ impl GroupCoordinator {
         generation: i32,
         member_id: &str,
     ) -> Result<(), GroupError> {
+        self.coordinates(group_id)?;
         let slot = self.find(group_id).ok_or(GroupError::UnknownMemberId)?;
         slot.lock().heartbeat(generation, member_id, Instant::now())
     }
 
     /// Members leaving; the answer for each, in order.
     pub fn leave(&self, group_id: &str, members: &[String]) -> Vec<Result<(), GroupError>> {
+        if let Err(error) = self.coordinates(group_id) {
+            return members.iter().map(|_| Err(error.clone())).collect();
+        }
         self.with_existing(group_id, |group| Ok(group.leave(members, Instant::now())))
             .and_then(Result::ok)
             .unwrap_or_else(|| {
@@ -499,7 +653,9 @@ impl GroupCoordinator {
         member_id: &str,
         offsets: Vec<(String, i32, i64, Option<String>)>,
     ) -> Result<(), GroupError> {
-        self.commit_with(group_id, offsets, |group, offsets, commit_ms| {
+        let member =
+            (generation >= 0 || !member_id.is_empty()).then(|| (generation, member_id.to_owned()));
+        self.commit_with(group_id, member, offsets, |group, offsets, commit_ms| {
             let change = GroupChange::Committed(committed(&offsets, commit_ms));
             group.commit(generation, member_id, offsets, commit_ms, Instant::now())?;
             Ok(((), Some(change)))
@@ -512,6 +668,7 @@ impl GroupCoordinator {
     async fn commit_with<T>(
         &self,
         group_id: &str,
+        member: Option<(i32, String)>,
         offsets: Vec<(String, i32, i64, Option<String>)>,
         commit: impl FnOnce(
             &mut Group,
@@ -522,6 +679,7 @@ impl GroupCoordinator {
         if group_id.is_empty() {
             return Err(GroupError::InvalidGroupId);
         }
+        self.ensure_coordinator(group_id).await?;
         let commit_ms = minibroker_records::now_millis();
         let needs = offsets
             .iter()
@@ -529,7 +687,9 @@ impl GroupCoordinator {
             .sum();
         let slot = self.find_or_add(group_id)?;
         let result = self
-            .change_offsets(&slot, needs, |group| commit(group, offsets, commit_ms))
+            .change_offsets(&slot, needs, member, |group| {
+                commit(group, offsets, commit_ms)
+            })
             .await;
         drop(slot);
         self.remove_if_empty(group_id).await?;
@@ -544,8 +704,14 @@ impl GroupCoordinator {
         &self,
         slot: &Slot,
         needs: u64,
+        member: Option<(i32, String)>,
         change: impl FnOnce(&mut Group) -> Result<(T, Option<GroupChange>), GroupError>,
     ) -> Result<T, GroupError> {
+        if let Some(shared) = self.shared.get() {
+            return self
+                .share_offsets(shared.as_ref(), slot, needs, member, change)
+                .await;
+        }
         let Some(store) = &self.store else {
             return self.apply(slot, needs, |group| Ok(change(group)?.0));
         };
@@ -556,6 +722,54 @@ impl GroupCoordinator {
         })?;
         if let Some(write) = write {
             self.write(store, slot, &mut file, write).await?;
+        }
+        Ok(result)
+    }
+
+    /// [`Self::change_offsets`] in a cluster: what the change made is written to the cluster's
+    /// database (with the committing `member`, which it checks too) before this returns. A
+    /// write that fails drops the group from this broker, so that it never serves what the
+    /// database does not hold: the next request takes it over again from the database.
+    async fn share_offsets<T>(
+        &self,
+        shared: &dyn SharedGroups,
+        slot: &Slot,
+        needs: u64,
+        member: Option<(i32, String)>,
+        change: impl FnOnce(&mut Group) -> Result<(T, Option<GroupChange>), GroupError>,
+    ) -> Result<T, GroupError> {
+        let _writer = slot.writer.lock().await;
+        let (result, write) = self.apply(slot, needs, |group| {
+            let (result, made) = change(group)?;
+            let write = match made {
+                None => Ok(None),
+                Some(GroupChange::Committed(offsets)) => {
+                    Ok(Some(SharedWrite::Commit { member, offsets }))
+                }
+                Some(GroupChange::Deleted(partitions)) => Ok(Some(SharedWrite::Forget(partitions))),
+                Some(GroupChange::Membership(_)) => {
+                    Ok(Some(SharedWrite::Membership(shared::membership_of(group))))
+                }
+                Some(GroupChange::Pending(..) | GroupChange::Ended(..)) => {
+                    Err(GroupError::Storage(crate::model::StoreFailure::new(
+                        "keeping a transaction's offsets",
+                        std::io::Error::other("transactions are not served by a cluster yet"),
+                    )))
+                }
+            };
+            if matches!(write, Ok(Some(_))) {
+                group.mark_saved();
+            }
+            Ok((result, write))
+        })?;
+        let written = match write {
+            Ok(None) => Ok(()),
+            Ok(Some(write)) => self.share_write(shared, slot, write).await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = written {
+            self.drop_group(&slot.id, slot.epoch);
+            return Err(error);
         }
         Ok(result)
     }
@@ -609,7 +823,8 @@ impl GroupCoordinator {
         offsets: Vec<(String, i32, i64, Option<String>)>,
         allowed: impl FnOnce() -> Result<(), E>,
     ) -> Result<Result<(), E>, GroupError> {
-        self.commit_with(group_id, offsets, |group, offsets, commit_ms| {
+        let member = Some((generation, member_id.to_owned()));
+        self.commit_with(group_id, member, offsets, |group, offsets, commit_ms| {
             if let Err(refused) = allowed() {
                 return Ok((Err(refused), None));
             }
@@ -640,7 +855,7 @@ impl GroupCoordinator {
             return Ok(());
         }
         let result = self
-            .change_offsets(&slot, 0, |group| {
+            .change_offsets(&slot, 0, None, |group| {
                 group.end_transaction(producer_id, commit);
                 Ok(((), Some(GroupChange::Ended(producer_id, commit))))
             })
@@ -713,6 +928,7 @@ impl GroupCoordinator {
     /// [`GroupError::GroupIdNotFound`], [`GroupError::NonEmptyGroup`] (also while a request
     /// for the group is being served), or [`GroupError::Storage`].
     pub async fn delete(&self, group_id: &str) -> Result<(), GroupError> {
+        self.ensure_coordinator(group_id).await?;
         if self.find(group_id).is_none() {
             return Err(GroupError::GroupIdNotFound);
         }
@@ -735,9 +951,10 @@ impl GroupCoordinator {
         partitions: &[(String, i32)],
         subscribed: &(dyn Fn(&[u8]) -> Vec<String> + Sync),
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+        self.ensure_coordinator(group_id).await?;
         let slot = self.find(group_id).ok_or(GroupError::GroupIdNotFound)?;
         let outcomes = self
-            .change_offsets(&slot, 0, |group| {
+            .change_offsets(&slot, 0, None, |group| {
                 let outcomes = group.delete_offsets(partitions, subscribed)?;
                 let deleted: Vec<TopicPartition> = partitions
                     .iter()
@@ -762,9 +979,19 @@ impl GroupCoordinator {
         self.remove_file(file).await
     }
 
-    /// Removes a removed group's file, if it had one, then frees its name.
-    async fn remove_file(&self, file: Option<String>) -> Result<(), GroupError> {
-        let (Some(store), Some(file)) = (&self.store, file) else {
+    /// Removes a removed group's file, if it had one, then frees its name; in a cluster,
+    /// removes the group from the cluster's database.
+    async fn remove_file(&self, kept: Option<Kept>) -> Result<(), GroupError> {
+        let Some(Kept { file, epoch }) = kept else {
+            return Ok(());
+        };
+        if let Some(shared) = self.shared.get() {
+            // In a cluster the group's "file" is its id.
+            let removed = shared.write(&file, epoch, SharedWrite::Remove).await;
+            self.forget_file(&file);
+            return removed;
+        }
+        let Some(store) = &self.store else {
             return Ok(());
         };
         let removed = store.remove(&file).await;
@@ -821,6 +1048,15 @@ impl GroupCoordinator {
     /// request (a session expired, a rebalance timed out, the last member left), and removes
     /// groups left with nothing, with their files; [`Self::run`] calls it after each tick.
     pub async fn save_changes(&self) {
+        if let Some(shared) = self.shared.get() {
+            for slot in self.slots() {
+                if shared.epoch(&slot.id) != Some(slot.epoch) {
+                    // The lease lapsed (the broker was paused, or could not renew it): its
+                    // members find the coordinator again, which may be this broker.
+                    self.drop_group(&slot.id, slot.epoch);
+                }
+            }
+        }
         for slot in self.slots() {
             let (unsaved, empty) = {
                 let group = slot.lock();
@@ -861,6 +1097,14 @@ impl GroupCoordinator {
         }
         count
     }
+}
+
+/// Where a removed group's offsets were kept: its file (in a cluster, its id) and the epoch of
+/// the lease it was taken over under (0 on a broker of its own).
+#[derive(Debug)]
+struct Kept {
+    file: String,
+    epoch: i64,
 }
 
 /// Offsets as a commit's request gives them, as the group keeps them.

@@ -18,6 +18,8 @@
 //! - `model` — the requests, answers and refusals, in domain terms.
 //! - `group` — one group's state machine (Empty → PreparingRebalance → CompletingRebalance →
 //!   Stable), under its own lock; waiting joins and syncs are one-shot channels.
+//! - `shared` — the seam where a cluster's brokers share groups: leased, and kept in the
+//!   cluster's database.
 //! - `store` — groups on disk, a file per group, each change appended.
 //! - `codec` — the records of a group's file: a whole group, one change of it.
 //! - `config` — [`GroupConfig`], the coordinator's section of the configuration.
@@ -32,6 +34,7 @@ mod config;
 mod coordinator;
 mod group;
 mod model;
+mod shared;
 mod store;
 
 pub use config::GroupConfig;
@@ -39,6 +42,9 @@ pub use coordinator::GroupCoordinator;
 pub use model::{
     Committed, GroupDescription, GroupError, GroupState, JoinRequest, Joined,
     MAX_MEMBER_METADATA_BYTES, MAX_OFFSET_METADATA_BYTES, MAX_PROTOCOLS_PER_MEMBER,
-    MemberDescription, TopicPartition,
+    MemberDescription, StoreFailure, TopicPartition,
+};
+pub use shared::{
+    Claimed, SharedFuture, SharedGroups, SharedMembership, SharedWrite, describe_shared,
 };
 pub use store::check_files as check_offsets_files;

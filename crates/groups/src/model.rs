@@ -34,6 +34,22 @@ pub enum GroupState {
     Dead,
 }
 
+impl GroupState {
+    /// The state of Kafka's name `name` (as [`fmt::Display`] writes it).
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<Self> {
+        [
+            Self::Empty,
+            Self::PreparingRebalance,
+            Self::CompletingRebalance,
+            Self::Stable,
+            Self::Dead,
+        ]
+        .into_iter()
+        .find(|state| state.to_string() == name)
+    }
+}
+
 impl fmt::Display for GroupState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Kafka's names, which DescribeGroups and ListGroups report.
@@ -85,6 +101,10 @@ pub enum GroupError {
     /// OffsetDelete of a partition whose topic the group's members consume.
     #[error("the group's members consume the topic")]
     GroupSubscribedToTopic,
+    /// This broker does not coordinate the group (in a cluster: another broker holds its
+    /// lease, or this one lost it); the client finds the coordinator again.
+    #[error("this broker is not the group's coordinator")]
+    NotCoordinator,
     /// Committed offsets could not be written to disk.
     #[error("storage error: {0}")]
     Storage(#[source] StoreFailure),

@@ -13,7 +13,7 @@
 
 use minibroker_broker::{Broker, BrokerError, Placed};
 use minibroker_cluster::{
-    Append, AppendError, Appended, Committer, Database, Deleted, Heartbeat, Keep, Member,
+    Append, AppendError, Appended, Committer, Database, Deleted, Heartbeat, Keep, Leases, Member,
     MembershipError, Pending, Registration, SchemaError, SharedTopic, WindowSettings,
 };
 use std::collections::HashMap;
@@ -80,6 +80,8 @@ pub struct ClusterLink {
     database: Database,
     committer: Committer,
     heartbeat: Mutex<Option<Heartbeat>>,
+    /// Its consumer groups: leased, and kept in the database.
+    groups: Arc<crate::cluster_groups::ClusterGroups>,
     topics: Mutex<HashMap<String, SharedTopic>>,
     default_partitions: i32,
     cache_bytes: u64,
@@ -111,17 +113,26 @@ impl ClusterLink {
             schema = minibroker_cluster::SCHEMA_VERSION,
             "the cluster's schema is up to date"
         );
-        let heartbeat = register(&settings).await?;
+        let leases = Arc::new(Leases::default());
+        let heartbeat = register(&settings, &leases).await?;
         let window = WindowSettings {
             flush: settings.flush,
             ..WindowSettings::default()
         };
+        let groups = Arc::new(crate::cluster_groups::ClusterGroups::new(
+            &settings.url,
+            window.connect_timeout,
+            leases,
+            heartbeat.registration().clone(),
+            settings.lease,
+        ));
         let link = Arc::new(Self {
             node_id: settings.member.node_id,
             broker,
             database: Database::new(&settings.url, window.connect_timeout),
             committer: Committer::start(&settings.url, window),
             heartbeat: Mutex::new(Some(heartbeat)),
+            groups,
             topics: Mutex::default(),
             default_partitions: i32::try_from(settings.default_partitions).unwrap_or(i32::MAX),
             cache_bytes: settings.cache_bytes,
@@ -142,6 +153,13 @@ impl ClusterLink {
     #[must_use]
     pub fn node_id(&self) -> i32 {
         self.node_id
+    }
+
+    /// Its consumer groups in the cluster: who coordinates them, and what any broker reads of
+    /// them.
+    #[must_use]
+    pub fn groups(&self) -> &Arc<crate::cluster_groups::ClusterGroups> {
+        &self.groups
     }
 
     /// The cluster's topic `name`, created with the default partition count when `create`
@@ -720,11 +738,15 @@ impl ClusterLink {
 
 /// Takes the node id, waiting while a previous run of this broker (killed, so it never gave
 /// its lease up) still holds it.
-async fn register(settings: &ClusterSettings) -> Result<Heartbeat, MembershipError> {
+async fn register(
+    settings: &ClusterSettings,
+    leases: &Arc<Leases>,
+) -> Result<Heartbeat, MembershipError> {
     let deadline = tokio::time::Instant::now() + settings.lease + settings.lease / 2;
     loop {
         let registration = Registration::new(settings.member.clone());
-        match Heartbeat::start(&settings.url, registration, settings.lease).await {
+        let leases = Arc::clone(leases);
+        match Heartbeat::start(&settings.url, registration, settings.lease, leases).await {
             Err(MembershipError::NodeIdTaken { .. }) if tokio::time::Instant::now() < deadline => {
                 tracing::info!(
                     node_id = settings.member.node_id,

@@ -219,6 +219,7 @@ impl Host {
     /// broker's, or the node id stays held by a live broker.
     pub async fn join_cluster(&self, settings: crate::ClusterSettings) -> Result<(), HostError> {
         let link = crate::ClusterLink::join(Arc::clone(self.node.broker()), settings).await?;
+        self.node.groups().share(Arc::clone(link.groups()) as _);
         self.node.set_cluster(link);
         Ok(())
     }

@@ -12,6 +12,8 @@
 //!   connection slots and counts, request timings, readiness.
 //! - [`ClusterLink`] — a broker's place in a cluster on PostgreSQL: its committer, and its copy of
 //!   what the cluster committed, which the core serves reads from.
+//! - [`ClusterGroups`] — a cluster broker's consumer groups: coordinated under their leases,
+//!   kept in the cluster's database.
 //! - [`Config`] — every section of the configuration file, gathered, and the connections'
 //!   [`minibroker_net::Limits`] read from it.
 //! - [`timings`] — request latencies per connection, summed for the metrics.
@@ -22,6 +24,7 @@
 //!   configuration names.
 
 pub mod access;
+mod cluster_groups;
 mod cluster_link;
 mod config;
 mod host;
@@ -30,6 +33,7 @@ mod node;
 pub mod timings;
 pub mod tls;
 
+pub use cluster_groups::ClusterGroups;
 pub use cluster_link::{ByTime, ClusterError, ClusterLink, ClusterSettings, TopicHandle};
 pub use config::{ClientAuth, Config, NetConfig, SASL_MECHANISMS, SecurityProtocol};
 pub use host::{Host, HostError};

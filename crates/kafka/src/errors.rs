@@ -128,6 +128,7 @@ pub(crate) fn group_code(error: &GroupError) -> ResponseError {
         GroupError::NonEmptyGroup => ResponseError::NonEmptyGroup,
         GroupError::GroupIdNotFound => ResponseError::GroupIdNotFound,
         GroupError::GroupSubscribedToTopic => ResponseError::GroupSubscribedToTopic,
+        GroupError::NotCoordinator => ResponseError::NotCoordinator,
         // Retriable: the client commits again.
         GroupError::Storage(_) => ResponseError::CoordinatorNotAvailable,
         GroupError::GroupFull(_) => ResponseError::GroupMaxSizeReached,

@@ -311,7 +311,7 @@ impl KafkaFrontEnd {
                 self.delete_topics(request, version),
             )),
             RequestKind::FindCoordinator(request) => Ok(ResponseKind::FindCoordinator(
-                self.find_coordinator(request),
+                self.find_coordinator(request).await,
             )),
             RequestKind::JoinGroup(request) => {
                 let client_id = header.client_id.as_deref().unwrap_or_default().to_owned();
@@ -331,12 +331,14 @@ impl KafkaFrontEnd {
             )),
             RequestKind::OffsetFetch(request) => self
                 .offset_fetch(request, version)
+                .await
                 .map(ResponseKind::OffsetFetch),
             RequestKind::ListGroups(request) => {
-                Ok(ResponseKind::ListGroups(self.list_groups(request)))
+                Ok(ResponseKind::ListGroups(self.list_groups(request).await))
             }
             RequestKind::DescribeGroups(request) => self
                 .describe_groups(request, version)
+                .await
                 .map(ResponseKind::DescribeGroups),
             RequestKind::DeleteGroups(request) => Ok(ResponseKind::DeleteGroups(
                 self.delete_groups(request).await,

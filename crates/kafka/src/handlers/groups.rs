@@ -1,6 +1,8 @@
-//! The consumer-group APIs: FindCoordinator (always this broker), JoinGroup, SyncGroup,
-//! Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups and
-//! DeleteGroups, translated onto the group coordinator (`minibroker_groups::GroupCoordinator`).
+//! The consumer-group APIs: FindCoordinator (this broker, or in a cluster the group's
+//! coordinator), JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+//! ListGroups, DescribeGroups and DeleteGroups, translated onto the group coordinator
+//! (`minibroker_groups::GroupCoordinator`); in a cluster, what any broker reads of a group comes
+//! from the cluster's database (`shared_groups`).
 
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
@@ -39,7 +41,7 @@ const GROUP_KEY: i8 = 0;
 /// FindCoordinator's key type for a transactional id.
 const TRANSACTION_KEY: i8 = 1;
 
-fn text(value: &str) -> StrBytes {
+pub(super) fn text(value: &str) -> StrBytes {
     StrBytes::from_string(value.to_owned())
 }
 
@@ -49,7 +51,7 @@ impl KafkaFrontEnd {
         self.may(Operation::Read, ResourceType::Group, group)
     }
 
-    pub(crate) fn find_coordinator(
+    pub(crate) async fn find_coordinator(
         &self,
         request: FindCoordinatorRequest,
     ) -> FindCoordinatorResponse {
@@ -59,14 +61,14 @@ impl KafkaFrontEnd {
                 .then(|| (error, ResponseError::to_string(&error)))
         };
         let refusal = match request.key_type {
-            GROUP_KEY | TRANSACTION_KEY if self.cluster.is_some() => {
+            TRANSACTION_KEY if self.cluster.is_some() => {
                 tracing::info!(
                     "FindCoordinator: COORDINATOR_NOT_AVAILABLE: {}",
-                    super::shared::NO_GROUPS
+                    super::shared::NO_TRANSACTIONS
                 );
                 Some((
                     ResponseError::CoordinatorNotAvailable,
-                    super::shared::NO_GROUPS.to_owned(),
+                    super::shared::NO_TRANSACTIONS.to_owned(),
                 ))
             }
             GROUP_KEY => denied(ResourceType::Group, ResponseError::GroupAuthorizationFailed),
@@ -86,6 +88,9 @@ impl KafkaFrontEnd {
                 .with_error_message(Some(text(&message)))
                 .with_node_id(BrokerId(-1))
                 .with_port(-1);
+        }
+        if let Some(cluster) = &self.cluster {
+            return Self::shared_coordinator(cluster, &request.key).await;
         }
         response
             .with_node_id(BrokerId(self.config.node_id))
@@ -244,6 +249,11 @@ impl KafkaFrontEnd {
     pub(crate) async fn offset_commit(&self, request: OffsetCommitRequest) -> OffsetCommitResponse {
         // Partitions that do not exist, or come with more metadata than Kafka's
         // `offset.metadata.max.bytes`, are refused one by one; the rest are committed together.
+        if let Some(cluster) = &self.cluster {
+            // The coordinator's copy may not hold a topic its members read through others.
+            let names: Vec<String> = request.topics.iter().map(|t| t.name.to_string()).collect();
+            self.hold_shared_topics(cluster, &names, false).await;
+        }
         let mut offsets = Vec::new();
         let mut answers: Vec<(TopicName, Vec<(i32, i16)>)> = Vec::new();
         // As Kafka: Read on the group for all of it, then Read on each topic.
@@ -317,7 +327,7 @@ impl KafkaFrontEnd {
 
     /// # Errors
     /// [`AnswerTooLarge`] when the answer would not fit in one frame.
-    pub(crate) fn offset_fetch(
+    pub(crate) async fn offset_fetch(
         &self,
         request: OffsetFetchRequest,
         version: i16,
@@ -345,7 +355,22 @@ impl KafkaFrontEnd {
                 .filter(|key| seen.insert(key.clone()))
                 .collect()
         });
-        let committed = self.groups.committed(&group, wanted.as_deref());
+        let committed = match &self.cluster {
+            Some(cluster) => {
+                match Self::shared_committed(cluster, &group, wanted.as_deref()).await {
+                    Ok(committed) => committed,
+                    Err(error) => {
+                        let refused = OffsetFetchResponse::default();
+                        return Ok(if version >= 2 {
+                            refused.with_error_code(error.code())
+                        } else {
+                            refused
+                        });
+                    }
+                }
+            }
+            None => self.groups.committed(&group, wanted.as_deref()),
+        };
         let mut room = AnswerRoom::new(self.config.max_answer_bytes, version);
         let mut answers: Vec<OffsetFetchResponseTopic> = Vec::new();
         let mut topic_at: HashMap<String, usize> = HashMap::new();
@@ -428,7 +453,7 @@ impl KafkaFrontEnd {
         })
     }
 
-    pub(crate) fn list_groups(&self, request: ListGroupsRequest) -> ListGroupsResponse {
+    pub(crate) async fn list_groups(&self, request: ListGroupsRequest) -> ListGroupsResponse {
         let wanted: Vec<String> = request
             .states_filter
             .iter()
@@ -440,9 +465,14 @@ impl KafkaFrontEnd {
                 ResourceType::Cluster,
                 minibroker_security::acl::CLUSTER_NAME,
             );
-        let groups = self
-            .groups
-            .list()
+        let listed = match &self.cluster {
+            Some(cluster) => match Self::shared_groups(cluster).await {
+                Ok(listed) => listed,
+                Err(error) => return ListGroupsResponse::default().with_error_code(error.code()),
+            },
+            None => self.groups.list(),
+        };
+        let groups = listed
             .into_iter()
             .filter(|(_, _, state)| {
                 wanted.is_empty() || wanted.contains(&state.to_string().to_lowercase())
@@ -464,11 +494,28 @@ impl KafkaFrontEnd {
 
     /// # Errors
     /// [`AnswerTooLarge`] when the answer would not fit in one frame.
-    pub(crate) fn describe_groups(
+    pub(crate) async fn describe_groups(
         &self,
         request: DescribeGroupsRequest,
         version: i16,
     ) -> Result<DescribeGroupsResponse, AnswerTooLarge> {
+        let mut shared = match &self.cluster {
+            Some(cluster) => {
+                let ids = request.groups.iter().map(|id| id.0.as_str());
+                match Self::shared_descriptions(cluster, ids).await {
+                    Ok(described) => Some(described),
+                    Err(error) => {
+                        let groups = request.groups.into_iter().map(|group_id| {
+                            DescribedGroup::default()
+                                .with_group_id(group_id)
+                                .with_error_code(error.code())
+                        });
+                        return Ok(DescribeGroupsResponse::default().with_groups(groups.collect()));
+                    }
+                }
+            }
+            None => None,
+        };
         let mut room = AnswerRoom::new(self.config.max_answer_bytes, version);
         let groups = room.fill(request.groups, |group_id| {
             if !self.may(Operation::Describe, ResourceType::Group, &group_id) {
@@ -476,7 +523,10 @@ impl KafkaFrontEnd {
                     .with_group_id(group_id)
                     .with_error_code(ResponseError::GroupAuthorizationFailed.code());
             }
-            let described = self.groups.describe(&group_id.0);
+            let described = shared
+                .as_mut()
+                .and_then(|shared| shared.remove(group_id.0.as_str()))
+                .unwrap_or_else(|| self.groups.describe(&group_id.0));
             let members = described
                 .members
                 .into_iter()

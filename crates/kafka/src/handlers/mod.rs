@@ -17,6 +17,7 @@ mod produce;
 mod producer_ids;
 mod security_admin;
 mod shared;
+mod shared_groups;
 mod topics;
 mod transaction_admin;
 mod transactions;

@@ -2,7 +2,8 @@
 //! (`minibroker_host::ClusterLink`): Produce is judged and stored by the cluster's database,
 //! producer ids and topics are the cluster's, Metadata lists the live brokers. Reads are the
 //! same handlers as a single broker's: they read the broker's copy of what the cluster
-//! committed. Groups and transactions are not served in a cluster yet: FindCoordinator answers
+//! committed. Consumer groups are coordinated under leases (`shared_groups`). Transactions are
+//! not served in a cluster yet: FindCoordinator for a transactional id answers
 //! COORDINATOR_NOT_AVAILABLE, and a transactional producer is refused.
 
 use bytes::{Bytes, BytesMut};
@@ -31,9 +32,6 @@ use crate::produce_wire::{self, PartitionAnswer, ProduceView};
 /// Why a broker of a cluster refuses transactions, for the answer and the log.
 pub(crate) const NO_TRANSACTIONS: &str =
     "transactions are not served by a broker of a cluster yet: use an idempotent producer";
-
-/// Why a broker of a cluster has no group coordinator, for the log.
-pub(crate) const NO_GROUPS: &str = "consumer groups and transactions are not served by a broker of a cluster yet: assign partitions instead";
 
 impl KafkaFrontEnd {
     /// Serves a Produce (read from `frame`) on a broker of `cluster`: every partition's batch

@@ -1,0 +1,128 @@
+//! Consumer groups on a broker of a cluster (`minibroker_host::ClusterGroups`): FindCoordinator
+//! names the broker holding the group's lease (or the one the group hashes to, which takes it),
+//! and what any broker is asked about a group (its committed offsets, the groups, a group's
+//! members) is read from the cluster's database, so it is the same through every broker. The
+//! requests of a group's members go to its coordinator's `minibroker_groups::GroupCoordinator`,
+//! which keeps what it must not lose in the database under the lease.
+
+use kafka_protocol::ResponseError;
+use kafka_protocol::messages::{BrokerId, FindCoordinatorResponse};
+use minibroker_cluster::KeyType;
+use minibroker_groups::{Committed, GroupDescription, GroupState, TopicPartition};
+use minibroker_host::ClusterLink;
+use std::collections::HashMap;
+
+use super::groups::text;
+use crate::front_end::KafkaFrontEnd;
+
+impl KafkaFrontEnd {
+    /// FindCoordinator for group `key` on a broker of `cluster`.
+    pub(crate) async fn shared_coordinator(
+        cluster: &ClusterLink,
+        key: &str,
+    ) -> FindCoordinatorResponse {
+        let found = cluster.groups().coordinator(KeyType::Group, key).await;
+        let refused = |message: String| {
+            tracing::info!(
+                group = key,
+                "FindCoordinator: COORDINATOR_NOT_AVAILABLE: {message}"
+            );
+            FindCoordinatorResponse::default()
+                .with_error_code(ResponseError::CoordinatorNotAvailable.code())
+                .with_error_message(Some(text(&message)))
+                .with_node_id(BrokerId(-1))
+                .with_port(-1)
+        };
+        match found {
+            Ok(Some(member)) => FindCoordinatorResponse::default()
+                .with_node_id(BrokerId(member.node_id))
+                .with_host(text(&member.kafka_host))
+                .with_port(i32::from(member.kafka_port)),
+            Ok(None) => refused("no broker of the cluster is live".to_owned()),
+            Err(error) => refused(error.to_string()),
+        }
+    }
+
+    /// Group `group_id`'s committed offsets of `wanted` (all of them when `None`), as the
+    /// cluster keeps them.
+    pub(crate) async fn shared_committed(
+        cluster: &ClusterLink,
+        group_id: &str,
+        wanted: Option<&[TopicPartition]>,
+    ) -> Result<Vec<(TopicPartition, Committed)>, ResponseError> {
+        let stored = cluster
+            .groups()
+            .offsets(group_id)
+            .await
+            .map_err(unavailable)?;
+        let mut committed: Vec<(TopicPartition, Committed)> = stored
+            .into_iter()
+            .map(|stored| {
+                let committed = Committed {
+                    offset: stored.offset,
+                    metadata: stored.metadata,
+                    commit_ms: stored.commit_ms,
+                };
+                ((stored.topic, stored.partition), committed)
+            })
+            .collect();
+        if let Some(wanted) = wanted {
+            let mut found: HashMap<TopicPartition, Committed> = committed.into_iter().collect();
+            committed = wanted
+                .iter()
+                .filter_map(|key| found.remove(key).map(|c| (key.clone(), c)))
+                .collect();
+        }
+        Ok(committed)
+    }
+
+    /// Every group of the cluster: id, protocol type, state.
+    pub(crate) async fn shared_groups(
+        cluster: &ClusterLink,
+    ) -> Result<Vec<(String, String, GroupState)>, ResponseError> {
+        let rows = cluster.groups().list().await.map_err(unavailable)?;
+        Ok(rows
+            .into_iter()
+            .map(|row| {
+                let state = GroupState::from_name(&row.state).unwrap_or(GroupState::Empty);
+                (row.group_id, row.protocol_type, state)
+            })
+            .collect())
+    }
+
+    /// Each of `group_ids` as DescribeGroups shows it, from what the cluster keeps (a group it
+    /// does not have is Dead).
+    pub(crate) async fn shared_descriptions(
+        cluster: &ClusterLink,
+        group_ids: impl Iterator<Item = &str>,
+    ) -> Result<HashMap<String, GroupDescription>, ResponseError> {
+        let mut described = HashMap::new();
+        for group_id in group_ids {
+            let row = cluster.groups().find(group_id).await.map_err(unavailable)?;
+            let description = row
+                .and_then(|row| {
+                    let state = GroupState::from_name(&row.state)?;
+                    minibroker_groups::describe_shared(state, row.membership.as_deref()).map(
+                        |described| GroupDescription {
+                            protocol_type: row.protocol_type,
+                            ..described
+                        },
+                    )
+                })
+                .unwrap_or_else(|| GroupDescription {
+                    state: GroupState::Dead,
+                    protocol_type: String::new(),
+                    protocol: String::new(),
+                    members: Vec::new(),
+                });
+            described.insert(group_id.to_owned(), description);
+        }
+        Ok(described)
+    }
+}
+
+/// The cluster's database did not answer: the client asks again.
+fn unavailable(error: minibroker_host::ClusterError) -> ResponseError {
+    tracing::warn!(%error, "a group's question went unanswered: the cluster's database did not answer");
+    ResponseError::CoordinatorNotAvailable
+}
