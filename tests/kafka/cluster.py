@@ -34,9 +34,6 @@ and then judges what was stored.
         a commit refused while the group's coordinator moves is left to the next one). Prints
         "started", and runs until the file STOP exists; then a JSON summary of the commits
         refused
-    python cluster.py describe-group BROKER GROUP
-        GROUP as ListGroups and DescribeGroups through BROKER show it: a JSON summary, ok when
-        it is listed
 """
 
 import json
@@ -322,15 +319,6 @@ def group_consume(bootstrap, topic, group, out, stop):
     done({"refused": refused[:20], "refusals": len(refused)}, True)
 
 
-def describe_group(broker, group):
-    admin = AdminClient({"bootstrap.servers": broker})
-    listed = [g.group_id for g in admin.list_consumer_groups().result(15).valid]
-    described = admin.describe_consumer_groups([group])[group].result(15)
-    done({"listed": group in listed, "state": str(described.state),
-          "members": len(described.members), "coordinator": described.coordinator.id},
-         group in listed)
-
-
 def read_from(bootstrap, topic):
     """Partition 0 of TOPIC from its earliest offset to its end: (partition, offset, value)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "cluster-read-from",
@@ -368,8 +356,6 @@ if __name__ == "__main__":
         newest(args[0], args[1])
     elif command == "group-consume":
         group_consume(*args)
-    elif command == "describe-group":
-        describe_group(*args)
     elif command == "produce-as":
         produce(args[0], args[1], int(args[2]), int(args[3]), login(args[4], args[5]))
     else:
