@@ -96,6 +96,9 @@ enum Write {
     Records { new_entry: NewEntry },
     /// A COMMIT (`true`) or ABORT marker.
     Marker { commit: bool },
+    /// A batch of records a cluster's database already judged and placed (a copy's): it fits
+    /// its transaction there, and opens or joins it here as it did there.
+    Placed,
 }
 
 /// A producer id and the epoch to use with it.
@@ -541,10 +544,10 @@ impl Broker {
         data.allowance -= charge;
         data.held += charge;
         match write {
-            Write::Records { .. } if info.transactional => data
+            Write::Records { .. } | Write::Placed if info.transactional => data
                 .transactions
                 .record_batch(info.producer_id, appended.base_offset),
-            Write::Records { .. } => {}
+            Write::Records { .. } | Write::Placed => {}
             Write::Marker { commit } => {
                 data.transactions.record_marker(
                     (info.producer_id, info.epoch),

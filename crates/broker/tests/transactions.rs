@@ -248,3 +248,43 @@ async fn transactions_come_back_from_a_snapshot() {
     let producers = restarted.producers("t", 0).unwrap();
     assert!(producers[0].entry.in_transaction());
 }
+
+/// A COMMIT or ABORT marker of the producer at `epoch`, as the cluster stores it.
+fn marker_batch(epoch: i16, commit: bool) -> Bytes {
+    let marker = minibroker_records::Marker {
+        commit,
+        coordinator_epoch: 0,
+    };
+    minibroker_records::encode_marker(PRODUCER, epoch, marker, 0).unwrap()
+}
+
+#[test]
+fn a_copy_of_what_a_cluster_committed_holds_its_transactions_as_they_were_judged() {
+    let broker = memory_broker();
+    let place = |offset: i64, batch: &Bytes| {
+        broker.place_committed("t", 0, offset, batch).unwrap();
+    };
+    // A transaction's batch, placed without the partition added here (the database judged it).
+    place(0, &batch(1, 0, 2, true));
+    assert_eq!(broker.last_stable_offset("t", 0).unwrap(), 0);
+    assert_eq!(
+        fetch(&broker, 0, Isolation::ReadCommitted).0,
+        Vec::<i64>::new()
+    );
+    place(2, &batch(1, 2, 1, true));
+    place(3, &marker_batch(1, true));
+    assert_eq!(broker.last_stable_offset("t", 0).unwrap(), 4);
+    assert_eq!(
+        fetch(&broker, 0, Isolation::ReadCommitted),
+        (vec![0, 2, 3], vec![], 4)
+    );
+    // An aborted one: read_committed is told to drop it.
+    place(4, &batch(2, 0, 1, true));
+    assert_eq!(broker.open_transactions("t", 0).unwrap(), [(PRODUCER, 4)]);
+    place(5, &marker_batch(2, false));
+    assert_eq!(
+        fetch(&broker, 4, Isolation::ReadCommitted),
+        (vec![4, 5], vec![(PRODUCER, 4)], 6)
+    );
+    assert!(broker.open_transactions("t", 0).unwrap().is_empty());
+}

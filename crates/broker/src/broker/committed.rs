@@ -2,14 +2,15 @@
 //! committed: the database judged and numbered each batch (`minibroker_cluster`), so here a batch
 //! is only placed at the offset it was given, without the rule. Fetch, ListOffsets and Metadata
 //! then read this copy exactly as they read a single broker's own log, and never see a batch the
-//! database has not committed.
+//! database has not committed. Transactional batches and markers are placed as they were judged
+//! there, opening and ending their transactions in the copy, so the copy's last stable offset and
+//! aborted transactions are the database's.
 
 use minibroker_records::Inspected;
 
 use super::{AppendedHere, Write};
 use crate::topics::CreateCheck;
 use crate::{Broker, BrokerError};
-use minibroker_state::NewEntry;
 
 /// Where a committed batch landed in the copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,9 +79,16 @@ impl Broker {
         }
         let inspected = Inspected::new(batch)?;
         let info = *inspected.info();
-        let write = Write::Records {
-            new_entry: NewEntry(false),
+        // A marker ends its transaction in the copy as it did in the database; a transactional
+        // batch opens or joins one.
+        let marker = if info.control {
+            minibroker_records::marker(&bytes::Bytes::copy_from_slice(batch))?
+        } else {
+            None
         };
+        let write = marker.map_or(Write::Placed, |marker| Write::Marker {
+            commit: marker.commit,
+        });
         let now_ms = crate::clock::now_millis();
         let mut appended = AppendedHere::default();
         self.append(target, batch, &info, write, now_ms, &mut appended)?;
