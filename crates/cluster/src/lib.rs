@@ -19,6 +19,8 @@
 //! - [`committer`] — a broker's windows: gathered over `cluster_flush_ms`, committed one after
 //!   the other on a connection of their own, answered once committed.
 //! - [`producer_ids`] — one sequence for the whole cluster, and who owns each id.
+//! - [`transactions`] — each transactional id's state, changed only by compare-and-set under
+//!   its lease; an end (markers, producers' rows, pending offsets, Complete*) in one transaction.
 //! - [`trim`] — a partition's start moved up for every broker: DeleteRecords and retention.
 //! - [`reads`] — what a broker reads back for its copy: partitions' ends and stored batches.
 //! - [`database`] — a broker's reconnecting connection for everything but its windows.
@@ -34,6 +36,7 @@ pub mod producer_ids;
 pub mod reads;
 pub mod schema;
 pub mod topics;
+pub mod transactions;
 pub mod trim;
 
 pub use committer::{AppendError, Committer, Pending, WindowSettings, gather};

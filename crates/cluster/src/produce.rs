@@ -36,7 +36,7 @@ mod writes;
 
 use bytes::Bytes;
 use minibroker_state::{BatchHeader, BatchMetadata, ProducerEntry, Verdict};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use thiserror::Error;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
@@ -93,6 +93,23 @@ pub enum AppendRefused {
         /// The offsets it said it takes.
         offsets: u32,
     },
+    /// A transactional batch for a partition its transaction has not added at its epoch
+    /// (never, or a late batch of a transaction that has ended).
+    #[error("producer {producer_id}'s transaction at epoch {epoch} has not added the partition")]
+    NotAddedToTransaction {
+        /// The producer.
+        producer_id: i64,
+        /// Its epoch.
+        epoch: i16,
+    },
+    /// A plain batch of a producer whose transaction is open on the partition.
+    #[error(
+        "a non-transactional batch of producer {producer_id} while its transaction is open on the partition"
+    )]
+    InTransaction {
+        /// The producer.
+        producer_id: i64,
+    },
 }
 
 /// Why a window was not stored, or may not have been.
@@ -121,6 +138,8 @@ pub enum CommitError {
 
 type PartitionKey = (i64, i32);
 type ProducerKey = (i64, i32, i64);
+/// The partitions ongoing transactions added: (topic id, partition, producer id, epoch).
+type AddedKey = (i64, i32, i64, i16);
 
 /// What a window answers each of its batches.
 pub type Answers = Vec<Result<Appended, AppendRefused>>;
@@ -142,7 +161,15 @@ pub async fn commit_window(
     appends: &[Append],
 ) -> Result<Answers, CommitError> {
     let producers = producer_keys(appends);
-    let committed = match known.recall(&producers) {
+    // A transactional batch is judged against the partitions its transaction added, which
+    // are read under the partitions' locks: such a window takes two round trips.
+    let transactional = appends.iter().any(|append| {
+        append
+            .header
+            .is_some_and(|header| header.is_transactional())
+    });
+    let recalled = (!transactional).then(|| known.recall(&producers)).flatten();
+    let committed = match recalled {
         Some(rows) => match in_one_trip(client, statements, appends, rows).await {
             Ok(Some(committed)) => Ok(committed),
             Ok(None) => {
@@ -197,7 +224,7 @@ async fn in_one_trip(
         .into_iter()
         .map(|(key, row)| (key, (row.entry, Some(row.version))))
         .collect();
-    let judged = judge(appends, entries, None);
+    let judged = judge(appends, entries, None, &HashSet::new());
     let writes = WindowWrites::new(&judged, partitions.iter().copied());
     let (topic_ids, partition_numbers): (Vec<i64>, Vec<i32>) = partitions.into_iter().unzip();
     let lock_parameters: [&(dyn ToSql + Sync); 2] = [&topic_ids, &partition_numbers];
@@ -230,8 +257,8 @@ async fn in_two_trips(
     statements: &Statements,
     appends: &[Append],
 ) -> Result<Committed, CommitError> {
-    let (held, entries) = read_window(client, statements, appends).await?;
-    let judged = judge(appends, entries, Some(&held));
+    let (held, entries, added) = read_window(client, statements, appends).await?;
+    let judged = judge(appends, entries, Some(&held), &added);
     let writes = WindowWrites::new(&judged, held.keys().copied());
     let (written, committed) = futures::join!(
         writes.execute(client, statements),
@@ -274,13 +301,21 @@ fn held_of(rows: &[Row]) -> HashMap<PartitionKey, Held> {
         .collect()
 }
 
-/// Begins the window's transaction, locks its partitions in key order and reads them and
-/// their producers' rows.
+/// What a window reads under its partitions' locks: the partitions, their producers' rows, and
+/// the partitions their transactions added.
+type Read = (
+    HashMap<PartitionKey, Held>,
+    HashMap<ProducerKey, Holding>,
+    HashSet<AddedKey>,
+);
+
+/// Begins the window's transaction, locks its partitions in key order and reads them, their
+/// producers' rows and, for transactional batches, the partitions their transactions added.
 async fn read_window(
     client: &Client,
     statements: &Statements,
     appends: &[Append],
-) -> Result<(HashMap<PartitionKey, Held>, HashMap<ProducerKey, Holding>), CommitError> {
+) -> Result<Read, CommitError> {
     let (topic_ids, partition_numbers): (Vec<i64>, Vec<i32>) =
         window_partitions(appends).into_iter().unzip();
     let producers = producer_keys(appends);
@@ -297,17 +332,45 @@ async fn read_window(
         &producer_columns.1,
         &producer_columns.2,
     ];
-    let (_begun, locked, producer_rows) = futures::try_join!(
+    let transactional: Vec<ProducerKey> = appends
+        .iter()
+        .filter_map(|append| {
+            let header = append.header.as_ref().filter(|h| h.is_transactional())?;
+            Some((append.topic_id, append.partition, header.producer_id()))
+        })
+        .collect();
+    let added_columns = (
+        transactional.iter().map(|key| key.0).collect::<Vec<_>>(),
+        transactional.iter().map(|key| key.1).collect::<Vec<_>>(),
+        transactional.iter().map(|key| key.2).collect::<Vec<_>>(),
+    );
+    let added_parameters: [&(dyn ToSql + Sync); 3] =
+        [&added_columns.0, &added_columns.1, &added_columns.2];
+    let read_added = async {
+        if transactional.is_empty() {
+            Ok(Vec::new())
+        } else {
+            client
+                .query(&statements.read_added, &added_parameters)
+                .await
+        }
+    };
+    let (_begun, locked, producer_rows, added_rows) = futures::try_join!(
         client.batch_execute("BEGIN"),
         client.query(&statements.lock_partitions, &lock_parameters),
         client.query(&statements.read_producers, &producer_parameters),
+        read_added,
     )
     .map_err(CommitError::Failed)?;
     let entries = producer_rows
         .iter()
         .map(entry_of_row)
         .collect::<Result<_, _>>()?;
-    Ok((held_of(&locked), entries))
+    let added = added_rows
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3)))
+        .collect();
+    Ok((held_of(&locked), entries, added))
 }
 
 /// A producer's row as the rule's entry, with its version.

@@ -265,6 +265,200 @@ const STEPS: &[&str] = &[
         PERFORM minibroker.hold_lease(0::smallint, wanted_group, run, held_epoch);
         DELETE FROM minibroker.groups WHERE group_id = wanted_group;
     END $$",
+    // 6: transactions. Each transactional id's state is one row: its producer id, epoch and
+    // state as columns (every change a compare-and-set on them, under the id's lease,
+    // `minibroker.save_transaction`, SQLSTATE MB004 when they are not what the coordinator
+    // read), the groups it commits offsets of, and the transaction coordinator's whole record
+    // of it. The partitions an ongoing transaction added take its producer's transactional
+    // batches (a window checks them under the partition's lock); the offsets it commits wait
+    // in `group_pending_offsets`. `minibroker.end_transaction` ends one in a single database
+    // transaction: the state compared and set, a COMMIT or ABORT marker at each partition's
+    // end (unless a newer epoch of the producer ended it there), the producer's rows closed,
+    // its partitions let go, and its pending offsets made the groups' or dropped.
+    "CREATE TABLE minibroker.transactions (
+        transactional_id text PRIMARY KEY,
+        producer_id bigint NOT NULL,
+        epoch smallint NOT NULL,
+        state text NOT NULL,
+        groups text[] NOT NULL DEFAULT '{}',
+        record bytea NOT NULL,
+        updated timestamptz NOT NULL DEFAULT clock_timestamp()
+    );
+    CREATE INDEX transactions_by_producer ON minibroker.transactions (producer_id);
+    CREATE TABLE minibroker.transaction_partitions (
+        topic_id bigint NOT NULL,
+        partition integer NOT NULL,
+        producer_id bigint NOT NULL,
+        epoch smallint NOT NULL,
+        PRIMARY KEY (topic_id, partition, producer_id)
+    );
+    CREATE INDEX transaction_partitions_by_producer
+        ON minibroker.transaction_partitions (producer_id);
+    CREATE TABLE minibroker.group_pending_offsets (
+        group_id text NOT NULL,
+        producer_id bigint NOT NULL,
+        topic text NOT NULL,
+        partition integer NOT NULL,
+        committed_offset bigint NOT NULL,
+        metadata text,
+        commit_ms bigint NOT NULL,
+        PRIMARY KEY (group_id, producer_id, topic, partition)
+    );
+    CREATE INDEX group_pending_offsets_by_producer
+        ON minibroker.group_pending_offsets (producer_id);
+    CREATE FUNCTION minibroker.swap_transaction(wanted_id text, old_producer bigint,
+                                                old_epoch smallint, old_state text,
+                                                new_producer bigint, new_epoch smallint,
+                                                new_state text, new_groups text[],
+                                                new_record bytea)
+        RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN
+        IF old_producer IS NULL THEN
+            INSERT INTO minibroker.transactions
+                    (transactional_id, producer_id, epoch, state, groups, record)
+                VALUES (wanted_id, new_producer, new_epoch, new_state, new_groups, new_record)
+                ON CONFLICT (transactional_id) DO NOTHING;
+        ELSE
+            UPDATE minibroker.transactions SET
+                    producer_id = new_producer, epoch = new_epoch, state = new_state,
+                    groups = new_groups, record = new_record, updated = clock_timestamp()
+                WHERE transactional_id = wanted_id AND producer_id = old_producer
+                  AND epoch = old_epoch AND state = old_state;
+        END IF;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'transactional id % changed since it was read', wanted_id
+                USING ERRCODE = 'MB004';
+        END IF;
+    END $$;
+    CREATE FUNCTION minibroker.save_transaction(
+            wanted_id text, run text, held_epoch bigint, old_producer bigint,
+            old_epoch smallint, old_state text, new_producer bigint, new_epoch smallint,
+            new_state text, new_groups text[], new_record bytea, added_topics text[],
+            added_partitions integer[])
+        RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM minibroker.hold_lease(1::smallint, wanted_id, run, held_epoch);
+        PERFORM minibroker.swap_transaction(wanted_id, old_producer, old_epoch, old_state,
+                                            new_producer, new_epoch, new_state, new_groups,
+                                            new_record);
+        INSERT INTO minibroker.transaction_partitions (topic_id, partition, producer_id, epoch)
+            SELECT t.topic_id, a.p, new_producer, new_epoch
+            FROM unnest(added_topics, added_partitions) AS a(name, p)
+            JOIN minibroker.topics t ON t.name = a.name
+            ON CONFLICT (topic_id, partition, producer_id) DO UPDATE SET epoch = EXCLUDED.epoch;
+    END $$;
+    CREATE FUNCTION minibroker.end_transaction(
+            wanted_id text, run text, held_epoch bigint, old_producer bigint,
+            old_epoch smallint, old_state text, new_producer bigint, new_epoch smallint,
+            new_state text, new_record bytea, marker_producer bigint, marker_epoch smallint,
+            commit boolean, marker_topics text[], marker_partitions integer[],
+            markers bytea[], marker_time bigint)
+        RETURNS integer LANGUAGE plpgsql AS $$
+    DECLARE
+        target record;
+        end_offset bigint;
+        current_epoch smallint;
+        written integer := 0;
+    BEGIN
+        PERFORM minibroker.hold_lease(1::smallint, wanted_id, run, held_epoch);
+        PERFORM minibroker.swap_transaction(wanted_id, old_producer, old_epoch, old_state,
+                                            new_producer, new_epoch, new_state, '{}',
+                                            new_record);
+        FOR target IN
+            SELECT t.topic_id, m.p AS partition, m.bytes
+            FROM unnest(marker_topics, marker_partitions, markers) AS m(name, p, bytes)
+            JOIN minibroker.topics t ON t.name = m.name
+            ORDER BY t.topic_id, m.p
+        LOOP
+            SELECT high_watermark INTO end_offset FROM minibroker.partitions
+                WHERE topic_id = target.topic_id AND partition = target.partition
+                FOR UPDATE;
+            CONTINUE WHEN NOT FOUND;
+            SELECT epoch INTO current_epoch FROM minibroker.producer_states
+                WHERE topic_id = target.topic_id AND partition = target.partition
+                  AND producer_id = marker_producer
+                FOR UPDATE;
+            -- A newer epoch of the producer ended its transaction here already.
+            CONTINUE WHEN FOUND AND current_epoch > marker_epoch;
+            INSERT INTO minibroker.batches
+                    (topic_id, partition, last_offset, base_offset, bytes, max_timestamp)
+                VALUES (target.topic_id, target.partition, end_offset, end_offset,
+                        overlay(target.bytes PLACING int8send(end_offset) FROM 1 FOR 8),
+                        marker_time);
+            UPDATE minibroker.producer_states SET
+                    epoch = marker_epoch,
+                    first_sequences = CASE WHEN marker_epoch > epoch THEN '{}'
+                                           ELSE first_sequences END,
+                    last_sequences = CASE WHEN marker_epoch > epoch THEN '{}'
+                                          ELSE last_sequences END,
+                    base_offsets = CASE WHEN marker_epoch > epoch THEN '{}'
+                                        ELSE base_offsets END,
+                    in_transaction = false,
+                    last_timestamp = greatest(last_timestamp, marker_time),
+                    version = (random() * 9e18)::bigint
+                WHERE topic_id = target.topic_id AND partition = target.partition
+                  AND producer_id = marker_producer;
+            UPDATE minibroker.partitions SET high_watermark = end_offset + 1
+                WHERE topic_id = target.topic_id AND partition = target.partition;
+            written := written + 1;
+        END LOOP;
+        DELETE FROM minibroker.transaction_partitions
+            WHERE producer_id = marker_producer AND epoch <= marker_epoch;
+        IF commit THEN
+            INSERT INTO minibroker.groups (group_id)
+                SELECT DISTINCT group_id FROM minibroker.group_pending_offsets
+                WHERE producer_id = marker_producer
+                ON CONFLICT (group_id) DO NOTHING;
+            INSERT INTO minibroker.group_offsets
+                    (group_id, topic, partition, committed_offset, metadata, commit_ms)
+                SELECT group_id, topic, partition, committed_offset, metadata, commit_ms
+                FROM minibroker.group_pending_offsets WHERE producer_id = marker_producer
+                ON CONFLICT (group_id, topic, partition) DO UPDATE SET
+                    committed_offset = EXCLUDED.committed_offset,
+                    metadata = EXCLUDED.metadata,
+                    commit_ms = EXCLUDED.commit_ms;
+        END IF;
+        DELETE FROM minibroker.group_pending_offsets WHERE producer_id = marker_producer;
+        RETURN written;
+    END $$;
+    CREATE FUNCTION minibroker.commit_pending_offsets(
+            wanted_group text, run text, held_epoch bigint, member_generation integer,
+            member text, wanted_id text, txn_producer bigint, txn_epoch smallint,
+            topics text[], partitions integer[], offsets bigint[], metadata text[],
+            commit_ms bigint)
+        RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM minibroker.hold_lease(0::smallint, wanted_group, run, held_epoch);
+        IF member_generation IS NOT NULL THEN
+            PERFORM 1 FROM minibroker.groups g
+                WHERE g.group_id = wanted_group AND g.generation = member_generation
+                  AND member = ANY(g.members);
+            IF NOT FOUND THEN
+                RAISE EXCEPTION 'member % of generation % is not the group''s', member,
+                                member_generation USING ERRCODE = 'MB003';
+            END IF;
+        END IF;
+        -- The transaction must be the producer's open one, and have added the group; the row
+        -- is held so that its end waits for these offsets, or they for it.
+        PERFORM 1 FROM minibroker.transactions t
+            WHERE t.transactional_id = wanted_id AND t.producer_id = txn_producer
+              AND t.epoch = txn_epoch AND t.state = 'Ongoing'
+              AND wanted_group = ANY(t.groups)
+            FOR SHARE;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'no open transaction of producer % at epoch % has added group %',
+                            txn_producer, txn_epoch, wanted_group USING ERRCODE = 'MB005';
+        END IF;
+        INSERT INTO minibroker.group_pending_offsets AS o
+                (group_id, producer_id, topic, partition, committed_offset, metadata,
+                 commit_ms)
+            SELECT wanted_group, txn_producer, t, p, c, m, commit_ms
+            FROM unnest(topics, partitions, offsets, metadata) AS given(t, p, c, m)
+            ON CONFLICT (group_id, producer_id, topic, partition) DO UPDATE SET
+                committed_offset = EXCLUDED.committed_offset,
+                metadata = EXCLUDED.metadata,
+                commit_ms = EXCLUDED.commit_ms;
+    END $$",
 ];
 
 /// The version of the schema this broker writes and reads.

@@ -10,10 +10,10 @@
 
 use bytes::Bytes;
 use minibroker_state::{BatchMetadata, Outcome, ProducerEntry, Verdict, decide_and_record};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::known::KnownRow;
-use super::{Append, AppendRefused, Appended, Committed, PartitionKey, ProducerKey};
+use super::{AddedKey, Append, AppendRefused, Appended, Committed, PartitionKey, ProducerKey};
 
 /// Where a window's offsets start before it knows its partitions' ends: offsets at or past
 /// this are that far past the end (a partition never grows this long: 2^62 offsets).
@@ -58,11 +58,15 @@ pub(super) struct Writes {
 }
 
 /// Judges `appends` in order against `entries`; with `held`, a batch for a partition not in it
-/// is refused (without, every partition is taken to be there: the server checks).
+/// is refused (without, every partition is taken to be there: the server checks). A
+/// transactional batch the rule takes must fit its transaction: its partition in `added` at
+/// its epoch; a plain one, no transaction of its producer open on the partition (as a single
+/// broker's partition checks, `minibroker_broker`'s `check_fits`).
 pub(super) fn judge(
     appends: &[Append],
     mut entries: HashMap<ProducerKey, Holding>,
     held: Option<&HashMap<PartitionKey, Held>>,
+    added: &HashSet<AddedKey>,
 ) -> Judged {
     let mut writes = Writes::default();
     let mut changed = BTreeMap::new();
@@ -82,7 +86,7 @@ pub(super) fn judge(
                     offsets: append.offsets,
                 });
             }
-            let verdict = judge_one(append, &mut entries, &mut writes, &mut changed);
+            let verdict = judge_one(append, &mut entries, &mut writes, &mut changed, added)?;
             Ok((verdict, key))
         })
         .collect();
@@ -99,27 +103,45 @@ fn judge_one(
     entries: &mut HashMap<ProducerKey, Holding>,
     writes: &mut Writes,
     changed: &mut BTreeMap<ProducerKey, i64>,
-) -> Verdict {
+    added: &HashSet<AddedKey>,
+) -> Result<Verdict, AppendRefused> {
     let Some(header) = &append.header else {
         // Not idempotent: always stored.
-        return Verdict {
+        return Ok(Verdict {
             outcome: Outcome::Accepted,
             base_offset: Some(writes.store(append)),
             known_producer: false,
-        };
+        });
     };
     let producer = (append.topic_id, append.partition, header.producer_id());
     let stored = entries.get_mut(&producer).map(|(entry, _)| entry);
-    let Ok((verdict, created)) = decide_and_record(stored, header, |_| {
-        Ok::<_, std::convert::Infallible>(writes.store(append))
-    });
+    let open = stored.as_ref().is_some_and(|entry| entry.in_transaction());
+    let fits = || {
+        let key = (producer.0, producer.1, producer.2, header.epoch());
+        if header.is_transactional() && !added.contains(&key) {
+            return Err(AppendRefused::NotAddedToTransaction {
+                producer_id: header.producer_id(),
+                epoch: header.epoch(),
+            });
+        }
+        if !header.is_transactional() && open {
+            return Err(AppendRefused::InTransaction {
+                producer_id: header.producer_id(),
+            });
+        }
+        Ok(())
+    };
+    let (verdict, created) = decide_and_record(stored, header, |_| {
+        fits()?;
+        Ok(writes.store(append))
+    })?;
     if let Some(created) = created {
         entries.insert(producer, (created, None));
     }
     if verdict.outcome == Outcome::Accepted {
         changed.entry(producer).or_insert_with(new_version);
     }
-    verdict
+    Ok(verdict)
 }
 
 impl Writes {

@@ -1,7 +1,8 @@
 //! A window's statements, prepared once on a connection (a statement prepared for each use
 //! would cost a round trip of its own).
 //!
-//! A window takes two: the lock of its partitions, and then one statement that checks the rows
+//! A window takes two (and, with transactional batches, the read of the partitions their
+//! transactions added): the lock of its partitions, and then one statement that checks the rows
 //! the window was judged against and writes everything it stores. The writes take their offsets
 //! from the partitions' rows as the server holds them under the lock: a batch is sent with its
 //! offset relative to its partition's high watermark before the window, and stamped with its
@@ -15,6 +16,7 @@ use tokio_postgres::{Client, Statement};
 pub struct Statements {
     pub(super) lock_partitions: Statement,
     pub(super) read_producers: Statement,
+    pub(super) read_added: Statement,
     pub(super) write_window: Statement,
 }
 
@@ -107,7 +109,7 @@ impl Statements {
     /// # Errors
     /// PostgreSQL's error (a schema older than this broker's, for one).
     pub async fn prepare(client: &Client) -> Result<Self, tokio_postgres::Error> {
-        let (lock_partitions, read_producers, write_window) = futures::try_join!(
+        let (lock_partitions, read_producers, read_added, write_window) = futures::try_join!(
             // In key order: two windows never deadlock, one waits for the other.
             client.prepare(
                 "SELECT topic_id, partition, log_start_offset, high_watermark
@@ -125,11 +127,20 @@ impl Statements {
                      AS k(topic_id, partition, producer_id)
                      USING (topic_id, partition, producer_id)",
             ),
+            // The partitions an ongoing transaction of each producer added, at which epoch.
+            client.prepare(
+                "SELECT topic_id, partition, producer_id, epoch
+                 FROM minibroker.transaction_partitions
+                 JOIN unnest($1::bigint[], $2::integer[], $3::bigint[])
+                     AS k(topic_id, partition, producer_id)
+                     USING (topic_id, partition, producer_id)",
+            ),
             client.prepare(WRITE_WINDOW),
         )?;
         Ok(Self {
             lock_partitions,
             read_producers,
+            read_added,
             write_window,
         })
     }

@@ -73,7 +73,7 @@ impl KafkaFrontEnd {
                 Ok(append) => cluster
                     .submit(append)
                     .await
-                    .map_err(|error| (append_refusal(&error), error.to_string())),
+                    .map_err(|error| (append_refusal(&error, version), error.to_string())),
                 Err(refusal) => Err(refusal),
             };
             match (submitted, info) {
@@ -141,7 +141,11 @@ impl KafkaFrontEnd {
                             error_message: None,
                         }
                     }
-                    Err(error) => refused(data.index, append_refusal(&error), error.to_string()),
+                    Err(error) => refused(
+                        data.index,
+                        append_refusal(&error, produce.version),
+                        error.to_string(),
+                    ),
                 };
             }
             produce_wire::write_answer(&mut answered, &request, &answers, produce.version);
@@ -506,10 +510,18 @@ fn shared_settings(overrides: &Overrides) -> Result<Vec<(String, String)>, Broke
         .collect())
 }
 
-/// The Produce error for a batch the cluster did not store: retriable unless the batch itself
-/// was refused.
-fn append_refusal(error: &AppendError) -> ResponseError {
+/// The Produce error (at Produce `version`) for a batch the cluster did not store: retriable
+/// unless the batch itself was refused; a transactional refusal as a single broker answers it.
+fn append_refusal(error: &AppendError, version: i16) -> ResponseError {
     match error {
+        AppendError::Refused(AppendRefused::NotAddedToTransaction { producer_id, epoch }) => {
+            let refused = BrokerError::NotAddedToTransaction {
+                producer_id: *producer_id,
+                epoch: *epoch,
+            };
+            crate::errors::produce_code(&refused, version)
+        }
+        AppendError::Refused(AppendRefused::InTransaction { .. }) => ResponseError::InvalidTxnState,
         AppendError::Refused(AppendRefused::UnknownPartition { .. }) => {
             ResponseError::UnknownTopicOrPartition
         }

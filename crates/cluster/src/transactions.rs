@@ -1,0 +1,291 @@
+//! Transactions as every broker of a cluster shares them: each transactional id's state, the
+//! partitions its ongoing transaction added, and the offsets it commits for groups.
+//!
+//! Only the broker holding the id's lease (`coordinators`) changes its state, and every change
+//! is a compare-and-set on (producer id, epoch, state) checked in the same transaction as the
+//! lease: two brokers can never both move one transaction on, and a broker that lost the lease
+//! moves nothing. An end is one database transaction: the state set to Complete*, a marker at
+//! the end of each of its partitions, the producer's rows there closed, its partitions let go
+//! and its groups' pending offsets settled; nothing of an end is ever half written.
+//!
+//! The transaction coordinator's own record of an id (`minibroker_transactions`) is kept whole
+//! beside the columns the database compares, so a broker that takes an id over reads it back as
+//! the last holder left it.
+
+use thiserror::Error;
+use tokio_postgres::GenericClient;
+use tokio_postgres::error::SqlState;
+
+use crate::groups::{StoredOffset, Tenure};
+
+/// Why a transaction's write was refused.
+#[derive(Debug, Error)]
+pub enum TransactionWriteError {
+    /// This broker's run no longer holds the id's (or the group's) lease at that epoch.
+    #[error("this broker no longer coordinates it")]
+    NotCoordinator,
+    /// The id's producer id, epoch or state is not the one the coordinator read.
+    #[error("the transactional id changed since it was read")]
+    Changed,
+    /// A group's member or generation is not the saved one.
+    #[error("the member or its generation is not the group's")]
+    NotMember,
+    /// No open transaction of the producer, at its epoch, has added the group.
+    #[error("no open transaction of the producer at its epoch has added the group")]
+    NotInTransaction,
+    /// PostgreSQL refused or could not be reached.
+    #[error("the cluster's database: {0}")]
+    Postgres(#[from] tokio_postgres::Error),
+}
+
+impl TransactionWriteError {
+    fn of(error: tokio_postgres::Error) -> Self {
+        match error.code().map(SqlState::code) {
+            Some("MB002") => Self::NotCoordinator,
+            Some("MB003") => Self::NotMember,
+            Some("MB004") => Self::Changed,
+            Some("MB005") => Self::NotInTransaction,
+            _ => Self::Postgres(error),
+        }
+    }
+}
+
+/// A transactional id's row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionRow {
+    /// The transactional id.
+    pub transactional_id: String,
+    /// Its producer id.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub epoch: i16,
+    /// Its state, by Kafka's name.
+    pub state: String,
+    /// The groups its ongoing transaction commits offsets of.
+    pub groups: Vec<String>,
+    /// The transaction coordinator's record of it.
+    pub record: Vec<u8>,
+}
+
+impl TransactionRow {
+    /// The (producer id, epoch, state) a change of it compares.
+    fn compared(row: Option<&Self>) -> (Option<i64>, Option<i16>, Option<&str>) {
+        (
+            row.map(|row| row.producer_id),
+            row.map(|row| row.epoch),
+            row.map(|row| row.state.as_str()),
+        )
+    }
+}
+
+/// The partitions a change adds to the ongoing transaction: (topic, partition) pairs.
+pub type Added<'a> = &'a [(String, i32)];
+
+/// Stores `changed` in place of `before` (`None`: the id is new), if they are still what the
+/// database holds, and lets the producer's transactional batches into the partitions `added`.
+///
+/// # Errors
+/// [`TransactionWriteError`]: nothing changed.
+pub async fn save_transaction(
+    client: &impl GenericClient,
+    tenure: Tenure<'_>,
+    before: Option<&TransactionRow>,
+    changed: &TransactionRow,
+    added: Added<'_>,
+) -> Result<(), TransactionWriteError> {
+    let (old_producer, old_epoch, old_state) = TransactionRow::compared(before);
+    let topics: Vec<&str> = added.iter().map(|(topic, _)| topic.as_str()).collect();
+    let partitions: Vec<i32> = added.iter().map(|(_, partition)| *partition).collect();
+    client
+        .execute(
+            "SELECT minibroker.save_transaction($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+                                                $12, $13)",
+            &[
+                &changed.transactional_id,
+                &tenure.run_id,
+                &tenure.epoch,
+                &old_producer,
+                &old_epoch,
+                &old_state,
+                &changed.producer_id,
+                &changed.epoch,
+                &changed.state,
+                &changed.groups,
+                &changed.record,
+                &topics,
+                &partitions,
+            ],
+        )
+        .await
+        .map_err(TransactionWriteError::of)?;
+    Ok(())
+}
+
+/// How a transaction ends: its producer and epoch on the markers, commit or abort, and the
+/// marker batch for each of its partitions (its base offset is set where it is stored).
+#[derive(Debug, Clone)]
+pub struct Ending<'a> {
+    /// The producer id the markers carry.
+    pub producer_id: i64,
+    /// The epoch they carry.
+    pub epoch: i16,
+    /// COMMIT or ABORT.
+    pub commit: bool,
+    /// (topic, partition, marker batch) for each partition of the transaction.
+    pub markers: &'a [(String, i32, bytes::Bytes)],
+    /// The markers' timestamp (ms since the epoch).
+    pub timestamp: i64,
+}
+
+/// Ends `before`'s transaction as `ending` says, and stores `completed` in its place: one
+/// database transaction (see the module docs). Returns how many markers were written (a
+/// partition gone, or where a newer epoch of the producer already ended it, takes none).
+///
+/// # Errors
+/// [`TransactionWriteError`]: nothing of the end happened.
+pub async fn end_transaction(
+    client: &impl GenericClient,
+    tenure: Tenure<'_>,
+    before: &TransactionRow,
+    completed: &TransactionRow,
+    ending: &Ending<'_>,
+) -> Result<i32, TransactionWriteError> {
+    let topics: Vec<&str> = ending.markers.iter().map(|(t, _, _)| t.as_str()).collect();
+    let partitions: Vec<i32> = ending.markers.iter().map(|(_, p, _)| *p).collect();
+    let markers: Vec<&[u8]> = ending.markers.iter().map(|(_, _, m)| m.as_ref()).collect();
+    let written = client
+        .query_one(
+            "SELECT minibroker.end_transaction($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
+                                               $12, $13, $14, $15, $16, $17)",
+            &[
+                &completed.transactional_id,
+                &tenure.run_id,
+                &tenure.epoch,
+                &before.producer_id,
+                &before.epoch,
+                &before.state,
+                &completed.producer_id,
+                &completed.epoch,
+                &completed.state,
+                &completed.record,
+                &ending.producer_id,
+                &ending.epoch,
+                &ending.commit,
+                &topics,
+                &partitions,
+                &markers,
+                &ending.timestamp,
+            ],
+        )
+        .await
+        .map_err(TransactionWriteError::of)?;
+    Ok(written.get(0))
+}
+
+/// A transaction's offsets for a group: kept pending until the transaction ends, if `tenure`
+/// still holds the group's lease, `member` (when given) is the group's, and the producer's open
+/// transaction `(transactional id, producer id, epoch)` has added the group.
+///
+/// # Errors
+/// [`TransactionWriteError`]: nothing is kept.
+pub async fn commit_pending_offsets(
+    client: &impl GenericClient,
+    tenure: Tenure<'_>,
+    group_id: &str,
+    member: Option<(i32, &str)>,
+    (transactional_id, producer_id, epoch): (&str, i64, i16),
+    offsets: &[StoredOffset],
+) -> Result<(), TransactionWriteError> {
+    let topics: Vec<&str> = offsets.iter().map(|o| o.topic.as_str()).collect();
+    let partitions: Vec<i32> = offsets.iter().map(|o| o.partition).collect();
+    let committed: Vec<i64> = offsets.iter().map(|o| o.offset).collect();
+    let metadata: Vec<Option<&str>> = offsets.iter().map(|o| o.metadata.as_deref()).collect();
+    let commit_ms = offsets.first().map_or(0, |o| o.commit_ms);
+    client
+        .execute(
+            "SELECT minibroker.commit_pending_offsets($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
+                                                      $11, $12, $13)",
+            &[
+                &group_id,
+                &tenure.run_id,
+                &tenure.epoch,
+                &member.map(|(generation, _)| generation),
+                &member.map_or("", |(_, id)| id),
+                &transactional_id,
+                &producer_id,
+                &epoch,
+                &topics,
+                &partitions,
+                &committed,
+                &metadata,
+                &commit_ms,
+            ],
+        )
+        .await
+        .map_err(TransactionWriteError::of)?;
+    Ok(())
+}
+
+/// `transactional_id`'s row, if the cluster has the id.
+///
+/// # Errors
+/// PostgreSQL's error.
+pub async fn find_transaction(
+    client: &impl GenericClient,
+    transactional_id: &str,
+) -> Result<Option<TransactionRow>, tokio_postgres::Error> {
+    let row = client
+        .query_opt(
+            "SELECT transactional_id, producer_id, epoch, state, groups, record
+             FROM minibroker.transactions WHERE transactional_id = $1",
+            &[&transactional_id],
+        )
+        .await?;
+    Ok(row.as_ref().map(transaction_row))
+}
+
+/// Every transactional id's row, by id.
+///
+/// # Errors
+/// PostgreSQL's error.
+pub async fn list_transactions(
+    client: &impl GenericClient,
+) -> Result<Vec<TransactionRow>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT transactional_id, producer_id, epoch, state, groups, record
+             FROM minibroker.transactions ORDER BY transactional_id",
+            &[],
+        )
+        .await?;
+    Ok(rows.iter().map(transaction_row).collect())
+}
+
+/// The partitions with offsets of `group_id` waiting in an open transaction.
+///
+/// # Errors
+/// PostgreSQL's error.
+pub async fn pending_partitions(
+    client: &impl GenericClient,
+    group_id: &str,
+) -> Result<Vec<(String, i32)>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT DISTINCT topic, partition FROM minibroker.group_pending_offsets
+             WHERE group_id = $1",
+            &[&group_id],
+        )
+        .await?;
+    Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+}
+
+fn transaction_row(row: &tokio_postgres::Row) -> TransactionRow {
+    TransactionRow {
+        transactional_id: row.get(0),
+        producer_id: row.get(1),
+        epoch: row.get(2),
+        state: row.get(3),
+        groups: row.get(4),
+        record: row.get(5),
+    }
+}
