@@ -24,9 +24,10 @@ Each command prints one JSON summary line and exits non-zero when what it checks
     python transactions.py produce-open BOOTSTRAP TOPIC TXN_ID COUNT commit|abort|open [TIMEOUT_MS]
         writes COUNT records in one transaction (of transaction.timeout.ms TIMEOUT_MS, 60000 by
         default), then commits it, aborts it, or leaves it open and waits to be killed
-    python transactions.py produce-wide BOOTSTRAP TOPIC TXN_ID PARTITIONS commit|abort
+    python transactions.py produce-wide BOOTSTRAP TOPIC TXN_ID PARTITIONS commit|abort [GO]
         one record to each of PARTITIONS partitions in one transaction, then its end (a wide
-        transaction: its end writes a marker to every partition)
+        transaction: its end writes a marker to every partition); with GO, the end waits until
+        the file GO exists
     python transactions.py read BOOTSTRAP TOPIC PARTITIONS read_committed|read_uncommitted
         every value readable now, and the last stable offsets (the end a read_committed consumer
         sees)
@@ -377,7 +378,9 @@ def run_produce_open(bootstrap, topic, txn_id, count, end, timeout_ms):
         time.sleep(600)
 
 
-def run_produce_wide(bootstrap, topic, txn_id, partitions, end):
+def run_produce_wide(bootstrap, topic, txn_id, partitions, end, go=None):
+    import os
+
     from confluent_kafka import Producer
 
     ensure_topic(bootstrap, topic, partitions)
@@ -389,6 +392,8 @@ def run_produce_wide(bootstrap, topic, txn_id, partitions, end):
         producer.produce(topic, value=f"{txn_id}-{p}".encode(), partition=p)
     producer.flush(10)
     print(json.dumps({"ending": end}), flush=True)
+    while go is not None and not os.path.exists(go):
+        time.sleep(0.05)
     try:
         if end == "commit":
             producer.commit_transaction(20)
@@ -423,7 +428,7 @@ def main(argv):
         timeout_ms = int(args[5]) if len(args) > 5 else 60000
         run_produce_open(args[0], args[1], args[2], int(args[3]), args[4], timeout_ms)
     elif command == "produce-wide":
-        run_produce_wide(args[0], args[1], args[2], int(args[3]), args[4])
+        run_produce_wide(args[0], args[1], args[2], int(args[3]), args[4], *args[5:6])
     elif command == "read":
         run_read(args[0], args[1], int(args[2]), args[3])
     else:

@@ -281,6 +281,8 @@ const STEPS: &[&str] = &[
         epoch smallint NOT NULL,
         state text NOT NULL,
         groups text[] NOT NULL DEFAULT '{}',
+        timeout_ms bigint NOT NULL,
+        started_ms bigint,
         record bytea NOT NULL,
         updated timestamptz NOT NULL DEFAULT clock_timestamp()
     );
@@ -310,18 +312,26 @@ const STEPS: &[&str] = &[
                                                 old_epoch smallint, old_state text,
                                                 new_producer bigint, new_epoch smallint,
                                                 new_state text, new_groups text[],
+                                                new_timeout bigint, new_started bigint,
                                                 new_record bytea)
         RETURNS void LANGUAGE plpgsql AS $$
     BEGIN
         IF old_producer IS NULL THEN
-            INSERT INTO minibroker.transactions
-                    (transactional_id, producer_id, epoch, state, groups, record)
-                VALUES (wanted_id, new_producer, new_epoch, new_state, new_groups, new_record)
+            INSERT INTO minibroker.transactions (transactional_id, producer_id, epoch, state,
+                                                 groups, timeout_ms, started_ms, record)
+                VALUES (wanted_id, new_producer, new_epoch, new_state, new_groups, new_timeout,
+                        new_started, new_record)
                 ON CONFLICT (transactional_id) DO NOTHING;
+        ELSIF new_state = 'Dead' THEN
+            -- A forgotten id goes.
+            DELETE FROM minibroker.transactions
+                WHERE transactional_id = wanted_id AND producer_id = old_producer
+                  AND epoch = old_epoch AND state = old_state;
         ELSE
             UPDATE minibroker.transactions SET
                     producer_id = new_producer, epoch = new_epoch, state = new_state,
-                    groups = new_groups, record = new_record, updated = clock_timestamp()
+                    groups = new_groups, timeout_ms = new_timeout, started_ms = new_started,
+                    record = new_record, updated = clock_timestamp()
                 WHERE transactional_id = wanted_id AND producer_id = old_producer
                   AND epoch = old_epoch AND state = old_state;
         END IF;
@@ -333,14 +343,14 @@ const STEPS: &[&str] = &[
     CREATE FUNCTION minibroker.save_transaction(
             wanted_id text, run text, held_epoch bigint, old_producer bigint,
             old_epoch smallint, old_state text, new_producer bigint, new_epoch smallint,
-            new_state text, new_groups text[], new_record bytea, added_topics text[],
-            added_partitions integer[])
+            new_state text, new_groups text[], new_timeout bigint, new_started bigint,
+            new_record bytea, added_topics text[], added_partitions integer[])
         RETURNS void LANGUAGE plpgsql AS $$
     BEGIN
         PERFORM minibroker.hold_lease(1::smallint, wanted_id, run, held_epoch);
         PERFORM minibroker.swap_transaction(wanted_id, old_producer, old_epoch, old_state,
                                             new_producer, new_epoch, new_state, new_groups,
-                                            new_record);
+                                            new_timeout, new_started, new_record);
         INSERT INTO minibroker.transaction_partitions (topic_id, partition, producer_id, epoch)
             SELECT t.topic_id, a.p, new_producer, new_epoch
             FROM unnest(added_topics, added_partitions) AS a(name, p)
@@ -350,7 +360,8 @@ const STEPS: &[&str] = &[
     CREATE FUNCTION minibroker.end_transaction(
             wanted_id text, run text, held_epoch bigint, old_producer bigint,
             old_epoch smallint, old_state text, new_producer bigint, new_epoch smallint,
-            new_state text, new_record bytea, marker_producer bigint, marker_epoch smallint,
+            new_state text, new_timeout bigint, new_record bytea, marker_producer bigint,
+            marker_epoch smallint,
             commit boolean, marker_topics text[], marker_partitions integer[],
             markers bytea[], marker_time bigint)
         RETURNS integer LANGUAGE plpgsql AS $$
@@ -363,7 +374,7 @@ const STEPS: &[&str] = &[
         PERFORM minibroker.hold_lease(1::smallint, wanted_id, run, held_epoch);
         PERFORM minibroker.swap_transaction(wanted_id, old_producer, old_epoch, old_state,
                                             new_producer, new_epoch, new_state, '{}',
-                                            new_record);
+                                            new_timeout, NULL, new_record);
         FOR target IN
             SELECT t.topic_id, m.p AS partition, m.bytes
             FROM unnest(marker_topics, marker_partitions, markers) AS m(name, p, bytes)
@@ -446,6 +457,13 @@ const STEPS: &[&str] = &[
               AND wanted_group = ANY(t.groups)
             FOR SHARE;
         IF NOT FOUND THEN
+            PERFORM 1 FROM minibroker.transactions t
+                WHERE t.transactional_id = wanted_id AND t.producer_id = txn_producer
+                  AND t.epoch > txn_epoch;
+            IF FOUND THEN
+                RAISE EXCEPTION 'producer % at epoch % was fenced', txn_producer, txn_epoch
+                    USING ERRCODE = 'MB006';
+            END IF;
             RAISE EXCEPTION 'no open transaction of producer % at epoch % has added group %',
                             txn_producer, txn_epoch, wanted_group USING ERRCODE = 'MB005';
         END IF;

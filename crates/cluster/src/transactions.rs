@@ -33,6 +33,9 @@ pub enum TransactionWriteError {
     /// No open transaction of the producer, at its epoch, has added the group.
     #[error("no open transaction of the producer at its epoch has added the group")]
     NotInTransaction,
+    /// A newer epoch of the producer's transactional id fenced it.
+    #[error("the producer was fenced by a newer epoch of its transactional id")]
+    Fenced,
     /// PostgreSQL refused or could not be reached.
     #[error("the cluster's database: {0}")]
     Postgres(#[from] tokio_postgres::Error),
@@ -45,6 +48,7 @@ impl TransactionWriteError {
             Some("MB003") => Self::NotMember,
             Some("MB004") => Self::Changed,
             Some("MB005") => Self::NotInTransaction,
+            Some("MB006") => Self::Fenced,
             _ => Self::Postgres(error),
         }
     }
@@ -63,6 +67,10 @@ pub struct TransactionRow {
     pub state: String,
     /// The groups its ongoing transaction commits offsets of.
     pub groups: Vec<String>,
+    /// Its transaction timeout (ms).
+    pub timeout_ms: i64,
+    /// When its ongoing transaction began (ms since the epoch), if one is.
+    pub started_ms: Option<i64>,
     /// The transaction coordinator's record of it.
     pub record: Vec<u8>,
 }
@@ -99,7 +107,7 @@ pub async fn save_transaction(
     client
         .execute(
             "SELECT minibroker.save_transaction($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-                                                $12, $13)",
+                                                $12, $13, $14, $15)",
             &[
                 &changed.transactional_id,
                 &tenure.run_id,
@@ -111,6 +119,8 @@ pub async fn save_transaction(
                 &changed.epoch,
                 &changed.state,
                 &changed.groups,
+                &changed.timeout_ms,
+                &changed.started_ms,
                 &changed.record,
                 &topics,
                 &partitions,
@@ -156,7 +166,7 @@ pub async fn end_transaction(
     let written = client
         .query_one(
             "SELECT minibroker.end_transaction($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,
-                                               $12, $13, $14, $15, $16, $17)",
+                                               $12, $13, $14, $15, $16, $17, $18)",
             &[
                 &completed.transactional_id,
                 &tenure.run_id,
@@ -167,6 +177,7 @@ pub async fn end_transaction(
                 &completed.producer_id,
                 &completed.epoch,
                 &completed.state,
+                &completed.timeout_ms,
                 &completed.record,
                 &ending.producer_id,
                 &ending.epoch,
@@ -236,7 +247,8 @@ pub async fn find_transaction(
 ) -> Result<Option<TransactionRow>, tokio_postgres::Error> {
     let row = client
         .query_opt(
-            "SELECT transactional_id, producer_id, epoch, state, groups, record
+            "SELECT transactional_id, producer_id, epoch, state, groups, timeout_ms, started_ms,
+                    record
              FROM minibroker.transactions WHERE transactional_id = $1",
             &[&transactional_id],
         )
@@ -253,7 +265,8 @@ pub async fn list_transactions(
 ) -> Result<Vec<TransactionRow>, tokio_postgres::Error> {
     let rows = client
         .query(
-            "SELECT transactional_id, producer_id, epoch, state, groups, record
+            "SELECT transactional_id, producer_id, epoch, state, groups, timeout_ms, started_ms,
+                    record
              FROM minibroker.transactions ORDER BY transactional_id",
             &[],
         )
@@ -286,6 +299,32 @@ fn transaction_row(row: &tokio_postgres::Row) -> TransactionRow {
         epoch: row.get(2),
         state: row.get(3),
         groups: row.get(4),
-        record: row.get(5),
+        timeout_ms: row.get(5),
+        started_ms: row.get(6),
+        record: row.get(7),
     }
+}
+
+/// The transactional ids whose ongoing transaction is past its timeout at `now_ms` and whose
+/// lease no broker holds: their coordinator is gone, and a live broker is to abort them.
+///
+/// # Errors
+/// PostgreSQL's error.
+pub async fn orphaned_transactions(
+    client: &impl GenericClient,
+    now_ms: i64,
+) -> Result<Vec<String>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT t.transactional_id FROM minibroker.transactions t
+             WHERE t.state = 'Ongoing' AND t.started_ms + t.timeout_ms < $1
+               AND NOT EXISTS (
+                   SELECT 1 FROM minibroker.coordinator_leases l
+                   WHERE l.key_type = 1 AND l.key = t.transactional_id
+                     AND l.expires > clock_timestamp())
+             ORDER BY t.transactional_id LIMIT 100",
+            &[&now_ms],
+        )
+        .await?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
 }

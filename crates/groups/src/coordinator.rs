@@ -836,6 +836,44 @@ impl GroupCoordinator {
         .await
     }
 
+    /// TxnOffsetCommit in a cluster: the offsets wait in the cluster's database for the end of
+    /// the transaction `(transactional id, producer id, epoch)`, which the database checks is
+    /// open and has added the group (this broker may coordinate the group and not the
+    /// transaction). The member, when given, must be current here and in the database. The
+    /// group's memory is not changed: an end settles the offsets in the database, where every
+    /// broker reads them.
+    ///
+    /// # Errors
+    /// [`GroupError::NotCoordinator`]; the member's refusal; the transaction's refusal (as a
+    /// storage error naming it when the database refused for another reason).
+    pub async fn commit_in_shared_transaction(
+        &self,
+        group_id: &str,
+        (transactional_id, producer_id, epoch): (&str, i64, i16),
+        (generation, member_id): (i32, &str),
+        offsets: Vec<(String, i32, i64, Option<String>)>,
+    ) -> Result<(), GroupError> {
+        let Some(shared) = self.shared.get() else {
+            return Err(GroupError::NotCoordinator);
+        };
+        if group_id.is_empty() {
+            return Err(GroupError::InvalidGroupId);
+        }
+        self.ensure_coordinator(group_id).await?;
+        let slot = self.find(group_id).ok_or(GroupError::NotCoordinator)?;
+        let checked = generation >= 0 || !member_id.is_empty();
+        if checked {
+            slot.lock()
+                .check_member(generation, member_id, Instant::now())?;
+        }
+        let write = SharedWrite::Pending {
+            transaction: (transactional_id.to_owned(), producer_id, epoch),
+            member: checked.then(|| (generation, member_id.to_owned())),
+            offsets: committed(&offsets, minibroker_records::now_millis()),
+        };
+        self.share_write(shared.as_ref(), &slot, write).await
+    }
+
     /// The end of `producer_id`'s transaction for the group: the offsets it committed in it
     /// become the group's (`commit`) or are dropped, durably before this returns. A group the
     /// transaction left nothing in is not touched.
@@ -935,7 +973,7 @@ impl GroupCoordinator {
         let removed = self
             .remove_if(group_id, |group| !group.has_members())
             .ok_or(GroupError::NonEmptyGroup)?;
-        self.remove_file(removed).await
+        self.remove_file(removed, Removal::Deleted).await
     }
 
     /// OffsetDelete: forgets `group_id`'s committed offsets of `partitions` (durably, with a
@@ -976,18 +1014,23 @@ impl GroupCoordinator {
     /// file.
     async fn remove_if_empty(&self, group_id: &str) -> Result<(), GroupError> {
         let file = self.remove_if(group_id, Group::is_empty).flatten();
-        self.remove_file(file).await
+        self.remove_file(file, Removal::Emptied).await
     }
 
-    /// Removes a removed group's file, if it had one, then frees its name; in a cluster,
-    /// removes the group from the cluster's database.
-    async fn remove_file(&self, kept: Option<Kept>) -> Result<(), GroupError> {
+    /// Removes a removed group's file, if it had one, then frees its name. In a cluster, a
+    /// group DeleteGroups removed goes from the cluster's database too; one that only emptied
+    /// here stays there: what this broker holds of it may not be all the database does (its
+    /// transactions' offsets are settled there).
+    async fn remove_file(&self, kept: Option<Kept>, removal: Removal) -> Result<(), GroupError> {
         let Some(Kept { file, epoch }) = kept else {
             return Ok(());
         };
         if let Some(shared) = self.shared.get() {
             // In a cluster the group's "file" is its id.
-            let removed = shared.write(&file, epoch, SharedWrite::Remove).await;
+            let removed = match removal {
+                Removal::Deleted => shared.write(&file, epoch, SharedWrite::Remove).await,
+                Removal::Emptied => Ok(()),
+            };
             self.forget_file(&file);
             return removed;
         }
@@ -1091,12 +1134,21 @@ impl GroupCoordinator {
                 continue;
             };
             count += 1;
-            if let Err(error) = self.remove_file(file).await {
+            if let Err(error) = self.remove_file(file, Removal::Emptied).await {
                 tracing::warn!(%error, group = id, "could not remove an expired group's offsets");
             }
         }
         count
     }
+}
+
+/// Why a group was removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Removal {
+    /// DeleteGroups.
+    Deleted,
+    /// It held nothing more here (or sat idle past the offsets' retention).
+    Emptied,
 }
 
 /// Where a removed group's offsets were kept: its file (in a cluster, its id) and the epoch of

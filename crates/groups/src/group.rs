@@ -619,7 +619,7 @@ impl Group {
     }
 
     /// A commit's member must be of the current generation, outside a rebalance's sync.
-    fn check_member(
+    pub(super) fn check_member(
         &mut self,
         generation: i32,
         member_id: &str,

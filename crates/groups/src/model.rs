@@ -105,6 +105,12 @@ pub enum GroupError {
     /// lease, or this one lost it); the client finds the coordinator again.
     #[error("this broker is not the group's coordinator")]
     NotCoordinator,
+    /// TxnOffsetCommit in a cluster: the producer's transactional id moved to a newer epoch.
+    #[error("the producer was fenced by a newer epoch of its transactional id")]
+    ProducerFenced,
+    /// TxnOffsetCommit in a cluster: no open transaction of the producer has added the group.
+    #[error("no open transaction of the producer has added the group")]
+    NotInTransaction,
     /// Committed offsets could not be written to disk.
     #[error("storage error: {0}")]
     Storage(#[source] StoreFailure),

@@ -62,6 +62,17 @@ pub enum SharedWrite {
     },
     /// Committed offsets forgotten (OffsetDelete).
     Forget(Vec<TopicPartition>),
+    /// Offsets committed in a transaction, kept pending until it ends: the database checks the
+    /// member (when given) and that the transaction `(transactional id, producer id, epoch)` is
+    /// open and has added the group.
+    Pending {
+        /// The transactional id, its producer id and epoch.
+        transaction: (String, i64, i16),
+        /// The committing member.
+        member: Option<(i32, String)>,
+        /// The offsets.
+        offsets: Vec<(TopicPartition, Committed)>,
+    },
     /// A new generation, or its assignment, or members gone.
     Membership(SharedMembership),
     /// The group is gone, with its offsets.

@@ -5,6 +5,7 @@
 //! answers what is read: committed offsets, the groups, a group's members.
 
 use minibroker_cluster::groups::{self, GroupWriteError};
+use minibroker_cluster::transactions::TransactionWriteError;
 use minibroker_cluster::{Database, GroupRow, KeyType, Leases, Member, Registration, StoredOffset};
 use minibroker_groups::{
     Claimed, Committed, GroupError, SharedFuture, SharedGroups, SharedWrite, TopicPartition,
@@ -97,6 +98,15 @@ impl ClusterGroups {
         Ok(groups::group_offsets(&*client, group_id).await?)
     }
 
+    /// The partitions with offsets of `group_id` waiting in an open transaction.
+    ///
+    /// # Errors
+    /// The database could not be asked.
+    pub async fn pending(&self, group_id: &str) -> Result<Vec<(String, i32)>, ClusterError> {
+        let client = self.database.client().await?;
+        Ok(minibroker_cluster::transactions::pending_partitions(&*client, group_id).await?)
+    }
+
     /// Every group of the cluster (without their members' bytes).
     ///
     /// # Errors
@@ -183,6 +193,35 @@ impl ClusterGroups {
                 groups::save_group(&*client, tenure, &row).await
             }
             SharedWrite::Remove => groups::remove_group(&*client, tenure, group_id).await,
+            SharedWrite::Pending {
+                transaction,
+                member,
+                offsets,
+            } => {
+                let stored: Vec<StoredOffset> = offsets.into_iter().map(stored_offset).collect();
+                let member = member
+                    .as_ref()
+                    .map(|(generation, id)| (*generation, id.as_str()));
+                let (id, producer_id, epoch) = &transaction;
+                let pending = minibroker_cluster::transactions::commit_pending_offsets(
+                    &*client,
+                    tenure,
+                    group_id,
+                    member,
+                    (id, *producer_id, *epoch),
+                    &stored,
+                )
+                .await;
+                return pending.map_err(|error| match error {
+                    TransactionWriteError::NotCoordinator => GroupError::NotCoordinator,
+                    TransactionWriteError::NotMember => GroupError::IllegalGeneration,
+                    TransactionWriteError::Fenced => GroupError::ProducerFenced,
+                    TransactionWriteError::NotInTransaction | TransactionWriteError::Changed => {
+                        GroupError::NotInTransaction
+                    }
+                    TransactionWriteError::Postgres(error) => storage(error),
+                });
+            }
         };
         written.map_err(|error| match error {
             GroupWriteError::NotCoordinator => GroupError::NotCoordinator,
@@ -211,7 +250,9 @@ impl SharedGroups for ClusterGroups {
     }
 }
 
-fn stored_offset(((topic, partition), committed): (TopicPartition, Committed)) -> StoredOffset {
+pub(crate) fn stored_offset(
+    ((topic, partition), committed): (TopicPartition, Committed),
+) -> StoredOffset {
     StoredOffset {
         topic,
         partition,
@@ -223,7 +264,7 @@ fn stored_offset(((topic, partition), committed): (TopicPartition, Committed)) -
 
 /// The database's failure as the group coordinator's storage error (retriable: the client
 /// asks again).
-fn storage(error: tokio_postgres::Error) -> GroupError {
+pub(crate) fn storage(error: tokio_postgres::Error) -> GroupError {
     GroupError::Storage(minibroker_groups::StoreFailure::new(
         "the cluster's database",
         std::io::Error::other(error),

@@ -70,6 +70,16 @@ pub enum ClusterError {
     /// A topic's settings were refused.
     #[error(transparent)]
     Refused(BrokerError),
+    /// A transactional id's record in the database does not read.
+    #[error(
+        "the cluster's record of transactional id {transactional_id:?} does not read: {reason}"
+    )]
+    Record {
+        /// The transactional id.
+        transactional_id: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// A broker's membership of its cluster, its committer and its copy.
@@ -82,6 +92,8 @@ pub struct ClusterLink {
     heartbeat: Mutex<Option<Heartbeat>>,
     /// Its consumer groups: leased, and kept in the database.
     groups: Arc<crate::cluster_groups::ClusterGroups>,
+    /// Its transactions: leased, and kept in the database.
+    transactions: Arc<crate::cluster_transactions::ClusterTransactions>,
     topics: Mutex<HashMap<String, SharedTopic>>,
     default_partitions: i32,
     cache_bytes: u64,
@@ -122,6 +134,13 @@ impl ClusterLink {
         let groups = Arc::new(crate::cluster_groups::ClusterGroups::new(
             &settings.url,
             window.connect_timeout,
+            Arc::clone(&leases),
+            heartbeat.registration().clone(),
+            settings.lease,
+        ));
+        let transactions = Arc::new(crate::cluster_transactions::ClusterTransactions::new(
+            &settings.url,
+            window.connect_timeout,
             leases,
             heartbeat.registration().clone(),
             settings.lease,
@@ -133,6 +152,7 @@ impl ClusterLink {
             committer: Committer::start(&settings.url, window),
             heartbeat: Mutex::new(Some(heartbeat)),
             groups,
+            transactions,
             topics: Mutex::default(),
             default_partitions: i32::try_from(settings.default_partitions).unwrap_or(i32::MAX),
             cache_bytes: settings.cache_bytes,
@@ -160,6 +180,12 @@ impl ClusterLink {
     #[must_use]
     pub fn groups(&self) -> &Arc<crate::cluster_groups::ClusterGroups> {
         &self.groups
+    }
+
+    /// Its transactions in the cluster: what any broker reads of them.
+    #[must_use]
+    pub fn transactions(&self) -> &Arc<crate::cluster_transactions::ClusterTransactions> {
+        &self.transactions
     }
 
     /// The cluster's topic `name`, created with the default partition count when `create`

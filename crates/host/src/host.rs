@@ -220,6 +220,10 @@ impl Host {
     pub async fn join_cluster(&self, settings: crate::ClusterSettings) -> Result<(), HostError> {
         let link = crate::ClusterLink::join(Arc::clone(self.node.broker()), settings).await?;
         self.node.groups().share(Arc::clone(link.groups()) as _);
+        self.node
+            .transactions()
+            .coordinator()
+            .share(Arc::clone(link.transactions()) as _);
         self.node.set_cluster(link);
         Ok(())
     }

@@ -14,6 +14,8 @@
 //!   what the cluster committed, which the core serves reads from.
 //! - [`ClusterGroups`] — a cluster broker's consumer groups: coordinated under their leases,
 //!   kept in the cluster's database.
+//! - [`ClusterTransactions`] — a cluster broker's transactions: each id under its lease, each
+//!   change a compare-and-set in the database, an end one database transaction.
 //! - [`Config`] — every section of the configuration file, gathered, and the connections'
 //!   [`minibroker_net::Limits`] read from it.
 //! - [`timings`] — request latencies per connection, summed for the metrics.
@@ -26,6 +28,7 @@
 pub mod access;
 mod cluster_groups;
 mod cluster_link;
+mod cluster_transactions;
 mod config;
 mod host;
 pub mod login;
@@ -35,6 +38,7 @@ pub mod tls;
 
 pub use cluster_groups::ClusterGroups;
 pub use cluster_link::{ByTime, ClusterError, ClusterLink, ClusterSettings, TopicHandle};
+pub use cluster_transactions::ClusterTransactions;
 pub use config::{ClientAuth, Config, NetConfig, SASL_MECHANISMS, SecurityProtocol};
 pub use host::{Host, HostError};
 pub use login::LoginCounts;

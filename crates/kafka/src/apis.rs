@@ -73,14 +73,22 @@ pub(crate) fn advertised_min(api: ApiKey, min: i16) -> i16 {
 /// requests, which are served too.
 pub(crate) const TRANSACTION_VERSION: i16 = 2;
 
+/// The transaction protocol a broker of a cluster finalizes: the older requests (AddPartitionsToTxn
+/// to the coordinator). Produce v12's implicit add needs the transaction's coordinator, which in a
+/// cluster is usually another broker than the partition's.
+pub(crate) const CLUSTER_TRANSACTION_VERSION: i16 = 1;
+
 /// The epoch of the finalized features: they never change while the broker runs.
 pub(crate) const FINALIZED_FEATURES_EPOCH: i64 = 1;
 
 /// The features ApiVersions advertises to a request of `version` (the fields exist from v3):
 /// supported `transaction.version` 0-2 (left out below v4, as Kafka leaves out features whose
 /// lowest version is 0 for clients that cannot read it, KAFKA-17492) and finalized at
-/// [`TRANSACTION_VERSION`].
-pub(crate) fn features(version: i16) -> (Vec<SupportedFeatureKey>, Vec<FinalizedFeatureKey>) {
+/// `finalized` ([`TRANSACTION_VERSION`], or [`CLUSTER_TRANSACTION_VERSION`] in a cluster).
+pub(crate) fn features(
+    version: i16,
+    finalized: i16,
+) -> (Vec<SupportedFeatureKey>, Vec<FinalizedFeatureKey>) {
     let name = || StrBytes::from_static_str("transaction.version");
     let supported = (version >= 4)
         .then(|| {
@@ -94,8 +102,8 @@ pub(crate) fn features(version: i16) -> (Vec<SupportedFeatureKey>, Vec<Finalized
     let finalized = vec![
         FinalizedFeatureKey::default()
             .with_name(name())
-            .with_min_version_level(TRANSACTION_VERSION)
-            .with_max_version_level(TRANSACTION_VERSION),
+            .with_min_version_level(finalized)
+            .with_max_version_level(finalized),
     ];
     (supported, finalized)
 }

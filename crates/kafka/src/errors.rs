@@ -84,9 +84,12 @@ pub(crate) fn coordinator_code(error: &CoordinatorError, fenced_is_90: bool) -> 
         // An add or end before any InitProducerId: the id maps to no producer.
         CoordinatorError::UnknownTransactionalId(_) => ResponseError::InvalidProducerIdMapping,
         // Retriable: the client asks again (a full disk or a failed write heals, or not).
-        CoordinatorError::Log(_) | CoordinatorError::ProducerId(_) => {
-            ResponseError::CoordinatorNotAvailable
-        }
+        CoordinatorError::Log(_)
+        | CoordinatorError::ProducerId(_)
+        | CoordinatorError::Shared(_) => ResponseError::CoordinatorNotAvailable,
+        // In a cluster: the client finds the coordinator again, or asks again.
+        CoordinatorError::NotCoordinator => ResponseError::NotCoordinator,
+        CoordinatorError::Changed => ResponseError::ConcurrentTransactions,
     }
 }
 
@@ -109,7 +112,9 @@ pub(crate) fn produce_add_code(error: &AddPartitionsError) -> ResponseError {
     match error {
         AddPartitionsError::Unknown(_) => ResponseError::UnknownTopicOrPartition,
         AddPartitionsError::Coordinator(
-            CoordinatorError::Log(_) | CoordinatorError::ProducerId(_),
+            CoordinatorError::Log(_)
+            | CoordinatorError::ProducerId(_)
+            | CoordinatorError::Shared(_),
         ) => ResponseError::NotEnoughReplicas,
         AddPartitionsError::Coordinator(error) => implicit_add_code(error, false),
     }
@@ -129,6 +134,8 @@ pub(crate) fn group_code(error: &GroupError) -> ResponseError {
         GroupError::GroupIdNotFound => ResponseError::GroupIdNotFound,
         GroupError::GroupSubscribedToTopic => ResponseError::GroupSubscribedToTopic,
         GroupError::NotCoordinator => ResponseError::NotCoordinator,
+        GroupError::ProducerFenced => ResponseError::InvalidProducerEpoch,
+        GroupError::NotInTransaction => ResponseError::InvalidTxnState,
         // Retriable: the client commits again.
         GroupError::Storage(_) => ResponseError::CoordinatorNotAvailable,
         GroupError::GroupFull(_) => ResponseError::GroupMaxSizeReached,

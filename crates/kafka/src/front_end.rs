@@ -106,7 +106,11 @@ impl KafkaFrontEnd {
             if api == ApiKey::ApiVersions {
                 // Kafka's answer to an ApiVersions it does not speak: v0, with the error and the
                 // versions it does speak, so the client can retry with one of them.
-                let answer = api_versions(ResponseError::UnsupportedVersion.code(), 0);
+                let answer = api_versions(
+                    ResponseError::UnsupportedVersion.code(),
+                    0,
+                    self.cluster.is_some(),
+                );
                 return encode(
                     out,
                     header.correlation_id,
@@ -229,7 +233,11 @@ impl KafkaFrontEnd {
         out: &mut BytesMut,
     ) -> Next {
         let answer = match request {
-            RequestKind::ApiVersions(_) => Ok(ResponseKind::ApiVersions(api_versions(0, version))),
+            RequestKind::ApiVersions(_) => Ok(ResponseKind::ApiVersions(api_versions(
+                0,
+                version,
+                self.cluster.is_some(),
+            ))),
             RequestKind::Metadata(request) => self
                 .metadata(request, version)
                 .await
@@ -297,9 +305,11 @@ impl KafkaFrontEnd {
             }
             RequestKind::DescribeTransactions(request) => self
                 .describe_transactions(&request, version)
+                .await
                 .map(ResponseKind::DescribeTransactions),
             RequestKind::ListTransactions(request) => self
                 .list_transactions(&request, version)
+                .await
                 .map(ResponseKind::ListTransactions),
             RequestKind::DescribeProducers(request) => self
                 .describe_producers(&request, version)
@@ -440,8 +450,9 @@ fn wrong_listener(out: &mut BytesMut) {
 }
 
 /// The ApiVersions answer to a request of `version`: every API and version implemented, and,
-/// from v3, the features finalized (see [`apis::features`]).
-fn api_versions(error_code: i16, version: i16) -> ApiVersionsResponse {
+/// from v3, the features finalized (see [`apis::features`]; a broker of a cluster, `in_cluster`,
+/// finalizes the older transaction protocol).
+fn api_versions(error_code: i16, version: i16, in_cluster: bool) -> ApiVersionsResponse {
     let api_keys = SUPPORTED
         .iter()
         .map(|(key, min, max)| {
@@ -451,7 +462,12 @@ fn api_versions(error_code: i16, version: i16) -> ApiVersionsResponse {
                 .with_max_version(*max)
         })
         .collect();
-    let (supported, finalized) = apis::features(version);
+    let transaction_version = if in_cluster {
+        apis::CLUSTER_TRANSACTION_VERSION
+    } else {
+        apis::TRANSACTION_VERSION
+    };
+    let (supported, finalized) = apis::features(version, transaction_version);
     ApiVersionsResponse::default()
         .with_error_code(error_code)
         .with_api_keys(api_keys)

@@ -20,10 +20,11 @@ use minibroker_storage::Storage;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use thiserror::Error;
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard, oneshot};
 
+use crate::shared::SharedTransactions;
 use crate::writer::LogWriter;
 use crate::{
     Change, EndEpoch, InitOutcome, Transaction, TransactionLog, TransactionLogError, TxnError,
@@ -92,6 +93,17 @@ pub enum CoordinatorError {
     /// No producer id could be issued.
     #[error("no producer id could be issued: {0}")]
     ProducerId(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// In a cluster: another broker coordinates the transactional id (or this one lost its
+    /// lease); the client finds the coordinator again.
+    #[error("this broker is not the transactional id's coordinator")]
+    NotCoordinator,
+    /// In a cluster: the id changed in the database since this broker read it (it lost the
+    /// lease and took it again); nothing changed, and the client asks again.
+    #[error("the transactional id changed in the cluster since it was read; retry")]
+    Changed,
+    /// In a cluster: the database could not be asked; nothing changed.
+    #[error("the cluster's database: {0}")]
+    Shared(String),
 }
 
 /// A budget of the broker's default `max_stored_bytes`, for a coordinator built alone.
@@ -114,6 +126,10 @@ pub struct TransactionCoordinator {
     limits: Limits,
     /// What the ids hold ([`Transaction::held_bytes`]) is charged here.
     budget: Arc<StorageBudget>,
+    /// In a cluster: where ids are leased and kept (set once, before the broker serves).
+    shared: OnceLock<Arc<dyn SharedTransactions>>,
+    /// In a cluster: the epoch of the lease under which each id in memory was read.
+    read_under: Mutex<HashMap<String, i64>>,
 }
 
 impl TransactionCoordinator {
@@ -130,6 +146,74 @@ impl TransactionCoordinator {
             writer,
             limits,
             budget: default_budget(),
+            shared: OnceLock::new(),
+            read_under: Mutex::default(),
+        }
+    }
+
+    /// Makes this the transaction coordinator of a broker of a cluster: an id is served only
+    /// under its lease, and every change of it is made in `shared` (see `shared`). Set before
+    /// the broker serves; a second call changes nothing.
+    pub fn share(&self, shared: Arc<dyn SharedTransactions>) {
+        let _already = self.shared.set(shared);
+    }
+
+    /// The cluster's side, when this coordinator is a cluster broker's.
+    #[must_use]
+    pub fn shared(&self) -> Option<&Arc<dyn SharedTransactions>> {
+        self.shared.get()
+    }
+
+    fn read_under(&self) -> MutexGuard<'_, HashMap<String, i64>> {
+        self.read_under
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// In a cluster, with `id`'s turn held: makes sure this broker holds the id's lease and has
+    /// the id as the database keeps it (read again whenever the lease is newly this broker's).
+    /// The lease's epoch; `None` on a broker of its own.
+    ///
+    /// # Errors
+    /// [`CoordinatorError::NotCoordinator`]; a storage error.
+    async fn ensure(&self, id: &str) -> Result<Option<i64>, CoordinatorError> {
+        let Some(shared) = self.shared.get() else {
+            return Ok(None);
+        };
+        let live = shared.epoch(id);
+        if live.is_some() && live == self.read_under().get(id).copied() {
+            return Ok(live);
+        }
+        let (epoch, found) = shared.claim(id).await?;
+        let mut ids = self.ids();
+        if let Some(old) = ids.remove(id) {
+            self.budget.release(old.held_bytes());
+        }
+        if let Some(found) = found {
+            // What the cluster keeps is taken whatever the budget: it was accepted once.
+            self.budget.charge(found.held_bytes());
+            ids.insert(id.to_owned(), found);
+        }
+        self.read_under().insert(id.to_owned(), epoch);
+        Ok(Some(epoch))
+    }
+
+    /// Takes transactional id `id` into this broker's care in a cluster, as a request for it
+    /// would (see [`SharedTransactions::orphaned`]).
+    ///
+    /// # Errors
+    /// As [`Self::ensure`].
+    pub async fn take_over(&self, id: &str) -> Result<(), CoordinatorError> {
+        let _turn = self.turn(id).await;
+        self.ensure(id).await.map(|_| ())
+    }
+
+    /// Forgets what this broker holds of `id` in a cluster: its lease turned out to be
+    /// another's, or the database holds something else; the next request reads it again.
+    fn forget_shared(&self, id: &str) {
+        self.read_under().remove(id);
+        if let Some(old) = self.ids().remove(id) {
+            self.budget.release(old.held_bytes());
         }
     }
 
@@ -202,6 +286,7 @@ impl TransactionCoordinator {
         change: impl FnOnce(&mut Transaction) -> Result<(T, Change), CoordinatorError>,
     ) -> Result<T, CoordinatorError> {
         let turn = self.turn(id).await;
+        self.ensure(id).await?;
         let mut copy = self
             .ids()
             .get(id)
@@ -219,6 +304,9 @@ impl TransactionCoordinator {
     /// shrank by released once it is kept. Settled by the writer thread, so a caller that stops
     /// waiting leaves the state as the log has it.
     async fn keep(&self, changed: Transaction, turn: Turn) -> Result<(), CoordinatorError> {
+        if let Some(shared) = self.shared.get() {
+            return self.keep_shared(shared.as_ref(), changed, turn).await;
+        }
         let before = self
             .ids()
             .get(changed.transactional_id())
@@ -273,6 +361,62 @@ impl TransactionCoordinator {
             .map_err(CoordinatorError::from)
     }
 
+    /// [`Self::keep`] in a cluster: `changed` is stored in the database in place of what this
+    /// broker holds of the id (a compare-and-set there), then here. A Prepare* goes no further
+    /// than memory: it is ended in the database at once, its markers and offsets with it, and
+    /// the id is kept Complete*.
+    async fn keep_shared(
+        &self,
+        shared: &dyn SharedTransactions,
+        changed: Transaction,
+        turn: Turn,
+    ) -> Result<(), CoordinatorError> {
+        let id = changed.transactional_id().to_owned();
+        let epoch = self
+            .read_under()
+            .get(&id)
+            .copied()
+            .ok_or(CoordinatorError::NotCoordinator)?;
+        let before = self.ids().get(&id).cloned();
+        let kept = if changed.state().is_preparing() {
+            let before = before.as_ref().ok_or(CoordinatorError::Changed)?;
+            let mut completed = changed.clone();
+            completed.complete(minibroker_records::now_millis())?;
+            shared
+                .end(epoch, before, &changed, &completed)
+                .await
+                .map(|()| completed)
+        } else {
+            shared
+                .save(epoch, before.as_ref(), &changed)
+                .await
+                .map(|()| changed)
+        };
+        let kept = match kept {
+            Ok(kept) => kept,
+            Err(error) => {
+                if matches!(
+                    error,
+                    CoordinatorError::NotCoordinator | CoordinatorError::Changed
+                ) {
+                    self.forget_shared(&id);
+                }
+                return Err(error);
+            }
+        };
+        let mut ids = self.ids();
+        let held_before = ids.get(&id).map_or(0, Transaction::held_bytes);
+        self.budget.release(held_before);
+        if kept.state() == TxnState::Dead {
+            ids.remove(&id);
+        } else {
+            self.budget.charge(kept.held_bytes());
+            ids.insert(id, kept);
+        }
+        drop(turn);
+        Ok(())
+    }
+
     /// InitProducerId for transactional id `id` with a timeout of `timeout_ms`; a producer id
     /// comes from `issue` when one is needed (a new or forgotten id, or an epoch run out).
     ///
@@ -303,6 +447,7 @@ impl TransactionCoordinator {
         }
         // The id's turn for the whole init, so it cannot change between the look and the write.
         let turn = self.turn(id).await;
+        self.ensure(id).await?;
         let current = self.ids().get(id).cloned();
         let new_id = if current
             .as_ref()
@@ -425,7 +570,7 @@ impl TransactionCoordinator {
     /// A storage error; the transactions fenced before it are returned by the next call too,
     /// as they are still to complete.
     pub async fn fence_timed_out(&self, now: i64) -> Result<Vec<Transaction>, CoordinatorError> {
-        let due = self.ids_where(|txn| txn.is_timed_out(now));
+        let due = self.ids_where(|txn| txn.is_timed_out(now) && self.leased(txn));
         let mut fenced = Vec::with_capacity(due.len());
         for id in due {
             fenced.push(
@@ -444,7 +589,8 @@ impl TransactionCoordinator {
     /// # Errors
     /// A storage error (the ids forgotten before it stay forgotten).
     pub async fn expire(&self, now: i64) -> Result<usize, CoordinatorError> {
-        let expired = self.ids_where(|txn| txn.is_expired(now, self.limits.expiration_ms));
+        let expired = self
+            .ids_where(|txn| txn.is_expired(now, self.limits.expiration_ms) && self.leased(txn));
         for id in &expired {
             self.apply(id, |txn| {
                 txn.forget(now)?;
@@ -453,6 +599,14 @@ impl TransactionCoordinator {
             .await?;
         }
         Ok(expired.len())
+    }
+
+    /// Whether this broker may change `txn` by itself: always on a broker of its own; in a
+    /// cluster, while it holds the id's lease (another broker's ids are its clock's).
+    fn leased(&self, txn: &Transaction) -> bool {
+        self.shared
+            .get()
+            .is_none_or(|shared| shared.epoch(txn.transactional_id()).is_some())
     }
 
     /// `id`'s transaction as it is now, if the id is known.

@@ -17,6 +17,9 @@
 //!   waiting together in one group (off the runtime).
 //! - [`TransactionService`] — the coordinator wired to the broker's partitions and groups, and
 //!   its clock (timeouts, unfinished ends, expiry); [`TransactionConfig`] its configuration.
+//! - [`SharedTransactions`] — the seam where a cluster's brokers share their transactions:
+//!   each id under its lease, each change a compare-and-set in the cluster's database, an end
+//!   (markers, offsets, Complete*) one database transaction.
 //! - [`ConnectionNumber`] — client connections in the order they were opened: an EndTxn from a
 //!   connection older than the one that began the open transaction is a delayed end of an
 //!   earlier one, and is refused (`openers`).
@@ -45,6 +48,7 @@ mod log;
 mod openers;
 mod record;
 mod service;
+mod shared;
 mod state;
 mod transaction;
 mod writer;
@@ -58,5 +62,6 @@ pub use log::{COMPACT_BYTES, FILE_NAME, TransactionLog, TransactionLogError};
 pub use openers::ConnectionNumber;
 pub use record::RecordError;
 pub use service::{AddPartitionsError, OffsetCommitError, TransactionCounts, TransactionService};
+pub use shared::{SharedFuture, SharedTransactions};
 pub use state::TxnState;
 pub use transaction::{Change, EndEpoch, InitOutcome, Transaction, TxnError};

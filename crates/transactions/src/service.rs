@@ -224,11 +224,10 @@ impl TransactionService {
         expected: Option<(i64, i16)>,
         timeout_ms: u64,
     ) -> Result<(i64, i16), CoordinatorError> {
-        let issue = || {
-            self.broker
-                .init_producer(None)
-                .map(|issued| issued.producer_id)
-        };
+        // In a cluster the id comes from the cluster's sequence, asked before the id's turn
+        // (it goes unused when the transactional id keeps its producer id).
+        let spare = self.spare_producer_id(true).await?;
+        let issue = || self.issue(spare);
         match self
             .coordinator
             .init_producer(id, expected, timeout_ms, issue, now_millis())
@@ -244,6 +243,8 @@ impl TransactionService {
         if !self.finish_by_id(id, Wait::Yes).await {
             return Err(TxnError::ConcurrentTransactions.into());
         }
+        let spare = self.spare_producer_id(true).await?;
+        let issue = || self.issue(spare);
         match self
             .coordinator
             .init_producer(id, None, timeout_ms, issue, now_millis())
@@ -251,6 +252,26 @@ impl TransactionService {
         {
             InitOutcome::Ready { producer_id, epoch } => Ok((producer_id, epoch)),
             InitOutcome::Fenced { .. } => Err(TxnError::ConcurrentTransactions.into()),
+        }
+    }
+
+    /// In a cluster, a producer id from the cluster's sequence when `wanted`, for
+    /// [`Self::issue`]; `None` on a broker of its own (its broker issues them).
+    async fn spare_producer_id(&self, wanted: bool) -> Result<Option<i64>, CoordinatorError> {
+        match self.coordinator.shared() {
+            Some(shared) if wanted => Ok(Some(shared.issue_producer_id().await?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// A new producer id: `spare` in a cluster, else one of the broker's.
+    fn issue(&self, spare: Option<i64>) -> Result<i64, BrokerError> {
+        match spare {
+            Some(producer_id) => Ok(producer_id),
+            None => self
+                .broker
+                .init_producer(None)
+                .map(|issued| issued.producer_id),
         }
     }
 
@@ -284,7 +305,10 @@ impl TransactionService {
             .await?;
         if let Some(txn) = self.coordinator.describe(id) {
             self.openers.added(&txn, via);
-            self.expect_batches(&txn, partitions.iter().cloned());
+            // In a cluster the partitions' expectation is the database's.
+            if self.coordinator.shared().is_none() {
+                self.expect_batches(&txn, partitions.iter().cloned());
+            }
         }
         Ok(())
     }
@@ -334,6 +358,14 @@ impl TransactionService {
         member: (i32, &str),
         offsets: Vec<(String, i32, i64, Option<String>)>,
     ) -> Result<(), OffsetCommitError> {
+        if self.coordinator.shared().is_some() {
+            // In a cluster this broker may be the group's coordinator and not the
+            // transaction's: the database checks the transaction, with the offsets kept.
+            self.groups
+                .commit_in_shared_transaction(group, (id, producer_id, epoch), member, offsets)
+                .await?;
+            return Ok(());
+        }
         let check = || {
             self.coordinator
                 .check_offsets_commit(id, producer_id, epoch, group)
@@ -376,11 +408,8 @@ impl TransactionService {
         }) {
             return Err(TxnError::LateEnd.into());
         }
-        let issue = || {
-            self.broker
-                .init_producer(None)
-                .map(|issued| issued.producer_id)
-        };
+        let spare = self.spare_producer_id(bump).await?;
+        let issue = || self.issue(spare);
         let prepared = self
             .coordinator
             .end(
@@ -392,6 +421,10 @@ impl TransactionService {
             )
             .await?;
         self.openers.ended(id);
+        if prepared.is_some() && self.coordinator.shared().is_some() {
+            // Ended in the database already, markers and offsets with it.
+            self.count_end(commit);
+        }
         if prepared.is_some() && !self.finish_by_id(id, Wait::Yes).await {
             return Err(TxnError::ConcurrentTransactions.into());
         }
@@ -477,14 +510,19 @@ impl TransactionService {
             tracing::warn!(transactional_id = id, %error, "a transaction was not completed");
             return false;
         }
+        self.count_end(commit);
+        tracing::debug!(transactional_id = id, commit, "transaction ended");
+        true
+    }
+
+    /// Counts a transaction ended with its markers.
+    fn count_end(&self, commit: bool) {
         let counter = if commit {
             &self.committed
         } else {
             &self.aborted
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(transactional_id = id, commit, "transaction ended");
-        true
     }
 
     /// Whether a marker refused with `error` needs no retry: its partition is gone, or a newer
@@ -499,8 +537,27 @@ impl TransactionService {
     /// One pass of the clock at `now`: aborts the transactions open past their timeout and
     /// finishes every Prepare* no task is finishing.
     pub async fn tick(&self, now: i64) {
+        if let Some(shared) = self.coordinator.shared() {
+            // In a cluster, the transactions whose coordinator died are this broker's to abort.
+            match shared.orphaned(now).await {
+                Ok(orphans) => {
+                    for id in orphans {
+                        if let Err(error) = self.coordinator.take_over(&id).await {
+                            tracing::debug!(transactional_id = id, %error, "an orphaned transaction was not taken over");
+                        }
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "could not look for orphaned transactions"),
+            }
+        }
         match self.coordinator.fence_timed_out(now).await {
             Ok(fenced) => {
+                if self.coordinator.shared().is_some() {
+                    // Ended in the database already.
+                    for _ in &fenced {
+                        self.count_end(false);
+                    }
+                }
                 for txn in &fenced {
                     tracing::info!(
                         transactional_id = txn.transactional_id(),

@@ -60,6 +60,7 @@ impl Cluster {
 }
 
 /// (partition, offset, value) triples of a script's summary.
+#[allow(dead_code)] // not every cluster test reads a summary's records
 pub fn triples(summary: &Value, key: &str) -> Vec<(u64, u64, String)> {
     summary[key]
         .as_array()

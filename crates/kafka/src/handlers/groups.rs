@@ -34,6 +34,7 @@ use std::time::Duration;
 use crate::KafkaFrontEnd;
 use crate::answer_room::{AnswerRoom, AnswerTooLarge};
 use crate::errors::{code_or_none, group_code};
+use minibroker_cluster::KeyType;
 use minibroker_security::{Operation, ResourceType};
 
 /// FindCoordinator's key type for a consumer group (1 is a transactional id).
@@ -61,16 +62,6 @@ impl KafkaFrontEnd {
                 .then(|| (error, ResponseError::to_string(&error)))
         };
         let refusal = match request.key_type {
-            TRANSACTION_KEY if self.cluster.is_some() => {
-                tracing::info!(
-                    "FindCoordinator: COORDINATOR_NOT_AVAILABLE: {}",
-                    super::shared::NO_TRANSACTIONS
-                );
-                Some((
-                    ResponseError::CoordinatorNotAvailable,
-                    super::shared::NO_TRANSACTIONS.to_owned(),
-                ))
-            }
             GROUP_KEY => denied(ResourceType::Group, ResponseError::GroupAuthorizationFailed),
             TRANSACTION_KEY => denied(
                 ResourceType::TransactionalId,
@@ -90,7 +81,12 @@ impl KafkaFrontEnd {
                 .with_port(-1);
         }
         if let Some(cluster) = &self.cluster {
-            return Self::shared_coordinator(cluster, &request.key).await;
+            let key_type = if request.key_type == TRANSACTION_KEY {
+                KeyType::Transaction
+            } else {
+                KeyType::Group
+            };
+            return Self::shared_coordinator(cluster, key_type, &request.key).await;
         }
         response
             .with_node_id(BrokerId(self.config.node_id))
@@ -355,9 +351,14 @@ impl KafkaFrontEnd {
                 .filter(|key| seen.insert(key.clone()))
                 .collect()
         });
-        let committed = match &self.cluster {
+        // v7's require_stable: a partition an open transaction has committed an offset of is
+        // answered UNSTABLE_OFFSET_COMMIT (the client asks again once it ends).
+        let require_stable = version >= 7 && request.require_stable;
+        let (committed, shared_pending) = match &self.cluster {
             Some(cluster) => {
-                match Self::shared_committed(cluster, &group, wanted.as_deref()).await {
+                match Self::shared_committed(cluster, &group, wanted.as_deref(), require_stable)
+                    .await
+                {
                     Ok(committed) => committed,
                     Err(error) => {
                         let refused = OffsetFetchResponse::default();
@@ -369,14 +370,15 @@ impl KafkaFrontEnd {
                     }
                 }
             }
-            None => self.groups.committed(&group, wanted.as_deref()),
+            None => (self.groups.committed(&group, wanted.as_deref()), None),
         };
         let mut room = AnswerRoom::new(self.config.max_answer_bytes, version);
         let mut answers: Vec<OffsetFetchResponseTopic> = Vec::new();
         let mut topic_at: HashMap<String, usize> = HashMap::new();
-        // v7's require_stable: a partition an open transaction has committed an offset of is
-        // answered UNSTABLE_OFFSET_COMMIT (the client asks again once it ends).
-        let require_stable = version >= 7 && request.require_stable;
+        let pending = |key: &TopicPartition| match &shared_pending {
+            Some(pending) => pending.contains(key),
+            None => self.groups.has_pending(&group, key),
+        };
         // As Kafka: a topic asked for that the principal may not describe is answered
         // TOPIC_AUTHORIZATION_FAILED; one not asked for is left out.
         let visible: HashMap<&str, bool> = committed
@@ -400,7 +402,7 @@ impl KafkaFrontEnd {
                     .with_metadata(Some(text("")))
                     .with_error_code(ResponseError::TopicAuthorizationFailed.code());
             }
-            if require_stable && self.groups.has_pending(&group, key) {
+            if require_stable && pending(key) {
                 return answer
                     .with_committed_offset(-1)
                     .with_metadata(Some(text("")))

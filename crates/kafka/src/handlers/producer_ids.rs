@@ -23,10 +23,6 @@ impl KafkaFrontEnd {
         match request.transactional_id.as_deref().map(|id| id.to_string()) {
             // As Kafka: an empty transactional id is a malformed request, not a transaction.
             Some(id) if id.is_empty() => return refused(ResponseError::InvalidRequest),
-            Some(id) if self.cluster.is_some() => {
-                tracing::info!(transactional_id = id, "{}", super::shared::NO_TRANSACTIONS);
-                return refused(ResponseError::InvalidRequest);
-            }
             Some(id) => {
                 return self
                     .init_transactional_producer(&id, &request, version)

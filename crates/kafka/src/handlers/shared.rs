@@ -2,9 +2,9 @@
 //! (`minibroker_host::ClusterLink`): Produce is judged and stored by the cluster's database,
 //! producer ids and topics are the cluster's, Metadata lists the live brokers. Reads are the
 //! same handlers as a single broker's: they read the broker's copy of what the cluster
-//! committed. Consumer groups are coordinated under leases (`shared_groups`). Transactions are
-//! not served in a cluster yet: FindCoordinator for a transactional id answers
-//! COORDINATOR_NOT_AVAILABLE, and a transactional producer is refused.
+//! committed. Consumer groups and transactional ids are coordinated under leases
+//! (`shared_groups`); a transactional batch is checked against its transaction in the database,
+//! under its partition's lock.
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::ResponseError;
@@ -29,10 +29,6 @@ use crate::deferred::DeferredProduce;
 use crate::front_end::KafkaFrontEnd;
 use crate::produce_wire::{self, PartitionAnswer, ProduceView};
 
-/// Why a broker of a cluster refuses transactions, for the answer and the log.
-pub(crate) const NO_TRANSACTIONS: &str =
-    "transactions are not served by a broker of a cluster yet: use an idempotent producer";
-
 impl KafkaFrontEnd {
     /// Serves a Produce (read from `frame`) on a broker of `cluster`: every partition's batch
     /// goes to the cluster's next window at once, and the answer's place in `out` is kept
@@ -46,22 +42,26 @@ impl KafkaFrontEnd {
         version: i16,
         out: &BytesMut,
     ) {
-        let mut gate = Gate::new(request, TransactionAllowance::default());
+        // A transactional request: may its principal write the transactional id (and, from
+        // Produce v12, the partitions its batches add themselves)? The partitions check the
+        // rest under their locks, in the database.
+        let allowance = if request.transactional_id.is_some() {
+            let batches: Vec<_> = request
+                .partitions
+                .iter()
+                .map(|data| Inspected::new(data.records.unwrap_or_default()))
+                .collect();
+            self.allow_transaction(request, &batches, version).await
+        } else {
+            TransactionAllowance::default()
+        };
+        let mut gate = Gate::new(request, allowance);
         let mut answers = Vec::with_capacity(request.partitions.len());
         let mut pending = Vec::new();
         for (at, data) in request.partitions.iter().enumerate() {
             let topic = request.topics[data.topic];
             let batch = Inspected::new(data.records.unwrap_or_default());
             let info = batch.as_ref().ok().map(|batch| *batch.info());
-            if request.transactional_id.is_some() {
-                tracing::info!(topic, "{NO_TRANSACTIONS}");
-                answers.push(refused(
-                    data.index,
-                    ResponseError::InvalidRequest,
-                    NO_TRANSACTIONS.to_owned(),
-                ));
-                continue;
-            }
             if let Some(info) = &info {
                 self.learn_producer_owner(cluster, info.producer_id).await;
             }

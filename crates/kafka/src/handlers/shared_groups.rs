@@ -1,5 +1,6 @@
 //! Consumer groups on a broker of a cluster (`minibroker_host::ClusterGroups`): FindCoordinator
-//! names the broker holding the group's lease (or the one the group hashes to, which takes it),
+//! names the broker holding the group's lease (or the one the group hashes to, which takes it;
+//! a transactional id's the same way),
 //! and what any broker is asked about a group (its committed offsets, the groups, a group's
 //! members) is read from the cluster's database, so it is the same through every broker. The
 //! requests of a group's members go to its coordinator's `minibroker_groups::GroupCoordinator`,
@@ -10,23 +11,21 @@ use kafka_protocol::messages::{BrokerId, FindCoordinatorResponse};
 use minibroker_cluster::KeyType;
 use minibroker_groups::{Committed, GroupDescription, GroupState, TopicPartition};
 use minibroker_host::ClusterLink;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::groups::text;
 use crate::front_end::KafkaFrontEnd;
 
 impl KafkaFrontEnd {
-    /// FindCoordinator for group `key` on a broker of `cluster`.
+    /// FindCoordinator for `key` (a group or a transactional id) on a broker of `cluster`.
     pub(crate) async fn shared_coordinator(
         cluster: &ClusterLink,
+        key_type: KeyType,
         key: &str,
     ) -> FindCoordinatorResponse {
-        let found = cluster.groups().coordinator(KeyType::Group, key).await;
+        let found = cluster.groups().coordinator(key_type, key).await;
         let refused = |message: String| {
-            tracing::info!(
-                group = key,
-                "FindCoordinator: COORDINATOR_NOT_AVAILABLE: {message}"
-            );
+            tracing::info!(key, "FindCoordinator: COORDINATOR_NOT_AVAILABLE: {message}");
             FindCoordinatorResponse::default()
                 .with_error_code(ResponseError::CoordinatorNotAvailable.code())
                 .with_error_message(Some(text(&message)))
@@ -44,12 +43,14 @@ impl KafkaFrontEnd {
     }
 
     /// Group `group_id`'s committed offsets of `wanted` (all of them when `None`), as the
-    /// cluster keeps them.
+    /// cluster keeps them; with `stable`, also the partitions with offsets waiting in an open
+    /// transaction.
     pub(crate) async fn shared_committed(
         cluster: &ClusterLink,
         group_id: &str,
         wanted: Option<&[TopicPartition]>,
-    ) -> Result<Vec<(TopicPartition, Committed)>, ResponseError> {
+        stable: bool,
+    ) -> Result<SharedCommitted, ResponseError> {
         let stored = cluster
             .groups()
             .offsets(group_id)
@@ -73,7 +74,17 @@ impl KafkaFrontEnd {
                 .filter_map(|key| found.remove(key).map(|c| (key.clone(), c)))
                 .collect();
         }
-        Ok(committed)
+        let pending = if stable {
+            let pending = cluster
+                .groups()
+                .pending(group_id)
+                .await
+                .map_err(unavailable)?;
+            Some(pending.into_iter().collect())
+        } else {
+            None
+        };
+        Ok((committed, pending))
     }
 
     /// Every group of the cluster: id, protocol type, state.
@@ -120,6 +131,13 @@ impl KafkaFrontEnd {
         Ok(described)
     }
 }
+
+/// A group's committed offsets, and the partitions with offsets waiting in an open transaction
+/// (when asked for).
+pub(crate) type SharedCommitted = (
+    Vec<(TopicPartition, Committed)>,
+    Option<HashSet<TopicPartition>>,
+);
 
 /// The cluster's database did not answer: the client asks again.
 fn unavailable(error: minibroker_host::ClusterError) -> ResponseError {

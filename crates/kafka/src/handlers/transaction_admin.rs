@@ -33,7 +33,7 @@ impl KafkaFrontEnd {
     /// DescribeTransactions v0: each id's state, producer, timeout, start and partitions (only
     /// of the topics the principal may describe, as Kafka answers); TRANSACTIONAL_ID_NOT_FOUND
     /// for one the coordinator does not know.
-    pub(crate) fn describe_transactions(
+    pub(crate) async fn describe_transactions(
         &self,
         request: &DescribeTransactionsRequest,
         version: i16,
@@ -45,10 +45,9 @@ impl KafkaFrontEnd {
                 .with_transactional_id(id.clone());
             let described_txn = if self.may(Operation::Describe, ResourceType::TransactionalId, id)
             {
-                self.transactions
-                    .coordinator()
-                    .describe(id)
-                    .ok_or(ResponseError::TransactionalIdNotFound)
+                self.transaction_of(id)
+                    .await
+                    .and_then(|found| found.ok_or(ResponseError::TransactionalIdNotFound))
             } else {
                 Err(ResponseError::TransactionalIdAuthorizationFailed)
             };
@@ -68,7 +67,7 @@ impl KafkaFrontEnd {
 
     /// ListTransactions v0-1: every transactional id, filtered by state, producer id and (v1)
     /// how long its transaction has run.
-    pub(crate) fn list_transactions(
+    pub(crate) async fn list_transactions(
         &self,
         request: &ListTransactionsRequest,
         version: i16,
@@ -88,7 +87,12 @@ impl KafkaFrontEnd {
         } else {
             -1
         };
-        let mut all = self.transactions.coordinator().all();
+        let mut all = match self.every_transaction().await {
+            Ok(all) => all,
+            Err(refusal) => {
+                return Ok(ListTransactionsResponse::default().with_error_code(refusal.code()));
+            }
+        };
         all.sort_by(|a, b| a.transactional_id().cmp(b.transactional_id()));
         let mut room = AnswerRoom::new(self.config.max_answer_bytes, version);
         let mut states = Vec::new();
@@ -120,6 +124,23 @@ impl KafkaFrontEnd {
         Ok(ListTransactionsResponse::default()
             .with_unknown_state_filters(unknown)
             .with_transaction_states(states))
+    }
+
+    /// Transactional id `id` as its coordinator keeps it: this broker's, or in a cluster the
+    /// database's, whichever broker coordinates it.
+    async fn transaction_of(&self, id: &str) -> Result<Option<Transaction>, ResponseError> {
+        match &self.cluster {
+            Some(cluster) => cluster.transactions().find(id).await.map_err(unavailable),
+            None => Ok(self.transactions.coordinator().describe(id)),
+        }
+    }
+
+    /// Every transactional id, as [`Self::transaction_of`] reads one.
+    async fn every_transaction(&self) -> Result<Vec<Transaction>, ResponseError> {
+        match &self.cluster {
+            Some(cluster) => cluster.transactions().all().await.map_err(unavailable),
+            None => Ok(self.transactions.coordinator().all()),
+        }
     }
 
     /// DescribeProducers v0: each partition's producers, with their open transaction's first
@@ -188,6 +209,12 @@ impl KafkaFrontEnd {
         }
         Ok(DescribeProducersResponse::default().with_topics(topics))
     }
+}
+
+/// The cluster's database did not answer: the client asks again.
+fn unavailable(error: minibroker_host::ClusterError) -> ResponseError {
+    tracing::warn!(%error, "transactions could not be read from the cluster's database");
+    ResponseError::CoordinatorNotAvailable
 }
 
 /// DescribeTransactions' answer for a known id, naming only the topics `visible` says the

@@ -159,6 +159,11 @@ impl KafkaFrontEnd {
             })
             .map(|t| t.name.0.as_str())
             .collect();
+        if let Some(cluster) = &self.cluster {
+            // The coordinator's copy may not hold a topic its producer writes through others.
+            let names: Vec<String> = topics.iter().map(|t| t.name.to_string()).collect();
+            self.hold_shared_topics(cluster, &names, false).await;
+        }
         let result = match partitions {
             _ if refusal.is_some() || !denied_topics.is_empty() => Ok(()),
             Some(partitions) => {

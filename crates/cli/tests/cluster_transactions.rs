@@ -1,0 +1,464 @@
+//! Transactions across a cluster of `minibroker serve --cluster` processes on a real
+//! PostgreSQL, driven by real clients (`tests/kafka/transactions.py`): confluent-kafka,
+//! kafka-python and aiokafka commit and abort through the cluster; a consume-transform-produce
+//! pipeline stays exactly-once through SIGKILLs of its processor and of its transaction
+//! coordinator's broker; a transaction whose coordinator died is aborted past its timeout by
+//! another broker.
+
+mod cluster_support;
+#[path = "../../cluster/tests/support/mod.rs"]
+mod postgres;
+mod support;
+
+use cluster_support::Cluster;
+use std::time::{Duration, Instant};
+use support::{ServeProcess, fill_source, free_addr, kafka_script, start_script, summary_of};
+
+fn script(args: &[&str]) -> serde_json::Value {
+    let output = kafka_script("transactions.py", args).output().unwrap();
+    summary_of(&output, &format!("transactions.py {args:?}"))
+}
+
+/// Three brokers of a new cluster, and their bootstrap list.
+fn three_brokers(cluster: &Cluster) -> (Vec<Option<ServeProcess>>, Vec<String>) {
+    let kafka: Vec<String> = (0..3).map(|_| free_addr()).collect();
+    let brokers = (0..3)
+        .map(|i| Some(cluster.broker(i as i32 + 1, &kafka[i])))
+        .collect();
+    (brokers, kafka)
+}
+
+#[test]
+fn three_clients_commit_and_abort_through_the_cluster() {
+    let cluster = Cluster::start();
+    let (_brokers, kafka) = three_brokers(&cluster);
+    let bootstrap = kafka.join(",");
+    for (client, topic) in [
+        ("confluent", "basics-c"),
+        ("kafka-python", "basics-kp"),
+        ("aiokafka", "basics-aio"),
+    ] {
+        let summary = script(&["basics", client, &bootstrap, topic]);
+        assert_eq!(summary["read_committed"], 12, "{client}: {summary}");
+        assert_eq!(
+            summary["after_commit"]["read_committed"], 15,
+            "{client}: {summary}"
+        );
+    }
+}
+
+/// The node id FindCoordinator names for transactional id `id` through `addr`.
+fn transaction_coordinator(addr: &str, id: &str) -> i32 {
+    use kafka_protocol::messages::{ApiKey, FindCoordinatorRequest, FindCoordinatorResponse};
+    let request = FindCoordinatorRequest::default()
+        .with_key(kafka_protocol::protocol::StrBytes::from_string(
+            id.to_owned(),
+        ))
+        .with_key_type(1);
+    let found: FindCoordinatorResponse = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let mut connection = minibroker_kafka_client::KafkaConnection::connect(addr)
+                .await
+                .unwrap();
+            connection
+                .call(ApiKey::FindCoordinator, 3, &request)
+                .await
+                .unwrap()
+        });
+    assert_eq!(found.error_code, 0, "{found:?}");
+    found.node_id.0
+}
+
+#[test]
+fn a_pipeline_is_exactly_once_through_killed_processors_and_a_killed_coordinator() {
+    let cluster = Cluster::start();
+    let (mut brokers, kafka) = three_brokers(&cluster);
+    let bootstrap = kafka.join(",");
+    fill_source(&bootstrap, "pipe-in", 300);
+    let started = Instant::now();
+
+    // The processor is killed mid-transaction, twice.
+    for die_after in ["25", "40"] {
+        let stuck = start_script(
+            "transactions.py",
+            &[
+                "process",
+                &bootstrap,
+                "pipe-in",
+                "pipe-out",
+                "processor",
+                die_after,
+            ],
+        );
+        assert!(
+            stuck.first_line.contains("mid_transaction"),
+            "{}",
+            stuck.first_line
+        );
+        let mut child = stuck.child;
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    // A processor stuck with a transaction open, and its coordinator's broker killed.
+    let stuck = start_script(
+        "transactions.py",
+        &[
+            "process",
+            &bootstrap,
+            "pipe-in",
+            "pipe-out",
+            "processor",
+            "30",
+        ],
+    );
+    assert!(
+        stuck.first_line.contains("mid_transaction"),
+        "{}",
+        stuck.first_line
+    );
+    let coordinator = transaction_coordinator(&kafka[0], "processor");
+    brokers[usize::try_from(coordinator - 1).unwrap()]
+        .take()
+        .unwrap()
+        .kill();
+    let mut child = stuck.child;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let live: Vec<&str> = (1..=3)
+        .filter(|node| *node != coordinator)
+        .map(|node| kafka[usize::try_from(node - 1).unwrap()].as_str())
+        .collect();
+    let live = live.join(",");
+
+    // A new processor on the live brokers: its InitProducerId meets the transaction open on the
+    // dead coordinator once its lease ran out, fences and aborts it, and goes on.
+    let rest = script(&["process", &live, "pipe-in", "pipe-out", "processor"]);
+    assert!(rest["produced"].as_u64().unwrap() < 300, "{rest}");
+    let output = script(&["check-output", &live, "pipe-in", "pipe-out", "300"]);
+    assert_eq!(output["duplicates"], 0, "{output}");
+    assert_eq!(output["read"], 300, "{output}");
+    assert_eq!(output["remaining"], 0, "{output}");
+    eprintln!("pipeline done in {:?}: {output}", started.elapsed());
+}
+
+#[test]
+fn a_coordinator_killed_between_an_end_and_its_answer_leaves_the_transaction_whole() {
+    const PARTITIONS: usize = 60;
+    let cluster = Cluster::start();
+    let (mut brokers, kafka) = three_brokers(&cluster);
+    let bootstrap = kafka.join(",");
+    let scratch = tempfile::tempdir().unwrap();
+    let go = scratch.path().join("go");
+    // One record in each of 60 partitions; the commit waits for the file `go`.
+    let ending = start_script(
+        "transactions.py",
+        &[
+            "produce-wide",
+            &bootstrap,
+            "wide",
+            "wide-txn",
+            &PARTITIONS.to_string(),
+            "commit",
+            go.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        ending.first_line.contains("ending"),
+        "{}",
+        ending.first_line
+    );
+    let coordinator = transaction_coordinator(&kafka[0], "wide-txn");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let holder = runtime.block_on(database(&cluster.postgres.url));
+    // The test holds partition 59's row: the end, once sent, waits there, with its request
+    // taken and its answer not yet given, while the coordinator's broker is killed.
+    runtime.block_on(async {
+        holder.batch_execute("BEGIN").await.unwrap();
+        holder
+            .execute(
+                "SELECT 1 FROM minibroker.partitions p JOIN minibroker.topics t USING (topic_id)
+                 WHERE t.name = 'wide' AND p.partition = 59 FOR UPDATE OF p",
+                &[],
+            )
+            .await
+            .unwrap();
+    });
+    std::fs::write(&go, "").unwrap();
+    let watcher = runtime.block_on(database(&cluster.postgres.url));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while runtime.block_on(ends_waiting(&watcher)) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the end never reached the database"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    brokers[usize::try_from(coordinator - 1).unwrap()]
+        .take()
+        .unwrap()
+        .kill();
+    runtime.block_on(holder.batch_execute("ROLLBACK")).unwrap();
+    let mut child = ending.child;
+    let _ = child.wait();
+    let live = kafka[usize::try_from(coordinator % 3).unwrap()].clone();
+    // A new instance of the transactional id fences the old one: its transaction is then
+    // either committed whole or aborted whole, never in part, and no LSO stays behind.
+    let fenced = script(&[
+        "produce-open",
+        &live,
+        "wide-next",
+        "wide-txn",
+        "1",
+        "commit",
+    ]);
+    assert_eq!(fenced["written"], 1, "{fenced}");
+    let read = script(&[
+        "read",
+        &live,
+        "wide",
+        &PARTITIONS.to_string(),
+        "read_committed",
+    ]);
+    let values = read["values"].as_array().unwrap().len();
+    assert!(
+        values == 0 || values == PARTITIONS,
+        "a torn transaction: {read}"
+    );
+    let stable = read["stable_offsets"].as_array().unwrap();
+    assert!(
+        stable.iter().all(|offset| offset.as_i64().unwrap() == 2),
+        "every partition holds the record and one marker: {read}"
+    );
+    eprintln!("the end killed in flight left {values} of {PARTITIONS} records committed");
+}
+
+/// A connection to the cluster's database at `url`.
+async fn database(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// How many ends of a transaction wait for a lock in the database.
+async fn ends_waiting(client: &tokio_postgres::Client) -> i64 {
+    client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE wait_event_type = 'Lock' AND query LIKE '%end_transaction%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[test]
+fn a_transaction_whose_coordinator_died_is_aborted_at_its_timeout_by_another_broker() {
+    let cluster = Cluster::start();
+    let (mut brokers, kafka) = three_brokers(&cluster);
+    let bootstrap = kafka.join(",");
+    // A transaction of 5 records left open, with a timeout of 3 s.
+    let open = start_script(
+        "transactions.py",
+        &[
+            "produce-open",
+            &bootstrap,
+            "orphan",
+            "orphan-txn",
+            "5",
+            "open",
+            "3000",
+        ],
+    );
+    let coordinator = transaction_coordinator(&kafka[0], "orphan-txn");
+    brokers[usize::try_from(coordinator - 1).unwrap()]
+        .take()
+        .unwrap()
+        .kill();
+    let mut child = open.child;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let live = kafka[usize::try_from(coordinator % 3).unwrap()].clone();
+    // The LSO moves on: nothing of the transaction is read_committed, and the partitions'
+    // stable offsets pass its abort.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let read = script(&["read", &live, "orphan", "3", "read_committed"]);
+        let stable: Vec<i64> = read["stable_offsets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|offset| offset.as_i64().unwrap())
+            .collect();
+        let values = read["values"].as_array().unwrap().len();
+        if stable.iter().sum::<i64>() > 5 {
+            assert_eq!(values, 0, "{read}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the orphaned transaction holds the LSO back: {read}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn the_transactional_checker_holds_on_three_brokers() {
+    let cluster = Cluster::start();
+    let (_brokers, kafka) = three_brokers(&cluster);
+    let output = std::process::Command::new(support::BIN)
+        .args(["check", "--kafka", &kafka.join(","), "--transactional"])
+        .args(["--producers", "2", "--records", "200", "--partitions", "2"])
+        .args(["--drop-response", "0.1", "--drop-request", "0.05"])
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{said}");
+    assert!(
+        said.contains("verdict: EXACTLY-ONCE HELD - all 400 acknowledged records"),
+        "{said}"
+    );
+    assert!(
+        said.contains("transactions                8   committed; 2 aborted"),
+        "{said}"
+    );
+}
+
+/// One request to the broker at `addr` on a connection of its own.
+fn call<R: kafka_protocol::protocol::Encodable, T: kafka_protocol::protocol::Decodable>(
+    addr: &str,
+    key: kafka_protocol::messages::ApiKey,
+    version: i16,
+    request: &R,
+) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let mut connection = minibroker_kafka_client::KafkaConnection::connect(addr)
+                .await
+                .unwrap();
+            connection.call(key, version, request).await.unwrap()
+        })
+}
+
+#[test]
+fn a_coordinator_stopped_past_its_lease_and_resumed_ends_no_transaction() {
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{
+        AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, EndTxnRequest,
+        EndTxnResponse, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest,
+        ProduceResponse, TopicName, TransactionalId,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let text = |value: &str| StrBytes::from_string(value.to_owned());
+    let cluster = Cluster::start();
+    let (brokers, kafka) = three_brokers(&cluster);
+    fill_source(&kafka[0], "held-out", 1);
+    let id = TransactionalId(text("held-txn"));
+
+    // A transaction begun at its coordinator: one batch written, then the coordinator stops.
+    let coordinator = transaction_coordinator(&kafka[0], "held-txn");
+    let at = usize::try_from(coordinator - 1).unwrap();
+    let init = InitProducerIdRequest::default()
+        .with_transactional_id(Some(id.clone()))
+        .with_transaction_timeout_ms(60_000);
+    let init: InitProducerIdResponse = call(&kafka[at], ApiKey::InitProducerId, 3, &init);
+    assert_eq!(init.error_code, 0, "{init:?}");
+    let (producer_id, epoch) = (init.producer_id, init.producer_epoch);
+    let add = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(id.clone())
+        .with_v3_and_below_producer_id(producer_id)
+        .with_v3_and_below_producer_epoch(epoch)
+        .with_v3_and_below_topics(vec![
+            AddPartitionsToTxnTopic::default()
+                .with_name(TopicName(text("held-out")))
+                .with_partitions(vec![0]),
+        ]);
+    let added: AddPartitionsToTxnResponse = call(&kafka[at], ApiKey::AddPartitionsToTxn, 3, &add);
+    let code = added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code;
+    assert_eq!(code, 0, "{added:?}");
+    let writer = minibroker_records::Writer {
+        producer_id: producer_id.0,
+        epoch,
+        base_sequence: 0,
+    };
+    let batch = minibroker_records::encode_transactional(
+        writer,
+        &[minibroker_records::NewRecord::value("zombie")],
+        0,
+    )
+    .unwrap();
+    let produce = ProduceRequest::default()
+        .with_transactional_id(Some(id.clone()))
+        .with_acks(-1)
+        .with_timeout_ms(5000)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(TopicName(text("held-out")))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(0)
+                        .with_records(Some(batch)),
+                ]),
+        ]);
+    let other = (at + 1) % 3;
+    let produced: ProduceResponse = call(&kafka[other], ApiKey::Produce, 9, &produce);
+    assert_eq!(produced.responses[0].partition_responses[0].error_code, 0);
+    signal(brokers[at].as_ref().unwrap().pid(), "STOP");
+    std::thread::sleep(Duration::from_millis(cluster_support::LEASE_MS * 2));
+
+    // Another broker takes the id over; resumed, the old coordinator is asked to commit.
+    let taken = transaction_coordinator(&kafka[other], "held-txn");
+    assert_ne!(taken, coordinator);
+    signal(brokers[at].as_ref().unwrap().pid(), "CONT");
+    let end = EndTxnRequest::default()
+        .with_transactional_id(id)
+        .with_producer_id(producer_id)
+        .with_producer_epoch(epoch)
+        .with_committed(true);
+    let ended: EndTxnResponse = call(&kafka[at], ApiKey::EndTxn, 3, &end);
+    assert_eq!(ended.error_code, 16, "NOT_COORDINATOR: {ended:?}");
+    // Nothing of it is committed: a read_committed consumer sees no record past the one the
+    // topic was filled with, and the transaction is still open at the new coordinator.
+    let read = script(&["read", &kafka[other], "held-out", "3", "read_committed"]);
+    assert_eq!(read["values"].as_array().unwrap().len(), 1, "{read}");
+    let described = std::process::Command::new(support::BIN)
+        .args([
+            "transactions",
+            "--kafka",
+            &kafka[other],
+            "describe",
+            "held-txn",
+        ])
+        .output()
+        .unwrap();
+    let described = String::from_utf8_lossy(&described.stdout).to_string();
+    assert!(described.contains("Ongoing"), "{described}");
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to process `pid`.
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
