@@ -9,8 +9,9 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::describe_producers_request::TopicRequest;
 use kafka_protocol::messages::{
     ApiKey, DescribeProducersRequest, DescribeProducersResponse, DescribeTransactionsRequest,
-    DescribeTransactionsResponse, InitProducerIdRequest, InitProducerIdResponse,
-    ListTransactionsRequest, ListTransactionsResponse, ProducerId, TopicName, TransactionalId,
+    DescribeTransactionsResponse, FindCoordinatorRequest, FindCoordinatorResponse,
+    InitProducerIdRequest, InitProducerIdResponse, ListTransactionsRequest,
+    ListTransactionsResponse, ProducerId, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use minibroker_kafka_client::KafkaConnection;
@@ -248,6 +249,28 @@ async fn partition_count(conn: &mut KafkaConnection, topic: &str) -> Result<i32>
     }
 }
 
+/// How often an abort looks for the id's coordinator again while it moves (a cluster's broker
+/// died and its lease has not run out yet).
+const COORDINATOR_TRIES: usize = 20;
+
+/// NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS: ask again.
+const MOVED: [i16; 3] = [16, 15, 14];
+
+/// The address of transactional id `id`'s coordinator, as the broker of `conn` names it.
+async fn coordinator_of(conn: &mut KafkaConnection, id: &str) -> Result<String> {
+    let request = FindCoordinatorRequest::default()
+        .with_key(text(id))
+        .with_key_type(1);
+    let found: FindCoordinatorResponse = conn.call(ApiKey::FindCoordinator, 3, &request).await?;
+    if found.error_code != 0 {
+        bail!(
+            "no coordinator for {id:?}: {}; try again",
+            minibroker_kafka_client::error_name(found.error_code)
+        );
+    }
+    Ok(format!("{}:{}", found.host, found.port))
+}
+
 async fn abort(conn: &mut KafkaConnection, id: &str, json_out: bool) -> Result<()> {
     let described: DescribeTransactionsResponse = conn
         .call(
@@ -270,7 +293,25 @@ async fn abort(conn: &mut KafkaConnection, id: &str, json_out: bool) -> Result<(
         .with_transaction_timeout_ms(before.transaction_timeout_ms)
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
-    let answer: InitProducerIdResponse = conn.call(ApiKey::InitProducerId, 4, &request).await?;
+    // The id's coordinator bumps the epoch: in a cluster, whichever broker holds its lease.
+    let mut answer = InitProducerIdResponse::default();
+    for _ in 0..COORDINATOR_TRIES {
+        // A coordinator that does not answer (a cluster's broker that died) is looked for again.
+        if let Ok(coordinator) =
+            KafkaConnection::connect(coordinator_of(conn, id).await?.as_str()).await
+        {
+            answer = coordinator
+                .with_client_id("minibroker-transactions")
+                .call(ApiKey::InitProducerId, 4, &request)
+                .await?;
+            if !MOVED.contains(&answer.error_code) {
+                break;
+            }
+        } else {
+            answer = answer.with_error_code(MOVED[0]);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
     if answer.error_code != 0 {
         bail!(
             "the broker refused: {}; try again",

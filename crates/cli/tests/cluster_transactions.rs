@@ -495,6 +495,42 @@ fn a_coordinator_stopped_past_its_lease_and_resumed_ends_no_transaction() {
         .unwrap();
     let described = String::from_utf8_lossy(&described.stdout).to_string();
     assert!(described.contains("Ongoing"), "{described}");
+
+    // An operator, through the broker that was stopped (not the id's coordinator now): the
+    // open transaction is listed, its producer seen holding the partition back, and aborted.
+    let operator = |args: &[&str]| {
+        let output = std::process::Command::new(support::BIN)
+            .args(["transactions", "--kafka", &kafka[at], "--json"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let listed = operator(&["list", "--state", "Ongoing"]);
+    assert!(listed.contains("held-txn"), "{listed}");
+    let producers = operator(&["producers", "--topic", "held-out"]);
+    assert!(
+        producers.contains(&format!("\"producer_id\":{}", producer_id.0)),
+        "{producers}"
+    );
+    // The topic was filled in a transaction of its own: a record and its marker, then this one.
+    assert!(
+        producers.contains("\"open_transaction_from\":2"),
+        "{producers}"
+    );
+    let aborted = operator(&["abort", "held-txn"]);
+    assert!(aborted.contains("\"was\":\"Ongoing\""), "{aborted}");
+    let read = script(&["read", &kafka[at], "held-out", "3", "read_committed"]);
+    assert_eq!(read["values"].as_array().unwrap().len(), 1, "{read}");
+    assert_eq!(
+        read["stable_offsets"][0], 4,
+        "past the record and the abort: {read}"
+    );
 }
 
 /// Sends `signal` (`STOP`, `CONT`) to process `pid`.

@@ -50,8 +50,8 @@ pub use produce::{
 };
 pub use producer_ids::{issue_producer_id, next_producer_id, producer_owner};
 pub use reads::{
-    PartitionEnds, StoredBatch, batch_of_max_timestamp, batches_from, first_batch_since,
-    partition_ends, tail_start,
+    PartitionEnds, ProducerRow, StoredBatch, batch_of_max_timestamp, batches_from,
+    first_batch_since, partition_ends, producer_rows, tail_start,
 };
 pub use schema::{SCHEMA_VERSION, SchemaError, migrate, migrate_to};
 pub use topics::{

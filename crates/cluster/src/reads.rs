@@ -174,3 +174,44 @@ pub async fn tail_start(
         .await?;
     Ok(row.get(0))
 }
+
+/// One producer of a partition, as DescribeProducers shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerRow {
+    /// Its id.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub epoch: i16,
+    /// The last sequence of its newest batch here, if it has one.
+    pub last_sequence: Option<i32>,
+    /// Its newest batch's timestamp (ms).
+    pub last_timestamp: i64,
+}
+
+/// The producers of `topic_id`/`partition`, by producer id.
+///
+/// # Errors
+/// PostgreSQL's error.
+pub async fn producer_rows(
+    client: &impl GenericClient,
+    topic_id: i64,
+    partition: i32,
+) -> Result<Vec<ProducerRow>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT producer_id, epoch, last_sequences[1], last_timestamp
+             FROM minibroker.producer_states
+             WHERE topic_id = $1 AND partition = $2 ORDER BY producer_id",
+            &[&topic_id, &partition],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|row| ProducerRow {
+            producer_id: row.get(0),
+            epoch: row.get(1),
+            last_sequence: row.get(2),
+            last_timestamp: row.get(3),
+        })
+        .collect())
+}

@@ -496,6 +496,32 @@ impl ClusterLink {
         Ok(Some(batches))
     }
 
+    /// The producers of `topic`/`partition` as the cluster's rule holds them (DescribeProducers
+    /// through any broker: a copy places batches without the rule). `None` for a partition the
+    /// cluster does not have.
+    ///
+    /// # Errors
+    /// The database could not be asked.
+    pub async fn producers(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<Option<Vec<minibroker_cluster::ProducerRow>>, ClusterError> {
+        let Some(shared) = self.topic(topic, false).await? else {
+            return Ok(None);
+        };
+        let Ok(index) = i32::try_from(partition) else {
+            return Ok(None);
+        };
+        if index >= shared.partitions {
+            return Ok(None);
+        }
+        let client = self.database.client().await?;
+        Ok(Some(
+            minibroker_cluster::producer_rows(&*client, shared.id, index).await?,
+        ))
+    }
+
     /// The offset and timestamp of the record of `topic`/`partition` that `wanted` names
     /// (ListOffsets by time), found in the database, which holds what the copy no longer does.
     ///

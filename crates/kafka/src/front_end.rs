@@ -313,6 +313,7 @@ impl KafkaFrontEnd {
                 .map(ResponseKind::ListTransactions),
             RequestKind::DescribeProducers(request) => self
                 .describe_producers(&request, version)
+                .await
                 .map(ResponseKind::DescribeProducers),
             RequestKind::CreateTopics(request) => Ok(ResponseKind::CreateTopics(
                 self.create_topics(request, version).await,

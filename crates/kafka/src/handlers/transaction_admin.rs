@@ -143,9 +143,76 @@ impl KafkaFrontEnd {
         }
     }
 
+    /// The producers of `topic`/`partition`, with their open transaction's first offset: this
+    /// broker's rule's, or in a cluster the database's (the open transactions are the copy's,
+    /// which places every marker).
+    async fn producers_of(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<Vec<ProducerState>, (ResponseError, String)> {
+        let refused = |error: minibroker_broker::BrokerError| (code_of(&error), error.to_string());
+        // Each producer as (id, epoch, last sequence, last timestamp).
+        let producers: Vec<(i64, i16, i32, i64)> = match &self.cluster {
+            None => self
+                .broker
+                .producers(topic, partition)
+                .map_err(refused)?
+                .into_iter()
+                .map(|view| {
+                    let entry = &view.entry;
+                    let last = entry.last_sequence().unwrap_or(-1);
+                    (
+                        view.producer_id,
+                        entry.epoch(),
+                        last,
+                        entry.last_timestamp(),
+                    )
+                })
+                .collect(),
+            // Read first: it brings the topic into this broker's copy.
+            Some(cluster) => match cluster.producers(topic, partition).await {
+                Ok(Some(rows)) => rows
+                    .into_iter()
+                    .map(|row| {
+                        let last = row.last_sequence.unwrap_or(-1);
+                        (row.producer_id, row.epoch, last, row.last_timestamp)
+                    })
+                    .collect(),
+                Ok(None) => {
+                    return Err((
+                        ResponseError::UnknownTopicOrPartition,
+                        format!("topic {topic:?} partition {partition} is not in the cluster"),
+                    ));
+                }
+                Err(error) => {
+                    return Err((ResponseError::CoordinatorNotAvailable, error.to_string()));
+                }
+            },
+        };
+        let open: BTreeMap<i64, i64> = self
+            .broker
+            .open_transactions(topic, partition)
+            .map_err(refused)?
+            .into_iter()
+            .collect();
+        Ok(producers
+            .into_iter()
+            .map(|(producer_id, epoch, last_sequence, last_timestamp)| {
+                ProducerState::default()
+                    .with_producer_id(ProducerId(producer_id))
+                    .with_producer_epoch(i32::from(epoch))
+                    .with_last_sequence(last_sequence)
+                    .with_last_timestamp(last_timestamp)
+                    .with_coordinator_epoch(0)
+                    .with_current_txn_start_offset(open.get(&producer_id).copied().unwrap_or(-1))
+            })
+            .collect())
+    }
+
     /// DescribeProducers v0: each partition's producers, with their open transaction's first
     /// offset (-1 when none is open).
-    pub(crate) fn describe_producers(
+    pub(crate) async fn describe_producers(
         &self,
         request: &DescribeProducersRequest,
         version: i16,
@@ -167,37 +234,21 @@ impl KafkaFrontEnd {
                     );
                     continue;
                 }
-                let described = partition_index(&topic.name, index).and_then(|partition| {
-                    let producers = self.broker.producers(&topic.name, partition)?;
-                    let open = self.broker.open_transactions(&topic.name, partition)?;
-                    Ok((producers, open))
-                });
+                let described = match partition_index(&topic.name, index) {
+                    Ok(partition) => self.producers_of(&topic.name, partition).await,
+                    Err(error) => Err((code_of(&error), error.to_string())),
+                };
                 let answer = match described {
-                    Ok((producers, open)) => {
-                        let open: BTreeMap<i64, i64> = open.into_iter().collect();
+                    Ok(producers) => {
                         let mut active = Vec::with_capacity(producers.len());
-                        for view in producers {
-                            active.push(
-                                room.keep(
-                                    ProducerState::default()
-                                        .with_producer_id(ProducerId(view.producer_id))
-                                        .with_producer_epoch(i32::from(view.entry.epoch()))
-                                        .with_last_sequence(
-                                            view.entry.last_sequence().unwrap_or(-1),
-                                        )
-                                        .with_last_timestamp(view.entry.last_timestamp())
-                                        .with_coordinator_epoch(0)
-                                        .with_current_txn_start_offset(
-                                            open.get(&view.producer_id).copied().unwrap_or(-1),
-                                        ),
-                                )?,
-                            );
+                        for producer in producers {
+                            active.push(room.keep(producer)?);
                         }
                         answer.with_active_producers(active)
                     }
-                    Err(error) => answer
-                        .with_error_code(code_of(&error).code())
-                        .with_error_message(Some(text(&error.to_string()))),
+                    Err((code, message)) => answer
+                        .with_error_code(code.code())
+                        .with_error_message(Some(text(&message))),
                 };
                 partitions.push(answer);
             }
