@@ -542,3 +542,43 @@ fn signal(pid: u32, signal: &str) {
         .unwrap();
     assert!(status.success());
 }
+
+#[test]
+fn bench_transactional_measures_transactions_through_the_cluster_in_one_run() {
+    let cluster = Cluster::start();
+    let output = std::process::Command::new(support::BIN)
+        .args([
+            "bench",
+            "--cluster",
+            &cluster.postgres.url,
+            "--transactional",
+        ])
+        .args([
+            "--duration",
+            "0.3",
+            "--connections",
+            "2",
+            "--pairs",
+            "1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(
+        report["transactional_over_idempotent"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    assert!(
+        report["read_committed_over_read_uncommitted"]
+            .as_f64()
+            .unwrap()
+            > 0.0,
+        "{report}"
+    );
+}

@@ -17,7 +17,7 @@ use super::raw_inserts::RawInserts;
 use super::{Measured, embedded_config, json_report, start_baseline, text_report};
 
 /// Brokers of the larger cluster measured.
-const BROKERS: i32 = 3;
+pub(super) const BROKERS: i32 = 3;
 
 /// What `bench --cluster` measures with.
 pub struct Settings {
@@ -37,17 +37,18 @@ pub struct Settings {
     pub json: bool,
 }
 
-pub fn run(settings: &Settings) -> Result<()> {
-    let sides = Pinned::new()?;
-    let window = WindowSettings {
-        flush: settings.flush,
-        ..WindowSettings::default()
-    };
-    let mut config = embedded_config(settings.workload.partitions, Some(16 << 30));
-    config.broker.retention_bytes = settings.retention_bytes;
+/// Brokers 1 to `count` of the cluster on `url`, each on the server's core with `config`,
+/// gathering batches over `flush`: each with its Kafka address.
+pub(super) fn start_brokers(
+    sides: &Pinned,
+    url: &str,
+    config: &minibroker_host::Config,
+    flush: Duration,
+    count: i32,
+) -> Result<Vec<(Host, String)>> {
     let mut brokers = Vec::new();
-    for node_id in 1..=BROKERS {
-        let (config, url) = (config.clone(), settings.url.clone());
+    for node_id in 1..=count {
+        let (config, url) = (config.clone(), url.to_owned());
         brokers.push(sides.on_server(async move {
             let host = Host::start(&config)?;
             let addr = minibroker_kafka::serve_on_loopback(&host).await?;
@@ -59,7 +60,7 @@ pub fn run(settings: &Settings) -> Result<()> {
             host.join_cluster(ClusterSettings {
                 url,
                 member,
-                flush: window.flush,
+                flush,
                 lease: Duration::from_secs(9),
                 default_partitions: config.broker.default_partitions,
                 cache_bytes: config.net.cluster_cache_bytes,
@@ -68,6 +69,18 @@ pub fn run(settings: &Settings) -> Result<()> {
             anyhow::Ok((host, addr.to_string()))
         })??);
     }
+    Ok(brokers)
+}
+
+pub fn run(settings: &Settings) -> Result<()> {
+    let sides = Pinned::new()?;
+    let window = WindowSettings {
+        flush: settings.flush,
+        ..WindowSettings::default()
+    };
+    let mut config = embedded_config(settings.workload.partitions, Some(16 << 30));
+    config.broker.retention_bytes = settings.retention_bytes;
+    let brokers = start_brokers(&sides, &settings.url, &config, window.flush, BROKERS)?;
     // The same transaction cadence: a baseline for n brokers inserts through n committers'
     // worth of windows, each gathering the connections that go to it.
     let mut baselines = Vec::new();

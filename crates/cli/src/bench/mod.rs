@@ -112,9 +112,10 @@ pub struct Args {
     /// With --data-dir: always, interval:<ms> or os.
     #[arg(long, default_value = "always", requires = "data_dir")]
     flush: minibroker_broker::FlushPolicy,
-    /// What transactions cost, on an embedded broker's Kafka listener: transactional producers
-    /// committing every --commit-interval-ms against idempotent ones (records/s), and
-    /// read_committed reads of a topic of transactions against read_uncommitted ones.
+    /// What transactions cost, on an embedded broker's Kafka listener (with --cluster, through
+    /// three brokers of a cluster): transactional producers committing every
+    /// --commit-interval-ms against idempotent ones (records/s), and read_committed reads of a
+    /// topic of transactions against read_uncommitted ones.
     #[arg(long, conflicts_with_all = ["broker", "baseline", "memory", "compare_metrics"])]
     transactional: bool,
     /// What TLS costs on the Kafka path: the workload on an embedded broker's plain Kafka
@@ -130,7 +131,7 @@ pub struct Args {
     /// PostgreSQL database (postgresql://USER@HOST:PORT/DB), started in this process, each
     /// against the same batches inserted into the database with the same transaction cadence
     /// and no rule.
-    #[arg(long, value_name = "URL", conflicts_with_all = ["broker", "baseline", "memory", "data_dir", "compare_metrics", "transactional", "tls", "compaction"])]
+    #[arg(long, value_name = "URL", conflicts_with_all = ["broker", "baseline", "memory", "data_dir", "compare_metrics", "tls", "compaction"])]
     cluster: Option<String>,
     /// With --cluster: how long the brokers (and the baseline) gather batches per transaction.
     #[arg(long, default_value_t = 2, requires = "cluster")]
@@ -163,9 +164,17 @@ pub async fn run(args: Args) -> Result<()> {
             in_flight: args.in_flight,
             duration: Duration::from_secs_f64(args.duration.max(0.1)),
             commit_interval: Duration::from_millis(args.commit_interval_ms.max(1)),
-            transaction_version: args.transaction_version,
+            // A cluster finalizes the older protocol (Produce v12's add needs the coordinator).
+            transaction_version: if args.cluster.is_some() {
+                1
+            } else {
+                args.transaction_version
+            },
             pairs: args.pairs,
             durable: args.data_dir.map(|dir| (dir, args.flush)),
+            cluster: args
+                .cluster
+                .map(|url| (url, Duration::from_millis(args.cluster_flush_ms.max(1)))),
             json: args.json,
         })
         .await;

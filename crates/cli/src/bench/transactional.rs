@@ -17,6 +17,11 @@
 //!
 //! As on `bench`'s main path, the broker runs on a core of its own and the producers and
 //! readers on the other (`pairs`), and the report ends with the machine's steal time.
+//!
+//! With `--cluster URL`, the same through three brokers of a cluster on that database (all on
+//! the server's core): idempotent producers take the brokers in turn, and each transactional
+//! producer talks to its transactional id's coordinator, as clients do; the transaction
+//! protocol is 1, the one a cluster finalizes.
 
 use anyhow::{Context, Result, bail};
 use bytes::{Bytes, BytesMut};
@@ -25,8 +30,9 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, BrokerId, EndTxnRequest,
-    EndTxnResponse, FetchRequest, FetchResponse, InitProducerIdRequest, InitProducerIdResponse,
-    ProduceRequest, ProduceResponse, ProducerId, TopicName, TransactionalId,
+    EndTxnResponse, FetchRequest, FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse,
+    InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
+    TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use minibroker_broker::FlushPolicy;
@@ -65,8 +71,43 @@ pub struct Settings {
     /// folder (cleared first, deleted after) under this flush policy, its transaction
     /// coordinator's log included; in memory otherwise.
     pub durable: Option<(PathBuf, FlushPolicy)>,
+    /// With `--cluster`: the database, and how long its brokers gather batches.
+    pub cluster: Option<(String, Duration)>,
     /// Print JSON.
     pub json: bool,
+}
+
+/// What the bench measures: one embedded broker, or the brokers of a cluster.
+enum Brokers {
+    Embedded(EmbeddedBroker),
+    Cluster(Vec<(minibroker_host::Host, String)>),
+}
+
+impl Brokers {
+    /// Their Kafka addresses.
+    fn addrs(&self, embedded: &str) -> Vec<String> {
+        match self {
+            Self::Embedded(_) => vec![embedded.to_owned()],
+            Self::Cluster(brokers) => brokers.iter().map(|(_, addr)| addr.clone()).collect(),
+        }
+    }
+
+    /// Creates topic `name` of `partitions` partitions.
+    async fn create_topic(&self, name: &str, partitions: u32) -> Result<()> {
+        match self {
+            Self::Embedded(broker) => Ok(broker.broker.create_topic(name, partitions)?),
+            Self::Cluster(brokers) => {
+                let cluster = brokers[0]
+                    .0
+                    .node()
+                    .cluster()
+                    .context("a cluster's broker")?;
+                let partitions = i32::try_from(partitions)?;
+                cluster.create_topic(name, partitions, &[]).await?;
+                Ok(())
+            }
+        }
+    }
 }
 
 /// Produce before KIP-890 part 2, and with it (a transactional batch adds its own partition).
@@ -100,11 +141,25 @@ fn run_pinned(settings: &Settings) -> Result<()> {
         }
         None => None,
     };
-    let (broker, kafka) = sides.on_server(async move {
-        let broker = EmbeddedBroker::start(config).await?;
-        let kafka = minibroker_kafka::serve_on_loopback(&broker.host).await?;
-        anyhow::Ok((broker, kafka.to_string()))
-    })??;
+    let (broker, kafka) = match &settings.cluster {
+        Some((url, flush)) => {
+            let brokers = super::cluster::start_brokers(
+                &sides,
+                url,
+                &config,
+                *flush,
+                super::cluster::BROKERS,
+            )?;
+            let kafka = brokers[0].1.clone();
+            (Brokers::Cluster(brokers), kafka)
+        }
+        None => sides.on_server(async move {
+            let broker = EmbeddedBroker::start(config).await?;
+            let kafka = minibroker_kafka::serve_on_loopback(&broker.host).await?;
+            anyhow::Ok((Brokers::Embedded(broker), kafka.to_string()))
+        })??,
+    };
+    let addrs = broker.addrs(&kafka);
     if !settings.json {
         println!(
             "workload: {} producer(s) x {} in flight, {} record(s) of {} B per request, {} partition(s), commit every {} ms, transaction version {}",
@@ -116,12 +171,16 @@ fn run_pinned(settings: &Settings) -> Result<()> {
             settings.commit_interval.as_millis(),
             settings.transaction_version
         );
+        if let Some((url, _)) = &settings.cluster {
+            println!("  through {} brokers of the cluster on {url}", addrs.len());
+        }
         match &settings.durable {
             Some((dir, flush)) => println!(
                 "  durable in {}, flush {flush}",
                 dir.join("bench-transactional").display()
             ),
-            None => println!("  in memory"),
+            None if settings.cluster.is_none() => println!("  in memory"),
+            None => {}
         }
     }
     let cpu_at_start = super::steal::CpuTimes::now();
@@ -135,8 +194,8 @@ fn run_pinned(settings: &Settings) -> Result<()> {
             ];
             for (slot, (transactions, short, name)) in sides.into_iter().enumerate() {
                 let topic = format!("bench-{short}-{round}");
-                broker.broker.create_topic(&topic, settings.partitions)?;
-                rates[slot] = produce_phase(&kafka, &topic, settings, transactions, round).await?;
+                broker.create_topic(&topic, settings.partitions).await?;
+                rates[slot] = produce_phase(&addrs, &topic, settings, transactions, round).await?;
                 if !settings.json {
                     let rate = rates[slot];
                     println!("  {name:<14} round {round}: {rate:>12.0} records/s");
@@ -148,7 +207,14 @@ fn run_pinned(settings: &Settings) -> Result<()> {
         anyhow::Ok((produce, reads))
     });
     let steal = super::steal::steal_percent(cpu_at_start);
-    sides.on_server(async move { broker.stop().await })??;
+    match broker {
+        Brokers::Embedded(broker) => sides.on_server(async move { broker.stop().await })??,
+        Brokers::Cluster(brokers) => {
+            for (host, _) in brokers {
+                sides.on_server(host.stop())??;
+            }
+        }
+    }
     if let Some(dir) = &dir {
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -188,8 +254,11 @@ fn run_pinned(settings: &Settings) -> Result<()> {
             uncommitted * 1e3,
             committed * 1e3
         );
+        // A cluster's commit is a database transaction (its markers, its state) where one
+        // broker's is a write to its own log.
+        let target = if settings.cluster.is_some() { 0.8 } else { 0.9 };
         println!(
-            "transactional / idempotent records/s, median (lowest-highest) of {} pairs: {produce_ratios} (target >= 0.9)",
+            "transactional / idempotent records/s, median (lowest-highest) of {} pairs: {produce_ratios} (target >= {target})",
             produce.len()
         );
         println!(
@@ -203,9 +272,11 @@ fn run_pinned(settings: &Settings) -> Result<()> {
     Ok(())
 }
 
-/// Every producer writing `topic` for the phase's duration; returns the records/s acknowledged.
+/// Every producer writing `topic` for the phase's duration, each through the broker of `addrs`
+/// its turn gives (a transactional one through its id's coordinator); returns the records/s
+/// acknowledged.
 async fn produce_phase(
-    kafka: &str,
+    addrs: &[String],
     topic: &str,
     settings: &Settings,
     transactions: bool,
@@ -215,7 +286,7 @@ async fn produce_phase(
     let mut producers = tokio::task::JoinSet::new();
     for index in 0..settings.connections {
         let id = transactions.then(|| format!("bench-{round}-{index}"));
-        let (kafka, topic) = (kafka.to_owned(), topic.to_owned());
+        let (kafka, topic) = (addrs[index % addrs.len()].clone(), topic.to_owned());
         let job = Job {
             partitions: settings.partitions,
             records_per_batch: settings.records_per_batch,
@@ -255,6 +326,26 @@ impl Job {
             PRODUCE_VERSION
         }
     }
+}
+
+/// A connection for a producer through `kafka`: for a transactional one, to its id's
+/// coordinator (FindCoordinator names it; on one broker, that broker).
+async fn connect_producer(kafka: &str, transactional_id: Option<&str>) -> Result<KafkaConnection> {
+    let mut conn = KafkaConnection::connect(kafka).await?;
+    let Some(id) = transactional_id else {
+        return Ok(conn);
+    };
+    let request = FindCoordinatorRequest::default()
+        .with_key(text(id))
+        .with_key_type(1);
+    let found: FindCoordinatorResponse = conn.call(ApiKey::FindCoordinator, 3, &request).await?;
+    if found.error_code != 0 {
+        bail!(
+            "FindCoordinator answered {}",
+            minibroker_kafka_client::error_name(found.error_code)
+        );
+    }
+    Ok(KafkaConnection::connect(format!("{}:{}", found.host, found.port)).await?)
 }
 
 async fn init(conn: &mut KafkaConnection, transactional_id: Option<&str>) -> Result<(i64, i16)> {
@@ -302,7 +393,7 @@ async fn produce(
     transactional_id: Option<&str>,
     job: Job,
 ) -> Result<u64> {
-    let mut conn = KafkaConnection::connect(kafka).await?;
+    let mut conn = connect_producer(kafka, transactional_id).await?;
     let mut producer = init(&mut conn, transactional_id).await?;
     let records = vec![NewRecord::value(vec![b'x'; job.record_size]); job.records_per_batch];
     let mut templates = templates(
@@ -480,16 +571,16 @@ async fn end_with(
 /// Fills one partition with transactions of ten batches each, one in ten aborted, then reads it
 /// whole `read_uncommitted` and `read_committed` in turn; returns each pair's two read times.
 async fn fetch_phase(
-    broker: &EmbeddedBroker,
+    broker: &Brokers,
     kafka: &str,
     settings: &Settings,
 ) -> Result<Vec<(Duration, Duration)>> {
     const TOPIC: &str = "bench-read";
     const TRANSACTIONS: usize = 400;
     const READS: usize = 50;
-    broker.broker.create_topic(TOPIC, 1)?;
-    let mut conn = KafkaConnection::connect(kafka).await?;
+    broker.create_topic(TOPIC, 1).await?;
     let id = "bench-read";
+    let mut conn = connect_producer(kafka, Some(id)).await?;
     let (producer_id, epoch) = init(&mut conn, Some(id)).await?;
     let records =
         vec![NewRecord::value(vec![b'x'; settings.record_size]); settings.records_per_batch];
