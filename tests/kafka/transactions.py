@@ -28,6 +28,12 @@ Each command prints one JSON summary line and exits non-zero when what it checks
         one record to each of PARTITIONS partitions in one transaction, then its end (a wide
         transaction: its end writes a marker to every partition); with GO, the end waits until
         the file GO exists
+    python transactions.py produce-many BOOTSTRAP TOPIC COUNT PAD TIMEOUT_MS
+        COUNT records (each followed by PAD dots) to partition 0 of TOPIC in transactions of 100,
+        every third aborted, then 10 more in a transaction left open (of transaction.timeout.ms
+        TIMEOUT_MS), then COUNT / 2 more from an idempotent producer, behind the open
+        transaction; prints the committed values and those behind as a JSON summary and waits
+        to be killed
     python transactions.py read BOOTSTRAP TOPIC PARTITIONS read_committed|read_uncommitted
         every value readable now, and the last stable offsets (the end a read_committed consumer
         sees)
@@ -378,6 +384,39 @@ def run_produce_open(bootstrap, topic, txn_id, count, end, timeout_ms):
         time.sleep(600)
 
 
+def run_produce_many(bootstrap, topic, count, pad, timeout_ms):
+    from confluent_kafka import Producer
+
+    ensure_topic(bootstrap, topic, 1)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-txn",
+                         "transaction.timeout.ms": timeout_ms, "linger.ms": 5})
+    producer.init_transactions(10)
+    committed = []
+    for start in range(0, count, 100):
+        values = [f"v-{i}" + "." * pad for i in range(start, min(start + 100, count))]
+        producer.begin_transaction()
+        for value in values:
+            producer.produce(topic, value=value.encode(), partition=0)
+        producer.flush(30)
+        if (start // 100) % 3 == 2:
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+            committed.extend(values)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(topic, value=f"open-{i}".encode(), partition=0)
+    producer.flush(30)
+    behind = [f"b-{i}" + "." * pad for i in range(count // 2)]
+    plain = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                      "linger.ms": 5})
+    for value in behind:
+        plain.produce(topic, value=value.encode(), partition=0)
+    plain.flush(30)
+    print(json.dumps({"committed": committed, "behind": behind, "ok": True}), flush=True)
+    time.sleep(600)
+
+
 def run_produce_wide(bootstrap, topic, txn_id, partitions, end, go=None):
     import os
 
@@ -427,6 +466,8 @@ def main(argv):
     elif command == "produce-open":
         timeout_ms = int(args[5]) if len(args) > 5 else 60000
         run_produce_open(args[0], args[1], args[2], int(args[3]), args[4], timeout_ms)
+    elif command == "produce-many":
+        run_produce_many(args[0], args[1], int(args[2]), int(args[3]), int(args[4]))
     elif command == "produce-wide":
         run_produce_wide(args[0], args[1], args[2], int(args[3]), args[4], *args[5:6])
     elif command == "read":

@@ -582,3 +582,91 @@ fn bench_transactional_measures_transactions_through_the_cluster_in_one_run() {
         "{report}"
     );
 }
+
+#[test]
+fn read_committed_below_a_copy_and_on_a_broker_joining_late_sees_exactly_what_committed() {
+    // Each broker keeps one piece (1 MiB) of a partition in memory. Through the first go 5 MB
+    // of transactions (one in three aborted), one more left open, and 2.5 MB of plain records
+    // behind it.
+    let cluster = Cluster::start_with("cluster_cache_bytes = 1\n");
+    let first = cluster.broker(1, &free_addr());
+    let second = cluster.broker(2, &free_addr());
+    let writer = start_script(
+        "transactions.py",
+        &[
+            "produce-many",
+            &first.kafka_addr,
+            "many",
+            "8000",
+            "600",
+            "12000",
+        ],
+    );
+    let summary: serde_json::Value = serde_json::from_str(writer.first_line.trim()).unwrap();
+    let values_of = |key: &str| -> Vec<String> {
+        summary[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|value| value.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let mut committed = values_of("committed");
+    committed.sort();
+    let mut after_abort = [committed.clone(), values_of("behind")].concat();
+    after_abort.sort();
+    let read_sorted = |addr: &str| {
+        let read = script(&["read", addr, "many", "1", "read_committed"]);
+        let mut values: Vec<String> = read["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|value| value.as_str().unwrap().to_owned())
+            .collect();
+        values.sort();
+        (values, read["stable_offsets"][0].as_i64().unwrap())
+    };
+    // Read through the second broker, mostly from the database: what committed, and nothing
+    // from the open transaction on.
+    let (values, stable) = read_sorted(&second.kafka_addr);
+    assert_eq!(values.len(), committed.len());
+    assert!(
+        values == committed,
+        "read_committed read other values than committed"
+    );
+    // A broker joining now copies only the newest batches, all behind the open transaction:
+    // its copy holds the last stable offset back for it all the same.
+    let joined = cluster.broker(3, &free_addr());
+    let (joined_values, joined_stable) = read_sorted(&joined.kafka_addr);
+    assert!(
+        joined
+            .logged()
+            .contains("the copy starts at the newest batches it keeps"),
+        "{}",
+        joined.logged()
+    );
+    assert_eq!(
+        joined_stable, stable,
+        "the open transaction holds the LSO back"
+    );
+    assert!(joined_values == committed);
+    // Its writer killed, the open transaction is aborted at its timeout (while readers wait
+    // at the LSO), and the LSO moves past the records behind it.
+    let mut child = writer.child;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (values, moved) = read_sorted(&joined.kafka_addr);
+        if moved > stable {
+            assert_eq!(values.len(), after_abort.len());
+            assert!(
+                values == after_abort,
+                "what committed and the records behind"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "the LSO stays at {moved}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}

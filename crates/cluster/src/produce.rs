@@ -260,13 +260,58 @@ async fn in_two_trips(
     let (held, entries, added) = read_window(client, statements, appends).await?;
     let judged = judge(appends, entries, Some(&held), &added);
     let writes = WindowWrites::new(&judged, held.keys().copied());
-    let (written, committed) = futures::join!(
+    let firsts = first_transactional(appends, &judged);
+    let first_parameters: [&(dyn ToSql + Sync); 4] = [&firsts.0, &firsts.1, &firsts.2, &firsts.3];
+    let note_firsts = async {
+        if firsts.0.is_empty() {
+            Ok(0)
+        } else {
+            client
+                .execute(&statements.note_first_offsets, &first_parameters)
+                .await
+        }
+    };
+    // Sent in this order: the first offsets are noted from the high watermarks the writes move.
+    let (noted, written, committed) = futures::join!(
+        note_firsts,
         writes.execute(client, statements),
         client.batch_execute("COMMIT")
     );
+    noted.map_err(CommitError::Failed)?;
     written.map_err(CommitError::Failed)?;
     committed.map_err(CommitError::Unknown)?;
     Ok(settle(&judged, &held))
+}
+
+/// The accepted transactional batches of a window, as columns: topic id, partition, producer
+/// id, and offset past the partition's end before the window (the first of each producer's in
+/// a partition first: a transaction's first batch there is where it holds the partition's last
+/// stable offset back).
+fn first_transactional(
+    appends: &[Append],
+    judged: &judge::Judged,
+) -> (Vec<i64>, Vec<i32>, Vec<i64>, Vec<i64>) {
+    let mut columns = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut seen = HashSet::new();
+    for (append, verdict) in appends.iter().zip(&judged.verdicts) {
+        let Some(header) = append.header.filter(|header| header.is_transactional()) else {
+            continue;
+        };
+        let Ok((verdict, _)) = verdict else { continue };
+        let (minibroker_state::Outcome::Accepted, Some(offset)) =
+            (verdict.outcome, verdict.base_offset)
+        else {
+            continue;
+        };
+        if !seen.insert((append.topic_id, append.partition, header.producer_id())) {
+            continue;
+        }
+        columns.0.push(append.topic_id);
+        columns.1.push(append.partition);
+        columns.2.push(header.producer_id());
+        columns.3.push(offset - judge::PROVISIONAL);
+    }
+    columns
 }
 
 /// The window's producers, each once, in key order.

@@ -270,8 +270,10 @@ const STEPS: &[&str] = &[
     // `minibroker.save_transaction`, SQLSTATE MB004 when they are not what the coordinator
     // read), the groups it commits offsets of, and the transaction coordinator's whole record
     // of it. The partitions an ongoing transaction added take its producer's transactional
-    // batches (a window checks them under the partition's lock); the offsets it commits wait
-    // in `group_pending_offsets`. `minibroker.end_transaction` ends one in a single database
+    // batches (a window checks them under the partition's lock, and notes where the first one
+    // went: what holds the partition's last stable offset back); the offsets it commits wait
+    // in `group_pending_offsets`. An aborted transaction's range in each partition is kept,
+    // for read_committed reads of what a broker's copy no longer holds. `minibroker.end_transaction` ends one in a single database
     // transaction: the state compared and set, a COMMIT or ABORT marker at each partition's
     // end (unless a newer epoch of the producer ended it there), the producer's rows closed,
     // its partitions let go, and its pending offsets made the groups' or dropped.
@@ -292,7 +294,16 @@ const STEPS: &[&str] = &[
         partition integer NOT NULL,
         producer_id bigint NOT NULL,
         epoch smallint NOT NULL,
+        first_offset bigint,
         PRIMARY KEY (topic_id, partition, producer_id)
+    );
+    CREATE TABLE minibroker.aborted_transactions (
+        topic_id bigint NOT NULL,
+        partition integer NOT NULL,
+        producer_id bigint NOT NULL,
+        first_offset bigint NOT NULL,
+        last_offset bigint NOT NULL,
+        PRIMARY KEY (topic_id, partition, last_offset)
     );
     CREATE INDEX transaction_partitions_by_producer
         ON minibroker.transaction_partitions (producer_id);
@@ -355,7 +366,10 @@ const STEPS: &[&str] = &[
             SELECT t.topic_id, a.p, new_producer, new_epoch
             FROM unnest(added_topics, added_partitions) AS a(name, p)
             JOIN minibroker.topics t ON t.name = a.name
-            ON CONFLICT (topic_id, partition, producer_id) DO UPDATE SET epoch = EXCLUDED.epoch;
+            ON CONFLICT (topic_id, partition, producer_id) DO UPDATE SET
+                epoch = EXCLUDED.epoch,
+                first_offset = CASE WHEN transaction_partitions.epoch = EXCLUDED.epoch
+                                    THEN transaction_partitions.first_offset END;
     END $$;
     CREATE FUNCTION minibroker.end_transaction(
             wanted_id text, run text, held_epoch bigint, old_producer bigint,
@@ -411,6 +425,14 @@ const STEPS: &[&str] = &[
                   AND producer_id = marker_producer;
             UPDATE minibroker.partitions SET high_watermark = end_offset + 1
                 WHERE topic_id = target.topic_id AND partition = target.partition;
+            IF NOT commit THEN
+                INSERT INTO minibroker.aborted_transactions
+                        (topic_id, partition, producer_id, first_offset, last_offset)
+                    SELECT tp.topic_id, tp.partition, tp.producer_id, tp.first_offset, end_offset
+                    FROM minibroker.transaction_partitions tp
+                    WHERE tp.topic_id = target.topic_id AND tp.partition = target.partition
+                      AND tp.producer_id = marker_producer AND tp.first_offset IS NOT NULL;
+            END IF;
             written := written + 1;
         END LOOP;
         DELETE FROM minibroker.transaction_partitions

@@ -328,3 +328,46 @@ pub async fn orphaned_transactions(
         .await?;
     Ok(rows.iter().map(|row| row.get(0)).collect())
 }
+
+/// The aborted transactions of `topic_id`/`partition` with a batch in `from..=to`: (producer
+/// id, first offset), by first offset, as a read_committed Fetch names them.
+///
+/// # Errors
+/// PostgreSQL's error.
+pub async fn aborted_between(
+    client: &impl GenericClient,
+    (topic_id, partition): (i64, i32),
+    from: i64,
+    to: i64,
+) -> Result<Vec<(i64, i64)>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT producer_id, first_offset FROM minibroker.aborted_transactions
+             WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND first_offset <= $4
+             ORDER BY first_offset",
+            &[&topic_id, &partition, &from, &to],
+        )
+        .await?;
+    Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+}
+
+/// The transactions open in `topic_id`/`partition` whose first batch there is below `before`:
+/// (producer id, first offset). A copy that starts at `before` holds them open.
+///
+/// # Errors
+/// PostgreSQL's error.
+pub async fn open_before(
+    client: &impl GenericClient,
+    (topic_id, partition): (i64, i32),
+    before: i64,
+) -> Result<Vec<(i64, i64)>, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT producer_id, first_offset FROM minibroker.transaction_partitions
+             WHERE topic_id = $1 AND partition = $2 AND first_offset < $3
+             ORDER BY first_offset",
+            &[&topic_id, &partition, &before],
+        )
+        .await?;
+    Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
+}

@@ -496,6 +496,27 @@ impl ClusterLink {
         Ok(Some(batches))
     }
 
+    /// The aborted transactions of `topic`/`partition` with records in `from..=to`, as the
+    /// cluster keeps them: (producer id, first offset), for a read_committed read below the
+    /// copy.
+    ///
+    /// # Errors
+    /// The database could not be asked.
+    pub async fn aborted_between(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<(i64, i64)>, ClusterError> {
+        let (Some(shared), Ok(index)) = (self.known_handle(topic), i32::try_from(partition)) else {
+            return Ok(Vec::new());
+        };
+        let client = self.database.client().await?;
+        let key = (shared.id, index);
+        Ok(minibroker_cluster::transactions::aborted_between(&*client, key, from, to).await?)
+    }
+
     /// The producers of `topic`/`partition` as the cluster's rule holds them (DescribeProducers
     /// through any broker: a copy places batches without the rule). `None` for a partition the
     /// cluster does not have.
@@ -677,6 +698,10 @@ impl ClusterLink {
                     ends.log_start_offset,
                 )?;
                 // A copy that ended below the new start starts again there.
+                if start > end {
+                    self.follow_open_transactions(&client, &ends, partition, start)
+                        .await?;
+                }
                 end = end.max(start);
             }
             if start == end && ends.high_watermark - end > COPY_BATCHES {
@@ -757,6 +782,22 @@ struct Copied {
 }
 
 impl ClusterLink {
+    /// Tells the copy of `ends`' partition, started again (empty) at `start`, which of the
+    /// cluster's transactions begun before it are open.
+    async fn follow_open_transactions(
+        &self,
+        client: &tokio_postgres::Client,
+        ends: &minibroker_cluster::PartitionEnds,
+        partition: u32,
+        start: i64,
+    ) -> Result<(), ClusterError> {
+        let key = (ends.topic_id, ends.partition);
+        let open = minibroker_cluster::transactions::open_before(client, key, start).await?;
+        self.broker
+            .follow_open_transactions(&ends.topic, partition, &open)?;
+        Ok(())
+    }
+
     /// Starts an empty copy of `ends`' partition at the newest batches `cache_bytes` holds,
     /// and returns its end there (`end` when it stays where it is).
     async fn start_copy_near_end(
@@ -781,6 +822,8 @@ impl ClusterLink {
                 );
                 self.broker
                     .follow_committed_start(&ends.topic, partition, tail)?;
+                self.follow_open_transactions(client, ends, partition, tail)
+                    .await?;
                 Ok(tail)
             }
             _ => Ok(end),

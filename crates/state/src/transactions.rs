@@ -131,6 +131,17 @@ impl PartitionTransactions {
         }
     }
 
+    /// Replaces the open transactions with `open` (producer id, first offset): what a copy of a
+    /// cluster's partition holds open once it starts again at a new offset, as the cluster
+    /// says (the markers of those it held may lie in what it skipped).
+    pub fn replace_open(&mut self, open: impl IntoIterator<Item = (i64, i64)>) {
+        self.open.clear();
+        self.open_by_offset.clear();
+        for (producer_id, first_offset) in open {
+            self.record_batch(producer_id, first_offset);
+        }
+    }
+
     /// A COMMIT or ABORT marker of `producer_id` at `epoch` was appended at `marker_offset`: its
     /// transaction here ends and it is no longer expected. Returns the aborted transaction an
     /// ABORT closed. An ABORT at the epoch the partition was added at, with none of the

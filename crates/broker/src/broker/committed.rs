@@ -124,6 +124,25 @@ impl Broker {
         Ok(self.dropped_from_front(&mut data, released))
     }
 
+    /// The transactions open in this broker's copy of `topic`/`partition` become `open`
+    /// (producer id, first offset): a copy that starts again at a new offset (it skipped what
+    /// lay before) learns from the cluster which transactions begun before it are still open,
+    /// so its last stable offset holds back for them.
+    ///
+    /// # Errors
+    /// An unknown topic or partition.
+    pub fn follow_open_transactions(
+        &self,
+        topic: &str,
+        partition: u32,
+        open: &[(i64, i64)],
+    ) -> Result<(), BrokerError> {
+        let found = self.topics.get(topic)?;
+        let target = found.partition(partition)?;
+        target.log().transactions.replace_open(open.iter().copied());
+        Ok(())
+    }
+
     /// Drops the oldest batches of this broker's copy of `topic`/`partition` while it would
     /// still hold `bytes` without them: the copy is a cache, and what it no longer holds is
     /// read from the cluster. Returns the bytes the copy holds after it.

@@ -17,6 +17,7 @@ pub struct Statements {
     pub(super) lock_partitions: Statement,
     pub(super) read_producers: Statement,
     pub(super) read_added: Statement,
+    pub(super) note_first_offsets: Statement,
     pub(super) write_window: Statement,
 }
 
@@ -109,7 +110,7 @@ impl Statements {
     /// # Errors
     /// PostgreSQL's error (a schema older than this broker's, for one).
     pub async fn prepare(client: &Client) -> Result<Self, tokio_postgres::Error> {
-        let (lock_partitions, read_producers, read_added, write_window) = futures::try_join!(
+        let (lock_partitions, read_producers, read_added, note_first_offsets, write_window) = futures::try_join!(
             // In key order: two windows never deadlock, one waits for the other.
             client.prepare(
                 "SELECT topic_id, partition, log_start_offset, high_watermark
@@ -135,12 +136,24 @@ impl Statements {
                      AS k(topic_id, partition, producer_id)
                      USING (topic_id, partition, producer_id)",
             ),
+            // Where each transaction's first batch in a partition goes (sent before the
+            // window's writes, which move the high watermark).
+            client.prepare(
+                "UPDATE minibroker.transaction_partitions tp
+                 SET first_offset = p.high_watermark + u.relative
+                 FROM unnest($1::bigint[], $2::integer[], $3::bigint[], $4::bigint[])
+                     AS u(topic_id, partition, producer_id, relative)
+                 JOIN minibroker.partitions p USING (topic_id, partition)
+                 WHERE tp.topic_id = u.topic_id AND tp.partition = u.partition
+                   AND tp.producer_id = u.producer_id AND tp.first_offset IS NULL",
+            ),
             client.prepare(WRITE_WINDOW),
         )?;
         Ok(Self {
             lock_partitions,
             read_producers,
             read_added,
+            note_first_offsets,
             write_window,
         })
     }

@@ -21,7 +21,20 @@ use minibroker_security::{Operation, ResourceType};
 /// cluster, those its copy no longer holds, read from the database.
 /// An error stands for batches that could not be read there, and must not be answered from the
 /// log (which would say the offset is out of range).
-pub(crate) type OlderBatches = HashMap<(String, i32), Result<Vec<Bytes>, ResponseError>>;
+pub(crate) type OlderBatches = HashMap<(String, i32), Result<Older, ResponseError>>;
+
+/// Batches a broker of a cluster read from the database, below its copy.
+#[derive(Debug, Default)]
+pub(crate) struct Older {
+    /// The batches, from the offset asked for.
+    pub(crate) batches: Vec<Bytes>,
+    /// For a read_committed fetch, the aborted transactions with records among them:
+    /// (producer id, first offset).
+    pub(crate) aborted: Vec<(i64, i64)>,
+    /// For a read_committed fetch, the copy's last stable offset when they were read: the
+    /// read stops there.
+    pub(crate) stable: Option<i64>,
+}
 
 /// The longest a fetch waits for data, whatever the client asks.
 const MAX_FETCH_WAIT: Duration = Duration::from_secs(30);
@@ -34,7 +47,7 @@ impl KafkaFrontEnd {
         let min_bytes = usize::try_from(request.min_bytes).unwrap_or(0);
         self.catch_up().await;
         let older = match &self.cluster {
-            Some(cluster) => Self::shared_older_batches(cluster, &request).await,
+            Some(cluster) => self.shared_older_batches(cluster, &request).await,
             None => OlderBatches::new(),
         };
         let notifiers: Vec<_> = request
@@ -121,7 +134,7 @@ impl KafkaFrontEnd {
         wanted: &FetchPartition,
         isolation_level: i8,
         version: i16,
-        older: Option<&Result<Vec<Bytes>, ResponseError>>,
+        older: Option<&Result<Older, ResponseError>>,
         room: &mut Room,
     ) -> PartitionData {
         let data = PartitionData::default()
@@ -146,13 +159,33 @@ impl KafkaFrontEnd {
                 Ok(older) => older,
                 Err(error) => return data.with_error_code(error.code()),
             };
-            // Read from the cluster's database: committed, and the cluster has no
-            // transactions, so all of it is stable.
-            let records = room.take(older, limit);
+            // Read from the cluster's database. The last stable offset is the copy's, which
+            // holds open every transaction begun below it and still open; read_committed
+            // stops where it was when the aborted transactions were read, and is told those
+            // among what it reads.
+            let stable = older.stable.unwrap_or_else(|| {
+                self.broker
+                    .last_stable_offset(topic, partition)
+                    .unwrap_or(end)
+            });
+            let stable_part;
+            let batches = if isolation_of(isolation_level) == Isolation::ReadCommitted {
+                stable_part = older
+                    .batches
+                    .iter()
+                    .take_while(|batch| minibroker_records::base_offset(batch) < stable)
+                    .cloned()
+                    .collect::<Vec<_>>();
+                &stable_part
+            } else {
+                &older.batches
+            };
+            let records = room.take(batches, limit);
             return data
                 .with_high_watermark(end)
-                .with_last_stable_offset(end)
+                .with_last_stable_offset(stable)
                 .with_log_start_offset(start(self.log_start_of(topic, partition, local_start)))
+                .with_aborted_transactions(Some(aborted_of(&older.aborted)))
                 .with_records(Some(records));
         }
         let isolation = isolation_of(isolation_level);
@@ -167,15 +200,12 @@ impl KafkaFrontEnd {
         match fetched {
             Ok(fetched) => {
                 let records = room.take(&fetched.batches, limit);
-                let aborted = fetched
+                let aborted: Vec<(i64, i64)> = fetched
                     .aborted
                     .iter()
-                    .map(|a| {
-                        AbortedTransaction::default()
-                            .with_producer_id(ProducerId(a.producer_id))
-                            .with_first_offset(a.first_offset)
-                    })
+                    .map(|a| (a.producer_id, a.first_offset))
                     .collect();
+                let aborted = aborted_of(&aborted);
                 data.with_high_watermark(fetched.high_watermark)
                     .with_last_stable_offset(fetched.last_stable_offset)
                     .with_log_start_offset(start(self.log_start_of(
@@ -198,6 +228,18 @@ impl KafkaFrontEnd {
             }
         }
     }
+}
+
+/// A Fetch answer's aborted transactions, from (producer id, first offset) pairs.
+fn aborted_of(aborted: &[(i64, i64)]) -> Vec<AbortedTransaction> {
+    aborted
+        .iter()
+        .map(|&(producer_id, first_offset)| {
+            AbortedTransaction::default()
+                .with_producer_id(ProducerId(producer_id))
+                .with_first_offset(first_offset)
+        })
+        .collect()
 }
 
 /// What a request's `isolation_level` asks for (1: `read_committed`; Fetch and ListOffsets).

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use super::NONE;
 use super::code;
-use super::fetch::OlderBatches;
+use super::fetch::{Older, OlderBatches};
 use super::implicit_add::TransactionAllowance;
 use super::offsets::{EARLIEST, Known, MAX_TIMESTAMP};
 use super::produce::{Gate, refused, verdict_answer};
@@ -409,8 +409,12 @@ impl KafkaFrontEnd {
 
     /// The batches a Fetch on a broker of `cluster` reads from the database: those of each
     /// partition it asks from an offset the copy no longer holds (the copy is a cache of the
-    /// newest), by topic and partition.
+    /// newest), by topic and partition. For a read_committed one, with the copy's last stable
+    /// offset as it was before the aborted transactions were read: every transaction that ended
+    /// below it is among them, so the answer never shows a batch whose abort it does not name
+    /// (however long the fetch then waits).
     pub(crate) async fn shared_older_batches(
+        &self,
         cluster: &ClusterLink,
         request: &FetchRequest,
     ) -> OlderBatches {
@@ -425,9 +429,35 @@ impl KafkaFrontEnd {
                     .read_older(&topic.topic, partition, wanted.fetch_offset, max_bytes)
                     .await;
                 let key = (topic.topic.to_string(), wanted.partition);
+                let read = match read {
+                    // A read_committed one is told the aborted transactions among them.
+                    Ok(Some(batches)) if request.isolation_level == 1 && !batches.is_empty() => {
+                        let stable = self.broker.last_stable_offset(&topic.topic, partition).ok();
+                        let to = batches.last().map_or(wanted.fetch_offset, |last| {
+                            minibroker_records::end_offset(last) - 1
+                        });
+                        cluster
+                            .aborted_between(&topic.topic, partition, wanted.fetch_offset, to)
+                            .await
+                            .map(|aborted| {
+                                Some(Older {
+                                    batches,
+                                    aborted,
+                                    stable,
+                                })
+                            })
+                    }
+                    Ok(Some(batches)) => Ok(Some(Older {
+                        batches,
+                        aborted: Vec::new(),
+                        stable: None,
+                    })),
+                    Ok(None) => Ok(None),
+                    Err(error) => Err(error),
+                };
                 match read {
-                    Ok(Some(batches)) => {
-                        older.insert(key, Ok(batches));
+                    Ok(Some(read)) => {
+                        older.insert(key, Ok(read));
                     }
                     Ok(None) => {}
                     Err(error) => {
