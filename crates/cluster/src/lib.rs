@@ -48,7 +48,9 @@ pub use produce::{
     Answers, Append, AppendRefused, Appended, CommitError, KnownProducers, Statements,
     commit_window,
 };
-pub use producer_ids::{issue_producer_id, next_producer_id, producer_owner};
+pub use producer_ids::{
+    issue_producer_id, next_producer_id, producer_owner, record_producer_owner,
+};
 pub use reads::{
     PartitionEnds, ProducerRow, StoredBatch, batch_of_max_timestamp, batches_from,
     first_batch_since, partition_ends, producer_rows, tail_start,

@@ -50,3 +50,23 @@ pub async fn producer_owner(
         .await?
         .map(|row| row.get(0)))
 }
+
+/// Records `principal` as the owner of `producer_id` (issued by the cluster's sequence without
+/// one: a transactional id's), unless it has one already.
+///
+/// # Errors
+/// PostgreSQL's error.
+pub async fn record_producer_owner(
+    client: &impl GenericClient,
+    producer_id: i64,
+    principal: &str,
+) -> Result<(), tokio_postgres::Error> {
+    client
+        .execute(
+            "INSERT INTO minibroker.producer_owners (producer_id, principal) VALUES ($1, $2)
+             ON CONFLICT (producer_id) DO NOTHING",
+            &[&producer_id, &principal],
+        )
+        .await?;
+    Ok(())
+}

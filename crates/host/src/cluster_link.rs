@@ -260,6 +260,20 @@ impl ClusterLink {
         })
     }
 
+    /// Records `owner` as the principal of `producer_id` for every broker (a transactional id's
+    /// producer id, issued without one), unless it has one already.
+    ///
+    /// # Errors
+    /// The database could not be asked.
+    pub async fn record_producer_owner(
+        &self,
+        producer_id: i64,
+        owner: &str,
+    ) -> Result<(), ClusterError> {
+        let client = self.database.client().await?;
+        Ok(minibroker_cluster::record_producer_owner(&*client, producer_id, owner).await?)
+    }
+
     /// The principal `producer_id` was issued to, by any broker, if it was issued with one.
     ///
     /// # Errors

@@ -35,6 +35,21 @@ impl KafkaFrontEnd {
         self.may(Operation::Write, ResourceType::TransactionalId, id)
     }
 
+    /// With authorisation on, records the principal as the owner of a transactional id's
+    /// `producer_id`: in this broker's file, and in a cluster for every broker (which write
+    /// through any of them).
+    async fn record_transactional_owner(
+        &self,
+        producer_id: i64,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        if let Some(cluster) = self.cluster.as_ref().filter(|_| self.guard.is_on()) {
+            cluster
+                .record_producer_owner(producer_id, &self.guard.principal())
+                .await?;
+        }
+        Ok(self.record_producer(producer_id)?)
+    }
+
     /// InitProducerId with a transactional id (the idempotent case is `init_producer_id`'s).
     pub(crate) async fn init_transactional_producer(
         &self,
@@ -58,12 +73,12 @@ impl KafkaFrontEnd {
             .init_producer(id, expected, timeout_ms)
             .await
         {
-            Ok((producer_id, epoch)) => match self.record_producer(producer_id) {
+            Ok((producer_id, epoch)) => match self.record_transactional_owner(producer_id).await {
                 Ok(()) => InitProducerIdResponse::default()
                     .with_producer_id(ProducerId(producer_id))
                     .with_producer_epoch(epoch),
                 Err(error) => {
-                    tracing::warn!(%error, "the producer-owners file could not be written");
+                    tracing::warn!(%error, "the producer id's owner could not be recorded");
                     InitProducerIdResponse::default()
                         .with_error_code(ResponseError::KafkaStorageError.code())
                         .with_producer_id(ProducerId(NO_PRODUCER_ID))
