@@ -9,9 +9,8 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::describe_producers_request::TopicRequest;
 use kafka_protocol::messages::{
     ApiKey, DescribeProducersRequest, DescribeProducersResponse, DescribeTransactionsRequest,
-    DescribeTransactionsResponse, FindCoordinatorRequest, FindCoordinatorResponse,
-    InitProducerIdRequest, InitProducerIdResponse, ListTransactionsRequest,
-    ListTransactionsResponse, ProducerId, TopicName, TransactionalId,
+    DescribeTransactionsResponse, InitProducerIdRequest, InitProducerIdResponse,
+    ListTransactionsRequest, ListTransactionsResponse, ProducerId, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use minibroker_kafka_client::KafkaConnection;
@@ -258,17 +257,13 @@ const MOVED: [i16; 3] = [16, 15, 14];
 
 /// The address of transactional id `id`'s coordinator, as the broker of `conn` names it.
 async fn coordinator_of(conn: &mut KafkaConnection, id: &str) -> Result<String> {
-    let request = FindCoordinatorRequest::default()
-        .with_key(text(id))
-        .with_key_type(1);
-    let found: FindCoordinatorResponse = conn.call(ApiKey::FindCoordinator, 3, &request).await?;
-    if found.error_code != 0 {
-        bail!(
+    match conn.find_coordinator(id, 1).await? {
+        Ok(coordinator) => Ok(coordinator.addr),
+        Err(code) => bail!(
             "no coordinator for {id:?}: {}; try again",
-            minibroker_kafka_client::error_name(found.error_code)
-        );
+            minibroker_kafka_client::error_name(code)
+        ),
     }
-    Ok(format!("{}:{}", found.host, found.port))
 }
 
 async fn abort(conn: &mut KafkaConnection, id: &str, json_out: bool) -> Result<()> {

@@ -348,14 +348,15 @@ async fn minibroker_cluster_client(url: &str) -> tokio_postgres::Client {
     client
 }
 
-#[test]
-fn the_checker_holds_on_three_brokers() {
+/// `check --kafka` on three brokers of a new cluster with `args` (and the lost requests and
+/// answers of `CHECK_FAULTS`): what it said, asserting it passed.
+fn check_on_three_brokers(args: &[&str]) -> String {
     let cluster = Cluster::start();
     let brokers = cluster.brokers(3);
     let bootstrap: Vec<&str> = brokers.iter().map(|b| b.kafka_addr.as_str()).collect();
     let output = Command::new(BIN)
         .args(["check", "--kafka", &bootstrap.join(",")])
-        .args(["--producers", "3", "--records", "300", "--partitions", "3"])
+        .args(args)
         .args(CHECK_FAULTS)
         .output()
         .unwrap();
@@ -365,8 +366,38 @@ fn the_checker_holds_on_three_brokers() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(output.status.success(), "{said}");
+    said
+}
+
+#[test]
+fn the_checker_holds_on_three_brokers() {
+    let said =
+        check_on_three_brokers(&["--producers", "3", "--records", "300", "--partitions", "3"]);
     assert!(
         said.contains("verdict: EXACTLY-ONCE HELD - all 900 acknowledged records"),
+        "{said}"
+    );
+}
+
+#[test]
+fn the_transactional_checker_holds_on_three_brokers() {
+    let said = check_on_three_brokers(&[
+        "--transactional",
+        "--producers",
+        "2",
+        "--records",
+        "200",
+        "--partitions",
+        "2",
+    ]);
+    assert!(
+        said.contains("verdict: EXACTLY-ONCE HELD - all 400 acknowledged records"),
+        "{said}"
+    );
+    // 2 producers x 200 records in batches of 5, 10 batches per transaction, every fourth
+    // transaction aborted and written again.
+    assert!(
+        said.contains("transactions                8   committed; 2 aborted"),
         "{said}"
     );
 }

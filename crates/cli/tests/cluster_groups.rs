@@ -9,18 +9,18 @@ mod cluster_support;
 mod postgres;
 mod support;
 
-use cluster_support::{Cluster, LEASE_MS, triples};
+use cluster_support::{Cluster, LEASE_MS, call, coordinator, signal, triples};
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ApiKey, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, JoinGroupRequest,
-    JoinGroupResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
-    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
+    ApiKey, GroupId, JoinGroupRequest, JoinGroupResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest,
+    SyncGroupResponse, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -32,26 +32,9 @@ fn text(value: &str) -> StrBytes {
     StrBytes::from_string(value.to_owned())
 }
 
-/// One request to the broker at `addr` on a connection of its own.
-fn call<R: Encodable, T: Decodable>(addr: &str, key: ApiKey, version: i16, request: &R) -> T {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let mut connection = minibroker_kafka_client::KafkaConnection::connect(addr)
-                .await
-                .unwrap();
-            connection.call(key, version, request).await.unwrap()
-        })
-}
-
 /// The node id FindCoordinator names for `group` through the broker at `addr`.
 fn coordinator_of(addr: &str, group: &str) -> i32 {
-    let request = FindCoordinatorRequest::default().with_key(text(group));
-    let found: FindCoordinatorResponse = call(addr, ApiKey::FindCoordinator, 3, &request);
-    assert_eq!(found.error_code, 0, "{found:?}");
-    found.node_id.0
+    coordinator(addr, group, 0)
 }
 
 /// Joins `group` at its coordinator `addr` as its only member, and syncs: (generation, member
@@ -135,16 +118,6 @@ fn committed(addr: &str, group: &str, topic: &str, partitions: i32) -> Vec<i64> 
         .iter()
         .map(|p| p.committed_offset)
         .collect()
-}
-
-/// Sends `signal` (`STOP`, `CONT`) to process `pid`.
-fn signal(pid: u32, signal: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
 }
 
 /// The records the consumers wrote to `files`: (partition, offset, value) lines.

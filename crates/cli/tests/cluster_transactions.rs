@@ -3,14 +3,14 @@
 //! kafka-python and aiokafka commit and abort through the cluster; a consume-transform-produce
 //! pipeline stays exactly-once through SIGKILLs of its processor and of its transaction
 //! coordinator's broker; a transaction whose coordinator died is aborted past its timeout by
-//! another broker.
+//! another broker. (The transactional checker on three brokers is `cluster.rs`'s.)
 
 mod cluster_support;
 #[path = "../../cluster/tests/support/mod.rs"]
 mod postgres;
 mod support;
 
-use cluster_support::Cluster;
+use cluster_support::{Cluster, call, coordinator, signal};
 use std::time::{Duration, Instant};
 use support::{ServeProcess, fill_source, free_addr, kafka_script, start_script, summary_of};
 
@@ -49,27 +49,35 @@ fn three_clients_commit_and_abort_through_the_cluster() {
 
 /// The node id FindCoordinator names for transactional id `id` through `addr`.
 fn transaction_coordinator(addr: &str, id: &str) -> i32 {
-    use kafka_protocol::messages::{ApiKey, FindCoordinatorRequest, FindCoordinatorResponse};
-    let request = FindCoordinatorRequest::default()
-        .with_key(kafka_protocol::protocol::StrBytes::from_string(
-            id.to_owned(),
-        ))
-        .with_key_type(1);
-    let found: FindCoordinatorResponse = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let mut connection = minibroker_kafka_client::KafkaConnection::connect(addr)
-                .await
-                .unwrap();
-            connection
-                .call(ApiKey::FindCoordinator, 3, &request)
-                .await
-                .unwrap()
-        });
-    assert_eq!(found.error_code, 0, "{found:?}");
-    found.node_id.0
+    coordinator(addr, id, 1)
+}
+
+/// The pipeline's processor (transactional id "processor") through `bootstrap`, stopped in the
+/// middle of a transaction once it produced `die_after` records, waiting to be killed.
+fn processor_stuck(bootstrap: &str, die_after: &str) -> std::process::Child {
+    let args = [
+        "process",
+        bootstrap,
+        "pipe-in",
+        "pipe-out",
+        "processor",
+        die_after,
+    ];
+    let stuck = start_script("transactions.py", &args);
+    assert!(
+        stuck.first_line.contains("mid_transaction"),
+        "{}",
+        stuck.first_line
+    );
+    stuck.child
+}
+
+/// SIGKILLs the broker coordinating transactional id `id` (asked through `kafka[0]`); returns
+/// its place in `brokers`.
+fn kill_coordinator(brokers: &mut [Option<ServeProcess>], kafka: &[String], id: &str) -> usize {
+    let at = usize::try_from(transaction_coordinator(&kafka[0], id) - 1).unwrap();
+    brokers[at].take().expect("a live coordinator").kill();
+    at
 }
 
 #[test]
@@ -82,94 +90,40 @@ fn a_pipeline_is_exactly_once_through_killed_processors_and_a_killed_coordinator
 
     // The processor is killed mid-transaction, twice.
     for die_after in ["25", "40"] {
-        let stuck = start_script(
-            "transactions.py",
-            &[
-                "process",
-                &bootstrap,
-                "pipe-in",
-                "pipe-out",
-                "processor",
-                die_after,
-            ],
-        );
-        assert!(
-            stuck.first_line.contains("mid_transaction"),
-            "{}",
-            stuck.first_line
-        );
-        let mut child = stuck.child;
-        child.kill().unwrap();
-        child.wait().unwrap();
+        let mut stuck = processor_stuck(&bootstrap, die_after);
+        stuck.kill().unwrap();
+        stuck.wait().unwrap();
     }
 
     // A processor stuck with a transaction open, and its coordinator's broker killed.
-    let stuck = start_script(
-        "transactions.py",
-        &[
-            "process",
-            &bootstrap,
-            "pipe-in",
-            "pipe-out",
-            "processor",
-            "30",
-        ],
-    );
-    assert!(
-        stuck.first_line.contains("mid_transaction"),
-        "{}",
-        stuck.first_line
-    );
-    let coordinator = transaction_coordinator(&kafka[0], "processor");
-    brokers[usize::try_from(coordinator - 1).unwrap()]
-        .take()
-        .unwrap()
-        .kill();
-    let mut child = stuck.child;
+    let mut child = processor_stuck(&bootstrap, "30");
+    let back = kill_coordinator(&mut brokers, &kafka, "processor");
     child.kill().unwrap();
     child.wait().unwrap();
     // The killed broker comes back (its node id free once its lease ran out).
-    let back = usize::try_from(coordinator - 1).unwrap();
-    brokers[back] = Some(cluster.broker(coordinator, &kafka[back]));
+    let node_id = i32::try_from(back + 1).unwrap();
+    brokers[back] = Some(cluster.broker(node_id, &kafka[back]));
 
     // A processor whose EndTxn the test holds in the database (it holds the group's committed
     // offsets, which the end moves); the coordinator's broker is killed meanwhile.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let holder = runtime.block_on(database(&cluster.postgres.url));
-    runtime.block_on(async {
-        holder.batch_execute("BEGIN").await.unwrap();
-        holder
-            .execute(
-                "SELECT 1 FROM minibroker.group_offsets WHERE group_id = 'processor' FOR UPDATE",
-                &[],
+    let mut ending = None;
+    let killed = kill_coordinator_mid_end(
+        (&cluster, &mut brokers, &kafka),
+        "processor",
+        "SELECT 1 FROM minibroker.group_offsets WHERE group_id = 'processor' FOR UPDATE",
+        || {
+            let processor = kafka_script(
+                "transactions.py",
+                &["process", &bootstrap, "pipe-in", "pipe-out", "processor"],
             )
-            .await
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
             .unwrap();
-    });
-    let mut ending = kafka_script(
-        "transactions.py",
-        &["process", &bootstrap, "pipe-in", "pipe-out", "processor"],
-    )
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .unwrap();
-    let watcher = runtime.block_on(database(&cluster.postgres.url));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while runtime.block_on(ends_waiting(&watcher)) == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the processor's end never reached the database"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let coordinator = transaction_coordinator(&kafka[0], "processor");
-    let killed = usize::try_from(coordinator - 1).unwrap();
-    brokers[killed].take().unwrap().kill();
-    runtime.block_on(holder.batch_execute("ROLLBACK")).unwrap();
+            ending = Some(processor);
+        },
+    );
+    let mut ending = ending.unwrap();
     ending.kill().unwrap();
     ending.wait().unwrap();
     let live: Vec<&str> = (0..3)
@@ -215,43 +169,18 @@ fn a_coordinator_killed_between_an_end_and_its_answer_leaves_the_transaction_who
         "{}",
         ending.first_line
     );
-    let coordinator = transaction_coordinator(&kafka[0], "wide-txn");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let holder = runtime.block_on(database(&cluster.postgres.url));
     // The test holds partition 59's row: the end, once sent, waits there, with its request
     // taken and its answer not yet given, while the coordinator's broker is killed.
-    runtime.block_on(async {
-        holder.batch_execute("BEGIN").await.unwrap();
-        holder
-            .execute(
-                "SELECT 1 FROM minibroker.partitions p JOIN minibroker.topics t USING (topic_id)
-                 WHERE t.name = 'wide' AND p.partition = 59 FOR UPDATE OF p",
-                &[],
-            )
-            .await
-            .unwrap();
-    });
-    std::fs::write(&go, "").unwrap();
-    let watcher = runtime.block_on(database(&cluster.postgres.url));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while runtime.block_on(ends_waiting(&watcher)) == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the end never reached the database"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    brokers[usize::try_from(coordinator - 1).unwrap()]
-        .take()
-        .unwrap()
-        .kill();
-    runtime.block_on(holder.batch_execute("ROLLBACK")).unwrap();
+    let killed = kill_coordinator_mid_end(
+        (&cluster, &mut brokers, &kafka),
+        "wide-txn",
+        "SELECT 1 FROM minibroker.partitions p JOIN minibroker.topics t USING (topic_id)
+         WHERE t.name = 'wide' AND p.partition = 59 FOR UPDATE OF p",
+        || std::fs::write(&go, "").unwrap(),
+    );
     let mut child = ending.child;
     let _ = child.wait();
-    let live = kafka[usize::try_from(coordinator % 3).unwrap()].clone();
+    let live = kafka[(killed + 1) % 3].clone();
     // A new instance of the transactional id fences the old one: its transaction is then
     // either committed whole or aborted whole, never in part, and no LSO stays behind.
     let fenced = script(&[
@@ -281,6 +210,40 @@ fn a_coordinator_killed_between_an_end_and_its_answer_leaves_the_transaction_who
         "every partition holds the record and one marker: {read}"
     );
     eprintln!("the end killed in flight left {values} of {PARTITIONS} records committed");
+}
+
+/// Holds the rows `lock` selects (FOR UPDATE, in a transaction of the test's), runs `start`,
+/// which sends transactional id `id`'s EndTxn, and once that end waits for the rows in the
+/// database, between its request and its answer, SIGKILLs the id's coordinator and lets the
+/// rows go. Returns the killed broker's place.
+fn kill_coordinator_mid_end(
+    (cluster, brokers, kafka): (&Cluster, &mut [Option<ServeProcess>], &[String]),
+    id: &str,
+    lock: &str,
+    start: impl FnOnce(),
+) -> usize {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let holder = runtime.block_on(database(&cluster.postgres.url));
+    runtime.block_on(async {
+        holder.batch_execute("BEGIN").await.unwrap();
+        holder.execute(lock, &[]).await.unwrap();
+    });
+    start();
+    let watcher = runtime.block_on(database(&cluster.postgres.url));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while runtime.block_on(ends_waiting(&watcher)) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the end never reached the database"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let killed = kill_coordinator(brokers, kafka, id);
+    runtime.block_on(holder.batch_execute("ROLLBACK")).unwrap();
+    killed
 }
 
 /// A connection to the cluster's database at `url`.
@@ -323,15 +286,11 @@ fn a_transaction_whose_coordinator_died_is_aborted_at_its_timeout_by_another_bro
             "3000",
         ],
     );
-    let coordinator = transaction_coordinator(&kafka[0], "orphan-txn");
-    brokers[usize::try_from(coordinator - 1).unwrap()]
-        .take()
-        .unwrap()
-        .kill();
+    let killed = kill_coordinator(&mut brokers, &kafka, "orphan-txn");
     let mut child = open.child;
     child.kill().unwrap();
     child.wait().unwrap();
-    let live = kafka[usize::try_from(coordinator % 3).unwrap()].clone();
+    let live = kafka[(killed + 1) % 3].clone();
     // The LSO moves on: nothing of the transaction is read_committed, and the partitions'
     // stable offsets pass its abort.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -354,51 +313,6 @@ fn a_transaction_whose_coordinator_died_is_aborted_at_its_timeout_by_another_bro
         );
         std::thread::sleep(Duration::from_millis(500));
     }
-}
-
-#[test]
-fn the_transactional_checker_holds_on_three_brokers() {
-    let cluster = Cluster::start();
-    let (_brokers, kafka) = three_brokers(&cluster);
-    let output = std::process::Command::new(support::BIN)
-        .args(["check", "--kafka", &kafka.join(","), "--transactional"])
-        .args(["--producers", "2", "--records", "200", "--partitions", "2"])
-        .args(["--drop-response", "0.1", "--drop-request", "0.05"])
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(output.status.success(), "{said}");
-    assert!(
-        said.contains("verdict: EXACTLY-ONCE HELD - all 400 acknowledged records"),
-        "{said}"
-    );
-    assert!(
-        said.contains("transactions                8   committed; 2 aborted"),
-        "{said}"
-    );
-}
-
-/// One request to the broker at `addr` on a connection of its own.
-fn call<R: kafka_protocol::protocol::Encodable, T: kafka_protocol::protocol::Decodable>(
-    addr: &str,
-    key: kafka_protocol::messages::ApiKey,
-    version: i16,
-    request: &R,
-) -> T {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let mut connection = minibroker_kafka_client::KafkaConnection::connect(addr)
-                .await
-                .unwrap();
-            connection.call(key, version, request).await.unwrap()
-        })
 }
 
 #[test]
@@ -533,16 +447,6 @@ fn a_coordinator_stopped_past_its_lease_and_resumed_ends_no_transaction() {
     );
 }
 
-/// Sends `signal` (`STOP`, `CONT`) to process `pid`.
-fn signal(pid: u32, signal: &str) {
-    let status = std::process::Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(pid.to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 #[test]
 fn bench_transactional_measures_transactions_through_the_cluster_in_one_run() {
     let cluster = Cluster::start();
@@ -656,17 +560,14 @@ fn read_committed_below_a_copy_and_on_a_broker_joining_late_sees_exactly_what_co
     child.kill().unwrap();
     child.wait().unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (values, moved) = read_sorted(&joined.kafka_addr);
-        if moved > stable {
-            assert_eq!(values.len(), after_abort.len());
-            assert!(
-                values == after_abort,
-                "what committed and the records behind"
-            );
-            break;
-        }
-        assert!(Instant::now() < deadline, "the LSO stays at {moved}");
+    while read_sorted(&joined.kafka_addr).1 <= stable {
+        assert!(Instant::now() < deadline, "the LSO stays at {stable}");
         std::thread::sleep(Duration::from_millis(500));
     }
+    let (values, _) = read_sorted(&joined.kafka_addr);
+    assert_eq!(values.len(), after_abort.len());
+    assert!(
+        values == after_abort,
+        "what committed and the records behind"
+    );
 }

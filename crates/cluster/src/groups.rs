@@ -10,6 +10,7 @@
 use thiserror::Error;
 use tokio_postgres::GenericClient;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
 
 /// Why a group's write was refused.
 #[derive(Debug, Error)]
@@ -88,30 +89,68 @@ pub async fn commit_offsets(
     member: Option<(i32, &str)>,
     offsets: &[StoredOffset],
 ) -> Result<(), GroupWriteError> {
-    let topics: Vec<&str> = offsets.iter().map(|o| o.topic.as_str()).collect();
-    let partitions: Vec<i32> = offsets.iter().map(|o| o.partition).collect();
-    let committed: Vec<i64> = offsets.iter().map(|o| o.offset).collect();
-    let metadata: Vec<Option<&str>> = offsets.iter().map(|o| o.metadata.as_deref()).collect();
-    let commit_ms = offsets.first().map_or(0, |o| o.commit_ms);
+    let columns = CommitColumns::new(group_id, tenure, member, offsets);
     client
         .execute(
             "SELECT minibroker.commit_group_offsets($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-            &[
-                &group_id,
-                &tenure.run_id,
-                &tenure.epoch,
-                &member.map(|(generation, _)| generation),
-                &member.map_or("", |(_, id)| id),
-                &topics,
-                &partitions,
-                &committed,
-                &metadata,
-                &commit_ms,
-            ],
+            &columns.parameters(),
         )
         .await
         .map_err(GroupWriteError::of)?;
     Ok(())
+}
+
+/// A commit's parameters, in the order the schema's commit functions take them: the group, the
+/// writer's tenure, the committing member (its generation, `NULL` outside any) and the offsets
+/// as columns.
+pub(crate) struct CommitColumns<'a> {
+    group_id: &'a str,
+    run_id: &'a str,
+    epoch: i64,
+    generation: Option<i32>,
+    member: &'a str,
+    topics: Vec<&'a str>,
+    partitions: Vec<i32>,
+    offsets: Vec<i64>,
+    metadata: Vec<Option<&'a str>>,
+    commit_ms: i64,
+}
+
+impl<'a> CommitColumns<'a> {
+    pub(crate) fn new(
+        group_id: &'a str,
+        tenure: Tenure<'a>,
+        member: Option<(i32, &'a str)>,
+        offsets: &'a [StoredOffset],
+    ) -> Self {
+        Self {
+            group_id,
+            run_id: tenure.run_id,
+            epoch: tenure.epoch,
+            generation: member.map(|(generation, _)| generation),
+            member: member.map_or("", |(_, id)| id),
+            topics: offsets.iter().map(|o| o.topic.as_str()).collect(),
+            partitions: offsets.iter().map(|o| o.partition).collect(),
+            offsets: offsets.iter().map(|o| o.offset).collect(),
+            metadata: offsets.iter().map(|o| o.metadata.as_deref()).collect(),
+            commit_ms: offsets.first().map_or(0, |o| o.commit_ms),
+        }
+    }
+
+    pub(crate) fn parameters(&self) -> [&(dyn ToSql + Sync); 10] {
+        [
+            &self.group_id,
+            &self.run_id,
+            &self.epoch,
+            &self.generation,
+            &self.member,
+            &self.topics,
+            &self.partitions,
+            &self.offsets,
+            &self.metadata,
+            &self.commit_ms,
+        ]
+    }
 }
 
 /// Saves `row` as `row.group_id`'s generation and membership.

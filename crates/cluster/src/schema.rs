@@ -204,13 +204,10 @@ const STEPS: &[&str] = &[
             WHERE g.group_id = wanted_group;
         generation := coalesce(generation, 0);
     END $$;
-    CREATE FUNCTION minibroker.commit_group_offsets(
-            wanted_group text, run text, held_epoch bigint, member_generation integer,
-            member text, topics text[], partitions integer[], offsets bigint[],
-            metadata text[], commit_ms bigint)
+    CREATE FUNCTION minibroker.check_member(wanted_group text, member_generation integer,
+                                            member text)
         RETURNS void LANGUAGE plpgsql AS $$
     BEGIN
-        PERFORM minibroker.hold_lease(0::smallint, wanted_group, run, held_epoch);
         IF member_generation IS NOT NULL THEN
             PERFORM 1 FROM minibroker.groups g
                 WHERE g.group_id = wanted_group AND g.generation = member_generation
@@ -220,6 +217,15 @@ const STEPS: &[&str] = &[
                                 member_generation USING ERRCODE = 'MB003';
             END IF;
         END IF;
+    END $$;
+    CREATE FUNCTION minibroker.commit_group_offsets(
+            wanted_group text, run text, held_epoch bigint, member_generation integer,
+            member text, topics text[], partitions integer[], offsets bigint[],
+            metadata text[], commit_ms bigint)
+        RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM minibroker.hold_lease(0::smallint, wanted_group, run, held_epoch);
+        PERFORM minibroker.check_member(wanted_group, member_generation, member);
         INSERT INTO minibroker.groups (group_id) VALUES (wanted_group)
             ON CONFLICT (group_id) DO NOTHING;
         INSERT INTO minibroker.group_offsets AS o
@@ -456,21 +462,13 @@ const STEPS: &[&str] = &[
     END $$;
     CREATE FUNCTION minibroker.commit_pending_offsets(
             wanted_group text, run text, held_epoch bigint, member_generation integer,
-            member text, wanted_id text, txn_producer bigint, txn_epoch smallint,
-            topics text[], partitions integer[], offsets bigint[], metadata text[],
-            commit_ms bigint)
+            member text, topics text[], partitions integer[], offsets bigint[],
+            metadata text[], commit_ms bigint, wanted_id text, txn_producer bigint,
+            txn_epoch smallint)
         RETURNS void LANGUAGE plpgsql AS $$
     BEGIN
         PERFORM minibroker.hold_lease(0::smallint, wanted_group, run, held_epoch);
-        IF member_generation IS NOT NULL THEN
-            PERFORM 1 FROM minibroker.groups g
-                WHERE g.group_id = wanted_group AND g.generation = member_generation
-                  AND member = ANY(g.members);
-            IF NOT FOUND THEN
-                RAISE EXCEPTION 'member % of generation % is not the group''s', member,
-                                member_generation USING ERRCODE = 'MB003';
-            END IF;
-        END IF;
+        PERFORM minibroker.check_member(wanted_group, member_generation, member);
         -- The transaction must be the producer's open one, and have added the group; the row
         -- is held so that its end waits for these offsets, or they for it.
         PERFORM 1 FROM minibroker.transactions t

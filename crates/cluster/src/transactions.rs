@@ -15,8 +15,9 @@
 use thiserror::Error;
 use tokio_postgres::GenericClient;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
 
-use crate::groups::{StoredOffset, Tenure};
+use crate::groups::{CommitColumns, StoredOffset, Tenure};
 
 /// Why a transaction's write was refused.
 #[derive(Debug, Error)]
@@ -207,30 +208,18 @@ pub async fn commit_pending_offsets(
     (transactional_id, producer_id, epoch): (&str, i64, i16),
     offsets: &[StoredOffset],
 ) -> Result<(), TransactionWriteError> {
-    let topics: Vec<&str> = offsets.iter().map(|o| o.topic.as_str()).collect();
-    let partitions: Vec<i32> = offsets.iter().map(|o| o.partition).collect();
-    let committed: Vec<i64> = offsets.iter().map(|o| o.offset).collect();
-    let metadata: Vec<Option<&str>> = offsets.iter().map(|o| o.metadata.as_deref()).collect();
-    let commit_ms = offsets.first().map_or(0, |o| o.commit_ms);
+    let columns = CommitColumns::new(group_id, tenure, member, offsets);
+    let mut parameters: Vec<&(dyn ToSql + Sync)> = columns.parameters().to_vec();
+    parameters.extend([
+        &transactional_id as &(dyn ToSql + Sync),
+        &producer_id,
+        &epoch,
+    ]);
     client
         .execute(
             "SELECT minibroker.commit_pending_offsets($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
                                                       $11, $12, $13)",
-            &[
-                &group_id,
-                &tenure.run_id,
-                &tenure.epoch,
-                &member.map(|(generation, _)| generation),
-                &member.map_or("", |(_, id)| id),
-                &transactional_id,
-                &producer_id,
-                &epoch,
-                &topics,
-                &partitions,
-                &committed,
-                &metadata,
-                &commit_ms,
-            ],
+            &parameters,
         )
         .await
         .map_err(TransactionWriteError::of)?;

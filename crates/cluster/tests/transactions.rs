@@ -116,29 +116,81 @@ async fn stored(client: &tokio_postgres::Client, topic_id: i64) -> Vec<(i64, boo
         .collect()
 }
 
+/// A database with topic "out", a committer, and broker run 1 holding transactional id "pipe"'s
+/// lease.
+struct Setup {
+    _postgres: Postgres,
+    client: tokio_postgres::Client,
+    topic_id: i64,
+    committer: Committer,
+    coordinator: Registration,
+    leases: Leases,
+    epoch: i64,
+    lease: Duration,
+}
+
+impl Setup {
+    /// With `partitions` partitions, leases of `lease`.
+    async fn start(partitions: i32, lease: Duration) -> Self {
+        let postgres = Postgres::start();
+        let mut client = connect(&postgres.url).await.unwrap();
+        migrate(&mut client).await.unwrap();
+        let topic_id = create_topic(&client, "out", partitions)
+            .await
+            .unwrap()
+            .unwrap()
+            .id;
+        let committer = Committer::start(&postgres.url, WindowSettings::default());
+        let (coordinator, leases) = (run(1), Leases::default());
+        let key = (KeyType::Transaction, "pipe");
+        let epoch = coordinators::claim(&client, &leases, &coordinator, key, lease)
+            .await
+            .unwrap()
+            .unwrap();
+        Self {
+            _postgres: postgres,
+            client,
+            topic_id,
+            committer,
+            coordinator,
+            leases,
+            epoch,
+            lease,
+        }
+    }
+
+    /// Run 1's tenure of "pipe".
+    fn tenure(&self) -> Tenure<'_> {
+        Tenure {
+            run_id: &self.coordinator.run_id,
+            epoch: self.epoch,
+        }
+    }
+
+    /// Run 1's tenure of group `group`, taken now.
+    async fn group_tenure(&self, group: &str) -> Tenure<'_> {
+        let claimed = coordinators::claim_group(
+            &self.client,
+            &self.leases,
+            &self.coordinator,
+            group,
+            self.lease,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        Tenure {
+            run_id: &self.coordinator.run_id,
+            epoch: claimed.0,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_is_written_where_it_added_and_ended_whole_by_its_leaseholder() {
-    let postgres = Postgres::start();
-    let mut client = connect(&postgres.url).await.unwrap();
-    migrate(&mut client).await.unwrap();
-    let topic_id = create_topic(&client, "out", 2).await.unwrap().unwrap().id;
-    let committer = Committer::start(&postgres.url, WindowSettings::default());
-    let lease = Duration::from_millis(500);
-    let (coordinator, leases) = (run(1), Leases::default());
-    let epoch = coordinators::claim(
-        &client,
-        &leases,
-        &coordinator,
-        (KeyType::Transaction, "pipe"),
-        lease,
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    let tenure = Tenure {
-        run_id: &coordinator.run_id,
-        epoch,
-    };
+    let setup = Setup::start(2, Duration::from_millis(500)).await;
+    let (client, committer, topic_id) = (&setup.client, &setup.committer, setup.topic_id);
+    let (lease, tenure) = (setup.lease, setup.tenure());
 
     // Not added yet: refused, and so is a partition the transaction did not add.
     let refused = committer.append(append(topic_id, 0, (1, 0), true)).await;
@@ -153,11 +205,11 @@ async fn a_transaction_is_written_where_it_added_and_ended_whole_by_its_leasehol
         "{refused:?}"
     );
     let ongoing = row("pipe", 1, "Ongoing", &["readers"]);
-    transactions::save_transaction(&client, tenure, None, &ongoing, &[("out".to_owned(), 0)])
+    transactions::save_transaction(client, tenure, None, &ongoing, &[("out".to_owned(), 0)])
         .await
         .unwrap();
     // A second insert of a new id is a conflict: somebody else made it first.
-    let again = transactions::save_transaction(&client, tenure, None, &ongoing, &[])
+    let again = transactions::save_transaction(client, tenure, None, &ongoing, &[])
         .await
         .unwrap_err();
     assert!(matches!(again, TransactionWriteError::Changed), "{again}");
@@ -197,17 +249,9 @@ async fn a_transaction_is_written_where_it_added_and_ended_whole_by_its_leasehol
     );
 
     // Offsets for the group wait in the transaction, under the group's lease.
-    let group_epoch = coordinators::claim_group(&client, &leases, &coordinator, "readers", lease)
-        .await
-        .unwrap()
-        .unwrap()
-        .0;
-    let group_tenure = Tenure {
-        run_id: &coordinator.run_id,
-        epoch: group_epoch,
-    };
+    let group_tenure = setup.group_tenure("readers").await;
     commit_pending_offsets(
-        &client,
+        client,
         group_tenure,
         "readers",
         None,
@@ -217,21 +261,13 @@ async fn a_transaction_is_written_where_it_added_and_ended_whole_by_its_leasehol
     .await
     .unwrap();
     // A group the transaction did not add, or an epoch that is not the producer's, is refused.
-    let others_epoch = coordinators::claim_group(&client, &leases, &coordinator, "others", lease)
-        .await
-        .unwrap()
-        .unwrap()
-        .0;
-    let others_tenure = Tenure {
-        run_id: &coordinator.run_id,
-        epoch: others_epoch,
-    };
+    let others_tenure = setup.group_tenure("others").await;
     for (group, group_tenure, producer_epoch, fenced) in [
         ("others", others_tenure, 1, false),
         ("readers", group_tenure, 0, true),
     ] {
         let refused = commit_pending_offsets(
-            &client,
+            client,
             group_tenure,
             group,
             None,
@@ -246,7 +282,7 @@ async fn a_transaction_is_written_where_it_added_and_ended_whole_by_its_leasehol
         }
     }
     assert!(
-        groups::group_offsets(&client, "readers")
+        groups::group_offsets(client, "readers")
             .await
             .unwrap()
             .is_empty()
@@ -263,24 +299,24 @@ async fn a_transaction_is_written_where_it_added_and_ended_whole_by_its_leasehol
         timestamp: 9,
     };
     let stale = row("pipe", 0, "Ongoing", &["readers"]);
-    let refused = transactions::end_transaction(&client, tenure, &stale, &completed, &ending).await;
+    let refused = transactions::end_transaction(client, tenure, &stale, &completed, &ending).await;
     assert!(
         matches!(refused, Err(TransactionWriteError::Changed)),
         "{refused:?}"
     );
-    assert_eq!(stored(&client, topic_id).await.len(), 2);
+    assert_eq!(stored(client, topic_id).await.len(), 2);
 
     // The end: the marker after the batches, the offsets the group's, the partition let go.
-    let written = transactions::end_transaction(&client, tenure, &ongoing, &completed, &ending)
+    let written = transactions::end_transaction(client, tenure, &ongoing, &completed, &ending)
         .await
         .unwrap();
     assert_eq!(written, 1);
     assert_eq!(
-        stored(&client, topic_id).await,
+        stored(client, topic_id).await,
         [(0, false, true), (1, false, true), (2, true, true)]
     );
     assert_eq!(
-        groups::group_offsets(&client, "readers").await.unwrap(),
+        groups::group_offsets(client, "readers").await.unwrap(),
         [offset(42)]
     );
     let late = committer.append(append(topic_id, 0, (1, 2), true)).await;
@@ -293,7 +329,7 @@ async fn a_transaction_is_written_where_it_added_and_ended_whole_by_its_leasehol
         ),
         "a late batch of the ended transaction: {late:?}"
     );
-    let found = transactions::find_transaction(&client, "pipe")
+    let found = transactions::find_transaction(client, "pipe")
         .await
         .unwrap()
         .unwrap();
@@ -304,7 +340,7 @@ async fn a_transaction_is_written_where_it_added_and_ended_whole_by_its_leasehol
     let (successor, successor_leases) = (run(2), Leases::default());
     assert!(
         coordinators::claim(
-            &client,
+            client,
             &successor_leases,
             &successor,
             (KeyType::Transaction, "pipe"),
@@ -315,14 +351,13 @@ async fn a_transaction_is_written_where_it_added_and_ended_whole_by_its_leasehol
         .is_some()
     );
     let next = row("pipe", 2, "Ongoing", &[]);
-    let zombie =
-        transactions::save_transaction(&client, tenure, Some(&completed), &next, &[]).await;
+    let zombie = transactions::save_transaction(client, tenure, Some(&completed), &next, &[]).await;
     assert!(
         matches!(zombie, Err(TransactionWriteError::NotCoordinator)),
         "{zombie:?}"
     );
     assert_eq!(
-        transactions::find_transaction(&client, "pipe")
+        transactions::find_transaction(client, "pipe")
             .await
             .unwrap(),
         Some(completed)
@@ -331,33 +366,12 @@ async fn a_transaction_is_written_where_it_added_and_ended_whole_by_its_leasehol
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abort_drops_the_pending_offsets_and_a_newer_epoch_takes_no_older_marker() {
-    let postgres = Postgres::start();
-    let mut client = connect(&postgres.url).await.unwrap();
-    migrate(&mut client).await.unwrap();
-    let topic_id = create_topic(&client, "out", 1).await.unwrap().unwrap().id;
-    let committer = Committer::start(&postgres.url, WindowSettings::default());
-    let lease = Duration::from_secs(30);
-    let (coordinator, leases) = (run(1), Leases::default());
-    let key = (KeyType::Transaction, "pipe");
-    let epoch = coordinators::claim(&client, &leases, &coordinator, key, lease)
-        .await
-        .unwrap()
-        .unwrap();
-    let tenure = Tenure {
-        run_id: &coordinator.run_id,
-        epoch,
-    };
-    let group_epoch = coordinators::claim_group(&client, &leases, &coordinator, "readers", lease)
-        .await
-        .unwrap()
-        .unwrap()
-        .0;
-    let group_tenure = Tenure {
-        run_id: &coordinator.run_id,
-        epoch: group_epoch,
-    };
+    let setup = Setup::start(1, Duration::from_secs(30)).await;
+    let (client, committer, topic_id) = (&setup.client, &setup.committer, setup.topic_id);
+    let tenure = setup.tenure();
+    let group_tenure = setup.group_tenure("readers").await;
     let ongoing = row("pipe", 3, "Ongoing", &["readers"]);
-    transactions::save_transaction(&client, tenure, None, &ongoing, &[("out".to_owned(), 0)])
+    transactions::save_transaction(client, tenure, None, &ongoing, &[("out".to_owned(), 0)])
         .await
         .unwrap();
     committer
@@ -365,7 +379,7 @@ async fn an_abort_drops_the_pending_offsets_and_a_newer_epoch_takes_no_older_mar
         .await
         .unwrap();
     commit_pending_offsets(
-        &client,
+        client,
         group_tenure,
         "readers",
         None,
@@ -392,19 +406,19 @@ async fn an_abort_drops_the_pending_offsets_and_a_newer_epoch_takes_no_older_mar
         timestamp: 9,
     };
     let aborted = row("pipe", 3, "CompleteAbort", &[]);
-    let written = transactions::end_transaction(&client, tenure, &ongoing, &aborted, &ending)
+    let written = transactions::end_transaction(client, tenure, &ongoing, &aborted, &ending)
         .await
         .unwrap();
     assert_eq!(written, 0);
-    assert_eq!(stored(&client, topic_id).await, [(0, false, true)]);
+    assert_eq!(stored(client, topic_id).await, [(0, false, true)]);
     assert!(
-        groups::group_offsets(&client, "readers")
+        groups::group_offsets(client, "readers")
             .await
             .unwrap()
             .is_empty()
     );
     assert!(
-        transactions::pending_partitions(&client, "readers")
+        transactions::pending_partitions(client, "readers")
             .await
             .unwrap()
             .is_empty()

@@ -6,38 +6,26 @@
 
 use minibroker_cluster::groups::{self, GroupWriteError};
 use minibroker_cluster::transactions::TransactionWriteError;
-use minibroker_cluster::{Database, GroupRow, KeyType, Leases, Member, Registration, StoredOffset};
+use minibroker_cluster::{Database, GroupRow, KeyType, Member, StoredOffset};
 use minibroker_groups::{
     Claimed, Committed, GroupError, SharedFuture, SharedGroups, SharedWrite, TopicPartition,
 };
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::cluster_link::ClusterError;
+use crate::coordinating::Coordinating;
 
 /// A broker's groups in its cluster; see the module docs.
 #[derive(Debug)]
 pub struct ClusterGroups {
+    on: Arc<Coordinating>,
     database: Database,
-    leases: Arc<Leases>,
-    registration: Registration,
-    lease: Duration,
 }
 
 impl ClusterGroups {
-    pub(crate) fn new(
-        url: &str,
-        connect_timeout: Duration,
-        leases: Arc<Leases>,
-        registration: Registration,
-        lease: Duration,
-    ) -> Self {
-        Self {
-            database: Database::new(url, connect_timeout),
-            leases,
-            registration,
-            lease,
-        }
+    pub(crate) fn new(on: Arc<Coordinating>) -> Self {
+        let database = on.database();
+        Self { on, database }
     }
 
     /// The broker that coordinates `key` of `key_type`: the live holder of its lease, or the
@@ -57,27 +45,27 @@ impl ClusterGroups {
         let Some(found) = found else {
             return Ok(None);
         };
-        if found.node_id != self.registration.member.node_id
-            || self.leases.epoch(key_type, key).is_some()
+        if found.node_id != self.on.registration.member.node_id
+            || self.on.leases.epoch(key_type, key).is_some()
         {
             return Ok(Some(found));
         }
         let taken = match key_type {
             KeyType::Group => minibroker_cluster::coordinators::claim_group(
                 &*client,
-                &self.leases,
-                &self.registration,
+                &self.on.leases,
+                &self.on.registration,
                 key,
-                self.lease,
+                self.on.lease,
             )
             .await?
             .is_some(),
             KeyType::Transaction => minibroker_cluster::coordinators::claim(
                 &*client,
-                &self.leases,
-                &self.registration,
+                &self.on.leases,
+                &self.on.registration,
                 (key_type, key),
-                self.lease,
+                self.on.lease,
             )
             .await?
             .is_some(),
@@ -93,9 +81,13 @@ impl ClusterGroups {
     ///
     /// # Errors
     /// The database could not be asked.
-    pub async fn offsets(&self, group_id: &str) -> Result<Vec<StoredOffset>, ClusterError> {
+    pub async fn committed(
+        &self,
+        group_id: &str,
+    ) -> Result<Vec<(TopicPartition, Committed)>, ClusterError> {
         let client = self.database.client().await?;
-        Ok(groups::group_offsets(&*client, group_id).await?)
+        let stored = groups::group_offsets(&*client, group_id).await?;
+        Ok(stored.into_iter().map(committed_of).collect())
     }
 
     /// The partitions with offsets of `group_id` waiting in an open transaction.
@@ -129,10 +121,10 @@ impl ClusterGroups {
         let client = self.database.client().await.map_err(storage)?;
         let claimed = minibroker_cluster::coordinators::claim_group(
             &*client,
-            &self.leases,
-            &self.registration,
+            &self.on.leases,
+            &self.on.registration,
             group_id,
-            self.lease,
+            self.on.lease,
         )
         .await
         .map_err(storage)?;
@@ -143,14 +135,7 @@ impl ClusterGroups {
             .await
             .map_err(storage)?
             .into_iter()
-            .map(|stored| {
-                let committed = Committed {
-                    offset: stored.offset,
-                    metadata: stored.metadata,
-                    commit_ms: stored.commit_ms,
-                };
-                ((stored.topic, stored.partition), committed)
-            })
+            .map(committed_of)
             .collect();
         Ok(Claimed {
             epoch,
@@ -167,7 +152,7 @@ impl ClusterGroups {
     ) -> Result<(), GroupError> {
         let client = self.database.client().await.map_err(storage)?;
         let tenure = minibroker_cluster::Tenure {
-            run_id: &self.registration.run_id,
+            run_id: &self.on.registration.run_id,
             epoch,
         };
         let written = match write {
@@ -237,7 +222,7 @@ impl SharedGroups for ClusterGroups {
     }
 
     fn epoch(&self, group_id: &str) -> Option<i64> {
-        self.leases.epoch(KeyType::Group, group_id)
+        self.on.leases.epoch(KeyType::Group, group_id)
     }
 
     fn write<'a>(
@@ -250,6 +235,17 @@ impl SharedGroups for ClusterGroups {
     }
 }
 
+/// A committed offset as the database keeps it, as the group coordinator does.
+fn committed_of(stored: StoredOffset) -> (TopicPartition, Committed) {
+    let committed = Committed {
+        offset: stored.offset,
+        metadata: stored.metadata,
+        commit_ms: stored.commit_ms,
+    };
+    ((stored.topic, stored.partition), committed)
+}
+
+/// The group coordinator's committed offset as the database keeps it.
 pub(crate) fn stored_offset(
     ((topic, partition), committed): (TopicPartition, Committed),
 ) -> StoredOffset {

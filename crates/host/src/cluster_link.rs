@@ -131,19 +131,18 @@ impl ClusterLink {
             flush: settings.flush,
             ..WindowSettings::default()
         };
-        let groups = Arc::new(crate::cluster_groups::ClusterGroups::new(
-            &settings.url,
-            window.connect_timeout,
-            Arc::clone(&leases),
-            heartbeat.registration().clone(),
-            settings.lease,
-        ));
-        let transactions = Arc::new(crate::cluster_transactions::ClusterTransactions::new(
-            &settings.url,
-            window.connect_timeout,
+        let coordinating = Arc::new(crate::coordinating::Coordinating {
+            url: settings.url.clone(),
+            connect_timeout: window.connect_timeout,
             leases,
-            heartbeat.registration().clone(),
-            settings.lease,
+            registration: heartbeat.registration().clone(),
+            lease: settings.lease,
+        });
+        let groups = Arc::new(crate::cluster_groups::ClusterGroups::new(Arc::clone(
+            &coordinating,
+        )));
+        let transactions = Arc::new(crate::cluster_transactions::ClusterTransactions::new(
+            coordinating,
         ));
         let link = Arc::new(Self {
             node_id: settings.member.node_id,

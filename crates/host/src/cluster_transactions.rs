@@ -6,39 +6,27 @@
 //! (`minibroker_cluster::transactions`).
 
 use minibroker_cluster::transactions::{self, Ending, TransactionRow, TransactionWriteError};
-use minibroker_cluster::{Database, KeyType, Leases, Registration, Tenure};
+use minibroker_cluster::{Database, KeyType, Tenure};
 use minibroker_records::Marker;
 use minibroker_transactions::{
     CoordinatorError, SharedFuture, SharedTransactions, Transaction, TxnState,
 };
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::cluster_link::ClusterError;
+use crate::coordinating::Coordinating;
 
 /// A broker's transactions in its cluster; see the module docs.
 #[derive(Debug)]
 pub struct ClusterTransactions {
+    on: Arc<Coordinating>,
     database: Database,
-    leases: Arc<Leases>,
-    registration: Registration,
-    lease: Duration,
 }
 
 impl ClusterTransactions {
-    pub(crate) fn new(
-        url: &str,
-        connect_timeout: Duration,
-        leases: Arc<Leases>,
-        registration: Registration,
-        lease: Duration,
-    ) -> Self {
-        Self {
-            database: Database::new(url, connect_timeout),
-            leases,
-            registration,
-            lease,
-        }
+    pub(crate) fn new(on: Arc<Coordinating>) -> Self {
+        let database = on.database();
+        Self { on, database }
     }
 
     /// Every transactional id of the cluster, as its coordinator last left it.
@@ -63,7 +51,7 @@ impl ClusterTransactions {
 
     fn tenure(&self, epoch: i64) -> Tenure<'_> {
         Tenure {
-            run_id: &self.registration.run_id,
+            run_id: &self.on.registration.run_id,
             epoch,
         }
     }
@@ -72,10 +60,10 @@ impl ClusterTransactions {
         let client = self.database.client().await.map_err(shared)?;
         let claimed = minibroker_cluster::coordinators::claim(
             &*client,
-            &self.leases,
-            &self.registration,
+            &self.on.leases,
+            &self.on.registration,
             (KeyType::Transaction, id),
-            self.lease,
+            self.on.lease,
         )
         .await
         .map_err(shared)?;
@@ -184,7 +172,7 @@ impl SharedTransactions for ClusterTransactions {
     }
 
     fn epoch(&self, id: &str) -> Option<i64> {
-        self.leases.epoch(KeyType::Transaction, id)
+        self.on.leases.epoch(KeyType::Transaction, id)
     }
 
     fn save<'a>(

@@ -30,6 +30,7 @@ mod cluster_groups;
 mod cluster_link;
 mod cluster_transactions;
 mod config;
+mod coordinating;
 mod host;
 pub mod login;
 mod node;

@@ -94,6 +94,15 @@ pub enum KafkaClientError {
     },
 }
 
+/// A coordinator as FindCoordinator names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Coordinator {
+    /// Its node id.
+    pub node_id: i32,
+    /// Its Kafka listener, `host:port`.
+    pub addr: String,
+}
+
 /// One connection to a Kafka listener.
 #[derive(Debug)]
 pub struct KafkaConnection {
@@ -244,6 +253,32 @@ impl KafkaConnection {
                 addr: self.addr.clone(),
             }),
         }
+    }
+
+    /// The coordinator FindCoordinator names for `key` (a consumer group, `key_type` 0, or a
+    /// transactional id, 1): its node id and `host:port`, or the broker's error code.
+    ///
+    /// # Errors
+    /// As [`Self::call`].
+    pub async fn find_coordinator(
+        &mut self,
+        key: &str,
+        key_type: i8,
+    ) -> Result<Result<Coordinator, i16>, KafkaClientError> {
+        let request = kafka_protocol::messages::FindCoordinatorRequest::default()
+            .with_key(kafka_protocol::protocol::StrBytes::from_string(
+                key.to_owned(),
+            ))
+            .with_key_type(key_type);
+        let found: kafka_protocol::messages::FindCoordinatorResponse =
+            self.call(ApiKey::FindCoordinator, 3, &request).await?;
+        if found.error_code != 0 {
+            return Ok(Err(found.error_code));
+        }
+        Ok(Ok(Coordinator {
+            node_id: found.node_id.0,
+            addr: format!("{}:{}", found.host, found.port),
+        }))
     }
 
     /// The next length-prefixed frame, `None` at a close (clean, a reset, or in the middle of

@@ -30,9 +30,8 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, BrokerId, EndTxnRequest,
-    EndTxnResponse, FetchRequest, FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse,
-    InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
-    TopicName, TransactionalId,
+    EndTxnResponse, FetchRequest, FetchResponse, InitProducerIdRequest, InitProducerIdResponse,
+    ProduceRequest, ProduceResponse, ProducerId, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 use minibroker_broker::FlushPolicy;
@@ -335,17 +334,13 @@ async fn connect_producer(kafka: &str, transactional_id: Option<&str>) -> Result
     let Some(id) = transactional_id else {
         return Ok(conn);
     };
-    let request = FindCoordinatorRequest::default()
-        .with_key(text(id))
-        .with_key_type(1);
-    let found: FindCoordinatorResponse = conn.call(ApiKey::FindCoordinator, 3, &request).await?;
-    if found.error_code != 0 {
-        bail!(
+    match conn.find_coordinator(id, 1).await? {
+        Ok(coordinator) => Ok(KafkaConnection::connect(coordinator.addr).await?),
+        Err(code) => bail!(
             "FindCoordinator answered {}",
-            minibroker_kafka_client::error_name(found.error_code)
-        );
+            minibroker_kafka_client::error_name(code)
+        ),
     }
-    Ok(KafkaConnection::connect(format!("{}:{}", found.host, found.port)).await?)
 }
 
 async fn init(conn: &mut KafkaConnection, transactional_id: Option<&str>) -> Result<(i64, i16)> {

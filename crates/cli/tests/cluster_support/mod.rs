@@ -75,3 +75,53 @@ pub fn triples(summary: &Value, key: &str) -> Vec<(u64, u64, String)> {
         })
         .collect()
 }
+
+/// One request to the broker at `addr` on a connection of its own.
+#[allow(dead_code)] // not every cluster test speaks the protocol itself
+pub fn call<R: kafka_protocol::protocol::Encodable, T: kafka_protocol::protocol::Decodable>(
+    addr: &str,
+    key: kafka_protocol::messages::ApiKey,
+    version: i16,
+    request: &R,
+) -> T {
+    block_on(async {
+        let mut connection = minibroker_kafka_client::KafkaConnection::connect(addr)
+            .await
+            .unwrap();
+        connection.call(key, version, request).await.unwrap()
+    })
+}
+
+/// The node id FindCoordinator names, through `addr`, for `key` of `key_type` (0 a group, 1 a
+/// transactional id).
+#[allow(dead_code)]
+pub fn coordinator(addr: &str, key: &str, key_type: i8) -> i32 {
+    block_on(async {
+        let mut connection = minibroker_kafka_client::KafkaConnection::connect(addr)
+            .await
+            .unwrap();
+        let found = connection.find_coordinator(key, key_type).await.unwrap();
+        found.expect("FindCoordinator answered an error").node_id
+    })
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to process `pid`.
+#[allow(dead_code)]
+pub fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Runs `future` on a runtime of its own.
+#[allow(dead_code)]
+pub fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
+}

@@ -51,22 +51,11 @@ impl KafkaFrontEnd {
         wanted: Option<&[TopicPartition]>,
         stable: bool,
     ) -> Result<SharedCommitted, ResponseError> {
-        let stored = cluster
+        let mut committed = cluster
             .groups()
-            .offsets(group_id)
+            .committed(group_id)
             .await
             .map_err(unavailable)?;
-        let mut committed: Vec<(TopicPartition, Committed)> = stored
-            .into_iter()
-            .map(|stored| {
-                let committed = Committed {
-                    offset: stored.offset,
-                    metadata: stored.metadata,
-                    commit_ms: stored.commit_ms,
-                };
-                ((stored.topic, stored.partition), committed)
-            })
-            .collect();
         if let Some(wanted) = wanted {
             let mut found: HashMap<TopicPartition, Committed> = committed.into_iter().collect();
             committed = wanted

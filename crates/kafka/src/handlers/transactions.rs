@@ -44,7 +44,7 @@ impl KafkaFrontEnd {
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         if let Some(cluster) = self.cluster.as_ref().filter(|_| self.guard.is_on()) {
             cluster
-                .record_producer_owner(producer_id, &self.guard.principal())
+                .record_producer_owner(producer_id, self.guard.principal())
                 .await?;
         }
         Ok(self.record_producer(producer_id)?)
