@@ -13,7 +13,8 @@ Each command prints one JSON summary line and exits non-zero when what it checks
         middle of the transaction after that many records were produced: it says so on stdout
         and waits to be killed
     python transactions.py check-output BOOTSTRAP SOURCE SINK COUNT [GROUP]
-        SINK, read_committed, holds each of SOURCE's COUNT values transformed exactly once, and
+        SINK, read_committed, holds each of SOURCE's COUNT values transformed exactly once, each
+        partition in its input's order, and
         GROUP ("processor" by default) has committed offsets past every record of SOURCE
     python transactions.py zombie BOOTSTRAP TOPIC
         a second producer with the same transactional id fences the first: the first's commit
@@ -67,13 +68,20 @@ def ensure_topic(bootstrap, topic, partitions=PARTITIONS):
 
 def read_values(bootstrap, topic, partitions, isolation, settle=1.5):
     """Every value readable from the start of `topic` with `isolation`, in partition order."""
+    by_partition = read_partitions(bootstrap, topic, partitions, isolation, settle)
+    return [value for p in range(partitions) for value in by_partition[p]]
+
+
+def read_partitions(bootstrap, topic, partitions, isolation, settle=1.5):
+    """Every value readable from the start of each partition of `topic` with `isolation`, in
+    order, by partition."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{time.time()}",
                          "enable.auto.commit": False, "isolation.level": isolation,
                          "enable.partition.eof": True})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    values, at_end = [], set()
+    values, at_end = {p: [] for p in range(partitions)}, set()
     deadline = time.time() + 20
     quiet_since = time.time()
     while time.time() < deadline:
@@ -87,7 +95,7 @@ def read_values(bootstrap, topic, partitions, isolation, settle=1.5):
                 at_end.add(message.partition())
             continue
         quiet_since = time.time()
-        values.append(message.value().decode())
+        values[message.partition()].append(message.value().decode())
     consumer.close()
     return values
 
@@ -279,8 +287,14 @@ def drained(consumer, source):
 def run_check_output(bootstrap, source, sink, count, group="processor"):
     from confluent_kafka import Consumer, TopicPartition
 
-    values = read_values(bootstrap, sink, PARTITIONS, "read_committed")
+    sink_values = read_partitions(bootstrap, sink, PARTITIONS, "read_committed")
+    values = [value for p in range(PARTITIONS) for value in sink_values[p]]
     wanted = sorted(f"{source}-{i}".upper() for i in range(count))
+    # Each record went to the sink's partition of its own: in order, each partition's output is
+    # its input transformed.
+    source_values = read_partitions(bootstrap, source, PARTITIONS, "read_committed")
+    in_order = all(sink_values[p] == [value.upper() for value in source_values[p]]
+                   for p in range(PARTITIONS))
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                          "isolation.level": "read_committed", "enable.auto.commit": False,
                          "enable.partition.eof": True})
@@ -304,9 +318,9 @@ def run_check_output(bootstrap, source, sink, count, group="processor"):
     consumer.close()
     duplicates = len(values) - len(set(values))
     done({"read": len(values), "distinct": len(set(values)), "duplicates": duplicates,
-          "committed": positions, "remaining": remaining},
-         sorted(values) == wanted and remaining == 0 and len(at_end) == PARTITIONS
-         and all(offset > 0 for offset in positions))
+          "committed": positions, "remaining": remaining, "in_order": in_order},
+         sorted(values) == wanted and in_order and remaining == 0
+         and len(at_end) == PARTITIONS and all(offset > 0 for offset in positions))
 
 
 # --- fencing and timeouts --------------------------------------------------------------------

@@ -140,6 +140,7 @@ fn a_pipeline_is_exactly_once_through_killed_processors_and_a_killed_coordinator
     assert_eq!(output["duplicates"], 0, "{output}");
     assert_eq!(output["read"], 300, "{output}");
     assert_eq!(output["remaining"], 0, "{output}");
+    assert_eq!(output["in_order"], true, "{output}");
     eprintln!("pipeline done in {:?}: {output}", started.elapsed());
 }
 

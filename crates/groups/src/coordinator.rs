@@ -192,12 +192,6 @@ impl GroupCoordinator {
         let _already = self.shared.set(shared);
     }
 
-    /// Whether this coordinator is a cluster's.
-    #[must_use]
-    pub fn is_shared(&self) -> bool {
-        self.shared.get().is_some()
-    }
-
     /// In a cluster, makes sure this broker holds `group_id`'s lease and has the group as the
     /// cluster keeps it: taken over afresh (a new generation, the committed offsets) when the
     /// lease is newly this broker's. Nothing to do on a broker of its own.

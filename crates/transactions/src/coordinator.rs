@@ -202,7 +202,7 @@ impl TransactionCoordinator {
     /// would (see [`SharedTransactions::orphaned`]).
     ///
     /// # Errors
-    /// As [`Self::ensure`].
+    /// As a request for the id: another broker holds its lease; a storage error.
     pub async fn take_over(&self, id: &str) -> Result<(), CoordinatorError> {
         let _turn = self.turn(id).await;
         self.ensure(id).await.map(|_| ())
