@@ -6,8 +6,8 @@
 //! # Layout
 //! - [`schema`] — the database's tables, created or migrated at start and versioned: a broker
 //!   that finds a schema newer than it knows refuses to start.
-//! - [`membership`] — each broker's lease on its node id, kept by its heartbeat; the live
-//!   brokers are the members.
+//! - [`membership`] — each broker's lease on its node id; the live brokers are the members.
+//! - [`heartbeat`] — the task that renews a broker's lease, and its coordinators' with it.
 //! - [`coordinators`] — who coordinates a group or a transactional id: the live holder of its
 //!   lease, taken by the broker the key hashes to and renewed with its membership.
 //! - [`groups`] — consumer groups' saved generations and committed offsets, written only under
@@ -30,6 +30,7 @@ pub mod committer;
 pub mod coordinators;
 pub mod database;
 pub mod groups;
+pub mod heartbeat;
 pub mod membership;
 pub mod produce;
 pub mod producer_ids;
@@ -43,7 +44,8 @@ pub use committer::{AppendError, Committer, Pending, WindowSettings, gather};
 pub use coordinators::{KeyType, Leases};
 pub use database::Database;
 pub use groups::{GroupRow, GroupWriteError, StoredOffset, Tenure};
-pub use membership::{Heartbeat, Member, MembershipError, Registration, live_members};
+pub use heartbeat::Heartbeat;
+pub use membership::{Member, MembershipError, Registration, live_members};
 pub use produce::{
     Answers, Append, AppendRefused, Appended, CommitError, KnownProducers, Statements,
     commit_window,

@@ -12,7 +12,7 @@ use minibroker_groups::{
 };
 use std::sync::Arc;
 
-use crate::cluster_link::ClusterError;
+use crate::cluster_error::ClusterError;
 use crate::coordinating::Coordinating;
 
 /// A broker's groups in its cluster; see the module docs.

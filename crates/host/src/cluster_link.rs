@@ -12,14 +12,15 @@
 //! reconnection.
 
 use minibroker_broker::{Broker, BrokerError, Placed};
+
+pub use crate::cluster_error::ClusterError;
 use minibroker_cluster::{
     Append, AppendError, Appended, Committer, Database, Deleted, Heartbeat, Keep, Leases, Member,
-    MembershipError, Pending, Registration, SchemaError, SharedTopic, WindowSettings,
+    MembershipError, Pending, Registration, SharedTopic, WindowSettings,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
-use thiserror::Error;
 use tokio::sync::Notify;
 
 /// How often a broker's copy asks the database what is new.
@@ -47,39 +48,6 @@ pub struct ClusterSettings {
     /// `cluster_cache_bytes`: the most a partition's copy holds; older batches are read from
     /// the database.
     pub cache_bytes: u64,
-}
-
-/// Why a broker could not join its cluster, or a question to it failed.
-#[derive(Debug, Error)]
-pub enum ClusterError {
-    /// The schema could not be created or is newer than this broker.
-    #[error(transparent)]
-    Schema(#[from] SchemaError),
-    /// The node id is held by a live broker, or membership failed.
-    #[error(transparent)]
-    Membership(#[from] MembershipError),
-    /// The database could not be reached or refused.
-    #[error("the cluster's database: {0}")]
-    Postgres(#[from] tokio_postgres::Error),
-    /// This broker's copy could not hold what the cluster has.
-    #[error(transparent)]
-    Copy(#[from] BrokerError),
-    /// The cluster has no topic of that name.
-    #[error("topic {0:?} is not in the cluster")]
-    UnknownTopic(String),
-    /// A topic's settings were refused.
-    #[error(transparent)]
-    Refused(BrokerError),
-    /// A transactional id's record in the database does not read.
-    #[error(
-        "the cluster's record of transactional id {transactional_id:?} does not read: {reason}"
-    )]
-    Record {
-        /// The transactional id.
-        transactional_id: String,
-        /// Why.
-        reason: String,
-    },
 }
 
 /// A broker's membership of its cluster, its committer and its copy.

@@ -13,7 +13,7 @@ use minibroker_transactions::{
 };
 use std::sync::Arc;
 
-use crate::cluster_link::ClusterError;
+use crate::cluster_error::ClusterError;
 use crate::coordinating::Coordinating;
 
 /// A broker's transactions in its cluster; see the module docs.

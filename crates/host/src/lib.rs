@@ -26,6 +26,7 @@
 //!   configuration names.
 
 pub mod access;
+mod cluster_error;
 mod cluster_groups;
 mod cluster_link;
 mod cluster_transactions;
