@@ -1,6 +1,7 @@
 //! A partition's start moved up, for every broker at once: by DeleteRecords, and by retention.
-//! The start is the partition row's `log_start_offset`; the batches wholly below it are deleted
-//! in the same statement, and each broker's copy follows the start on its next pass.
+//! The start is the partition row's `log_start_offset`; the batches wholly below it (and the
+//! aborted transactions that ended below it) are deleted in the same statement, and each
+//! broker's copy follows the start on its next pass.
 //!
 //! Each statement takes one partition row's lock, alone: a window's commit locks several in
 //! key order, and a statement that locked several in another order could deadlock with it.
@@ -10,13 +11,18 @@
 use tokio_postgres::GenericClient;
 
 /// The end of a statement whose `moved` part moved partition `$1`/`$2`'s start: the batches
-/// wholly below the new start are deleted with it, and the new start is its answer.
+/// wholly below the new start are deleted with it, and so are the aborted transactions that
+/// ended below it (no read reaches them); the new start is its answer.
 macro_rules! deleted_below_moved {
     () => {
         "gone AS (
              DELETE FROM minibroker.batches b USING moved
              WHERE b.topic_id = $1 AND b.partition = $2
                  AND b.last_offset < moved.log_start_offset
+         ), gone_aborts AS (
+             DELETE FROM minibroker.aborted_transactions a USING moved
+             WHERE a.topic_id = $1 AND a.partition = $2
+                 AND a.last_offset < moved.log_start_offset
          )
          SELECT log_start_offset FROM moved"
     };

@@ -1,7 +1,7 @@
 //! What every broker of a cluster shares besides its batches, on a real PostgreSQL: a
 //! partition's start moved by DeleteRecords and by retention (by age and by size, as a broker's
-//! own log applies it), a topic's settings changed by compare-and-set, and producer ids with
-//! their owners.
+//! own log applies it, the aborted transactions below the start going too), a topic's settings
+//! changed by compare-and-set, and producer ids with their owners.
 
 mod support;
 
@@ -140,11 +140,24 @@ async fn retention_by_size_drops_the_oldest_while_the_rest_is_enough(postgres: &
 async fn delete_records_moves_the_start_and_nothing_past_the_end(postgres: &Postgres) {
     let now = minibroker_records::now_millis();
     let (client, topic_id) = topic_with(postgres, "deleted", &[now; 4]).await;
+    // Two aborted transactions, ended at offsets 1 and 3: the one wholly below the new start
+    // goes with its batches.
+    client
+        .execute(
+            "INSERT INTO minibroker.aborted_transactions
+                 (topic_id, partition, producer_id, first_offset, last_offset)
+             VALUES ($1, 0, 9, 0, 1), ($1, 0, 9, 2, 3)",
+            &[&topic_id],
+        )
+        .await
+        .unwrap();
     assert_eq!(
         delete_records(&client, topic_id, 0, 2).await.unwrap(),
         Deleted::Start(2)
     );
     assert_eq!(held(&client, topic_id).await, (2, Some(2), Some(3)));
+    let aborted = minibroker_cluster::transactions::aborted_between(&client, (topic_id, 0), 0, 9);
+    assert_eq!(aborted.await.unwrap(), [(9, 2)]);
     // Below the start: nothing changes.
     assert_eq!(
         delete_records(&client, topic_id, 0, 1).await.unwrap(),
