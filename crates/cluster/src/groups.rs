@@ -297,3 +297,19 @@ fn group_row(row: &tokio_postgres::Row, membership: Option<Vec<u8>>) -> GroupRow
         membership,
     }
 }
+
+/// Forgets the groups with no members, no offsets waiting in a transaction and no write for
+/// `retention_ms` (Kafka's `offsets.retention.minutes`), with their offsets; returns how many.
+/// Any broker may run it: a write racing it keeps its group (see the schema).
+///
+/// # Errors
+/// PostgreSQL's error.
+pub async fn expire_idle_groups(
+    client: &impl GenericClient,
+    retention_ms: i64,
+) -> Result<i64, tokio_postgres::Error> {
+    Ok(client
+        .query_one("SELECT minibroker.expire_idle_groups($1)", &[&retention_ms])
+        .await?
+        .get(0))
+}

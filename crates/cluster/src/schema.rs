@@ -122,7 +122,10 @@ const STEPS: &[&str] = &[
     // A group's row is its last saved generation, with its members' ids (an offset commit by
     // a member is checked against them, SQLSTATE MB003), its state and protocol type (for
     // ListGroups through any broker) and its membership as the group coordinator encodes it
-    // (for DescribeGroups). Its committed offsets are rows of their own.
+    // (for DescribeGroups). Its committed offsets are rows of their own. Every write of a
+    // group stamps its row with when it was last active, so that retention
+    // (`minibroker.expire_idle_groups`) can never delete a group a write is being made to: the
+    // write holds the row, and the deletion, waiting for it, sees the new stamp.
     "CREATE TABLE minibroker.coordinator_leases (
         key_type smallint NOT NULL CHECK (key_type IN (0, 1)),
         key text NOT NULL,
@@ -139,7 +142,8 @@ const STEPS: &[&str] = &[
         members text[] NOT NULL DEFAULT '{}',
         state text NOT NULL DEFAULT 'Empty',
         protocol_type text NOT NULL DEFAULT '',
-        membership bytea
+        membership bytea,
+        last_active_ms bigint NOT NULL DEFAULT 0
     );
     CREATE TABLE minibroker.group_offsets (
         group_id text NOT NULL REFERENCES minibroker.groups ON DELETE CASCADE,
@@ -197,12 +201,39 @@ const STEPS: &[&str] = &[
             -- A new tenure: the members of the last one must join again.
             UPDATE minibroker.groups g
                 SET generation = g.generation + 1, members = '{}', state = 'Empty',
-                    membership = NULL
+                    membership = NULL, last_active_ms = minibroker.now_ms()
                 WHERE g.group_id = wanted_group;
         END IF;
         SELECT g.generation INTO generation FROM minibroker.groups g
             WHERE g.group_id = wanted_group;
         generation := coalesce(generation, 0);
+    END $$;
+    CREATE FUNCTION minibroker.now_ms() RETURNS bigint LANGUAGE sql AS $$
+        SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+    $$;
+    CREATE FUNCTION minibroker.expire_idle_groups(retention_ms bigint) RETURNS bigint
+        LANGUAGE plpgsql AS $$
+    DECLARE
+        idle_before bigint := minibroker.now_ms() - retention_ms;
+        expired bigint;
+    BEGIN
+        -- Groups with no members, nothing waiting in a transaction, and no write for
+        -- `retention_ms` go with their offsets. A write racing this holds the group's row and
+        -- stamps it: the deletion waits for it, then sees the new stamp and leaves the group.
+        DELETE FROM minibroker.groups g
+            WHERE cardinality(g.members) = 0 AND g.last_active_ms < idle_before
+              AND NOT EXISTS (SELECT 1 FROM minibroker.group_pending_offsets p
+                              WHERE p.group_id = g.group_id);
+        GET DIAGNOSTICS expired = ROW_COUNT;
+        RETURN expired;
+    END $$;
+    CREATE FUNCTION minibroker.touch_group(wanted_group text, active_ms bigint)
+        RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO minibroker.groups AS g (group_id, last_active_ms)
+            VALUES (wanted_group, active_ms)
+            ON CONFLICT (group_id) DO UPDATE
+                SET last_active_ms = greatest(g.last_active_ms, EXCLUDED.last_active_ms);
     END $$;
     CREATE FUNCTION minibroker.check_member(wanted_group text, member_generation integer,
                                             member text)
@@ -226,8 +257,7 @@ const STEPS: &[&str] = &[
     BEGIN
         PERFORM minibroker.hold_lease(0::smallint, wanted_group, run, held_epoch);
         PERFORM minibroker.check_member(wanted_group, member_generation, member);
-        INSERT INTO minibroker.groups (group_id) VALUES (wanted_group)
-            ON CONFLICT (group_id) DO NOTHING;
+        PERFORM minibroker.touch_group(wanted_group, commit_ms);
         INSERT INTO minibroker.group_offsets AS o
                 (group_id, topic, partition, committed_offset, metadata, commit_ms)
             SELECT wanted_group, t, p, c, m, commit_ms
@@ -245,15 +275,17 @@ const STEPS: &[&str] = &[
     BEGIN
         PERFORM minibroker.hold_lease(0::smallint, wanted_group, run, held_epoch);
         INSERT INTO minibroker.groups AS g
-                (group_id, generation, members, state, protocol_type, membership)
+                (group_id, generation, members, state, protocol_type, membership,
+                 last_active_ms)
             VALUES (wanted_group, new_generation, new_members, new_state, new_protocol_type,
-                    new_membership)
+                    new_membership, minibroker.now_ms())
             ON CONFLICT (group_id) DO UPDATE SET
                 generation = EXCLUDED.generation,
                 members = EXCLUDED.members,
                 state = EXCLUDED.state,
                 protocol_type = EXCLUDED.protocol_type,
-                membership = EXCLUDED.membership;
+                membership = EXCLUDED.membership,
+                last_active_ms = greatest(g.last_active_ms, EXCLUDED.last_active_ms);
     END $$;
     CREATE FUNCTION minibroker.delete_group_offsets(wanted_group text, run text,
                                                     held_epoch bigint, topics text[],
@@ -444,10 +476,9 @@ const STEPS: &[&str] = &[
         DELETE FROM minibroker.transaction_partitions
             WHERE producer_id = marker_producer AND epoch <= marker_epoch;
         IF commit THEN
-            INSERT INTO minibroker.groups (group_id)
-                SELECT DISTINCT group_id FROM minibroker.group_pending_offsets
-                WHERE producer_id = marker_producer
-                ON CONFLICT (group_id) DO NOTHING;
+            PERFORM minibroker.touch_group(pending.group_id, minibroker.now_ms())
+                FROM (SELECT DISTINCT group_id FROM minibroker.group_pending_offsets
+                      WHERE producer_id = marker_producer) pending;
             INSERT INTO minibroker.group_offsets
                     (group_id, topic, partition, committed_offset, metadata, commit_ms)
                 SELECT group_id, topic, partition, committed_offset, metadata, commit_ms
@@ -487,6 +518,7 @@ const STEPS: &[&str] = &[
             RAISE EXCEPTION 'no open transaction of producer % at epoch % has added group %',
                             txn_producer, txn_epoch, wanted_group USING ERRCODE = 'MB005';
         END IF;
+        PERFORM minibroker.touch_group(wanted_group, commit_ms);
         INSERT INTO minibroker.group_pending_offsets AS o
                 (group_id, producer_id, topic, partition, committed_offset, metadata,
                  commit_ms)

@@ -216,3 +216,77 @@ async fn a_free_key_goes_to_the_live_broker_it_hashes_to_the_same_on_every_broke
     }
     assert_eq!(chosen.len(), 3, "30 keys spread over the three brokers");
 }
+
+#[tokio::test]
+async fn retention_forgets_only_groups_idle_with_no_members_and_nothing_pending() {
+    let postgres = Postgres::start();
+    let mut client = connect(&postgres.url).await.unwrap();
+    migrate(&mut client).await.unwrap();
+    let (broker, leases) = (run(1), Leases::default());
+    let lease = Duration::from_secs(60);
+    let mut tenures = Vec::new();
+    for group in ["idle", "recent", "joined"] {
+        let (epoch, _) = coordinators::claim_group(&client, &leases, &broker, group, lease)
+            .await
+            .unwrap()
+            .unwrap();
+        tenures.push(epoch);
+    }
+    let tenure = |at: usize| Tenure {
+        run_id: &broker.run_id,
+        epoch: tenures[at],
+    };
+    // Committed a long time ago (the commit's own timestamp): idle.
+    groups::commit_offsets(&client, tenure(0), "idle", None, &[offset("t", 0, 5)])
+        .await
+        .unwrap();
+    let now = minibroker_records::now_millis();
+    let recent = StoredOffset {
+        commit_ms: now,
+        ..offset("t", 0, 6)
+    };
+    groups::commit_offsets(&client, tenure(1), "recent", None, &[recent])
+        .await
+        .unwrap();
+    // Idle too, but with a member.
+    groups::commit_offsets(&client, tenure(2), "joined", None, &[offset("t", 0, 7)])
+        .await
+        .unwrap();
+    groups::save_group(&client, tenure(2), &row("joined", 1, &["m1"]))
+        .await
+        .unwrap();
+    client
+        .execute(
+            "UPDATE minibroker.groups SET last_active_ms = 1000 WHERE group_id = 'joined'",
+            &[],
+        )
+        .await
+        .unwrap();
+
+    assert_eq!(
+        groups::expire_idle_groups(&client, 60_000).await.unwrap(),
+        1
+    );
+    assert_eq!(groups::find_group(&client, "idle").await.unwrap(), None);
+    assert!(
+        groups::group_offsets(&client, "idle")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    for kept in ["recent", "joined"] {
+        assert!(
+            groups::find_group(&client, kept).await.unwrap().is_some(),
+            "{kept}"
+        );
+        assert_eq!(groups::group_offsets(&client, kept).await.unwrap().len(), 1);
+    }
+    // A commit to a forgotten group starts it again.
+    groups::commit_offsets(&client, tenure(0), "idle", None, &[offset("t", 0, 8)])
+        .await
+        .unwrap();
+    assert_eq!(
+        groups::group_offsets(&client, "idle").await.unwrap(),
+        [offset("t", 0, 8)]
+    );
+}

@@ -287,6 +287,14 @@ async fn a_transaction_is_written_where_it_added_and_ended_whole_by_its_leasehol
             .unwrap()
             .is_empty()
     );
+    // Retention leaves a group alone while a transaction holds offsets of it, however idle.
+    assert_eq!(groups::expire_idle_groups(client, 0).await.unwrap(), 0);
+    assert!(
+        groups::find_group(client, "readers")
+            .await
+            .unwrap()
+            .is_some()
+    );
 
     // An end compared against a state that is not the database's changes nothing.
     let completed = row("pipe", 1, "CompleteCommit", &[]);

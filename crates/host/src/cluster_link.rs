@@ -85,6 +85,7 @@ impl ClusterLink {
     pub async fn join(
         broker: Arc<Broker>,
         settings: ClusterSettings,
+        offsets_retention: Duration,
     ) -> Result<Arc<Self>, ClusterError> {
         let mut client = minibroker_cluster::connect(&settings.url).await?;
         let found = minibroker_cluster::migrate(&mut client).await?;
@@ -132,7 +133,7 @@ impl ClusterLink {
         link.catch_up().await?;
         tokio::spawn(copy(Arc::downgrade(&link), Arc::clone(&link.copy_now)));
         let every = Duration::from_millis(link.broker.config().maintenance_interval_ms);
-        tokio::spawn(retention(Arc::downgrade(&link), every));
+        tokio::spawn(retention(Arc::downgrade(&link), every, offsets_retention));
         Ok(link)
     }
 
@@ -348,6 +349,20 @@ impl ClusterLink {
         }
         self.copy_now.notify_one();
         Ok(())
+    }
+
+    /// Forgets the cluster's groups idle for `offsets_retention` (no members, nothing waiting
+    /// in a transaction, no write), with their committed offsets; returns how many.
+    ///
+    /// # Errors
+    /// The database could not be asked.
+    pub async fn expire_idle_groups(
+        &self,
+        offsets_retention: Duration,
+    ) -> Result<i64, ClusterError> {
+        let client = self.database.client().await?;
+        let retention_ms = i64::try_from(offsets_retention.as_millis()).unwrap_or(i64::MAX);
+        Ok(minibroker_cluster::groups::expire_idle_groups(&*client, retention_ms).await?)
     }
 
     /// Puts `append` in this broker's next window, to be judged and stored there
@@ -836,9 +851,10 @@ async fn register(
 }
 
 /// Retention over what the cluster keeps, every `every` (the broker's
-/// `maintenance_interval_ms`); it ends with the link. Every broker runs it: a second run moves
+/// `maintenance_interval_ms`): the partitions' old batches, and the groups idle past
+/// `offsets_retention`; it ends with the link. Every broker runs it: a second run moves
 /// nothing further.
-async fn retention(link: Weak<ClusterLink>, every: Duration) {
+async fn retention(link: Weak<ClusterLink>, every: Duration, offsets_retention: Duration) {
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks.tick().await;
@@ -847,6 +863,11 @@ async fn retention(link: Weak<ClusterLink>, every: Duration) {
         let Some(strong) = link.upgrade() else { return };
         if let Err(error) = strong.apply_retention().await {
             tracing::warn!(%error, "retention of the cluster's partitions could not run");
+        }
+        match strong.expire_idle_groups(offsets_retention).await {
+            Ok(0) => {}
+            Ok(groups) => tracing::info!(groups, "forgot idle groups and their committed offsets"),
+            Err(error) => tracing::warn!(%error, "retention of the cluster's groups could not run"),
         }
     }
 }

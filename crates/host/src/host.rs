@@ -15,6 +15,7 @@ use minibroker_transactions::TransactionService;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::task::{JoinError, JoinHandle};
@@ -218,7 +219,10 @@ impl Host {
     /// [`HostError::Cluster`]: the database cannot be reached, its schema is newer than this
     /// broker's, or the node id stays held by a live broker.
     pub async fn join_cluster(&self, settings: crate::ClusterSettings) -> Result<(), HostError> {
-        let link = crate::ClusterLink::join(Arc::clone(self.node.broker()), settings).await?;
+        let offsets_retention = Duration::from_millis(self.config.groups.offsets_retention_ms);
+        let link =
+            crate::ClusterLink::join(Arc::clone(self.node.broker()), settings, offsets_retention)
+                .await?;
         self.node.groups().share(Arc::clone(link.groups()) as _);
         self.node
             .transactions()
