@@ -9,6 +9,10 @@
 //! gaps. It prints what the network did and what the broker kept, and exits non-zero unless
 //! exactly-once held.
 //!
+//! With `--during COMMAND`, the check runs COMMAND (`sh -c`) once a share of the records
+//! (`--during-at`, half by default) has been sent, to break something of the user's own in the
+//! middle of the run, such as killing a broker; the report says when it ran and how it ended.
+//!
 //! With `--transactional` each producer is a transactional one: its batches go in transactions
 //! of [`BATCHES_PER_TRANSACTION`], every fourth of which it aborts and then writes again in the
 //! next, and the topic is also read as a `read_committed` consumer reads it, which must see
@@ -24,6 +28,8 @@ use minibroker_kafka_client::{
     KafkaConnection, KafkaProducer, KafkaProducerConfig, KafkaProducerStats, agree_versions,
 };
 use minibroker_verify::{AckedBatch, PayloadId, Report};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::acks::PayloadCursor;
@@ -70,9 +76,27 @@ pub struct Args {
     /// again, and the read_committed view checked too.
     #[arg(long)]
     transactional: bool,
+    /// A command of your own (run with `sh -c`) to run once `--during-at` of the records
+    /// have been sent: killing or stopping a broker, cutting a link.
+    #[arg(long, value_name = "COMMAND")]
+    during: Option<String>,
+    /// With --during: the share of the records sent when it runs.
+    #[arg(long, default_value_t = 0.5, requires = "during", value_name = "SHARE")]
+    during_at: f64,
     /// Fault rates default to 2% lost requests and acks, 1% delays, 0.5% resets, 1% held.
     #[command(flatten)]
     faults: FaultArgs,
+}
+
+/// What `--during`'s command did.
+#[derive(Debug)]
+struct During {
+    command: String,
+    /// Records sent when it was due.
+    due_after: usize,
+    /// When it ran (since the producers began), how many records had been sent then, and its
+    /// exit status; `None` when the run ended first.
+    ran: Option<(Duration, usize, String)>,
 }
 
 /// Batches per transaction, with `--transactional`.
@@ -100,6 +124,8 @@ struct Produced {
     elapsed: Duration,
     committed: usize,
     aborted: usize,
+    /// `--during`'s command, if given.
+    during: Option<During>,
     /// Producers whose every transaction end bumped the epoch (KIP-890 part 2).
     part_2: usize,
     /// Times a producer was fenced and started again.
@@ -122,6 +148,9 @@ struct JobRun {
 pub async fn run(args: Args) -> Result<()> {
     if args.producers == 0 || args.partitions < 1 || args.records == 0 || args.batch_size == 0 {
         bail!("--producers, --partitions, --records and --batch-size must be at least 1");
+    }
+    if !(0.0..=1.0).contains(&args.during_at) {
+        bail!("--during-at is a share of the records, from 0 to 1");
     }
     let topic = args
         .topic
@@ -242,6 +271,24 @@ async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Result<(
 /// Runs every producer through `proxy` at once.
 async fn run_producers(args: &Args, proxy: &str, topic: &str) -> Produced {
     let started = Instant::now();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let total = args.producers * args.records;
+    let hook = args.during.clone().map(|command| {
+        // Rounded down, so a share of 1 is every record.
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let due_after = (total as f64 * args.during_at) as usize;
+        let task = tokio::spawn(run_during(
+            command.clone(),
+            due_after,
+            Arc::clone(&sent),
+            started,
+        ));
+        (command, due_after, task)
+    });
     let mut producers = tokio::task::JoinSet::new();
     for index in 0..args.producers {
         let job = Job {
@@ -254,6 +301,7 @@ async fn run_producers(args: &Args, proxy: &str, topic: &str) -> Produced {
             batch_size: args.batch_size,
             partitions: args.partitions,
             first_partition: index,
+            sent: Arc::clone(&sent),
             config: KafkaProducerConfig {
                 request_timeout: Duration::from_millis(args.timeout_ms),
                 delivery_timeout: DELIVERY_TIMEOUT,
@@ -276,7 +324,48 @@ async fn run_producers(args: &Args, proxy: &str, topic: &str) -> Produced {
         produced.restarts += run.restarts;
     }
     produced.elapsed = started.elapsed();
+    if let Some((command, due_after, task)) = hook {
+        // Due at the very end, it still runs; due past it, it never does.
+        let ran = if sent.load(Ordering::Acquire) >= due_after {
+            task.await.ok()
+        } else {
+            task.abort();
+            None
+        };
+        produced.during = Some(During {
+            command,
+            due_after,
+            ran,
+        });
+    }
     produced
+}
+
+/// `--during`'s command: run with `sh -c` once `due_after` records have been `sent`; when it
+/// ran, the records sent then, and how it ended.
+async fn run_during(
+    command: String,
+    due_after: usize,
+    sent: Arc<AtomicUsize>,
+    started: Instant,
+) -> (Duration, usize, String) {
+    while sent.load(Ordering::Acquire) < due_after {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let at = started.elapsed();
+    let sent_then = sent.load(Ordering::Acquire);
+    let status = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("sh")
+            .args(["-c", &command])
+            .status()
+    })
+    .await;
+    let status = match status {
+        Ok(Ok(status)) => status.to_string(),
+        Ok(Err(error)) => format!("did not start: {error}"),
+        Err(error) => format!("did not finish: {error}"),
+    };
+    (at, sent_then, status)
 }
 
 /// One producer's share of the work.
@@ -290,6 +379,8 @@ struct Job {
     partitions: i32,
     /// Producers start on different partitions, so they meet on each.
     first_partition: usize,
+    /// Records sent by every producer so far (for `--during`).
+    sent: Arc<AtomicUsize>,
     config: KafkaProducerConfig,
 }
 
@@ -325,7 +416,10 @@ impl Job {
             } else {
                 &mut run.acked
             };
-            match self.round(&mut producer, &mut progress, abort, acked).await {
+            let round = self.round(&mut producer, &mut progress, abort, acked).await;
+            self.sent
+                .fetch_add(progress.sent.saturating_sub(before.sent), Ordering::AcqRel);
+            match round {
                 Ok(()) if abort => {
                     // Nothing of it is shown to a read_committed consumer: write it again.
                     run.aborted += 1;
@@ -477,6 +571,19 @@ fn print_report(
             "    answered DUPLICATE   {:>8}   resends the broker recognised as stored",
             produced.stats.duplicates
         );
+    }
+    if let Some(during) = &produced.during {
+        match &during.ran {
+            Some((at, sent_then, status)) => println!(
+                "    during: `{}` ran at {:.2} s, {sent_then} records sent, and ended with {status}",
+                during.command,
+                at.as_secs_f64()
+            ),
+            None => println!(
+                "    during: `{}` never ran: the run ended before {} records were sent",
+                during.command, during.due_after
+            ),
+        }
     }
     println!();
     println!("  broker (read back directly)");

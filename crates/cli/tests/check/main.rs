@@ -134,6 +134,48 @@ fn check_fails_a_broker_that_stores_a_record_twice() {
 }
 
 #[test]
+fn during_runs_the_users_command_midway_and_the_report_says_when() {
+    let server = ServeProcess::spawn(&mut serve_command("127.0.0.1:0", "127.0.0.1:0"));
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let command = format!("touch {}", marker.display());
+    let output = check_with(
+        &server.kafka_addr,
+        &["--during", &command, "--during-at", "0.25"],
+        &[],
+    );
+    let said = text(&output);
+    assert!(output.status.success(), "{said}");
+    assert!(marker.exists(), "the command did not run: {said}");
+    assert!(
+        said.contains(&format!("during: `{command}` ran at ")),
+        "{said}"
+    );
+    assert!(said.contains("and ended with exit status: 0"), "{said}");
+    // 2 producers x 200 records: due once a quarter of them, 100, were sent.
+    let sent: usize = said
+        .split(&format!("during: `{command}` ran at "))
+        .nth(1)
+        .and_then(|rest| rest.split(", ").nth(1))
+        .and_then(|sent| sent.split(' ').next())
+        .and_then(|sent| sent.parse().ok())
+        .expect("the records sent when it ran");
+    assert!((100..400).contains(&sent), "{said}");
+    // A share no run reaches is refused before anything runs.
+    let refused = check_with(
+        &server.kafka_addr,
+        &["--during", "true", "--during-at", "2"],
+        &[],
+    );
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused).contains("--during-at is a share"),
+        "{}",
+        text(&refused)
+    );
+}
+
+#[test]
 fn check_passes_transactional_producers_whose_aborts_stay_hidden() {
     let server = ServeProcess::spawn(&mut serve_command("127.0.0.1:0", "127.0.0.1:0"));
     let output = check_with(
