@@ -335,17 +335,10 @@ async fn the_same_batch_sent_to_two_brokers_at_once_is_stored_once() {
         assert_eq!(one, (0, i64::from(sequence)), "round {sequence}");
         assert_eq!(other, one, "round {sequence}");
     }
-    let client = minibroker_cluster_client(&cluster.postgres.url).await;
-    assert_eq!(postgres::stored_batches(&client).await, i64::from(ROUNDS));
-}
-
-/// A connection to the cluster's database, for counting what it stores.
-async fn minibroker_cluster_client(url: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+    let client = minibroker_cluster::connect(&cluster.postgres.url)
         .await
         .unwrap();
-    tokio::spawn(connection);
-    client
+    assert_eq!(postgres::stored_batches(&client).await, i64::from(ROUNDS));
 }
 
 /// `check --kafka` on three brokers of a new cluster with `args` (and the lost requests and

@@ -344,26 +344,20 @@ fn a_coordinator_stopped_past_its_lease_and_resumed_commits_nothing() {
     for addr in &kafka {
         assert_eq!(committed(addr, "held", "zombie", 1), [7]);
     }
-    let rows = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(async {
-            let (client, connection) =
-                tokio_postgres::connect(&cluster.postgres.url, tokio_postgres::NoTls)
-                    .await
-                    .unwrap();
-            tokio::spawn(connection);
-            client
-                .query(
-                    "SELECT committed_offset FROM minibroker.group_offsets WHERE group_id = 'held'",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .iter()
-                .map(|row| row.get::<_, i64>(0))
-                .collect::<Vec<_>>()
-        });
+    let rows = cluster_support::block_on(async {
+        let client = minibroker_cluster::connect(&cluster.postgres.url)
+            .await
+            .unwrap();
+        client
+            .query(
+                "SELECT committed_offset FROM minibroker.group_offsets WHERE group_id = 'held'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get::<_, i64>(0))
+            .collect::<Vec<_>>()
+    });
     assert_eq!(rows, [7]);
 }

@@ -227,13 +227,17 @@ fn kill_coordinator_mid_end(
         .enable_all()
         .build()
         .unwrap();
-    let holder = runtime.block_on(database(&cluster.postgres.url));
+    let holder = runtime
+        .block_on(minibroker_cluster::connect(&cluster.postgres.url))
+        .unwrap();
     runtime.block_on(async {
         holder.batch_execute("BEGIN").await.unwrap();
         holder.execute(lock, &[]).await.unwrap();
     });
     start();
-    let watcher = runtime.block_on(database(&cluster.postgres.url));
+    let watcher = runtime
+        .block_on(minibroker_cluster::connect(&cluster.postgres.url))
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while runtime.block_on(ends_waiting(&watcher)) == 0 {
         assert!(
@@ -245,15 +249,6 @@ fn kill_coordinator_mid_end(
     let killed = kill_coordinator(brokers, kafka, id);
     runtime.block_on(holder.batch_execute("ROLLBACK")).unwrap();
     killed
-}
-
-/// A connection to the cluster's database at `url`.
-async fn database(url: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    client
 }
 
 /// How many ends of a transaction wait for a lock in the database.

@@ -323,7 +323,8 @@ pub(crate) type Waiting<T> = oneshot::Receiver<Result<T, GroupError>>;
 
 impl GroupDescription {
     /// A group that does not exist, as DescribeGroups shows it.
-    pub(crate) fn dead() -> Self {
+    #[must_use]
+    pub fn dead() -> Self {
         Self {
             state: GroupState::Dead,
             protocol_type: String::new(),

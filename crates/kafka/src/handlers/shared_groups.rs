@@ -109,12 +109,7 @@ impl KafkaFrontEnd {
                         },
                     )
                 })
-                .unwrap_or_else(|| GroupDescription {
-                    state: GroupState::Dead,
-                    protocol_type: String::new(),
-                    protocol: String::new(),
-                    members: Vec::new(),
-                });
+                .unwrap_or_else(GroupDescription::dead);
             described.insert(group_id.to_owned(), description);
         }
         Ok(described)
@@ -128,8 +123,8 @@ pub(crate) type SharedCommitted = (
     Option<HashSet<TopicPartition>>,
 );
 
-/// The cluster's database did not answer: the client asks again.
-fn unavailable(error: minibroker_host::ClusterError) -> ResponseError {
-    tracing::warn!(%error, "a group's question went unanswered: the cluster's database did not answer");
+/// The cluster's database did not answer a coordinator's question: the client asks again.
+pub(crate) fn unavailable(error: minibroker_host::ClusterError) -> ResponseError {
+    tracing::warn!(%error, "a coordinator's question went unanswered: the cluster's database did not answer");
     ResponseError::CoordinatorNotAvailable
 }

@@ -19,6 +19,7 @@ use kafka_protocol::protocol::StrBytes;
 use minibroker_transactions::{Transaction, TxnState};
 use std::collections::BTreeMap;
 
+use super::shared_groups::unavailable;
 use super::{partition_index, topic_name};
 use crate::answer_room::{AnswerRoom, AnswerTooLarge};
 use crate::errors::code_of;
@@ -260,12 +261,6 @@ impl KafkaFrontEnd {
         }
         Ok(DescribeProducersResponse::default().with_topics(topics))
     }
-}
-
-/// The cluster's database did not answer: the client asks again.
-fn unavailable(error: minibroker_host::ClusterError) -> ResponseError {
-    tracing::warn!(%error, "transactions could not be read from the cluster's database");
-    ResponseError::CoordinatorNotAvailable
 }
 
 /// DescribeTransactions' answer for a known id, naming only the topics `visible` says the
