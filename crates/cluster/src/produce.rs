@@ -102,6 +102,18 @@ pub enum AppendRefused {
         /// Its epoch.
         epoch: i16,
     },
+    /// A transactional batch at an epoch whose abort reached the partition before any batch of
+    /// the aborted transaction did: it may be one of them, late (KAFKA-17754). The producer
+    /// must move to a newer epoch.
+    #[error(
+        "producer {producer_id} at epoch {epoch}: a transaction of this epoch was aborted on the partition before any of its batches arrived; move to a new epoch"
+    )]
+    AbortedEpoch {
+        /// The producer.
+        producer_id: i64,
+        /// Its epoch.
+        epoch: i16,
+    },
     /// A plain batch of a producer whose transaction is open on the partition.
     #[error(
         "a non-transactional batch of producer {producer_id} while its transaction is open on the partition"
@@ -138,8 +150,17 @@ pub enum CommitError {
 
 type PartitionKey = (i64, i32);
 type ProducerKey = (i64, i32, i64);
-/// The partitions ongoing transactions added: (topic id, partition, producer id, epoch).
+/// A producer's epoch on a partition: (topic id, partition, producer id, epoch).
 type AddedKey = (i64, i32, i64, i16);
+
+/// What the producers' transactions allow on a window's partitions.
+#[derive(Debug, Default)]
+pub(super) struct TransactionFits {
+    /// The partitions ongoing transactions added, at their epochs.
+    pub(super) added: HashSet<AddedKey>,
+    /// The epochs refused on partitions where they aborted before any batch arrived.
+    pub(super) refused: HashSet<AddedKey>,
+}
 
 /// What a window answers each of its batches.
 pub type Answers = Vec<Result<Appended, AppendRefused>>;
@@ -224,7 +245,7 @@ async fn in_one_trip(
         .into_iter()
         .map(|(key, row)| (key, (row.entry, Some(row.version))))
         .collect();
-    let judged = judge(appends, entries, None, &HashSet::new());
+    let judged = judge(appends, entries, None, &TransactionFits::default());
     let writes = WindowWrites::new(&judged, partitions.iter().copied());
     let (topic_ids, partition_numbers): (Vec<i64>, Vec<i32>) = partitions.into_iter().unzip();
     let lock_parameters: [&(dyn ToSql + Sync); 2] = [&topic_ids, &partition_numbers];
@@ -351,7 +372,7 @@ fn held_of(rows: &[Row]) -> HashMap<PartitionKey, Held> {
 type Read = (
     HashMap<PartitionKey, Held>,
     HashMap<ProducerKey, Holding>,
-    HashSet<AddedKey>,
+    TransactionFits,
 );
 
 /// Begins the window's transaction, locks its partitions in key order and reads them, their
@@ -411,11 +432,13 @@ async fn read_window(
         .iter()
         .map(entry_of_row)
         .collect::<Result<_, _>>()?;
-    let added = added_rows
-        .iter()
-        .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3)))
-        .collect();
-    Ok((held_of(&locked), entries, added))
+    let mut fits = TransactionFits::default();
+    for row in &added_rows {
+        let key = |epoch| (row.get(0), row.get(1), row.get(2), epoch);
+        fits.added.extend(row.get::<_, Option<i16>>(3).map(key));
+        fits.refused.extend(row.get::<_, Option<i16>>(4).map(key));
+    }
+    Ok((held_of(&locked), entries, fits))
 }
 
 /// A producer's row as the rule's entry, with its version.

@@ -529,6 +529,58 @@ const STEPS: &[&str] = &[
                 metadata = EXCLUDED.metadata,
                 commit_ms = EXCLUDED.commit_ms;
     END $$",
+    // 7: a batch delayed past its transaction's abort (KAFKA-17754). When an ABORT ends a
+    // transaction on a partition it added but where none of its batches arrived, one may still
+    // be on its way, and at the same epoch it would be taken into the producer's next
+    // transaction there. The producer and epoch are kept in `aborted_epochs`, and a window
+    // refuses that epoch's transactional batches on the partition until the producer moves to
+    // a newer one (as a single broker does). `end_transaction` of step 6 is kept, renamed, and
+    // called by the new one between noting those partitions and forgetting the epochs the
+    // producer has left.
+    "CREATE TABLE minibroker.aborted_epochs (
+        topic_id bigint NOT NULL,
+        partition integer NOT NULL,
+        producer_id bigint NOT NULL,
+        epoch smallint NOT NULL,
+        PRIMARY KEY (topic_id, partition, producer_id),
+        FOREIGN KEY (topic_id, partition) REFERENCES minibroker.partitions ON DELETE CASCADE
+    );
+    CREATE INDEX aborted_epochs_by_producer ON minibroker.aborted_epochs (producer_id);
+    ALTER FUNCTION minibroker.end_transaction(text, text, bigint, bigint, smallint, text,
+            bigint, smallint, text, bigint, bytea, bigint, smallint, boolean, text[],
+            integer[], bytea[], bigint)
+        RENAME TO end_transaction_markers;
+    CREATE FUNCTION minibroker.end_transaction(
+            wanted_id text, run text, held_epoch bigint, old_producer bigint,
+            old_epoch smallint, old_state text, new_producer bigint, new_epoch smallint,
+            new_state text, new_timeout bigint, new_record bytea, marker_producer bigint,
+            marker_epoch smallint,
+            commit boolean, marker_topics text[], marker_partitions integer[],
+            markers bytea[], marker_time bigint)
+        RETURNS integer LANGUAGE plpgsql AS $$
+    DECLARE
+        written integer;
+    BEGIN
+        IF NOT commit THEN
+            INSERT INTO minibroker.aborted_epochs AS a (topic_id, partition, producer_id, epoch)
+                SELECT tp.topic_id, tp.partition, tp.producer_id, tp.epoch
+                FROM unnest(marker_topics, marker_partitions) AS m(name, p)
+                JOIN minibroker.topics t ON t.name = m.name
+                JOIN minibroker.transaction_partitions tp
+                    ON tp.topic_id = t.topic_id AND tp.partition = m.p
+                WHERE tp.producer_id = marker_producer AND tp.epoch = marker_epoch
+                  AND tp.first_offset IS NULL
+                ON CONFLICT (topic_id, partition, producer_id) DO UPDATE SET
+                    epoch = greatest(a.epoch, EXCLUDED.epoch);
+        END IF;
+        written := minibroker.end_transaction_markers(wanted_id, run, held_epoch,
+            old_producer, old_epoch, old_state, new_producer, new_epoch, new_state,
+            new_timeout, new_record, marker_producer, marker_epoch, commit, marker_topics,
+            marker_partitions, markers, marker_time);
+        DELETE FROM minibroker.aborted_epochs
+            WHERE producer_id = marker_producer AND epoch < marker_epoch;
+        RETURN written;
+    END $$",
 ];
 
 /// The version of the schema this broker writes and reads.

@@ -432,3 +432,88 @@ async fn an_abort_drops_the_pending_offsets_and_a_newer_epoch_takes_no_older_mar
             .is_empty()
     );
 }
+
+/// KAFKA-17754 on the cluster: an abort that reaches a partition before any batch of its
+/// transaction leaves that epoch refused there (a late batch of it would otherwise be taken into
+/// the next transaction at the same epoch), until the producer moves to a newer epoch; a
+/// partition where the transaction wrote keeps nothing of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_before_any_batch_refuses_the_epoch_until_the_producer_moves_on() {
+    let setup = Setup::start(2, Duration::from_secs(30)).await;
+    let (client, committer, topic_id) = (&setup.client, &setup.committer, setup.topic_id);
+    let tenure = setup.tenure();
+    let both = [("out".to_owned(), 0), ("out".to_owned(), 1)];
+    let end = |epoch, commit, from: &TransactionRow, to: TransactionRow| {
+        let markers = [
+            ("out".to_owned(), 0, marker(epoch, commit)),
+            ("out".to_owned(), 1, marker(epoch, commit)),
+        ];
+        let from = from.clone();
+        async move {
+            let ending = Ending {
+                producer_id: PRODUCER,
+                epoch,
+                commit,
+                markers: &markers,
+                timestamp: 9,
+            };
+            transactions::end_transaction(client, tenure, &from, &to, &ending)
+                .await
+                .unwrap()
+        }
+    };
+    // Transaction N at epoch 3 adds both partitions; only partition 0 gets its batch.
+    let ongoing = row("pipe", 3, "Ongoing", &[]);
+    transactions::save_transaction(client, tenure, None, &ongoing, &both)
+        .await
+        .unwrap();
+    committer
+        .append(append(topic_id, 0, (3, 0), true))
+        .await
+        .unwrap();
+    let aborted = row("pipe", 3, "CompleteAbort", &[]);
+    assert_eq!(end(3, false, &ongoing, aborted.clone()).await, 2);
+    // Transaction N+1, same epoch, adds both again: partition 1 refuses epoch 3 (the late
+    // batch, or the next transaction's own), partition 0 takes it.
+    let next = row("pipe", 3, "Ongoing", &[]);
+    transactions::save_transaction(client, tenure, Some(&aborted), &next, &both)
+        .await
+        .unwrap();
+    let late = committer.append(append(topic_id, 1, (3, 0), true)).await;
+    assert!(
+        matches!(
+            late,
+            Err(AppendError::Refused(AppendRefused::AbortedEpoch {
+                producer_id: PRODUCER,
+                epoch: 3
+            }))
+        ),
+        "{late:?}"
+    );
+    let written = committer
+        .append(append(topic_id, 0, (3, 1), true))
+        .await
+        .unwrap();
+    assert_eq!(written.verdict.outcome, Outcome::Accepted);
+    // The producer moves to epoch 4 (its InitProducerId aborts N+1 there): partition 1 takes it.
+    let fenced = row("pipe", 4, "CompleteAbort", &[]);
+    end(4, false, &next, fenced.clone()).await;
+    let moved = row("pipe", 4, "Ongoing", &[]);
+    transactions::save_transaction(client, tenure, Some(&fenced), &moved, &both)
+        .await
+        .unwrap();
+    let written = committer
+        .append(append(topic_id, 1, (4, 0), true))
+        .await
+        .unwrap();
+    assert_eq!(written.verdict.outcome, Outcome::Accepted);
+    let left: i64 = client
+        .query_one("SELECT count(*) FROM minibroker.aborted_epochs", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        left, 0,
+        "the producer moved on: nothing is refused any more"
+    );
+}

@@ -10,10 +10,12 @@
 
 use bytes::Bytes;
 use minibroker_state::{BatchMetadata, Outcome, ProducerEntry, Verdict, decide_and_record};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use super::known::KnownRow;
-use super::{AddedKey, Append, AppendRefused, Appended, Committed, PartitionKey, ProducerKey};
+use super::{
+    Append, AppendRefused, Appended, Committed, PartitionKey, ProducerKey, TransactionFits,
+};
 
 /// Where a window's offsets start before it knows its partitions' ends: offsets at or past
 /// this are that far past the end (a partition never grows this long: 2^62 offsets).
@@ -66,7 +68,7 @@ pub(super) fn judge(
     appends: &[Append],
     mut entries: HashMap<ProducerKey, Holding>,
     held: Option<&HashMap<PartitionKey, Held>>,
-    added: &HashSet<AddedKey>,
+    fits: &TransactionFits,
 ) -> Judged {
     let mut writes = Writes::default();
     let mut changed = BTreeMap::new();
@@ -86,7 +88,7 @@ pub(super) fn judge(
                     offsets: append.offsets,
                 });
             }
-            let verdict = judge_one(append, &mut entries, &mut writes, &mut changed, added)?;
+            let verdict = judge_one(append, &mut entries, &mut writes, &mut changed, fits)?;
             Ok((verdict, key))
         })
         .collect();
@@ -103,7 +105,7 @@ fn judge_one(
     entries: &mut HashMap<ProducerKey, Holding>,
     writes: &mut Writes,
     changed: &mut BTreeMap<ProducerKey, i64>,
-    added: &HashSet<AddedKey>,
+    transactions: &TransactionFits,
 ) -> Result<Verdict, AppendRefused> {
     let Some(header) = &append.header else {
         // Not idempotent: always stored.
@@ -118,8 +120,14 @@ fn judge_one(
     let open = stored.as_ref().is_some_and(|entry| entry.in_transaction());
     let fits = || {
         let key = (producer.0, producer.1, producer.2, header.epoch());
-        if header.is_transactional() && !added.contains(&key) {
+        if header.is_transactional() && !transactions.added.contains(&key) {
             return Err(AppendRefused::NotAddedToTransaction {
+                producer_id: header.producer_id(),
+                epoch: header.epoch(),
+            });
+        }
+        if header.is_transactional() && transactions.refused.contains(&key) {
+            return Err(AppendRefused::AbortedEpoch {
                 producer_id: header.producer_id(),
                 epoch: header.epoch(),
             });

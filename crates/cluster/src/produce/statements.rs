@@ -128,13 +128,18 @@ impl Statements {
                      AS k(topic_id, partition, producer_id)
                      USING (topic_id, partition, producer_id)",
             ),
-            // The partitions an ongoing transaction of each producer added, at which epoch.
+            // The partitions an ongoing transaction of each producer added, at which epoch, and
+            // the epoch of each producer refused on each partition (an abort came before any
+            // batch of its transaction: one may be late).
             client.prepare(
-                "SELECT topic_id, partition, producer_id, epoch
-                 FROM minibroker.transaction_partitions
-                 JOIN unnest($1::bigint[], $2::integer[], $3::bigint[])
-                     AS k(topic_id, partition, producer_id)
-                     USING (topic_id, partition, producer_id)",
+                "SELECT k.topic_id, k.partition, k.producer_id, tp.epoch, ae.epoch
+                 FROM (SELECT DISTINCT * FROM unnest($1::bigint[], $2::integer[], $3::bigint[])
+                       AS u(topic_id, partition, producer_id)) AS k
+                 LEFT JOIN minibroker.transaction_partitions tp
+                     USING (topic_id, partition, producer_id)
+                 LEFT JOIN minibroker.aborted_epochs ae
+                     USING (topic_id, partition, producer_id)
+                 WHERE tp.epoch IS NOT NULL OR ae.epoch IS NOT NULL",
             ),
             // Where each transaction's first batch in a partition goes (sent before the
             // window's writes, which move the high watermark).

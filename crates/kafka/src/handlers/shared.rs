@@ -551,6 +551,12 @@ fn append_refusal(error: &AppendError, version: i16) -> ResponseError {
             };
             crate::errors::produce_code(&refused, version)
         }
+        AppendError::Refused(AppendRefused::AbortedEpoch { producer_id, epoch }) => {
+            crate::errors::code_of(&BrokerError::AbortedEpoch {
+                producer_id: *producer_id,
+                epoch: *epoch,
+            })
+        }
         AppendError::Refused(AppendRefused::InTransaction { .. }) => ResponseError::InvalidTxnState,
         AppendError::Refused(AppendRefused::UnknownPartition { .. }) => {
             ResponseError::UnknownTopicOrPartition
