@@ -223,7 +223,7 @@ async fn run_with(
     let content = crate::pipeline::exactly_once(&values, &expected);
     let committed = committed_offsets(&broker, settings.partitions).await?;
     let report =
-        minibroker_verify::verify_kafka_read_committed(&broker.kafka, OUTPUT, None).await?;
+        minibroker_verify::verify_kafka_read_committed(&broker.kafka, OUTPUT, None, &[]).await?;
     let summary = report.transactions.unwrap_or_default();
 
     println!("  network faults injected");

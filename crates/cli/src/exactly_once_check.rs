@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use crate::acks::PayloadCursor;
 use crate::faults::{DefaultRates, FaultArgs};
+use crate::late_produce_scenario::LateProduce;
 use crate::proxy::KafkaProxyArgs;
 
 /// Flags of `check`.
@@ -169,15 +170,41 @@ pub async fn run(args: Args) -> Result<()> {
     println!();
     let produced = run_producers(&args, &proxy.address(), &topic).await;
     let counts = proxy.stop().await?;
+    let late = if args.transactional && args.partitions >= 2 {
+        let scenario = crate::late_produce_scenario::run(
+            &kafka,
+            &topic,
+            &format!("{topic}-late-produce"),
+            producer_config(&args),
+        )
+        .await
+        .context("the scenario of a Produce delayed past its transaction's end")?;
+        Some(scenario)
+    } else {
+        None
+    };
+    let (committed, aborted) = late.as_ref().map_or((&[][..], &[][..]), |late| {
+        (late.committed.as_slice(), late.aborted.as_slice())
+    });
+    let expected = [produced.acked.as_slice(), committed].concat();
     // Read back from the broker itself, not through the faulty network.
-    let acked = Some(produced.acked.as_slice());
+    let acked = Some(expected.as_slice());
     let report = if args.transactional {
-        minibroker_verify::verify_kafka_read_committed(&kafka, &topic, acked).await
+        minibroker_verify::verify_kafka_read_committed(&kafka, &topic, acked, aborted).await
     } else {
         minibroker_verify::verify_kafka(&kafka, &topic, acked).await
     }
     .with_context(|| format!("reading {topic} back from {kafka}"))?;
-    print_report(&args, &produced, &counts, &report)
+    print_report(&args, &produced, &counts, late.as_ref(), &report)
+}
+
+/// The producers' settings, from the flags.
+fn producer_config(args: &Args) -> KafkaProducerConfig {
+    KafkaProducerConfig {
+        request_timeout: Duration::from_millis(args.timeout_ms),
+        delivery_timeout: DELIVERY_TIMEOUT,
+        ..KafkaProducerConfig::default()
+    }
 }
 
 /// The first of the comma-separated `bootstrap` addresses that takes a connection.
@@ -302,10 +329,7 @@ async fn run_producers(args: &Args, proxy: &str, topic: &str) -> Produced {
             partitions: args.partitions,
             first_partition: index,
             sent: Arc::clone(&sent),
-            config: KafkaProducerConfig {
-                request_timeout: Duration::from_millis(args.timeout_ms),
-                delivery_timeout: DELIVERY_TIMEOUT,
-            },
+            config: producer_config(args),
         };
         producers.spawn(job.run());
     }
@@ -535,6 +559,7 @@ fn print_report(
     args: &Args,
     produced: &Produced,
     faults: &FaultCounts,
+    late: Option<&LateProduce>,
     report: &Report,
 ) -> Result<()> {
     let sent = (args.producers * args.records) as u64;
@@ -585,6 +610,14 @@ fn print_report(
             ),
         }
     }
+    if let Some(late) = late {
+        print_late_produce(late);
+    } else if args.transactional {
+        println!();
+        println!(
+            "  scenario: a Produce delayed past its transaction's abort (KAFKA-17754): skipped, it needs two partitions"
+        );
+    }
     println!();
     println!("  broker (read back directly)");
     if report.transactions.is_some() {
@@ -625,4 +658,18 @@ fn print_report(
         "  verdict: EXACTLY-ONCE HELD - all {acked} acknowledged records stored exactly once, in order, no gaps"
     );
     Ok(())
+}
+
+/// What the late-Produce scenario saw; the verdict on it is the verifier's, with the rest.
+fn print_late_produce(late: &LateProduce) {
+    println!();
+    println!("  scenario: a Produce delayed past its transaction's abort (KAFKA-17754)");
+    println!("    held batch           released once the next transaction had added its partition");
+    println!("    next batch           {}", late.next_batch);
+    match late.moved_to_epoch {
+        Some(epoch) => println!(
+            "    producer             moved to epoch {epoch} (KIP-360), fencing the late batch, and wrote its batch again"
+        ),
+        None => println!("    producer             kept its epoch"),
+    }
 }

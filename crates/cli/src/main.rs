@@ -25,6 +25,7 @@ mod exactly_once_check;
 mod faults;
 mod groups;
 mod health;
+mod late_produce_scenario;
 mod pipeline;
 mod produce;
 mod progress;

@@ -84,6 +84,7 @@ impl Destination {
             let config = KafkaProducerConfig {
                 request_timeout: timeout,
                 delivery_timeout: KAFKA_DELIVERY_TIMEOUT,
+                ..KafkaProducerConfig::default()
             };
             let producer = match &args.transactional_id {
                 Some(id) => KafkaProducer::connect_transactional(kafka, config, id).await?,

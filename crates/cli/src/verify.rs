@@ -48,7 +48,8 @@ pub async fn run(args: Args) -> Result<()> {
     let expected = (!args.expect.is_empty()).then_some(acknowledged.as_slice());
     let report = match (&args.broker, &args.kafka) {
         (_, Some(kafka)) if args.isolation == Isolation::ReadCommitted => {
-            minibroker_verify::verify_kafka_read_committed(kafka, &args.topic, expected).await?
+            minibroker_verify::verify_kafka_read_committed(kafka, &args.topic, expected, &[])
+                .await?
         }
         (_, Some(kafka)) => minibroker_verify::verify_kafka(kafka, &args.topic, expected).await?,
         (Some(broker), None) => {

@@ -344,12 +344,21 @@ async fn the_same_batch_sent_to_two_brokers_at_once_is_stored_once() {
 /// `check --kafka` on three brokers of a new cluster with `args` (and the lost requests and
 /// answers of `CHECK_FAULTS`): what it said, asserting it passed.
 fn check_on_three_brokers(args: &[&str]) -> String {
+    check_on_three_brokers_with(args, |_| Vec::new())
+}
+
+/// [`check_on_three_brokers`], with the flags `more` makes from the brokers too.
+fn check_on_three_brokers_with(
+    args: &[&str],
+    more: impl FnOnce(&[ServeProcess]) -> Vec<String>,
+) -> String {
     let cluster = Cluster::start();
     let brokers = cluster.brokers(3);
     let bootstrap: Vec<&str> = brokers.iter().map(|b| b.kafka_addr.as_str()).collect();
     let output = Command::new(BIN)
         .args(["check", "--kafka", &bootstrap.join(",")])
         .args(args)
+        .args(more(&brokers))
         .args(CHECK_FAULTS)
         .output()
         .unwrap();
@@ -393,4 +402,29 @@ fn the_transactional_checker_holds_on_three_brokers() {
         said.contains("transactions                8   committed; 2 aborted"),
         "{said}"
     );
+}
+
+/// A broker SIGKILLed by `--during` halfway through: the checker's producers ask the cluster
+/// for the new leaders of its partitions and finish, every record acknowledged once.
+#[test]
+fn the_checker_holds_on_three_brokers_with_one_killed_during_the_run() {
+    for mode in [&[][..], &["--transactional"][..]] {
+        let said = check_on_three_brokers_with(
+            &[
+                mode,
+                &["--producers", "2", "--records", "200", "--partitions", "3"],
+            ]
+            .concat(),
+            |brokers| {
+                // Not the first: the checker's bootstrap broker is the first that answers.
+                let victim = brokers[2].pid();
+                vec!["--during".into(), format!("kill -9 {victim}")]
+            },
+        );
+        assert!(
+            said.contains("verdict: EXACTLY-ONCE HELD - all 400 acknowledged records"),
+            "{mode:?}: {said}"
+        );
+        assert!(said.contains("and ended with exit status: 0"), "{said}");
+    }
 }

@@ -25,7 +25,7 @@ use std::future::Future;
 
 use minibroker_framing::Frames as FrameCodec;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -100,6 +100,9 @@ struct Counters {
     delayed: AtomicU64,
     resets: AtomicU64,
     held: AtomicU64,
+    /// The Kafka API whose next request is held until released ([`Proxy::hold_next`]); -1 for
+    /// none.
+    hold_next: AtomicI32,
 }
 
 impl Default for Counters {
@@ -118,6 +121,7 @@ impl Default for Counters {
             delayed: AtomicU64::default(),
             resets: AtomicU64::default(),
             held: AtomicU64::default(),
+            hold_next: AtomicI32::new(NOTHING_ARMED),
         }
     }
 }
@@ -134,6 +138,12 @@ impl Counters {
 /// Requests waiting for the writer: at most this many per connection before the client's
 /// requests stop being read.
 const QUEUE_DEPTH: usize = 256;
+
+/// No API's next request is to be held.
+const NOTHING_ARMED: i32 = -1;
+
+/// The longest a request held by [`Proxy::hold_next`] waits for [`Proxy::release_held`].
+const HELD_UNTIL_RELEASED: Duration = Duration::from_secs(600);
 
 /// A request on its way to the broker.
 struct Forward {
@@ -193,6 +203,31 @@ impl Proxy {
             }
             changed.await;
         }
+    }
+
+    /// Holds the next request of Kafka API `api` (on whichever connection it comes) until
+    /// [`Self::release_held`], whatever the fault rates and aims: one frame, delayed on purpose
+    /// past what its client does next. Counted as held once it is.
+    pub fn hold_next(&self, api: i16) {
+        self.counters
+            .hold_next
+            .store(i32::from(api), Ordering::Release);
+    }
+
+    /// Whether the request labelled `label` is the one [`Self::hold_next`] asked for (which is
+    /// then no longer asked for).
+    fn take_hold(&self, label: Label) -> bool {
+        label.api.is_some_and(|api| {
+            self.counters
+                .hold_next
+                .compare_exchange(
+                    i32::from(api),
+                    NOTHING_ARMED,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+        })
     }
 
     /// Releases every request held back now, without waiting for its hold to run out.
@@ -375,6 +410,18 @@ impl Relay {
             SplitMix64::new(config.seed ^ self.number.wrapping_mul(0xA24B_AED4_963E_E407));
         while let Some(Ok(frame)) = frames.next().await {
             let id = self.request_label(&frame);
+            if self.proxy.take_hold(id) {
+                tracing::debug!(frame = %id, "request held until released");
+                held.spawn(
+                    frame.freeze(),
+                    to_broker.clone(),
+                    HELD_UNTIL_RELEASED,
+                    counters.release.subscribe(),
+                    (0, id),
+                );
+                counters.bump(&counters.held);
+                continue;
+            }
             if !self.aimed(id) {
                 let forward = Forward {
                     frame: frame.freeze(),

@@ -5,8 +5,8 @@
 //! Metadata, and sends one batch at a time per call: a v2 batch carrying the producer id, epoch
 //! and the partition's next sequence. A batch whose answer is lost (a timeout, a reset
 //! connection) is sent again as the very same bytes, so a broker that removes duplicates stores
-//! it once; retriable error codes (a leader moving, a topic still being created) refresh the
-//! metadata first. It keeps one request in flight, which is what makes every acknowledgement
+//! it once; retriable error codes (a leader moving, a topic still being created) and lost
+//! answers (the leader may have died) refresh the metadata first. It keeps one request in flight, which is what makes every acknowledgement
 //! attributable to one batch; a producer written for speed would pipeline.
 //!
 //! A lost answer costs a timeout, so the timeout adapts to the round trip (`timer`).
@@ -60,6 +60,9 @@ pub struct KafkaProducerConfig {
     pub request_timeout: Duration,
     /// A batch not acknowledged within this long, retries included, fails.
     pub delivery_timeout: Duration,
+    /// Run transactions as clients did before KIP-890 part 2 (EndTxn v3 and below, one epoch
+    /// from one transaction to the next), even where the broker offers part 2.
+    pub before_part_2: bool,
 }
 
 impl Default for KafkaProducerConfig {
@@ -67,6 +70,7 @@ impl Default for KafkaProducerConfig {
         Self {
             request_timeout: Duration::from_secs(5),
             delivery_timeout: Duration::from_secs(60),
+            before_part_2: false,
         }
     }
 }
@@ -326,6 +330,15 @@ impl KafkaProducer {
         self.epoch
     }
 
+    /// The sequence the next batch to `topic`/`partition` starts at.
+    #[must_use]
+    pub fn next_sequence(&self, topic: &str, partition: i32) -> i32 {
+        self.sequences
+            .get(&(topic.to_owned(), partition))
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// What it has done so far.
     #[must_use]
     pub fn stats(&self) -> KafkaProducerStats {
@@ -406,21 +419,12 @@ impl KafkaProducer {
         partition: i32,
         records: &[NewRecord],
     ) -> Result<KafkaAck, KafkaProduceError> {
-        let key = (topic.to_owned(), partition);
-        self.add_to_transaction(topic, partition).await?;
-        let sequence = self.sequences.get(&key).copied().unwrap_or(0);
-        let writer = Writer {
-            producer_id: self.producer_id,
-            epoch: self.epoch,
-            base_sequence: sequence,
-        };
-        let now = minibroker_records::now_millis();
-        let batch = if self.transaction.is_some() {
-            minibroker_records::encode_transactional(writer, records, now)?
-        } else {
-            minibroker_records::encode(writer, records, now)?
-        };
-        let count = u32::try_from(records.len()).unwrap_or(u32::MAX);
+        let Prepared {
+            key,
+            sequence,
+            count,
+            batch,
+        } = self.prepare(topic, partition, records).await?;
         let deadline = Instant::now() + self.config.delivery_timeout;
         let mut attempts = 0;
         loop {
@@ -446,7 +450,15 @@ impl KafkaProducer {
                         what: format!("{topic}/{partition} sequence {sequence}"),
                     });
                 }
-                Err(error) => error.to_string(),
+                Err(error) => {
+                    // The leader may be gone (killed, stopped, cut off): the next attempt asks
+                    // the cluster who leads the partition now.
+                    if matches!(&error, KafkaProduceError::Client(lost_on_the_way) if lost(lost_on_the_way))
+                    {
+                        self.leaders.remove(&key);
+                    }
+                    error.to_string()
+                }
             };
             if Instant::now() >= deadline {
                 return Err(KafkaProduceError::DeliveryTimeout {
@@ -458,6 +470,72 @@ impl KafkaProducer {
             }
             tokio::time::sleep(RETRY_BACKOFF).await;
         }
+    }
+
+    /// Sends `records` as one batch to `topic`/`partition` once, as a client that gives up on
+    /// a batch whose answer does not come: `None` when it did not (the batch's sequences are
+    /// then not used, and its connection is dropped). A test of what a broker does with a
+    /// request that arrives after its client moved on.
+    ///
+    /// # Errors
+    /// The broker's refusal, or a failure before the request was sent.
+    pub async fn send_once(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        records: &[NewRecord],
+    ) -> Result<Option<KafkaAck>, KafkaProduceError> {
+        let Prepared {
+            key,
+            sequence,
+            count,
+            batch,
+        } = self.prepare(topic, partition, records).await?;
+        match self.attempt(topic, partition, &batch).await {
+            Ok((0, offset)) => Ok(Some(self.acknowledged(
+                key,
+                sequence,
+                count,
+                Some(offset),
+                1,
+            ))),
+            Ok((code, _)) => Err(KafkaProduceError::Broker {
+                code,
+                what: format!("{topic}/{partition} sequence {sequence}"),
+            }),
+            Err(KafkaProduceError::Client(error)) if lost(&error) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The next batch of `records` for `topic`/`partition` (its partition added to the open
+    /// transaction first), at the partition's next sequence.
+    async fn prepare(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        records: &[NewRecord],
+    ) -> Result<Prepared, KafkaProduceError> {
+        self.add_to_transaction(topic, partition).await?;
+        let sequence = self.next_sequence(topic, partition);
+        let key = (topic.to_owned(), partition);
+        let writer = Writer {
+            producer_id: self.producer_id,
+            epoch: self.epoch,
+            base_sequence: sequence,
+        };
+        let now = minibroker_records::now_millis();
+        let batch = if self.transaction.is_some() {
+            minibroker_records::encode_transactional(writer, records, now)?
+        } else {
+            minibroker_records::encode(writer, records, now)?
+        };
+        Ok(Prepared {
+            key,
+            sequence,
+            count: u32::try_from(records.len()).unwrap_or(u32::MAX),
+            batch,
+        })
     }
 
     fn acknowledged(
@@ -561,6 +639,14 @@ impl KafkaProducer {
             })?;
         Ok((data.error_code, data.base_offset))
     }
+}
+
+/// A batch ready to send: its partition, first sequence, record count and bytes.
+struct Prepared {
+    key: (String, i32),
+    sequence: i32,
+    count: u32,
+    batch: Bytes,
 }
 
 /// Connects to `addr`, retrying a refused connection for [`REFUSED_GRACE`] (a broker or proxy

@@ -161,6 +161,36 @@ pub enum Violation {
         /// The batch's offset.
         offset: i64,
     },
+    /// A record its producer wrote in a transaction it then aborted is stored as committed:
+    /// a `read_committed` consumer reads it (a late batch taken into the next transaction,
+    /// KAFKA-17754, is one way).
+    AbortedRecordCommitted {
+        /// The batch the producer sent, in the transaction it aborted.
+        sent: AckedBatch,
+        /// The first of its records stored as committed.
+        id: PayloadId,
+        /// Where: partition and offset.
+        at: (u32, i64),
+    },
+}
+
+impl Violation {
+    /// The anomaly this violation is, by the name the report and the JSON give it (Jepsen's,
+    /// where Jepsen has one).
+    #[must_use]
+    pub fn anomaly(&self) -> &'static str {
+        match self {
+            Self::StoredTwice { .. } | Self::PayloadStoredTwice { .. } => "duplicate",
+            Self::AckedButMissing(_) | Self::AckedPayloadMissing { .. } => "lost-write",
+            Self::AckedButDifferent { .. } => "moved-write",
+            Self::NotContiguous { .. } => "sequence-gap",
+            Self::EpochWentBack { .. } => "zombie-write",
+            Self::UncommittedVisible { aborted: true, .. }
+            | Self::AbortedRecordCommitted { .. } => "aborted-read",
+            Self::UncommittedVisible { aborted: false, .. } => "uncommitted-read",
+            Self::CommittedHidden { .. } => "committed-hidden",
+        }
+    }
 }
 
 impl fmt::Display for Violation {
@@ -244,6 +274,11 @@ impl fmt::Display for Violation {
                 f,
                 "partition {partition}: read_committed was not shown the committed batch at offset {offset}"
             ),
+            Self::AbortedRecordCommitted { sent, id, at } => write!(
+                f,
+                "partition {}: record {id} is stored as committed at offset {}, but its producer {} (epoch {}, sequence {}) aborted the transaction it sent it in",
+                at.0, at.1, sent.producer_id, sent.epoch, sent.sequence
+            ),
         }
     }
 }
@@ -324,7 +359,7 @@ impl fmt::Display for Report {
         } else {
             writeln!(f, "FAIL: {} violation(s)", self.violations.len())?;
             for violation in self.violations.iter().take(20) {
-                writeln!(f, "  - {violation}")?;
+                writeln!(f, "  - [{}] {violation}", violation.anomaly())?;
             }
             if self.violations.len() > 20 {
                 writeln!(f, "  ... and {} more", self.violations.len() - 20)?;
@@ -363,6 +398,43 @@ pub fn check(topic: &str, logs: &[PartitionLog], acknowledged: Option<&[AckedBat
 
 /// Payload id → where it is stored first (partition, offset); a second copy is a violation.
 type Payloads = HashMap<PayloadId, (u32, i64)>;
+
+/// Adds to `report` every record of `aborted` — batches their producer sent in transactions it
+/// then aborted — that `logs` store as committed (their data of aborted transactions left out,
+/// as [`PartitionLog::payloads`] says), unless `committed` (the acknowledged batches of
+/// committed transactions) carries the same id: a producer may write an aborted record again.
+pub fn check_aborted(
+    logs: &[PartitionLog],
+    aborted: &[AckedBatch],
+    committed: &[AckedBatch],
+    report: &mut Report,
+) {
+    let ids = |batch: &AckedBatch| {
+        let first = batch.first_payload;
+        (0..batch.records as u64).filter_map(move |i| first.map(|id| id.after(i)))
+    };
+    let written_again: HashSet<PayloadId> = committed.iter().flat_map(ids).collect();
+    let stored: Payloads = logs
+        .iter()
+        .flat_map(|log| {
+            log.payloads
+                .iter()
+                .map(|p| (p.id, (log.partition, p.offset)))
+        })
+        .collect();
+    for sent in aborted {
+        let shown = ids(sent)
+            .filter(|id| !written_again.contains(id))
+            .find_map(|id| Some((id, *stored.get(&id)?)));
+        if let Some((id, at)) = shown {
+            report.violations.push(Violation::AbortedRecordCommitted {
+                sent: *sent,
+                id,
+                at,
+            });
+        }
+    }
+}
 
 /// Every payload id of `logs`, each copy after the first reported.
 fn stored_payloads(logs: &[PartitionLog], report: &mut Report) -> Payloads {
@@ -725,6 +797,40 @@ mod tests {
             report
                 .to_string()
                 .contains("record p9-2 of an acknowledged batch")
+        );
+    }
+
+    #[test]
+    fn a_record_of_an_aborted_transaction_stored_as_committed_is_an_aborted_read() {
+        // p9-0 and p9-1 were sent in a transaction the producer aborted; p9-1 was written again
+        // in a committed one; p9-0 is stored as committed all the same.
+        let logs = [plain_log(0, &[(0, 0), (1, 1)])];
+        let sent = |index, records| AckedBatch {
+            partition: 0,
+            producer_id: 9,
+            epoch: 0,
+            sequence: 0,
+            offset: None,
+            records,
+            first_payload: Some(PayloadId::first(9, 0).after(index)),
+        };
+        let mut report = Report::default();
+        check_aborted(&logs, &[sent(1, 1)], &[sent(1, 1)], &mut report);
+        assert!(report.passed(), "written again: {report}");
+        check_aborted(&logs, &[sent(0, 2)], &[sent(1, 1)], &mut report);
+        assert_eq!(
+            report.violations,
+            vec![Violation::AbortedRecordCommitted {
+                sent: sent(0, 2),
+                id: PayloadId::first(9, 0),
+                at: (0, 0),
+            }]
+        );
+        assert_eq!(report.violations[0].anomaly(), "aborted-read");
+        assert!(
+            report
+                .to_string()
+                .contains("[aborted-read] partition 0: record p9-0")
         );
     }
 

@@ -13,7 +13,11 @@
 //!    are each stored once, and every record of an acknowledged batch is stored: duplicates and
 //!    losses judged by content, whatever the batch metadata says ([`PayloadId`]);
 //! 6. for a transactional topic read over Kafka, a `read_committed` consumer sees exactly the
-//!    committed and non-transactional batches below the last stable offset ([`isolation`]).
+//!    committed and non-transactional batches below the last stable offset ([`isolation`]), and
+//!    no record its producer sent in a transaction it aborted ([`check_aborted`]).
+//!
+//! Each violation is named as the anomaly it is ([`Violation::anomaly`]): a lost write, a
+//! duplicate, an aborted read, and so on.
 //!
 //! [`check`] is the pure part (tested on hand-made logs); [`read_topic`] does the fetching over
 //! the native protocol, [`read_topic_kafka`] over the Kafka protocol, so the same check runs
@@ -25,7 +29,9 @@ mod kafka;
 mod payload;
 mod read;
 
-pub use invariants::{AckedBatch, PartitionLog, Report, StoredBatch, Violation, check};
+pub use invariants::{
+    AckedBatch, PartitionLog, Report, StoredBatch, Violation, check, check_aborted,
+};
 pub use isolation::{PartitionRead, TransactionSummary};
 pub use kafka::{
     KafkaReadError, read_committed_values, read_topic_isolated, read_topic_kafka, whole_batches,
@@ -48,7 +54,8 @@ pub async fn verify_kafka(
 }
 
 /// [`verify_kafka`], and the topic read `read_committed` too: it must show exactly the committed
-/// data ([`isolation`]).
+/// data ([`isolation`]), and no record of `aborted`, batches sent in transactions their
+/// producers aborted ([`check_aborted`]).
 ///
 /// # Errors
 /// As [`read_topic_kafka`].
@@ -56,6 +63,7 @@ pub async fn verify_kafka_read_committed(
     addr: &str,
     topic: &str,
     acknowledged: Option<&[AckedBatch]>,
+    aborted: &[AckedBatch],
 ) -> Result<Report, KafkaReadError> {
     let reads = read_topic_isolated(addr, topic, true).await?;
     let logs: Vec<PartitionLog> = reads
@@ -64,6 +72,12 @@ pub async fn verify_kafka_read_committed(
         .collect();
     let mut report = check(topic, &logs, acknowledged);
     isolation::check_isolation(&reads, &mut report);
+    check_aborted(
+        &logs,
+        aborted,
+        acknowledged.unwrap_or_default(),
+        &mut report,
+    );
     Ok(report)
 }
 

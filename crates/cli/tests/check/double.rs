@@ -2,15 +2,24 @@
 //! minibroker's Kafka listener (which advertises the relay, so clients stay on it) that, for
 //! some Produce requests, either acknowledges without storing or stores a second copy with the
 //! producer id stripped (so the real broker cannot recognise it). `check` must fail on both.
+//! Other misbehaviours commit what was aborted, or add a partition to a transaction only when a
+//! batch for it arrives, so that a batch delayed past its transaction's abort lands in the next
+//! transaction (KAFKA-17754).
 
 use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
-    ApiKey, EndTxnRequest, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader,
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, ProduceRequest,
+    ProduceResponse, ProducerId, RequestHeader, ResponseHeader, TransactionalId,
 };
-use kafka_protocol::protocol::{Decodable, Encodable};
-use std::sync::Arc;
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -26,6 +35,127 @@ pub enum Misbehaviour {
     /// Turn every EndTxn that aborts into one that commits (no Produce is touched): what the
     /// producer aborted and wrote again becomes visible twice.
     CommitAborted,
+    /// Answer AddPartitionsToTxn at once but pass it on only before the first batch for the
+    /// partition, forgetting it at the transaction's end: the broker never learns that an
+    /// aborted transaction had added a partition where none of its batches arrived, so a late
+    /// batch of it is taken into the next transaction.
+    AddOnFirstBatch,
+}
+
+/// A partition answered as added: (transactional id, topic, partition).
+type AddedPartition = (String, String, i32);
+
+/// What passing an add on needs: its header and version, the producer id and epoch.
+type Add = (RequestHeader, i16, i64, i16);
+
+/// The partitions the double has answered as added but not yet passed on.
+#[derive(Debug, Default)]
+struct DeferredAdds(Mutex<HashMap<AddedPartition, Add>>);
+
+impl DeferredAdds {
+    /// Keeps the partitions of an AddPartitionsToTxn (version 3 or below), and the answer that
+    /// says they were added.
+    fn defer(&self, request: &Bytes, version: i16) -> BytesMut {
+        let mut bytes = request.clone();
+        let header_version = ApiKey::AddPartitionsToTxn.request_header_version(version);
+        let header = RequestHeader::decode(&mut bytes, header_version).expect("an add's header");
+        let add = AddPartitionsToTxnRequest::decode(&mut bytes, version).expect("an add");
+        let id = add.v3_and_below_transactional_id.to_string();
+        let mut deferred = self.0.lock().expect("not poisoned");
+        let mut results = Vec::new();
+        for topic in &add.v3_and_below_topics {
+            for &partition in &topic.partitions {
+                deferred.insert(
+                    (id.clone(), topic.name.to_string(), partition),
+                    (
+                        header.clone(),
+                        version,
+                        add.v3_and_below_producer_id.0,
+                        add.v3_and_below_producer_epoch,
+                    ),
+                );
+            }
+            results.push(
+                AddPartitionsToTxnTopicResult::default()
+                    .with_name(topic.name.clone())
+                    .with_results_by_partition(
+                        topic
+                            .partitions
+                            .iter()
+                            .map(|&p| {
+                                AddPartitionsToTxnPartitionResult::default().with_partition_index(p)
+                            })
+                            .collect(),
+                    ),
+            );
+        }
+        let answer =
+            AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results);
+        let mut out = BytesMut::new();
+        ResponseHeader::default()
+            .with_correlation_id(header.correlation_id)
+            .encode(
+                &mut out,
+                ApiKey::AddPartitionsToTxn.response_header_version(version),
+            )
+            .expect("header encodes");
+        answer.encode(&mut out, version).expect("answer encodes");
+        out
+    }
+
+    /// The adds to pass on before a transactional Produce: one request per partition of it
+    /// that was answered as added and not passed on yet.
+    fn take_for(&self, request: &Bytes, version: i16) -> Vec<BytesMut> {
+        let (_, produce) = decode_produce(request, version);
+        let Some(id) = produce.transactional_id.map(|id| id.to_string()) else {
+            return Vec::new();
+        };
+        let mut deferred = self.0.lock().expect("not poisoned");
+        let mut adds = Vec::new();
+        for topic in &produce.topic_data {
+            for partition in &topic.partition_data {
+                let key = (id.clone(), topic.name.to_string(), partition.index);
+                let Some((header, version, producer_id, epoch)) = deferred.remove(&key) else {
+                    continue;
+                };
+                let add = AddPartitionsToTxnRequest::default()
+                    .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_string(
+                        id.clone(),
+                    )))
+                    .with_v3_and_below_producer_id(ProducerId(producer_id))
+                    .with_v3_and_below_producer_epoch(epoch)
+                    .with_v3_and_below_topics(vec![
+                        AddPartitionsToTxnTopic::default()
+                            .with_name(topic.name.clone())
+                            .with_partitions(vec![partition.index]),
+                    ]);
+                let mut out = BytesMut::new();
+                header
+                    .with_correlation_id(COPY_CORRELATION)
+                    .encode(
+                        &mut out,
+                        ApiKey::AddPartitionsToTxn.request_header_version(version),
+                    )
+                    .expect("header encodes");
+                add.encode(&mut out, version).expect("add encodes");
+                adds.push(out);
+            }
+        }
+        adds
+    }
+
+    /// Forgets the partitions of the transaction an EndTxn ends; how many it had not passed on.
+    fn forget(&self, request: &Bytes, version: i16) -> u64 {
+        let mut bytes = request.clone();
+        RequestHeader::decode(&mut bytes, ApiKey::EndTxn.request_header_version(version))
+            .expect("an EndTxn header");
+        let end = EndTxnRequest::decode(&mut bytes, version).expect("an EndTxn request");
+        let id = end.transactional_id.to_string();
+        let mut deferred = self.0.lock().expect("not poisoned");
+        let before = deferred.len();
+        deferred.retain(|(of, _, _), _| *of != id);
+        (before - deferred.len()) as u64
+    }
 }
 
 /// Starts the double on `listener`, relaying to `upstream`; returns how many Produce requests
@@ -38,11 +168,20 @@ pub fn start(
 ) -> Arc<AtomicU64> {
     let produces = Arc::new(AtomicU64::new(0));
     let broken = Arc::new(AtomicU64::new(0));
+    let deferred = Arc::new(DeferredAdds::default());
     let counted = Arc::clone(&broken);
     tokio::spawn(async move {
+        // The adds passed on late go through a connection of their own, opened before any
+        // client's: a broker takes an EndTxn only from a connection no older than the one that
+        // began the transaction.
+        let Ok(adds) = TcpStream::connect(&upstream).await else {
+            return;
+        };
+        let adds = Arc::new(tokio::sync::Mutex::new(adds));
         while let Ok((client, _)) = listener.accept().await {
             let upstream = upstream.clone();
             let (produces, broken) = (Arc::clone(&produces), Arc::clone(&broken));
+            let (deferred, adds) = (Arc::clone(&deferred), Arc::clone(&adds));
             tokio::spawn(async move {
                 let Ok(broker) = TcpStream::connect(&upstream).await else {
                     return;
@@ -52,6 +191,8 @@ pub fn start(
                     every,
                     produces,
                     broken,
+                    deferred,
+                    adds,
                 };
                 let _ = relay.run(client, broker).await;
             });
@@ -65,6 +206,10 @@ struct Relay {
     every: u64,
     produces: Arc<AtomicU64>,
     broken: Arc<AtomicU64>,
+    /// With [`Misbehaviour::AddOnFirstBatch`], shared by every connection.
+    deferred: Arc<DeferredAdds>,
+    /// The connection the deferred adds are passed on through.
+    adds: Arc<tokio::sync::Mutex<TcpStream>>,
 }
 
 async fn read_frame(stream: &mut TcpStream) -> std::io::Result<Bytes> {
@@ -94,6 +239,23 @@ impl Relay {
                 self.broken.fetch_add(1, Ordering::Relaxed);
                 write_frame(&mut client, &forged_ack(&request, version, correlation)).await?;
                 continue;
+            }
+            if self.misbehaviour == Misbehaviour::AddOnFirstBatch {
+                if api == ApiKey::AddPartitionsToTxn as i16 {
+                    write_frame(&mut client, &self.deferred.defer(&request, version)).await?;
+                    continue;
+                }
+                if api == ApiKey::EndTxn as i16 {
+                    let never_passed_on = self.deferred.forget(&request, version);
+                    self.broken.fetch_add(never_passed_on, Ordering::Relaxed);
+                }
+                if api == ApiKey::Produce as i16 {
+                    let mut adds = self.adds.lock().await;
+                    for add in self.deferred.take_for(&request, version) {
+                        write_frame(&mut adds, &add).await?;
+                        read_frame(&mut adds).await?;
+                    }
+                }
             }
             let request = if api == ApiKey::EndTxn as i16
                 && self.misbehaviour == Misbehaviour::CommitAborted

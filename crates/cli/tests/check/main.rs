@@ -195,10 +195,17 @@ fn check_passes_transactional_producers_whose_aborts_stay_hidden() {
         said.contains("transactions                8   committed; 2 aborted"),
         "{said}"
     );
+    // And the scenario of a Produce held past its transaction's abort: one batch committed,
+    // one aborted; minibroker refuses the late batch, and the producer moves to a new epoch.
     assert!(
-        said.contains("batches shown; 80 committed, 20 aborted, 0 open"),
+        said.contains("batches shown; 81 committed, 21 aborted, 0 open"),
         "{said}"
     );
+    assert!(
+        said.contains("next batch           OUT_OF_ORDER_SEQUENCE_NUMBER (45)"),
+        "{said}"
+    );
+    assert!(said.contains("moved to epoch"), "{said}");
 }
 
 #[test]
@@ -268,6 +275,25 @@ fn check_fails_a_broker_that_commits_what_was_aborted() {
     let (output, broken) =
         check_through_double_with(Misbehaviour::CommitAborted, &["--transactional"]);
     assert_caught(&output, broken, &["stored twice"]);
+}
+
+/// KAFKA-17754's shape, on a broker that lets a late batch of an aborted transaction into the
+/// next one: the held batch's records, which their producer aborted, are read as committed, and
+/// the next transaction's own batch, answered as its duplicate, is lost.
+#[test]
+fn check_fails_a_broker_that_takes_a_late_batch_into_the_next_transaction() {
+    let (output, broken) =
+        check_through_double_with(Misbehaviour::AddOnFirstBatch, &["--transactional"]);
+    assert_caught(
+        &output,
+        broken,
+        &[
+            "[aborted-read] partition 1: record",
+            "aborted the transaction it sent it in",
+            "[lost-write] partition 1: record",
+            "producer             kept its epoch",
+        ],
+    );
 }
 
 #[test]

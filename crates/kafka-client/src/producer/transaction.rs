@@ -80,7 +80,8 @@ impl KafkaProducer {
         transactional_id: &str,
     ) -> Result<Self, KafkaProduceError> {
         let mut producer = Self::open(bootstrap, config, &TRANSACTION_VERSIONS).await?;
-        let part_2 = producer.transaction_version >= 2
+        let part_2 = !config.before_part_2
+            && producer.transaction_version >= 2
             && PART_2_VERSIONS
                 .iter()
                 .all(|(api, needed)| producer.version(*api) >= *needed);
@@ -114,6 +115,37 @@ impl KafkaProducer {
         producer.producer_id = answer.producer_id.0;
         producer.epoch = answer.producer_epoch;
         Ok(producer)
+    }
+
+    /// Moves to a new epoch of the same producer id (KIP-360: InitProducerId with the current
+    /// id and epoch), as a client does when the broker answers OUT_OF_ORDER_SEQUENCE_NUMBER: an
+    /// open transaction is aborted, every partition's sequence starts again from 0, and every
+    /// request still on its way from the old epoch is fenced.
+    ///
+    /// # Errors
+    /// The coordinator's refusal (a broker without KIP-360 among them), or no answer within the
+    /// delivery timeout.
+    pub async fn bump_epoch(&mut self) -> Result<(), KafkaProduceError> {
+        let transaction = self.transaction_mut()?;
+        let request = InitProducerIdRequest::default()
+            .with_transactional_id(Some(transaction.transactional_id()))
+            .with_transaction_timeout_ms(TRANSACTION_TIMEOUT_MS)
+            .with_producer_id(ProducerId(self.producer_id))
+            .with_producer_epoch(self.epoch);
+        let answer: InitProducerIdResponse = self
+            .coordinator_call(
+                ApiKey::InitProducerId,
+                &request,
+                |a: &InitProducerIdResponse| a.error_code,
+            )
+            .await?;
+        self.producer_id = answer.producer_id.0;
+        self.epoch = answer.producer_epoch;
+        self.sequences.clear();
+        let transaction = self.transaction_mut()?;
+        transaction.open = false;
+        transaction.added.clear();
+        Ok(())
     }
 
     /// Whether the producer uses KIP-890 part 2: a new epoch at every transaction end.
@@ -191,9 +223,12 @@ impl KafkaProducer {
         Ok(())
     }
 
-    /// Adds `topic`/`partition` to the open transaction, once per transaction, before its
-    /// first batch; nothing for an idempotent producer.
-    pub(super) async fn add_to_transaction(
+    /// Adds `topic`/`partition` to the open transaction, once per transaction (its first
+    /// batch does it if this is not called); nothing for an idempotent producer.
+    ///
+    /// # Errors
+    /// Outside a transaction, and the coordinator's refusals.
+    pub async fn add_to_transaction(
         &mut self,
         topic: &str,
         partition: i32,
