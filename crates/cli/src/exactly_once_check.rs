@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::acks::PayloadCursor;
+use crate::check_readers::ReadersRun;
 use crate::faults::{DefaultRates, FaultArgs};
 use crate::late_produce_scenario::LateProduce;
 use crate::proxy::KafkaProxyArgs;
@@ -77,6 +78,10 @@ pub struct Args {
     /// again, and the read_committed view checked too.
     #[arg(long)]
     transactional: bool,
+    /// Consumers in each reading group (one group reads read_committed; with --transactional
+    /// another reads read_uncommitted), reading while the producers write; 0 for none.
+    #[arg(long, default_value_t = 2)]
+    consumers: usize,
     /// A command of your own (run with `sh -c`) to run once `--during-at` of the records
     /// have been sent: killing or stopping a broker, cutting a link.
     #[arg(long, value_name = "COMMAND")]
@@ -168,7 +173,18 @@ pub async fn run(args: Args) -> Result<()> {
     );
     println!("  faults: {faults}");
     println!();
-    let produced = run_producers(&args, &proxy.address(), &topic).await;
+    let sent = Arc::new(AtomicUsize::new(0));
+    let readers = (args.consumers > 0).then(|| {
+        let total = args.producers * args.records;
+        crate::check_readers::Readers::start(
+            &kafka,
+            &topic,
+            args.transactional,
+            args.consumers,
+            (Arc::clone(&sent), total),
+        )
+    });
+    let produced = run_producers(&args, &proxy.address(), &topic, sent).await;
     let counts = proxy.stop().await?;
     let late = if args.transactional && args.partitions >= 2 {
         let scenario = crate::late_produce_scenario::run(
@@ -188,14 +204,27 @@ pub async fn run(args: Args) -> Result<()> {
     });
     let expected = [produced.acked.as_slice(), committed].concat();
     // Read back from the broker itself, not through the faulty network.
-    let acked = Some(expected.as_slice());
-    let report = if args.transactional {
-        minibroker_verify::verify_kafka_read_committed(&kafka, &topic, acked, aborted).await
-    } else {
-        minibroker_verify::verify_kafka(&kafka, &topic, acked).await
-    }
-    .with_context(|| format!("reading {topic} back from {kafka}"))?;
-    print_report(&args, &produced, &counts, late.as_ref(), &report)
+    let reads = minibroker_verify::read_topic_isolated(&kafka, &topic, args.transactional)
+        .await
+        .with_context(|| format!("reading {topic} back from {kafka}"))?;
+    let mut report = minibroker_verify::judge_reads(&topic, &reads, Some(&expected), aborted);
+    let consumed = match readers {
+        Some(readers) => {
+            let run = readers
+                .finish(minibroker_verify::partition_ends(&reads))
+                .await;
+            minibroker_verify::check_consumers(&reads, &run.groups, &expected, &mut report);
+            Some(run)
+        }
+        None => None,
+    };
+    print_report(
+        &args,
+        &produced,
+        &counts,
+        (late.as_ref(), consumed.as_ref()),
+        &report,
+    )
 }
 
 /// The producers' settings, from the flags.
@@ -296,9 +325,8 @@ async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> Result<(
 }
 
 /// Runs every producer through `proxy` at once.
-async fn run_producers(args: &Args, proxy: &str, topic: &str) -> Produced {
+async fn run_producers(args: &Args, proxy: &str, topic: &str, sent: Arc<AtomicUsize>) -> Produced {
     let started = Instant::now();
-    let sent = Arc::new(AtomicUsize::new(0));
     let total = args.producers * args.records;
     let hook = args.during.clone().map(|command| {
         // Rounded down, so a share of 1 is every record.
@@ -559,7 +587,7 @@ fn print_report(
     args: &Args,
     produced: &Produced,
     faults: &FaultCounts,
-    late: Option<&LateProduce>,
+    (late, consumed): (Option<&LateProduce>, Option<&ReadersRun>),
     report: &Report,
 ) -> Result<()> {
     let sent = (args.producers * args.records) as u64;
@@ -639,6 +667,10 @@ fn print_report(
             transactions.visible, transactions.committed, transactions.aborted, transactions.open
         );
     }
+    if let (Some(summary), Some(run)) = (&report.consumed, consumed) {
+        println!();
+        print_consumed(summary, run);
+    }
     println!();
     for failure in &produced.failures {
         println!("  producer stopped: {failure}");
@@ -648,7 +680,16 @@ fn print_report(
         println!("{report}");
         bail!("exactly-once violated on {}", args.kafka);
     }
-    if !produced.failures.is_empty() || acked as u64 != sent {
+    let readers_short = consumed.is_some_and(|run| {
+        !run.failures.is_empty() || run.groups.iter().any(|group| !group.caught_up)
+    });
+    if !produced.failures.is_empty() || acked as u64 != sent || readers_short {
+        if readers_short {
+            println!(
+                "  verdict: INCOMPLETE - no violation found, but the consumers did not read every partition to its end"
+            );
+            bail!("the check's consumers could not read every record");
+        }
         println!(
             "  verdict: INCOMPLETE - no violation in what was acknowledged, but only {acked} of {sent} records were"
         );
@@ -671,5 +712,38 @@ fn print_late_produce(late: &LateProduce) {
             "    producer             moved to epoch {epoch} (KIP-360), fencing the late batch, and wrote its batch again"
         ),
         None => println!("    producer             kept its epoch"),
+    }
+}
+
+/// What the consumers were shown, for the report.
+fn print_consumed(summary: &minibroker_verify::ConsumedSummary, run: &ReadersRun) {
+    println!("  consumers (in groups, while the producers wrote)");
+    for group in &run.groups {
+        println!(
+            "    group {:<40} {}, {} members, {}",
+            group.group,
+            if group.read_committed {
+                "read_committed"
+            } else {
+                "read_uncommitted"
+            },
+            group.consumers.len(),
+            if group.caught_up {
+                "read every partition to its end"
+            } else {
+                "did NOT read every partition to its end"
+            }
+        );
+    }
+    println!(
+        "    assignments          {:>8}   each member's, through the rebalances of its restarts",
+        summary.assignments
+    );
+    println!(
+        "    records shown        {:>8}   each judged: no skip, no offset going back, no aborted record",
+        summary.records
+    );
+    for failure in &run.failures {
+        println!("    consumer stopped: {failure}");
     }
 }

@@ -17,6 +17,7 @@ mod admin;
 mod bench;
 mod certificates;
 mod check_data;
+mod check_readers;
 mod connect;
 mod consume;
 mod demo;

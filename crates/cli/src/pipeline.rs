@@ -366,7 +366,7 @@ impl Processor {
             let partition = data.partition_index as u32;
             let from = positions[partition as usize];
             let bytes = data.records.clone().unwrap_or_default();
-            for batch in minibroker_verify::whole_batches(bytes) {
+            for batch in minibroker_kafka_client::whole_batches(bytes) {
                 let decoded = minibroker_records::decode(&batch).map_err(anyhow::Error::from)?;
                 // The input has no transactions of its own: markers carry no records to process.
                 if decoded.info.control {

@@ -23,8 +23,14 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpStream, ToSocketAddrs};
 use tokio_util::codec::Framed;
 
+mod consumer;
+mod fetched;
 mod producer;
 mod request;
+pub use consumer::{
+    Assigned, KafkaConsumer, KafkaConsumerConfig, KafkaConsumerError, Polled, PolledRecord,
+};
+pub use fetched::{kept_by_read_committed, whole_batches};
 pub use producer::{
     KafkaAck, KafkaProduceError, KafkaProducer, KafkaProducerConfig, KafkaProducerStats,
     agree_versions,

@@ -172,6 +172,60 @@ pub enum Violation {
         /// Where: partition and offset.
         at: (u32, i64),
     },
+    /// A consumer was shown a record, then one a later one it may see, skipping records it may
+    /// see in between (given where it started: its group's committed offset).
+    PollSkip {
+        /// The consumer.
+        consumer: String,
+        /// Partition.
+        partition: u32,
+        /// Its group's generation (the assignment it read under).
+        generation: i32,
+        /// The record shown before the jump, if any (else the jump was from its start).
+        after: Option<i64>,
+        /// The first record skipped.
+        missed: i64,
+        /// The record shown after the jump.
+        read: i64,
+        /// Whether the skipped record's transaction had other records shown to it: a torn
+        /// transaction.
+        torn: bool,
+    },
+    /// A consumer was shown a record at or below one it was shown before, under one assignment.
+    NonMonotonic {
+        /// The consumer.
+        consumer: String,
+        /// Partition.
+        partition: u32,
+        /// Its group's generation.
+        generation: i32,
+        /// The record shown before.
+        previous: i64,
+        /// The one shown after it.
+        then: i64,
+    },
+    /// A `read_committed` consumer was shown a record of a transaction that aborted or is still
+    /// open.
+    ConsumerShownUncommitted {
+        /// The consumer.
+        consumer: String,
+        /// Partition.
+        partition: u32,
+        /// The record.
+        offset: i64,
+        /// Aborted (`true`) or still open.
+        aborted: bool,
+    },
+    /// An acknowledged record no consumer of a group was shown, though they read every
+    /// partition to its end.
+    NeverConsumed {
+        /// The group.
+        group: String,
+        /// What the producer was told.
+        acked: AckedBatch,
+        /// The first of its records never shown.
+        id: PayloadId,
+    },
 }
 
 impl Violation {
@@ -181,14 +235,21 @@ impl Violation {
     pub fn anomaly(&self) -> &'static str {
         match self {
             Self::StoredTwice { .. } | Self::PayloadStoredTwice { .. } => "duplicate",
-            Self::AckedButMissing(_) | Self::AckedPayloadMissing { .. } => "lost-write",
+            Self::AckedButMissing(_)
+            | Self::AckedPayloadMissing { .. }
+            | Self::NeverConsumed { .. } => "lost-write",
             Self::AckedButDifferent { .. } => "moved-write",
             Self::NotContiguous { .. } => "sequence-gap",
             Self::EpochWentBack { .. } => "zombie-write",
             Self::UncommittedVisible { aborted: true, .. }
+            | Self::ConsumerShownUncommitted { aborted: true, .. }
             | Self::AbortedRecordCommitted { .. } => "aborted-read",
-            Self::UncommittedVisible { aborted: false, .. } => "uncommitted-read",
+            Self::UncommittedVisible { aborted: false, .. }
+            | Self::ConsumerShownUncommitted { aborted: false, .. } => "uncommitted-read",
             Self::CommittedHidden { .. } => "committed-hidden",
+            Self::PollSkip { torn: true, .. } => "torn-transaction",
+            Self::PollSkip { torn: false, .. } => "poll-skip",
+            Self::NonMonotonic { .. } => "nonmonotonic-offsets",
         }
     }
 }
@@ -274,6 +335,58 @@ impl fmt::Display for Violation {
                 f,
                 "partition {partition}: read_committed was not shown the committed batch at offset {offset}"
             ),
+            Self::PollSkip {
+                consumer,
+                partition,
+                generation,
+                after,
+                missed,
+                read,
+                torn,
+            } => {
+                let from = after.map_or_else(
+                    || "from its committed offset".to_owned(),
+                    |after| format!("after offset {after}"),
+                );
+                write!(
+                    f,
+                    "partition {partition}: consumer {consumer} (generation {generation}) was shown offset {read} {from}, skipping offset {missed}{}",
+                    if *torn {
+                        ", of a committed transaction it was shown other records of"
+                    } else {
+                        ""
+                    }
+                )
+            }
+            Self::NonMonotonic {
+                consumer,
+                partition,
+                generation,
+                previous,
+                then,
+            } => write!(
+                f,
+                "partition {partition}: consumer {consumer} (generation {generation}) was shown offset {then} after offset {previous}"
+            ),
+            Self::ConsumerShownUncommitted {
+                consumer,
+                partition,
+                offset,
+                aborted,
+            } => write!(
+                f,
+                "partition {partition}: read_committed consumer {consumer} was shown offset {offset}, of a transaction {}",
+                if *aborted {
+                    "that aborted"
+                } else {
+                    "still open"
+                }
+            ),
+            Self::NeverConsumed { group, acked, id } => write!(
+                f,
+                "partition {}: record {id} of an acknowledged batch was never shown to group {group}, whose consumers read to the end",
+                acked.partition
+            ),
             Self::AbortedRecordCommitted { sent, id, at } => write!(
                 f,
                 "partition {}: record {id} is stored as committed at offset {}, but its producer {} (epoch {}, sequence {}) aborted the transaction it sent it in",
@@ -282,6 +395,9 @@ impl fmt::Display for Violation {
         }
     }
 }
+
+/// Violations of each anomaly printed in a report (the rest are counted).
+const WITNESSES_SHOWN: usize = 5;
 
 /// What the verifier found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -305,6 +421,8 @@ pub struct Report {
     pub without_producer_id: usize,
     /// How the topic's transactions ended, when it was read `read_committed` too.
     pub transactions: Option<crate::TransactionSummary>,
+    /// What consumers in groups were shown, when they read the topic while it was written.
+    pub consumed: Option<crate::ConsumedSummary>,
     /// Everything wrong.
     pub violations: Vec<Violation>,
 }
@@ -357,12 +475,46 @@ impl fmt::Display for Report {
             }
             write!(f, ")")
         } else {
-            writeln!(f, "FAIL: {} violation(s)", self.violations.len())?;
-            for violation in self.violations.iter().take(20) {
-                writeln!(f, "  - [{}] {violation}", violation.anomaly())?;
+            // Each anomaly found, with how often, then the first few of each way it was seen
+            // (in the store, by a consumer): the witnesses.
+            let mut anomalies: Vec<(&str, Vec<&Violation>)> = Vec::new();
+            let mut seen: Vec<(&str, std::mem::Discriminant<Violation>, Vec<&Violation>)> =
+                Vec::new();
+            for violation in &self.violations {
+                let (anomaly, kind) = (violation.anomaly(), std::mem::discriminant(violation));
+                match anomalies.iter_mut().find(|(name, _)| *name == anomaly) {
+                    Some((_, found)) => found.push(violation),
+                    None => anomalies.push((anomaly, vec![violation])),
+                }
+                match seen
+                    .iter_mut()
+                    .find(|(name, of, _)| *name == anomaly && *of == kind)
+                {
+                    Some((_, _, found)) => found.push(violation),
+                    None => seen.push((anomaly, kind, vec![violation])),
+                }
             }
-            if self.violations.len() > 20 {
-                writeln!(f, "  ... and {} more", self.violations.len() - 20)?;
+            let counts: Vec<String> = anomalies
+                .iter()
+                .map(|(name, found)| format!("{name} {}", found.len()))
+                .collect();
+            writeln!(
+                f,
+                "FAIL: {} violation(s): {}",
+                self.violations.len(),
+                counts.join(", ")
+            )?;
+            for (name, _, found) in &seen {
+                for violation in found.iter().take(WITNESSES_SHOWN) {
+                    writeln!(f, "  - [{name}] {violation}")?;
+                }
+                if found.len() > WITNESSES_SHOWN {
+                    writeln!(
+                        f,
+                        "  - [{name}] ... and {} more",
+                        found.len() - WITNESSES_SHOWN
+                    )?;
+                }
             }
             Ok(())
         }

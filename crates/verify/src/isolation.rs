@@ -124,31 +124,12 @@ pub(crate) fn fates(all: &[FetchedBatch]) -> HashMap<i64, Fate> {
 /// client rule over the broker's aborted-transaction list).
 #[must_use]
 pub fn kept_by_client(read: &PartitionRead) -> HashSet<i64> {
-    let mut aborted = read.aborted.clone();
-    aborted.sort_unstable_by_key(|&(_, first)| first);
-    let mut aborted = aborted.into_iter().peekable();
-    let mut dropping: HashSet<i64> = HashSet::new();
-    let mut kept = HashSet::new();
-    for batch in &read.batches {
-        while let Some(&(producer, first)) = aborted.peek()
-            && first <= batch.base_offset
-        {
-            dropping.insert(producer);
-            aborted.next();
-        }
-        let producer = batch.info.producer_id;
-        match batch.commit {
-            Some(false) => {
-                dropping.remove(&producer);
-            }
-            Some(true) => {}
-            None if batch.info.transactional && dropping.contains(&producer) => {}
-            None => {
-                kept.insert(batch.base_offset);
-            }
-        }
-    }
-    kept
+    minibroker_kafka_client::kept_by_read_committed(
+        read.batches
+            .iter()
+            .map(|b| (b.base_offset, &b.info, b.commit)),
+        &read.aborted,
+    )
 }
 
 /// Checks every partition's `read_committed` view against how its transactions ended; adds the

@@ -5,14 +5,14 @@
 //! are kept apart from the data; a `read_committed` read also returns the last stable offset and
 //! the aborted transactions the broker names, for `crate::isolation`.
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
     ApiKey, FetchRequest, FetchResponse, MetadataRequest, MetadataResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use minibroker_kafka_client::{KafkaClientError, KafkaConnection};
+use minibroker_kafka_client::{KafkaClientError, KafkaConnection, whole_batches};
 use thiserror::Error;
 
 use crate::isolation::{FetchedBatch, PartitionRead, PartitionReads};
@@ -305,43 +305,5 @@ impl PartitionReads {
                 .flat_map(|b| b.payloads.iter().copied())
                 .collect(),
         }
-    }
-}
-
-/// The whole batches in a Fetch answer's records (a broker may cut the last one short).
-#[must_use]
-pub fn whole_batches(mut records: Bytes) -> Vec<Bytes> {
-    let mut batches = Vec::new();
-    while records.len() >= 12 {
-        let length = (&records[8..12]).get_i32();
-        let Ok(length) = usize::try_from(length) else {
-            break;
-        };
-        if records.len() < 12 + length {
-            break;
-        }
-        batches.push(records.split_to(12 + length));
-    }
-    batches
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use bytes::BytesMut;
-
-    #[test]
-    fn a_batch_cut_short_at_the_end_is_left_out() {
-        let writer = minibroker_records::Writer {
-            producer_id: 1,
-            epoch: 0,
-            base_sequence: 0,
-        };
-        let one = minibroker_records::encode(writer, &["a".into()], 0).expect("encodes");
-        let mut records = BytesMut::new();
-        records.extend_from_slice(&one);
-        records.extend_from_slice(&one);
-        records.extend_from_slice(&one[..20]);
-        assert_eq!(whole_batches(records.freeze()).len(), 2);
     }
 }

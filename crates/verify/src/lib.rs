@@ -23,19 +23,19 @@
 //! the native protocol, [`read_topic_kafka`] over the Kafka protocol, so the same check runs
 //! against any Kafka-compatible broker.
 
+mod consumed;
 mod invariants;
 pub mod isolation;
 mod kafka;
 mod payload;
 mod read;
 
+pub use consumed::{ConsumedSummary, ConsumerLog, GroupRead, check_consumers};
 pub use invariants::{
     AckedBatch, PartitionLog, Report, StoredBatch, Violation, check, check_aborted,
 };
-pub use isolation::{PartitionRead, TransactionSummary};
-pub use kafka::{
-    KafkaReadError, read_committed_values, read_topic_isolated, read_topic_kafka, whole_batches,
-};
+pub use isolation::{PartitionRead, PartitionReads, TransactionSummary};
+pub use kafka::{KafkaReadError, read_committed_values, read_topic_isolated, read_topic_kafka};
 pub use payload::{PayloadId, StoredPayload};
 pub use read::{read_topic, read_topic_reporting, verify, verify_reporting};
 
@@ -66,19 +66,44 @@ pub async fn verify_kafka_read_committed(
     aborted: &[AckedBatch],
 ) -> Result<Report, KafkaReadError> {
     let reads = read_topic_isolated(addr, topic, true).await?;
-    let logs: Vec<PartitionLog> = reads
-        .iter()
-        .map(isolation::PartitionReads::data_log)
-        .collect();
+    Ok(judge_reads(topic, &reads, acknowledged, aborted))
+}
+
+/// The checks of [`verify_kafka_read_committed`] over `reads`, a topic already read (the
+/// `read_committed` view judged where it was read too).
+#[must_use]
+pub fn judge_reads(
+    topic: &str,
+    reads: &[PartitionReads],
+    acknowledged: Option<&[AckedBatch]>,
+    aborted: &[AckedBatch],
+) -> Report {
+    let logs: Vec<PartitionLog> = reads.iter().map(PartitionReads::data_log).collect();
     let mut report = check(topic, &logs, acknowledged);
-    isolation::check_isolation(&reads, &mut report);
+    if reads.iter().any(|read| read.committed.is_some()) {
+        isolation::check_isolation(reads, &mut report);
+    }
     check_aborted(
         &logs,
         aborted,
         acknowledged.unwrap_or_default(),
         &mut report,
     );
-    Ok(report)
+    report
+}
+
+/// Where each partition of `reads` ends: the offset after its last batch or marker.
+#[must_use]
+pub fn partition_ends(reads: &[PartitionReads]) -> std::collections::BTreeMap<i32, i64> {
+    reads
+        .iter()
+        .map(|read| {
+            let end = read.all.last().map_or(0, |batch| {
+                batch.base_offset + i64::from(batch.info.offset_count)
+            });
+            (i32::try_from(read.partition).unwrap_or(i32::MAX), end)
+        })
+        .collect()
 }
 
 /// Reads acknowledged batches, one JSON object per line (blank lines are skipped).

@@ -651,7 +651,8 @@ async fn read_whole(conn: &mut KafkaConnection, topic: &str, isolation_level: i8
         } else {
             data.high_watermark
         };
-        let batches = minibroker_verify::whole_batches(data.records.clone().unwrap_or_default());
+        let batches =
+            minibroker_kafka_client::whole_batches(data.records.clone().unwrap_or_default());
         let Some(last) = batches.last() else {
             return Ok(());
         };

@@ -13,8 +13,8 @@ use kafka_protocol::messages::add_partitions_to_txn_response::{
 };
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, ProduceRequest,
-    ProduceResponse, ProducerId, RequestHeader, ResponseHeader, TransactionalId,
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, FetchResponse,
+    ProduceRequest, ProduceResponse, ProducerId, RequestHeader, ResponseHeader, TransactionalId,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use std::collections::HashMap;
@@ -40,6 +40,13 @@ pub enum Misbehaviour {
     /// aborted transaction had added a partition where none of its batches arrived, so a late
     /// batch of it is taken into the next transaction.
     AddOnFirstBatch,
+    /// In every `every`th Fetch answer to a consumer in a group (not to the verifier's read),
+    /// leave out the first batch of a partition that has more than one: the consumer jumps
+    /// past records it should have seen.
+    SkipForConsumers,
+    /// Name no aborted transaction in a `read_committed` Fetch answer: consumers are shown
+    /// records of aborted transactions.
+    HideAborted,
 }
 
 /// A partition answered as added: (transactional id, topic, partition).
@@ -233,7 +240,10 @@ impl Relay {
             let (api, version, correlation) =
                 minibroker_faults::kafka::request_header(&request).expect("a request header");
             let broken = api == ApiKey::Produce as i16
-                && self.misbehaviour != Misbehaviour::None
+                && matches!(
+                    self.misbehaviour,
+                    Misbehaviour::AckWithoutStoring | Misbehaviour::StoreTwice
+                )
                 && (self.produces.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(self.every);
             if broken && self.misbehaviour == Misbehaviour::AckWithoutStoring {
                 self.broken.fetch_add(1, Ordering::Relaxed);
@@ -266,7 +276,13 @@ impl Relay {
                 request
             };
             write_frame(&mut broker, &request).await?;
-            let answer = read_frame(&mut broker).await?;
+            let mut answer = read_frame(&mut broker).await?;
+            if api == ApiKey::Fetch as i16
+                && let Some(changed) = self.fetch_answer(&request, &answer, version)
+            {
+                self.broken.fetch_add(1, Ordering::Relaxed);
+                answer = changed;
+            }
             write_frame(&mut client, &answer).await?;
             if broken {
                 // The same records again, as a producer without idempotence would send them.
@@ -275,6 +291,68 @@ impl Relay {
                 read_frame(&mut broker).await?;
             }
         }
+    }
+}
+
+impl Relay {
+    /// A Fetch answer as the double serves it, if it changes it.
+    fn fetch_answer(&self, request: &Bytes, answer: &Bytes, version: i16) -> Option<Bytes> {
+        let mut asked = request.clone();
+        let header =
+            RequestHeader::decode(&mut asked, ApiKey::Fetch.request_header_version(version))
+                .expect("a Fetch header");
+        let response_header_version = ApiKey::Fetch.response_header_version(version);
+        let mut bytes = answer.clone();
+        let answer_header =
+            ResponseHeader::decode(&mut bytes, response_header_version).expect("a Fetch answer");
+        let mut fetched = FetchResponse::decode(&mut bytes, version).expect("a Fetch answer");
+        let changed = match self.misbehaviour {
+            Misbehaviour::SkipForConsumers => {
+                let consumer = header
+                    .client_id
+                    .as_ref()
+                    .is_some_and(|id| id.as_str() == "minibroker-consumer");
+                consumer
+                    && (self.produces.fetch_add(1, Ordering::Relaxed) + 1)
+                        .is_multiple_of(self.every)
+                    && fetched
+                        .responses
+                        .iter_mut()
+                        .flat_map(|t| t.partitions.iter_mut())
+                        .any(|partition| {
+                            let batches = minibroker_kafka_client::whole_batches(
+                                partition.records.clone().unwrap_or_default(),
+                            );
+                            let Some((_, kept)) =
+                                batches.split_first().filter(|(_, rest)| !rest.is_empty())
+                            else {
+                                return false;
+                            };
+                            partition.records = Some(kept.concat().into());
+                            true
+                        })
+            }
+            Misbehaviour::HideAborted => fetched
+                .responses
+                .iter_mut()
+                .flat_map(|t| t.partitions.iter_mut())
+                .any(|partition| {
+                    partition
+                        .aborted_transactions
+                        .as_mut()
+                        .is_some_and(|aborted| !std::mem::take(aborted).is_empty())
+                }),
+            _ => false,
+        };
+        if !changed {
+            return None;
+        }
+        let mut out = BytesMut::new();
+        answer_header
+            .encode(&mut out, response_header_version)
+            .expect("header encodes");
+        fetched.encode(&mut out, version).expect("answer encodes");
+        Some(out.freeze())
     }
 }
 

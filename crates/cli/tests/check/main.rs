@@ -296,6 +296,46 @@ fn check_fails_a_broker_that_takes_a_late_batch_into_the_next_transaction() {
     );
 }
 
+/// A broker whose Fetch answers to consumers leave out a batch now and then: each consumer in
+/// the group jumps past records it should have seen; in transactions, past part of a committed
+/// transaction whose other records it was shown.
+#[test]
+fn check_fails_a_broker_whose_consumers_skip_records() {
+    let (output, broken) = check_through_double(Misbehaviour::SkipForConsumers);
+    assert_caught(
+        &output,
+        broken,
+        &["[poll-skip] partition", "skipping offset"],
+    );
+    let (output, broken) =
+        check_through_double_with(Misbehaviour::SkipForConsumers, &["--transactional"]);
+    assert_caught(
+        &output,
+        broken,
+        &[
+            "[torn-transaction] partition",
+            "of a committed transaction it was shown other records of",
+        ],
+    );
+}
+
+/// A broker that names no aborted transaction to read_committed readers: its consumers are
+/// shown aborted records, and so is the verifier's own read_committed read.
+#[test]
+fn check_fails_a_broker_that_shows_aborted_records_to_read_committed_consumers() {
+    let (output, broken) =
+        check_through_double_with(Misbehaviour::HideAborted, &["--transactional"]);
+    assert_caught(
+        &output,
+        broken,
+        &[
+            "[aborted-read] partition",
+            "read_committed consumer committed-",
+            "of a transaction that aborted",
+        ],
+    );
+}
+
 #[test]
 fn the_kafka_proxy_keeps_a_real_kafka_client_on_it() {
     // The broker advertises a name other than the one the proxy is given, so the proxy must
