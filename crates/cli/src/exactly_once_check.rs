@@ -23,19 +23,18 @@ use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use minibroker_client::NewRecord;
-use minibroker_faults::{EmbeddedProxy, FaultConfig, FaultCounts};
+use minibroker_faults::{EmbeddedProxy, FaultConfig};
 use minibroker_kafka_client::{
     KafkaConnection, KafkaProducer, KafkaProducerConfig, KafkaProducerStats, agree_versions,
 };
-use minibroker_verify::{AckedBatch, PayloadId, Report};
+use minibroker_verify::{AckedBatch, PayloadId};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::acks::PayloadCursor;
-use crate::check_readers::ReadersRun;
+use crate::check_report::{During, Produced, Run};
 use crate::faults::{DefaultRates, FaultArgs};
-use crate::late_produce_scenario::LateProduce;
 use crate::proxy::KafkaProxyArgs;
 
 /// Flags of `check`.
@@ -89,20 +88,13 @@ pub struct Args {
     /// With --during: the share of the records sent when it runs.
     #[arg(long, default_value_t = 0.5, requires = "during", value_name = "SHARE")]
     during_at: f64,
+    /// Print the report as one JSON document (the anomalies with their witnesses, and the
+    /// command that replays the run).
+    #[arg(long)]
+    json: bool,
     /// Fault rates default to 2% lost requests and acks, 1% delays, 0.5% resets, 1% held.
     #[command(flatten)]
     faults: FaultArgs,
-}
-
-/// What `--during`'s command did.
-#[derive(Debug)]
-struct During {
-    command: String,
-    /// Records sent when it was due.
-    due_after: usize,
-    /// When it ran (since the producers began), how many records had been sent then, and its
-    /// exit status; `None` when the run ended first.
-    ran: Option<(Duration, usize, String)>,
 }
 
 /// Batches per transaction, with `--transactional`.
@@ -120,23 +112,6 @@ const TOPIC_READY_WITHIN: Duration = Duration::from_secs(30);
 
 /// How long one batch may take, retries included, before its producer gives up.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// What the producers did together.
-#[derive(Default)]
-struct Produced {
-    acked: Vec<AckedBatch>,
-    stats: KafkaProducerStats,
-    failures: Vec<String>,
-    elapsed: Duration,
-    committed: usize,
-    aborted: usize,
-    /// `--during`'s command, if given.
-    during: Option<During>,
-    /// Producers whose every transaction end bumped the epoch (KIP-890 part 2).
-    part_2: usize,
-    /// Times a producer was fenced and started again.
-    restarts: usize,
-}
 
 /// What one producer did.
 #[derive(Default)]
@@ -167,12 +142,14 @@ pub async fn run(args: Args) -> Result<()> {
     let kafka = first_answering(&args.kafka).await?;
     create_topic(&kafka, &topic, args.partitions).await?;
     let proxy = EmbeddedProxy::start(&kafka, faults.clone()).await?;
-    println!(
-        "minibroker check: {kafka} (topic {topic}, {} partitions), {} producers x {} records, through a faulty network (seed {}, faults aimed at {aimed})",
-        args.partitions, args.producers, args.records, faults.seed
-    );
-    println!("  faults: {faults}");
-    println!();
+    if !args.json {
+        println!(
+            "minibroker check: {kafka} (topic {topic}, {} partitions), {} producers x {} records, through a faulty network (seed {}, faults aimed at {aimed})",
+            args.partitions, args.producers, args.records, faults.seed
+        );
+        println!("  faults: {faults}");
+        println!();
+    }
     let sent = Arc::new(AtomicUsize::new(0));
     let readers = (args.consumers > 0).then(|| {
         let total = args.producers * args.records;
@@ -190,7 +167,7 @@ pub async fn run(args: Args) -> Result<()> {
         let scenario = crate::late_produce_scenario::run(
             &kafka,
             &topic,
-            &format!("{topic}-late-produce"),
+            (&format!("{topic}-late-produce"), args.producers as u64),
             producer_config(&args),
         )
         .await
@@ -218,12 +195,21 @@ pub async fn run(args: Args) -> Result<()> {
         }
         None => None,
     };
-    print_report(
-        &args,
-        &produced,
-        &counts,
-        (late.as_ref(), consumed.as_ref()),
-        &report,
+    crate::check_report::print(
+        &Run {
+            kafka: &args.kafka,
+            topic: &topic,
+            sent: (args.producers * args.records) as u64,
+            transactional: args.transactional,
+            seed: faults.seed,
+            replay: crate::check_report::replay_command(faults.seed),
+            produced: &produced,
+            faults: &counts,
+            late: late.as_ref(),
+            consumed: consumed.as_ref(),
+            report: &report,
+        },
+        args.json,
     )
 }
 
@@ -355,7 +341,7 @@ async fn run_producers(args: &Args, proxy: &str, topic: &str, sent: Arc<AtomicUs
             records: args.records,
             batch_size: args.batch_size,
             partitions: args.partitions,
-            first_partition: index,
+            index,
             sent: Arc::clone(&sent),
             config: producer_config(args),
         };
@@ -429,8 +415,9 @@ struct Job {
     records: usize,
     batch_size: usize,
     partitions: i32,
-    /// Producers start on different partitions, so they meet on each.
-    first_partition: usize,
+    /// Its place among the producers, from 0: it starts on that partition (so producers meet
+    /// on each), and its records are named by it.
+    index: usize,
     /// Records sent by every producer so far (for `--during`).
     sent: Arc<AtomicUsize>,
     config: KafkaProducerConfig,
@@ -449,10 +436,12 @@ impl Job {
                 return run;
             }
         };
-        let first = PayloadId::first(producer.producer_id().unsigned_abs(), 0);
+        // Named by the producer's place, not its producer id, so a replay names the same
+        // records.
+        let first = PayloadId::first(self.index as u64, 0);
         let mut progress = Progress {
             sent: 0,
-            batch_number: self.first_partition,
+            batch_number: self.index,
             payloads: PayloadCursor::new(Some(first)),
         };
         while progress.sent < self.records {
@@ -580,170 +569,4 @@ struct Progress {
     batch_number: usize,
     /// The next batch's payload ids.
     payloads: PayloadCursor,
-}
-
-/// Prints the report; fails unless exactly-once held and every record was acknowledged.
-fn print_report(
-    args: &Args,
-    produced: &Produced,
-    faults: &FaultCounts,
-    (late, consumed): (Option<&LateProduce>, Option<&ReadersRun>),
-    report: &Report,
-) -> Result<()> {
-    let sent = (args.producers * args.records) as u64;
-    let acked: usize = produced.acked.iter().map(|a| a.records).sum();
-    crate::faults::print_injected(faults);
-    println!();
-    println!("  producers ({:.1} s)", produced.elapsed.as_secs_f64());
-    println!("    records sent         {sent:>8}");
-    println!("    acknowledged         {acked:>8}");
-    println!(
-        "    batch resends        {:>8}   the same bytes, after a lost answer or a retriable error",
-        produced.stats.retries
-    );
-    if args.transactional {
-        println!(
-            "    transactions         {:>8}   committed; {} aborted and written again",
-            produced.committed, produced.aborted
-        );
-        if produced.part_2 > 0 {
-            println!(
-                "    KIP-890 part 2       {:>8}   producers whose every end moved to a new epoch",
-                produced.part_2
-            );
-        }
-        if produced.restarts > 0 {
-            println!(
-                "    restarted            {:>8}   fenced (by a late copy of its own InitProducerId, say) and started again",
-                produced.restarts
-            );
-        }
-    }
-    if produced.stats.duplicates > 0 {
-        println!(
-            "    answered DUPLICATE   {:>8}   resends the broker recognised as stored",
-            produced.stats.duplicates
-        );
-    }
-    if let Some(during) = &produced.during {
-        match &during.ran {
-            Some((at, sent_then, status)) => println!(
-                "    during: `{}` ran at {:.2} s, {sent_then} records sent, and ended with {status}",
-                during.command,
-                at.as_secs_f64()
-            ),
-            None => println!(
-                "    during: `{}` never ran: the run ended before {} records were sent",
-                during.command, during.due_after
-            ),
-        }
-    }
-    if let Some(late) = late {
-        print_late_produce(late);
-    } else if args.transactional {
-        println!();
-        println!(
-            "  scenario: a Produce delayed past its transaction's abort (KAFKA-17754): skipped, it needs two partitions"
-        );
-    }
-    println!();
-    println!("  broker (read back directly)");
-    if report.transactions.is_some() {
-        println!(
-            "    records stored       {:>8}   aborted transactions' too",
-            report.records
-        );
-    } else {
-        println!("    records stored       {:>8}", report.records);
-    }
-    println!("    batches stored       {:>8}", report.batches);
-    println!(
-        "    records checked      {:>8}   by payload id: each stored once, every acknowledged one present",
-        report.payloads
-    );
-    if let Some(transactions) = &report.transactions {
-        println!(
-            "    read_committed       {:>8}   batches shown; {} committed, {} aborted, {} open",
-            transactions.visible, transactions.committed, transactions.aborted, transactions.open
-        );
-    }
-    if let (Some(summary), Some(run)) = (&report.consumed, consumed) {
-        println!();
-        print_consumed(summary, run);
-    }
-    println!();
-    for failure in &produced.failures {
-        println!("  producer stopped: {failure}");
-    }
-    if !report.passed() {
-        println!("  verdict: FAILED - exactly-once was violated");
-        println!("{report}");
-        bail!("exactly-once violated on {}", args.kafka);
-    }
-    let readers_short = consumed.is_some_and(|run| {
-        !run.failures.is_empty() || run.groups.iter().any(|group| !group.caught_up)
-    });
-    if !produced.failures.is_empty() || acked as u64 != sent || readers_short {
-        if readers_short {
-            println!(
-                "  verdict: INCOMPLETE - no violation found, but the consumers did not read every partition to its end"
-            );
-            bail!("the check's consumers could not read every record");
-        }
-        println!(
-            "  verdict: INCOMPLETE - no violation in what was acknowledged, but only {acked} of {sent} records were"
-        );
-        bail!("the check could not deliver every record");
-    }
-    println!(
-        "  verdict: EXACTLY-ONCE HELD - all {acked} acknowledged records stored exactly once, in order, no gaps"
-    );
-    Ok(())
-}
-
-/// What the late-Produce scenario saw; the verdict on it is the verifier's, with the rest.
-fn print_late_produce(late: &LateProduce) {
-    println!();
-    println!("  scenario: a Produce delayed past its transaction's abort (KAFKA-17754)");
-    println!("    held batch           released once the next transaction had added its partition");
-    println!("    next batch           {}", late.next_batch);
-    match late.moved_to_epoch {
-        Some(epoch) => println!(
-            "    producer             moved to epoch {epoch} (KIP-360), fencing the late batch, and wrote its batch again"
-        ),
-        None => println!("    producer             kept its epoch"),
-    }
-}
-
-/// What the consumers were shown, for the report.
-fn print_consumed(summary: &minibroker_verify::ConsumedSummary, run: &ReadersRun) {
-    println!("  consumers (in groups, while the producers wrote)");
-    for group in &run.groups {
-        println!(
-            "    group {:<40} {}, {} members, {}",
-            group.group,
-            if group.read_committed {
-                "read_committed"
-            } else {
-                "read_uncommitted"
-            },
-            group.consumers.len(),
-            if group.caught_up {
-                "read every partition to its end"
-            } else {
-                "did NOT read every partition to its end"
-            }
-        );
-    }
-    println!(
-        "    assignments          {:>8}   each member's, through the rebalances of its restarts",
-        summary.assignments
-    );
-    println!(
-        "    records shown        {:>8}   each judged: no skip, no offset going back, no aborted record",
-        summary.records
-    );
-    for failure in &run.failures {
-        println!("    consumer stopped: {failure}");
-    }
 }

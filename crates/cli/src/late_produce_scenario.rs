@@ -52,14 +52,15 @@ pub struct LateProduce {
 }
 
 /// Runs the scenario on `topic` (two partitions at least) of the broker at `kafka`, as the
-/// transactional id `transactional_id`; `config` is the check's producer settings.
+/// transactional id `transactional_id`, its records named as `writer`'s; `config` is the
+/// check's producer settings.
 ///
 /// # Errors
 /// If the proxy cannot start or the producer fails outside what the scenario expects.
 pub async fn run(
     kafka: &str,
     topic: &str,
-    transactional_id: &str,
+    (transactional_id, writer): (&str, u64),
     config: KafkaProducerConfig,
 ) -> Result<LateProduce> {
     let faults = KafkaProxyArgs::new(Vec::new()).config(FaultConfig::default())?;
@@ -72,7 +73,6 @@ pub async fn run(
         KafkaProducer::connect_transactional(&proxy.address(), config, transactional_id)
             .await
             .context("the late-Produce scenario's producer")?;
-    let writer = producer.producer_id().unsigned_abs();
     let mut payloads = PayloadCursor::new(Some(PayloadId::first(writer, 0)));
     let mut done = LateProduce::default();
 

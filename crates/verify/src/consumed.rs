@@ -50,7 +50,7 @@ pub struct GroupRead {
 }
 
 /// What the consumers did, for the report.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ConsumedSummary {
     /// Groups.
     pub groups: usize,

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 /// A batch as the log stores it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct StoredBatch {
     /// Offset of its first record.
     pub base_offset: i64,
@@ -73,8 +73,9 @@ pub struct AckedBatch {
     pub first_payload: Option<PayloadId>,
 }
 
-/// A broken invariant.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A broken invariant: with its fields, the witness of the anomaly it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Violation {
     /// The same (producer, epoch, sequence) is stored more than once.
     StoredTwice {

@@ -57,7 +57,7 @@ pub struct PartitionReads {
 }
 
 /// How the transactional data batches of a topic ended.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct TransactionSummary {
     /// Batches whose transaction committed.
     pub committed: usize,

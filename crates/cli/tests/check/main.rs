@@ -84,19 +84,46 @@ fn check_through_double(misbehaviour: Misbehaviour) -> (Output, u64) {
 }
 
 fn check_through_double_with(misbehaviour: Misbehaviour, mode: &[&str]) -> (Output, u64) {
-    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .expect("bind the double");
-    let double_addr = listener.local_addr().expect("its address").to_string();
-    // The broker hands out the double's address, so clients stay on it.
-    let server = ServeProcess::spawn(
-        serve_command("127.0.0.1:0", "127.0.0.1:0").args(["--kafka-advertise", &double_addr]),
-    );
-    let broken = runtime
-        .block_on(async { double::start(listener, server.kafka_addr.clone(), misbehaviour, 9) });
-    let output = check_with(&double_addr, mode, &NO_FAULTS);
-    (output, broken.load(std::sync::atomic::Ordering::Relaxed))
+    let double = Double::start(misbehaviour);
+    let output = check_with(&double.addr, mode, &NO_FAULTS);
+    (output, double.broken())
+}
+
+/// The double in front of a real broker, misbehaving on every 9th request it breaks.
+struct Double {
+    /// Where clients connect.
+    addr: String,
+    broken: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    _server: ServeProcess,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl Double {
+    fn start(misbehaviour: Misbehaviour) -> Self {
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("bind the double");
+        let addr = listener.local_addr().expect("its address").to_string();
+        // The broker hands out the double's address, so clients stay on it.
+        let server = ServeProcess::spawn(
+            serve_command("127.0.0.1:0", "127.0.0.1:0").args(["--kafka-advertise", &addr]),
+        );
+        let broken = runtime.block_on(async {
+            double::start(listener, server.kafka_addr.clone(), misbehaviour, 9)
+        });
+        Self {
+            addr,
+            broken,
+            _server: server,
+            _runtime: runtime,
+        }
+    }
+
+    /// The requests it has broken so far.
+    fn broken(&self) -> u64 {
+        self.broken.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// `check` failed on what the double broke, saying each of `said`.
@@ -333,6 +360,71 @@ fn check_fails_a_broker_that_shows_aborted_records_to_read_committed_consumers()
             "read_committed consumer committed-",
             "of a transaction that aborted",
         ],
+    );
+}
+
+/// A violation found is printed with the command that replays the run; run again, it finds the
+/// same anomalies with the same witnesses, in the JSON too.
+#[test]
+fn the_replay_command_finds_the_same_witnesses() {
+    let double = Double::start(Misbehaviour::AddOnFirstBatch);
+    let first = check_with(&double.addr, &["--transactional"], &NO_FAULTS);
+    let said = text(&first);
+    assert!(!first.status.success(), "{said}");
+    // The witnesses, without what differs from run to run by design: the producer ids the
+    // broker issues and the names made from the topic's.
+    let witnesses = |said: &str| -> Vec<String> {
+        said.lines()
+            .filter(|line| line.trim_start().starts_with("- ["))
+            .map(|line| {
+                let mut words: Vec<String> = line.split(' ').map(str::to_owned).collect();
+                for at in 1..words.len() {
+                    if words[at - 1] == "producer" {
+                        words[at] = "<id>".to_owned();
+                    }
+                    if let Some((_, suffix)) = words[at].split_once("minibroker-check-") {
+                        let role = suffix.trim_start_matches(|c: char| c.is_ascii_digit());
+                        words[at] = format!("<topic>{role}");
+                    }
+                }
+                words.join(" ")
+            })
+            .collect()
+    };
+    let found = witnesses(&said);
+    assert!(!found.is_empty(), "{said}");
+    let replay = said
+        .lines()
+        .find_map(|line| line.trim_start().strip_prefix("replay: "))
+        .expect("a replay command");
+    assert!(replay.contains("--seed 42"), "{replay}");
+    let again = Command::new("sh").args(["-c", replay]).output().unwrap();
+    assert!(!again.status.success());
+    assert_eq!(witnesses(&text(&again)), found);
+    // The JSON carries the same anomalies and the same command.
+    let json = Command::new("sh")
+        .args(["-c", &format!("{replay} --json")])
+        .output()
+        .unwrap();
+    let document: serde_json::Value =
+        serde_json::from_slice(&json.stdout).expect("one JSON document");
+    assert_eq!(document["verdict"], "violated");
+    let anomalies: Vec<&str> = document["anomalies"]
+        .as_array()
+        .expect("anomalies")
+        .iter()
+        .map(|a| a["anomaly"].as_str().expect("named"))
+        .collect();
+    assert!(anomalies.contains(&"aborted-read"), "{anomalies:?}");
+    assert!(anomalies.contains(&"lost-write"), "{anomalies:?}");
+    assert_eq!(
+        document["anomalies"][0]["says"],
+        found[0].split("] ").nth(1).expect("a witness")
+    );
+    assert!(
+        document["replay"]
+            .as_str()
+            .is_some_and(|r| r.contains("--seed 42"))
     );
 }
 
