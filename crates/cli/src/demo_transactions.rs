@@ -160,6 +160,7 @@ pub async fn run(settings: Settings, faults: &FaultArgs) -> Result<()> {
         delay: 0.01,
         reset: 0.005,
         hold: 0.0,
+        duplicate: 0.0,
     })?;
     let seed = faults.seed;
     let data_dir = std::env::temp_dir().join(format!("minibroker-demo-{}", std::process::id()));

@@ -92,7 +92,8 @@ pub struct Args {
     /// command that replays the run).
     #[arg(long)]
     json: bool,
-    /// Fault rates default to 2% lost requests and acks, 1% delays, 0.5% resets, 1% held.
+    /// Fault rates default to 2% lost requests and acks, 1% delays, 0.5% resets, 1% held, 1%
+    /// duplicated.
     #[command(flatten)]
     faults: FaultArgs,
 }
@@ -244,7 +245,7 @@ async fn first_answering(bootstrap: &str) -> Result<String> {
 
 /// The proxy's settings: the fault flags (with `check`'s default rates), Kafka-aware, aimed.
 fn proxy_config(args: &Args) -> Result<FaultConfig> {
-    let faults = args.faults.config(DefaultRates::DEMO)?;
+    let faults = args.faults.config(DefaultRates::CHECK)?;
     let apis: Vec<String> = if args.api.iter().any(|a| a.eq_ignore_ascii_case("all")) {
         Vec::new()
     } else {

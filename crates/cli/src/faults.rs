@@ -74,6 +74,19 @@ pub struct FaultArgs {
         hide_default_value = true
     )]
     hold_at: String,
+    /// Pass requests to the broker twice, back to back (the client gets the first answer): the
+    /// fraction of frames, from 0 to 1 (default: 0, and 1% in check). Drawn apart from the
+    /// other faults, so it leaves them where the seed put them.
+    #[arg(long, value_name = "RATE")]
+    duplicate: Option<f64>,
+    /// Requests to pass on twice.
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "",
+        hide_default_value = true
+    )]
+    duplicate_at: String,
     /// How long a delayed frame waits.
     #[arg(long, default_value_t = 50)]
     delay_ms: u64,
@@ -92,15 +105,23 @@ pub struct DefaultRates {
     pub delay: f64,
     pub reset: f64,
     pub hold: f64,
+    pub duplicate: f64,
 }
 
 impl DefaultRates {
-    /// `demo`'s and `check`'s: 2% lost requests and acks, 1% delays, 0.5% resets, 1% held.
+    /// `demo`'s: 2% lost requests and acks, 1% delays, 0.5% resets, 1% held.
     pub const DEMO: Self = Self {
         drop: 0.02,
         delay: 0.01,
         reset: 0.005,
         hold: 0.01,
+        duplicate: 0.0,
+    };
+
+    /// `check`'s: `demo`'s, and 1% of requests passed on twice.
+    pub const CHECK: Self = Self {
+        duplicate: 0.01,
+        ..Self::DEMO
     };
 
     /// No faults unless asked for.
@@ -109,6 +130,7 @@ impl DefaultRates {
         delay: 0.0,
         reset: 0.0,
         hold: 0.0,
+        duplicate: 0.0,
     };
 }
 
@@ -123,6 +145,7 @@ impl FaultArgs {
             delay_response: fault(self.delay_response, defaults.delay, &self.delay_response_at)?,
             reset: fault(self.reset, defaults.reset, &self.reset_at)?,
             hold_request: fault(self.hold, defaults.hold, &self.hold_at)?,
+            duplicate_request: fault(self.duplicate, defaults.duplicate, &self.duplicate_at)?,
             delay: Duration::from_millis(self.delay_ms),
             hold: Duration::from_millis(self.hold_ms),
             seed: self.seed,
@@ -139,4 +162,7 @@ pub fn print_injected(faults: &minibroker_faults::FaultCounts) {
     println!("    frames delayed       {:>8}", faults.delayed);
     println!("    connection resets    {:>8}", faults.resets);
     println!("    stale retries held   {:>8}", faults.held);
+    if faults.duplicated > 0 {
+        println!("    requests duplicated  {:>8}", faults.duplicated);
+    }
 }

@@ -97,6 +97,10 @@ pub struct FaultConfig {
     pub reset: Fault,
     /// Hold a request back for [`Self::hold`], then release it (a stale retry).
     pub hold_request: Fault,
+    /// Pass a request to the broker twice, back to back on its connection (the broker answers
+    /// both; the client is given the first answer only). Drawn from a generator of its own, so
+    /// turning it on leaves every other fault where the seed put it.
+    pub duplicate_request: Fault,
     /// How long a delayed frame waits.
     pub delay: Duration,
     /// How long a held request waits.
@@ -127,13 +131,14 @@ impl fmt::Display for FaultConfig {
         write!(
             f,
             "drop_request={} drop_response={} delay_request={} delay_response={} reset={} \
-             hold={} delay_ms={} hold_ms={} seed={}",
+             hold={} duplicate={} delay_ms={} hold_ms={} seed={}",
             self.drop_request,
             self.drop_response,
             self.delay_request,
             self.delay_response,
             self.reset,
             self.hold_request,
+            self.duplicate_request,
             self.delay.as_millis(),
             self.hold.as_millis(),
             self.seed
@@ -162,6 +167,7 @@ impl Default for FaultConfig {
             delay_response: Fault::default(),
             reset: Fault::default(),
             hold_request: Fault::default(),
+            duplicate_request: Fault::default(),
             delay: Duration::from_millis(50),
             hold: Duration::from_millis(500),
             seed: 0,
@@ -201,7 +207,7 @@ mod tests {
         assert_eq!(
             config.to_string(),
             "drop_request=0 drop_response=0.1 at 3,7 delay_request=0 delay_response=0 reset=0 \
-             hold=0 delay_ms=50 hold_ms=500 seed=42"
+             hold=0 duplicate=0 delay_ms=50 hold_ms=500 seed=42"
         );
     }
 

@@ -10,6 +10,11 @@
 //! | delay | a frame (and all behind it) is held up | slow answers, maybe timeouts |
 //! | reset | after forwarding a request, both connections are reset | every in-flight batch lost; reconnect, resend |
 //! | hold | a request is held back and released later, even after the client gave up on it | a stale retry reaching the broker after newer batches |
+//! | duplicate | a request reaches the broker twice in a row; the client gets the first answer | nothing: the broker judges the copy a DUPLICATE |
+//!
+//! Besides the seeded faults, [`Proxy::hold_next`] holds the next request of one Kafka API until
+//! [`Proxy::release_held`], so a test can put one request exactly where it wants: past the
+//! transaction end that follows it, say (KAFKA-17754's shape).
 //!
 //! Every fault has a rate (probability per frame, from a seeded generator, so a run can be
 //! repeated) and/or a schedule of frame numbers (counted per direction across all connections,

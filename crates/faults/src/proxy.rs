@@ -60,6 +60,8 @@ pub struct FaultCounts {
     pub resets: u64,
     /// Requests held back and released later.
     pub held: u64,
+    /// Requests passed to the broker twice.
+    pub duplicated: u64,
 }
 
 impl fmt::Display for FaultCounts {
@@ -67,7 +69,8 @@ impl fmt::Display for FaultCounts {
         write!(
             f,
             "connections={} requests_forwarded={} responses_received={} responses_forwarded={} \
-             requests_dropped={} responses_dropped={} delayed={} resets={} held={}",
+             requests_dropped={} responses_dropped={} delayed={} resets={} held={} \
+             duplicated={}",
             self.connections,
             self.requests_forwarded,
             self.responses_received,
@@ -76,7 +79,8 @@ impl fmt::Display for FaultCounts {
             self.responses_dropped,
             self.delayed,
             self.resets,
-            self.held
+            self.held,
+            self.duplicated
         )
     }
 }
@@ -100,6 +104,7 @@ struct Counters {
     delayed: AtomicU64,
     resets: AtomicU64,
     held: AtomicU64,
+    duplicated: AtomicU64,
     /// The Kafka API whose next request is held until released ([`Proxy::hold_next`]); -1 for
     /// none.
     hold_next: AtomicI32,
@@ -121,6 +126,7 @@ impl Default for Counters {
             delayed: AtomicU64::default(),
             resets: AtomicU64::default(),
             held: AtomicU64::default(),
+            duplicated: AtomicU64::default(),
             hold_next: AtomicI32::new(NOTHING_ARMED),
         }
     }
@@ -186,6 +192,7 @@ impl Proxy {
             delayed: get(&c.delayed),
             resets: get(&c.resets),
             held: get(&c.held),
+            duplicated: get(&c.duplicated),
         }
     }
 
@@ -300,6 +307,7 @@ impl Proxy {
                 proxy: self.clone(),
                 number,
                 in_flight: InFlight::default(),
+                duplicated: std::sync::Mutex::default(),
             };
             let upstream = upstream.clone();
             connections.spawn(async move { relay.run(client, &upstream).await });
@@ -315,6 +323,9 @@ struct Relay {
     number: u64,
     /// Kafka requests awaiting answers, so an answer's API is known.
     in_flight: InFlight,
+    /// Requests passed on twice, by correlation id: whether their first answer has gone to the
+    /// client (the second is then dropped).
+    duplicated: std::sync::Mutex<HashMap<i64, bool>>,
 }
 
 /// What a frame is, for logs and for aiming: its correlation id and, for Kafka, its API.
@@ -408,6 +419,8 @@ impl Relay {
         let counters = &self.proxy.counters;
         let mut rng =
             SplitMix64::new(config.seed ^ self.number.wrapping_mul(0xA24B_AED4_963E_E407));
+        let mut duplicates_rng =
+            SplitMix64::new(config.seed ^ self.number.wrapping_mul(0xD1B5_4A32_D192_ED03));
         while let Some(Ok(frame)) = frames.next().await {
             let id = self.request_label(&frame);
             if self.proxy.take_hold(id) {
@@ -460,6 +473,18 @@ impl Relay {
                 tracing::debug!(request = n, frame = %id, "fault: request delayed");
                 tokio::time::sleep(config.delay).await;
             }
+            if fires(&config.duplicate_request, n, &mut duplicates_rng) {
+                counters.bump(&counters.duplicated);
+                tracing::debug!(request = n, frame = %id, "fault: request passed on twice");
+                locked(&self.duplicated).insert(id.correlation_id, false);
+                let copy = Forward {
+                    frame: Bytes::copy_from_slice(&frame),
+                    written: None,
+                };
+                if to_broker.send(copy).await.is_err() {
+                    return false;
+                }
+            }
             let reset = fires(&config.reset, n, &mut rng);
             let (written, was_written) = if reset {
                 let (tell, told) = oneshot::channel();
@@ -503,6 +528,10 @@ impl Relay {
             };
             let Some(Ok(frame)) = frame else { return };
             counters.bump(&counters.responses_seen);
+            if self.second_answer(&frame) {
+                tracing::debug!("the answer to a request's second copy dropped");
+                continue;
+            }
             let (frame, id) = self.kafka_answer(frame).await;
             if !self.aimed(id) {
                 if to_client.send(frame.freeze()).await.is_err() {
@@ -535,6 +564,28 @@ impl Relay {
 }
 
 impl Relay {
+    /// Whether `frame` answers the second copy of a request passed on twice: the client asked
+    /// once, so it gets one answer.
+    fn second_answer(&self, frame: &BytesMut) -> bool {
+        let correlation = if self.proxy.config.kafka.is_some() {
+            kafka::response_correlation(frame).map_or(0, i64::from)
+        } else {
+            i64::from(correlation_id(frame))
+        };
+        let mut duplicated = locked(&self.duplicated);
+        match duplicated.get_mut(&correlation) {
+            None => false,
+            Some(first_answered) if !*first_answered => {
+                *first_answered = true;
+                false
+            }
+            Some(_) => {
+                duplicated.remove(&correlation);
+                true
+            }
+        }
+    }
+
     /// What a request is: its correlation id and, for Kafka, its API (remembered, so its
     /// answer is known).
     fn request_label(&self, frame: &BytesMut) -> Label {

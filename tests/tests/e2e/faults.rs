@@ -75,6 +75,30 @@ async fn lost_ack_is_resent_and_answered_as_a_duplicate_with_the_original_offset
 }
 
 #[tokio::test]
+async fn a_request_passed_on_twice_is_stored_once_and_answered_once() -> Result<()> {
+    // Request 2, the first batch, reaches the broker twice in a row on its connection: the
+    // second copy is judged a DUPLICATE, and its answer never reaches the producer, which gets
+    // exactly one answer and sends nothing again.
+    let faults = FaultConfig {
+        duplicate_request: Fault::at(&[2]),
+        ..FaultConfig::default()
+    };
+    let (broker, proxy, mut producer) = through_faults(faults, Duration::from_millis(300)).await?;
+    let first = producer.send("t", 0, batch("twice")).await?;
+    let second = producer.send("t", 0, batch("after")).await?;
+    assert_eq!((first.base_offset, first.duplicate), (Some(0), false));
+    assert_eq!((second.base_offset, second.duplicate), (Some(1), false));
+    assert_eq!(stored(&broker.broker, "t"), vec![(0, 0), (0, 1)]);
+    let outcomes = broker.broker.outcome_counts();
+    assert_eq!((outcomes.accepted, outcomes.duplicate), (2, 1));
+    assert_eq!(producer.stats().retries, 0);
+    let counts = proxy.proxy.counts();
+    assert_eq!(counts.duplicated, 1);
+    assert_eq!(counts.responses_received, counts.responses_forwarded + 1);
+    Ok(())
+}
+
+#[tokio::test]
 async fn lost_request_is_resent_and_accepted_once() -> Result<()> {
     // The first of five pipelined batches (request 2) never reaches the broker, so the four
     // behind it arrive after a gap and are refused; after the timeout all five are resent.
