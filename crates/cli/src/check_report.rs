@@ -39,6 +39,8 @@ pub(crate) struct Produced {
     pub(crate) part_2: usize,
     /// Times a producer was fenced and started again.
     pub(crate) restarts: usize,
+    /// The client that wrote the records, when not the project's own producer.
+    pub(crate) client: Option<String>,
 }
 
 /// The report for a person.
@@ -57,10 +59,13 @@ fn print_text(run: &Run<'_>, verdict: &Verdict) {
     println!("  producers ({:.1} s)", produced.elapsed.as_secs_f64());
     println!("    records sent         {sent:>8}");
     println!("    acknowledged         {acked:>8}");
-    println!(
-        "    batch resends        {:>8}   the same bytes, after a lost answer or a retriable error",
-        produced.stats.retries
-    );
+    match &produced.client {
+        Some(client) => println!("    client               {client}: its retries are its own"),
+        None => println!(
+            "    batch resends        {:>8}   the same bytes, after a lost answer or a retriable error",
+            produced.stats.retries
+        ),
+    }
     if run.transactional {
         println!(
             "    transactions         {:>8}   committed; {} aborted and written again",
@@ -187,6 +192,19 @@ fn print_consumed(summary: &minibroker_verify::ConsumedSummary, run: &ReadersRun
     for failure in &run.failures {
         println!("    consumer stopped: {failure}");
     }
+}
+
+/// What one producer did.
+#[derive(Default)]
+pub(crate) struct JobRun {
+    pub(crate) acked: Vec<AckedBatch>,
+    pub(crate) stats: KafkaProducerStats,
+    pub(crate) failure: Option<String>,
+    pub(crate) committed: usize,
+    pub(crate) aborted: usize,
+    pub(crate) part_2: bool,
+    /// Times it was fenced and started again.
+    pub(crate) restarts: usize,
 }
 
 /// Everything a check found, for its report.
@@ -317,6 +335,7 @@ fn as_json(run: &Run<'_>, verdict: &Verdict) -> serde_json::Value {
             "requests_held": run.faults.held,
         },
         "producers": {
+            "client": run.produced.client.as_deref().unwrap_or("minibroker"),
             "records_sent": run.sent,
             "acknowledged": run.acked(),
             "resends": run.produced.stats.retries,

@@ -25,7 +25,7 @@ use kafka_protocol::protocol::StrBytes;
 use minibroker_client::NewRecord;
 use minibroker_faults::{EmbeddedProxy, FaultConfig};
 use minibroker_kafka_client::{
-    KafkaConnection, KafkaProducer, KafkaProducerConfig, KafkaProducerStats, agree_versions,
+    KafkaConnection, KafkaProducer, KafkaProducerConfig, agree_versions,
 };
 use minibroker_verify::{AckedBatch, PayloadId};
 use std::sync::Arc;
@@ -33,7 +33,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::acks::PayloadCursor;
-use crate::check_report::{During, Produced, Run};
+use crate::check_clients::{Client, ClientJob};
+use crate::check_report::{During, JobRun, Produced, Run};
 use crate::faults::{DefaultRates, FaultArgs};
 use crate::proxy::KafkaProxyArgs;
 
@@ -88,6 +89,14 @@ pub struct Args {
     /// With --during: the share of the records sent when it runs.
     #[arg(long, default_value_t = 0.5, requires = "during", value_name = "SHARE")]
     during_at: f64,
+    /// Who writes the records: the project's own producer (every retry known), or a real
+    /// client through the project's Python harness (needs --python with it installed).
+    #[arg(long, value_enum, default_value_t = Client::Minibroker)]
+    client: Client,
+    /// With --client: the Python interpreter that has the client (scripts/kafka-clients makes
+    /// one).
+    #[arg(long, default_value = "python3", value_name = "PATH")]
+    python: String,
     /// Print the report as one JSON document (the anomalies with their witnesses, and the
     /// command that replays the run).
     #[arg(long)]
@@ -113,19 +122,6 @@ const TOPIC_READY_WITHIN: Duration = Duration::from_secs(30);
 
 /// How long one batch may take, retries included, before its producer gives up.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// What one producer did.
-#[derive(Default)]
-struct JobRun {
-    acked: Vec<AckedBatch>,
-    stats: KafkaProducerStats,
-    failure: Option<String>,
-    committed: usize,
-    aborted: usize,
-    part_2: bool,
-    /// Times it was fenced and started again.
-    restarts: usize,
-}
 
 pub async fn run(args: Args) -> Result<()> {
     if args.producers == 0 || args.partitions < 1 || args.records == 0 || args.batch_size == 0 {
@@ -333,22 +329,42 @@ async fn run_producers(args: &Args, proxy: &str, topic: &str, sent: Arc<AtomicUs
     });
     let mut producers = tokio::task::JoinSet::new();
     for index in 0..args.producers {
-        let job = Job {
-            transactional_id: args
-                .transactional
-                .then(|| format!("{topic}-producer-{index}")),
-            address: proxy.to_owned(),
-            topic: topic.to_owned(),
-            records: args.records,
-            batch_size: args.batch_size,
-            partitions: args.partitions,
-            index,
-            sent: Arc::clone(&sent),
-            config: producer_config(args),
-        };
-        producers.spawn(job.run());
+        let transactional_id = args
+            .transactional
+            .then(|| format!("{topic}-producer-{index}"));
+        if args.client == Client::Minibroker {
+            let job = Job {
+                transactional_id,
+                address: proxy.to_owned(),
+                topic: topic.to_owned(),
+                records: args.records,
+                batch_size: args.batch_size,
+                partitions: args.partitions,
+                index,
+                sent: Arc::clone(&sent),
+                config: producer_config(args),
+            };
+            producers.spawn(job.run());
+        } else {
+            let job = ClientJob {
+                client: args.client,
+                python: args.python.clone(),
+                address: proxy.to_owned(),
+                topic: topic.to_owned(),
+                index,
+                records: args.records,
+                batch_size: args.batch_size,
+                partitions: args.partitions,
+                transactional_id,
+                sent: Arc::clone(&sent),
+            };
+            producers.spawn(job.run());
+        }
     }
-    let mut produced = Produced::default();
+    let mut produced = Produced {
+        client: (args.client != Client::Minibroker).then(|| args.client.name().to_owned()),
+        ..Produced::default()
+    };
     while let Some(joined) = producers.join_next().await {
         let mut run = joined.unwrap_or_else(|error| JobRun {
             failure: Some(error.to_string()),

@@ -16,6 +16,7 @@ mod acl;
 mod admin;
 mod bench;
 mod certificates;
+mod check_clients;
 mod check_data;
 mod check_readers;
 mod check_report;

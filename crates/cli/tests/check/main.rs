@@ -97,6 +97,33 @@ fn check_passes_a_durable_broker_in_both_workloads() {
     }
 }
 
+/// The workload written by real clients (the project's Python harness), idempotent and
+/// transactional, under the check's faults: minibroker holds for each.
+#[test]
+fn check_drives_real_kafka_clients() {
+    let server = ServeProcess::spawn(&mut serve_command("127.0.0.1:0", "127.0.0.1:0"));
+    let python = support::kafka_python();
+    for client in ["confluent-kafka", "kafka-python", "aiokafka"] {
+        for mode in [&[][..], &["--transactional"][..]] {
+            let output = check_with(
+                &server.kafka_addr,
+                mode,
+                &["--client", client, "--python", &python],
+            );
+            let said = text(&output);
+            assert!(output.status.success(), "{client} {mode:?}: {said}");
+            assert!(
+                said.contains(&format!("client               {client}: its retries are its own")),
+                "{said}"
+            );
+            assert!(
+                said.contains("verdict: EXACTLY-ONCE HELD - all 400 acknowledged records"),
+                "{said}"
+            );
+        }
+    }
+}
+
 /// `check` against the double in front of a real broker, misbehaving as told on every 9th
 /// Produce; returns what check said and how many requests the double broke.
 fn check_through_double(misbehaviour: Misbehaviour) -> (Output, u64) {
