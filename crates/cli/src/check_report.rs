@@ -166,14 +166,14 @@ fn print_consumed(summary: &minibroker_verify::ConsumedSummary, run: &ReadersRun
     println!("  consumers (in groups, while the producers wrote)");
     for group in &run.groups {
         println!(
-            "    group {:<40} {}, {} members, {}",
-            group.group,
+            "    {:<20} {:>4} members of {}: {}",
             if group.read_committed {
                 "read_committed"
             } else {
                 "read_uncommitted"
             },
             group.consumers.len(),
+            group.group,
             if group.caught_up {
                 "read every partition to its end"
             } else {

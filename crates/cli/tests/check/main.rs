@@ -113,7 +113,9 @@ fn check_drives_real_kafka_clients() {
             let said = text(&output);
             assert!(output.status.success(), "{client} {mode:?}: {said}");
             assert!(
-                said.contains(&format!("client               {client}: its retries are its own")),
+                said.contains(&format!(
+                    "client               {client}: its retries are its own"
+                )),
                 "{said}"
             );
             assert!(
