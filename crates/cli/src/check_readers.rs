@@ -6,10 +6,13 @@
 //! until their group has reached every end. What each was shown goes to the verifier
 //! ([`minibroker_verify::check_consumers`]).
 //!
-//! One group reads `read_committed`; with `--transactional` another reads `read_uncommitted`.
-//! The consumers talk to the broker directly, not through the faulty network.
+//! One group reads `read_committed`; with `--transactional` another reads `read_uncommitted`,
+//! and the `read_committed` one's members are processors ([`crate::check_processor`]): what they
+//! read goes to a second topic, with their offsets, in transactions. The consumers talk to the
+//! broker directly, not through the faulty network.
 
-use minibroker_kafka_client::{KafkaConsumer, KafkaConsumerConfig, KafkaConsumerError};
+use anyhow::Result;
+use minibroker_kafka_client::{KafkaConsumer, KafkaConsumerConfig};
 use minibroker_verify::{ConsumerLog, GroupRead};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,6 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+
+use crate::check_processor::Processor;
 
 /// How long the consumers may take, once told where the partitions end, to reach the ends.
 const CATCH_UP_WITHIN: Duration = Duration::from_secs(60);
@@ -54,21 +59,24 @@ struct Shared {
     progress: Arc<Mutex<HashMap<(usize, i32), i64>>>,
     /// Records sent by the producers so far, and in all.
     sent: Arc<AtomicUsize>,
+    /// With processors: (the topic read, the topic they write).
+    pipeline: Option<(String, String)>,
 }
 
 impl Readers {
     /// Starts `per_group` consumers in each group of `topic` on the broker at `kafka`: one
-    /// group at `read_committed`, and with `transactional` one at `read_uncommitted`. Consumer
-    /// `i` of `n` restarts once `sent` reaches `(i + 1) / (n + 1)` of `total`.
+    /// group at `read_committed`, and with a `processed` topic (`--transactional`) one at
+    /// `read_uncommitted`, the first group's members then writing to `processed` in
+    /// transactions. Consumer `i` of `n` restarts once `sent` reaches `(i + 1) / (n + 1)` of
+    /// `total`.
     pub fn start(
         kafka: &str,
-        topic: &str,
-        transactional: bool,
+        (topic, processed): (&str, Option<&str>),
         per_group: usize,
         (sent, total): (Arc<AtomicUsize>, usize),
     ) -> Self {
         let mut groups = vec![(format!("{topic}-read-committed"), true)];
-        if transactional {
+        if processed.is_some() {
             groups.push((format!("{topic}-read-uncommitted"), false));
         }
         let (ends, watching) = watch::channel(None);
@@ -77,6 +85,7 @@ impl Readers {
             ends: watching,
             progress: Arc::default(),
             sent,
+            pipeline: processed.map(|processed| (topic.to_owned(), processed.to_owned())),
         };
         let mut tasks = JoinSet::new();
         for (index, (group, read_committed)) in groups.iter().enumerate() {
@@ -167,7 +176,7 @@ async fn read(
         };
         let ended = member(
             shared,
-            index,
+            (index, label),
             &config,
             &mut log,
             (!restarted).then_some(restart_at),
@@ -194,24 +203,35 @@ enum Ending {
 /// One member, from its join to its leaving.
 async fn member(
     shared: &Shared,
-    index: usize,
+    (index, slot): (usize, &str),
     config: &KafkaConsumerConfig,
     log: &mut ConsumerLog,
     restart_at: Option<usize>,
-) -> Result<Ending, KafkaConsumerError> {
+) -> Result<Ending> {
+    // The read_committed group's members process, when there is a topic to write.
+    let mut processor = match (&shared.pipeline, index) {
+        (Some((input, output)), 0) => Some(
+            Processor::start(&shared.kafka, (input, output), &format!("{output}-{slot}")).await?,
+        ),
+        _ => None,
+    };
     let mut consumer = KafkaConsumer::join(&shared.kafka, config.clone()).await?;
     let mut ends = shared.ends.clone();
     let mut deadline: Option<Instant> = None;
     loop {
         let polled = consumer.poll().await?;
         log.assignments.extend(consumer.take_assignments());
-        let shown = polled.iter().any(|p| !p.records.is_empty());
-        log.polls
-            .extend(polled.into_iter().filter(|p| !p.records.is_empty()));
-        if shown {
-            consumer.commit().await?;
+        if polled.iter().any(|p| !p.records.is_empty()) {
+            match processor.as_mut() {
+                Some(processor) => processor.process(&mut consumer, &polled).await?,
+                None => {
+                    consumer.commit().await?;
+                }
+            }
             log.assignments.extend(consumer.take_assignments());
         }
+        log.polls
+            .extend(polled.into_iter().filter(|p| !p.records.is_empty()));
         {
             let mut progress = shared
                 .progress
@@ -221,23 +241,27 @@ async fn member(
                 progress.insert((index, partition), position);
             }
         }
-        if restart_at.is_some_and(|at| shared.sent.load(Ordering::Acquire) >= at) {
-            consumer.commit().await?;
-            consumer.leave().await?;
-            return Ok(Ending::Restart);
-        }
         let known = ends.borrow_and_update().clone();
-        if let Some(ends) = known {
+        let restart = restart_at.is_some_and(|at| shared.sent.load(Ordering::Acquire) >= at);
+        let done = known.is_some_and(|ends| {
             let deadline = *deadline.get_or_insert_with(|| Instant::now() + CATCH_UP_WITHIN);
             let reached = consumer
                 .positions()
                 .iter()
                 .all(|(partition, &at)| ends.get(partition).is_none_or(|&end| at >= end));
-            if reached || Instant::now() >= deadline {
+            reached || Instant::now() >= deadline
+        });
+        if restart || done {
+            // A processor's offsets went with its transactions.
+            if processor.is_none() {
                 consumer.commit().await?;
-                consumer.leave().await?;
-                return Ok(Ending::Done);
             }
+            consumer.leave().await?;
+            return Ok(if restart {
+                Ending::Restart
+            } else {
+                Ending::Done
+            });
         }
         if consumer.positions().is_empty() {
             tokio::time::sleep(IDLE_PAUSE).await;

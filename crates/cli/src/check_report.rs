@@ -134,7 +134,7 @@ fn print_text(run: &Run<'_>, verdict: &Verdict) {
     }
     if let (Some(summary), Some(run)) = (&report.consumed, consumed) {
         println!();
-        print_consumed(summary, run);
+        print_consumed(summary, report.processed, run);
     }
     println!();
     for failure in &produced.failures {
@@ -162,7 +162,11 @@ fn print_late_produce(late: &LateProduce) {
 }
 
 /// What the consumers were shown, for the report.
-fn print_consumed(summary: &minibroker_verify::ConsumedSummary, run: &ReadersRun) {
+fn print_consumed(
+    summary: &minibroker_verify::ConsumedSummary,
+    processed: Option<usize>,
+    run: &ReadersRun,
+) {
     println!("  consumers (in groups, while the producers wrote)");
     for group in &run.groups {
         println!(
@@ -189,6 +193,11 @@ fn print_consumed(summary: &minibroker_verify::ConsumedSummary, run: &ReadersRun
         "    records shown        {:>8}   each judged: no skip, no offset going back, no aborted record",
         summary.records
     );
+    if let Some(processed) = processed {
+        println!(
+            "    records processed    {processed:>8}   written by the read_committed members with their offsets, in transactions: each once, in order"
+        );
+    }
     for failure in &run.failures {
         println!("    consumer stopped: {failure}");
     }
@@ -366,6 +375,7 @@ fn as_json(run: &Run<'_>, verdict: &Verdict) -> serde_json::Value {
         },
         "consumers": run.consumed.map(|consumed| json!({
             "summary": report.consumed,
+            "records_processed": report.processed,
             "groups": consumed.groups.iter().map(|group| json!({
                 "group": group.group,
                 "read_committed": group.read_committed,

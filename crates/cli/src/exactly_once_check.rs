@@ -148,12 +148,17 @@ pub async fn run(args: Args) -> Result<()> {
         println!();
     }
     let sent = Arc::new(AtomicUsize::new(0));
+    // With transactions, the read_committed consumers process into a topic of their own.
+    let processed = format!("{topic}-processed");
+    let processing = args.transactional && args.consumers > 0;
+    if processing {
+        create_topic(&kafka, &processed, args.partitions).await?;
+    }
     let readers = (args.consumers > 0).then(|| {
         let total = args.producers * args.records;
         crate::check_readers::Readers::start(
             &kafka,
-            &topic,
-            args.transactional,
+            (&topic, processing.then_some(processed.as_str())),
             args.consumers,
             (Arc::clone(&sent), total),
         )
@@ -188,6 +193,18 @@ pub async fn run(args: Args) -> Result<()> {
                 .finish(minibroker_verify::partition_ends(&reads))
                 .await;
             minibroker_verify::check_consumers(&reads, &run.groups, &expected, &mut report);
+            if processing {
+                let output = minibroker_verify::read_topic_isolated(&kafka, &processed, true)
+                    .await
+                    .with_context(|| format!("reading {processed} back from {kafka}"))?;
+                let complete = run.groups.first().is_some_and(|group| group.caught_up);
+                minibroker_verify::check_pipeline(
+                    &reads,
+                    &output,
+                    (&expected, complete),
+                    &mut report,
+                );
+            }
             Some(run)
         }
         None => None,

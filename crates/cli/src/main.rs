@@ -18,6 +18,7 @@ mod bench;
 mod certificates;
 mod check_clients;
 mod check_data;
+mod check_processor;
 mod check_readers;
 mod check_report;
 mod connect;

@@ -150,6 +150,9 @@ pub struct PolledRecord {
 /// What one partition gave one poll.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Polled {
+    /// The start it was read after: each assignment, and each rewind to the committed offsets,
+    /// is a new one ([`Assigned::session`]).
+    pub session: u32,
     /// The assignment it was read under: the group's generation.
     pub generation: i32,
     /// The partition.
@@ -162,9 +165,12 @@ pub struct Polled {
     pub at: Instant,
 }
 
-/// An assignment: the partitions given, and where each starts.
+/// An assignment (or a rewind to the committed offsets): the partitions given, and where each
+/// starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Assigned {
+    /// Counts the starts of this consumer, from 1.
+    pub session: u32,
     /// The group's generation.
     pub generation: i32,
     /// Each partition given and the offset it starts at (the group's committed one, or the
@@ -186,6 +192,8 @@ pub struct KafkaConsumer {
     last_heartbeat: Instant,
     /// Assignments not yet taken by [`Self::take_assignments`].
     assignments: Vec<Assigned>,
+    /// The current start's number ([`Assigned::session`]).
+    session: u32,
 }
 
 impl KafkaConsumer {
@@ -208,6 +216,7 @@ impl KafkaConsumer {
             positions: BTreeMap::new(),
             last_heartbeat: Instant::now(),
             assignments: Vec::new(),
+            session: 0,
         };
         consumer.rejoin().await?;
         Ok(consumer)
@@ -217,6 +226,29 @@ impl KafkaConsumer {
     #[must_use]
     pub fn member_id(&self) -> &str {
         &self.member_id
+    }
+
+    /// The group's generation it reads under, and its member id: what a transaction's offsets
+    /// are committed under.
+    #[must_use]
+    pub fn generation(&self) -> i32 {
+        self.generation
+    }
+
+    /// The group it is a member of.
+    #[must_use]
+    pub fn group(&self) -> &str {
+        &self.config.group
+    }
+
+    /// Starts every assigned partition again at the group's committed offset: after a
+    /// transaction that carried its offsets aborted, what it read since must be read again.
+    ///
+    /// # Errors
+    /// As [`Self::join`].
+    pub async fn rewind(&mut self) -> Result<(), KafkaConsumerError> {
+        let partitions: Vec<i32> = self.positions.keys().copied().collect();
+        self.start_at_committed(partitions).await
     }
 
     /// Its assigned partitions, each with the offset it reads next.
@@ -535,7 +567,9 @@ impl KafkaConsumer {
             .iter()
             .map(|&p| (p, committed.get(&p).copied().unwrap_or(0)))
             .collect();
+        self.session += 1;
         self.assignments.push(Assigned {
+            session: self.session,
             generation: self.generation,
             partitions: partitions
                 .iter()
@@ -603,6 +637,7 @@ impl KafkaConsumer {
             let (records, next) = self.shown(data, position)?;
             self.positions.insert(data.partition_index, next);
             polled.push(Polled {
+                session: self.session,
                 generation: self.generation,
                 partition: data.partition_index,
                 from: position,

@@ -32,8 +32,8 @@ pub use consumer::{
 };
 pub use fetched::{kept_by_read_committed, whole_batches};
 pub use producer::{
-    KafkaAck, KafkaProduceError, KafkaProducer, KafkaProducerConfig, KafkaProducerStats,
-    agree_versions,
+    GroupMember, KafkaAck, KafkaProduceError, KafkaProducer, KafkaProducerConfig,
+    KafkaProducerStats, agree_versions,
 };
 pub use request::{EncodeError, encode_request};
 

@@ -33,6 +33,7 @@ mod timer;
 mod transaction;
 
 use timer::RetransmitTimer;
+pub use transaction::GroupMember;
 
 /// Kafka's DUPLICATE_SEQUENCE_NUMBER: the batch was stored before (a broker that does not
 /// return the first copy's offset answers this).

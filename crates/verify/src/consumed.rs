@@ -1,9 +1,10 @@
 //! The read side: what consumers in groups were shown while the topic was written, judged
 //! against the topic as it ended up (every batch and marker, read back afterwards).
 //!
-//! A consumer's reads of one partition under one assignment (a generation of its group) form a
-//! *session*: it starts at the offset the group had committed (the log's start without one) and
-//! must then be shown every record it may see, in order. What it may see is, at
+//! A consumer's reads of one partition from one start form a *session*: a start is each
+//! assignment (a generation of its group) and each rewind to the committed offsets (after a
+//! transaction that carried them aborted). It starts at the offset the group had committed (the
+//! log's start without one) and must then be shown every record it may see, in order. What it may see is, at
 //! `read_uncommitted`, every data record; at `read_committed`, the records of committed
 //! transactions and of no transaction. So, in a session:
 //! - a record shown at or below the one before it is a **nonmonotonic offset**;
@@ -175,7 +176,7 @@ pub fn check_consumers(
                     let offsets: Vec<i64> = consumer
                         .polls
                         .iter()
-                        .filter(|p| p.generation == assigned.generation && p.partition == partition)
+                        .filter(|p| p.session == assigned.session && p.partition == partition)
                         .flat_map(|p| p.records.iter().map(|r| r.offset))
                         .collect();
                     summary.records += offsets.len();
@@ -349,10 +350,12 @@ mod tests {
             consumers: vec![ConsumerLog {
                 name: "c".into(),
                 assignments: vec![Assigned {
+                    session: 1,
                     generation: 1,
                     partitions: BTreeMap::from([(0, start)]),
                 }],
                 polls: vec![Polled {
+                    session: 1,
                     generation: 1,
                     partition: 0,
                     from: start.unwrap_or(0),

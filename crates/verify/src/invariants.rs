@@ -217,6 +217,31 @@ pub enum Violation {
         /// Aborted (`true`) or still open.
         aborted: bool,
     },
+    /// A record of the input written twice to a pipeline's output.
+    ProcessedTwice {
+        /// The record.
+        id: PayloadId,
+        /// Partition and offset of the first copy in the output.
+        first: (u32, i64),
+        /// Partition and offset of the second.
+        second: (u32, i64),
+    },
+    /// A committed input record its pipeline's processors, having read to the end, never wrote.
+    NeverProcessed {
+        /// The input batch, as its producer was told.
+        acked: AckedBatch,
+        /// The first of its records not in the output.
+        id: PayloadId,
+    },
+    /// A pipeline's output holds two records of one input partition in the other order.
+    ProcessedOutOfOrder {
+        /// The partition.
+        partition: u32,
+        /// The record written first, and its input offset.
+        earlier: (PayloadId, i64),
+        /// The record written after it, from before it in the input.
+        later: (PayloadId, i64),
+    },
     /// An acknowledged record no consumer of a group was shown, though they read every
     /// partition to its end.
     NeverConsumed {
@@ -235,10 +260,14 @@ impl Violation {
     #[must_use]
     pub fn anomaly(&self) -> &'static str {
         match self {
-            Self::StoredTwice { .. } | Self::PayloadStoredTwice { .. } => "duplicate",
+            Self::StoredTwice { .. }
+            | Self::PayloadStoredTwice { .. }
+            | Self::ProcessedTwice { .. } => "duplicate",
+            Self::ProcessedOutOfOrder { .. } => "reordered-output",
             Self::AckedButMissing(_)
             | Self::AckedPayloadMissing { .. }
-            | Self::NeverConsumed { .. } => "lost-write",
+            | Self::NeverConsumed { .. }
+            | Self::NeverProcessed { .. } => "lost-write",
             Self::AckedButDifferent { .. } => "moved-write",
             Self::NotContiguous { .. } => "sequence-gap",
             Self::EpochWentBack { .. } => "zombie-write",
@@ -383,6 +412,25 @@ impl fmt::Display for Violation {
                     "still open"
                 }
             ),
+            Self::ProcessedTwice { id, first, second } => write!(
+                f,
+                "the processed topic holds record {id} twice (partition {} offset {}, partition {} offset {})",
+                first.0, first.1, second.0, second.1
+            ),
+            Self::NeverProcessed { acked, id } => write!(
+                f,
+                "partition {}: committed record {id} was never written to the processed topic, though its processors read to the end",
+                acked.partition
+            ),
+            Self::ProcessedOutOfOrder {
+                partition,
+                earlier,
+                later,
+            } => write!(
+                f,
+                "partition {partition}: the processed topic holds record {} (input offset {}) before record {} (input offset {})",
+                earlier.0, earlier.1, later.0, later.1
+            ),
             Self::NeverConsumed { group, acked, id } => write!(
                 f,
                 "partition {}: record {id} of an acknowledged batch was never shown to group {group}, whose consumers read to the end",
@@ -424,6 +472,8 @@ pub struct Report {
     pub transactions: Option<crate::TransactionSummary>,
     /// What consumers in groups were shown, when they read the topic while it was written.
     pub consumed: Option<crate::ConsumedSummary>,
+    /// Records in a pipeline's output topic, when processors wrote one.
+    pub processed: Option<usize>,
     /// Everything wrong.
     pub violations: Vec<Violation>,
 }

@@ -28,6 +28,7 @@ mod invariants;
 pub mod isolation;
 mod kafka;
 mod payload;
+mod pipeline;
 mod read;
 
 pub use consumed::{ConsumedSummary, ConsumerLog, GroupRead, check_consumers};
@@ -37,6 +38,7 @@ pub use invariants::{
 pub use isolation::{PartitionRead, PartitionReads, TransactionSummary};
 pub use kafka::{KafkaReadError, read_committed_values, read_topic_isolated, read_topic_kafka};
 pub use payload::{PayloadId, StoredPayload};
+pub use pipeline::check_pipeline;
 pub use read::{read_topic, read_topic_reporting, verify, verify_reporting};
 
 /// Reads `topic` over the Kafka protocol from `addr` and checks it, against `acknowledged` if

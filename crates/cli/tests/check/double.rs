@@ -12,9 +12,13 @@ use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
 };
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
 use kafka_protocol::messages::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, FetchResponse,
     ProduceRequest, ProduceResponse, ProducerId, RequestHeader, ResponseHeader, TransactionalId,
+    TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use std::collections::HashMap;
@@ -47,6 +51,9 @@ pub enum Misbehaviour {
     /// Name no aborted transaction in a `read_committed` Fetch answer: consumers are shown
     /// records of aborted transactions.
     HideAborted,
+    /// Answer TxnOffsetCommit as done without passing it on: a transaction commits its output
+    /// without the offsets it read, so what it processed is processed again.
+    ForgetTransactionOffsets,
 }
 
 /// A partition answered as added: (transactional id, topic, partition).
@@ -250,6 +257,13 @@ impl Relay {
                 write_frame(&mut client, &forged_ack(&request, version, correlation)).await?;
                 continue;
             }
+            if self.misbehaviour == Misbehaviour::ForgetTransactionOffsets
+                && api == ApiKey::TxnOffsetCommit as i16
+            {
+                self.broken.fetch_add(1, Ordering::Relaxed);
+                write_frame(&mut client, &offsets_taken(&request, version)).await?;
+                continue;
+            }
             if self.misbehaviour == Misbehaviour::AddOnFirstBatch {
                 if api == ApiKey::AddPartitionsToTxn as i16 {
                     write_frame(&mut client, &self.deferred.defer(&request, version)).await?;
@@ -354,6 +368,47 @@ impl Relay {
         fetched.encode(&mut out, version).expect("answer encodes");
         Some(out.freeze())
     }
+}
+
+/// A TxnOffsetCommit answer saying every partition of `request` was taken.
+fn offsets_taken(request: &Bytes, version: i16) -> BytesMut {
+    let mut bytes = request.clone();
+    let header = RequestHeader::decode(
+        &mut bytes,
+        ApiKey::TxnOffsetCommit.request_header_version(version),
+    )
+    .expect("a TxnOffsetCommit header");
+    let commit = TxnOffsetCommitRequest::decode(&mut bytes, version).expect("a TxnOffsetCommit");
+    let answer = TxnOffsetCommitResponse::default().with_topics(
+        commit
+            .topics
+            .iter()
+            .map(|topic| {
+                TxnOffsetCommitResponseTopic::default()
+                    .with_name(topic.name.clone())
+                    .with_partitions(
+                        topic
+                            .partitions
+                            .iter()
+                            .map(|p| {
+                                TxnOffsetCommitResponsePartition::default()
+                                    .with_partition_index(p.partition_index)
+                            })
+                            .collect(),
+                    )
+            })
+            .collect(),
+    );
+    let mut out = BytesMut::new();
+    ResponseHeader::default()
+        .with_correlation_id(header.correlation_id)
+        .encode(
+            &mut out,
+            ApiKey::TxnOffsetCommit.response_header_version(version),
+        )
+        .expect("header encodes");
+    answer.encode(&mut out, version).expect("answer encodes");
+    out
 }
 
 /// An EndTxn request that commits, whatever it asked.

@@ -271,6 +271,10 @@ fn check_passes_transactional_producers_whose_aborts_stay_hidden() {
         said.contains("transactions                8   committed; 2 aborted"),
         "{said}"
     );
+    assert!(
+        said.contains("records processed         403"),
+        "every record, the scenario's three too, processed once: {said}"
+    );
     // And the scenario of a Produce held past its transaction's abort: one batch committed,
     // one aborted; minibroker refuses the late batch, and the producer moves to a new epoch.
     assert!(
@@ -392,6 +396,19 @@ fn check_fails_a_broker_whose_consumers_skip_records() {
             "[torn-transaction] partition",
             "of a committed transaction it was shown other records of",
         ],
+    );
+}
+
+/// A broker that commits a transaction's output without the offsets it carried: the processors
+/// that take over the partitions read from older offsets and write the same records again.
+#[test]
+fn check_fails_a_broker_that_commits_output_without_its_offsets() {
+    let (output, broken) =
+        check_through_double_with(Misbehaviour::ForgetTransactionOffsets, &["--transactional"]);
+    assert_caught(
+        &output,
+        broken,
+        &["[duplicate] the processed topic holds record"],
     );
 }
 

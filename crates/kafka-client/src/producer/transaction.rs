@@ -15,10 +15,14 @@
 //! is fenced (KAFKA-17754).
 
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
 use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, EndTxnResponse,
-    FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse,
-    ProducerId, TopicName, TransactionalId,
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse, ApiKey, EndTxnRequest, EndTxnResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, GroupId, InitProducerIdRequest, InitProducerIdResponse, ProducerId,
+    TopicName, TransactionalId, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use std::collections::HashSet;
@@ -30,11 +34,15 @@ use crate::{KafkaClientError, KafkaConnection};
 /// The versions a transactional producer speaks besides the idempotent one's: Produce and
 /// EndTxn up to KIP-890 part 2's, used only where the broker finalizes it (else capped at
 /// [`BEFORE_PART_2`]).
-const TRANSACTION_VERSIONS: [(ApiKey, i16, i16); 4] = [
+const TRANSACTION_VERSIONS: [(ApiKey, i16, i16); 6] = [
     (ApiKey::FindCoordinator, 1, 3),
     (ApiKey::AddPartitionsToTxn, 0, 3),
     (ApiKey::EndTxn, 0, 5),
     (ApiKey::Produce, 3, 12),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    // Offsets are sent from version 3, where the group's generation and member id are checked
+    // (KIP-447); a broker without it still takes the rest.
+    (ApiKey::TxnOffsetCommit, 0, 3),
 ];
 
 /// The versions KIP-890 part 2 needs: Produce that adds its own partition, EndTxn that answers
@@ -44,7 +52,8 @@ const PART_2_VERSIONS: [(ApiKey, i16); 2] = [(ApiKey::Produce, 12), (ApiKey::End
 /// The highest versions of those without part 2.
 const BEFORE_PART_2: [(ApiKey, i16); 2] = [(ApiKey::Produce, 9), (ApiKey::EndTxn, 3)];
 
-/// FindCoordinator's key type for a transactional id.
+/// FindCoordinator's key types: a group, a transactional id.
+const GROUP_KEY: i8 = 0;
 const TRANSACTION_KEY: i8 = 1;
 
 /// How long a transaction may stay open before the coordinator aborts it.
@@ -60,6 +69,22 @@ pub(super) struct Transaction {
     added: HashSet<(String, i32)>,
     /// Whether it uses KIP-890 part 2 (see the module docs).
     pub(super) part_2: bool,
+    /// The coordinator of the group whose offsets it last committed, and that group.
+    group_coordinator: Option<(String, KafkaConnection)>,
+    /// Whether the open transaction carries a group's offsets.
+    offsets: bool,
+}
+
+/// A consumer's place in its group, which a transaction's offsets are committed under: the
+/// group's coordinator refuses them from a member of an older generation (KIP-447).
+#[derive(Debug, Clone, Copy)]
+pub struct GroupMember<'a> {
+    /// The group.
+    pub group: &'a str,
+    /// Its generation.
+    pub generation: i32,
+    /// The member's id.
+    pub member_id: &'a str,
 }
 
 impl Transaction {
@@ -97,6 +122,8 @@ impl KafkaProducer {
             open: false,
             added: HashSet::new(),
             part_2,
+            group_coordinator: None,
+            offsets: false,
         });
         let request = InitProducerIdRequest::default()
             .with_transactional_id(Some(TransactionalId(StrBytes::from_string(
@@ -145,7 +172,163 @@ impl KafkaProducer {
         let transaction = self.transaction_mut()?;
         transaction.open = false;
         transaction.added.clear();
+        transaction.offsets = false;
         Ok(())
+    }
+
+    /// Commits `offsets` — (topic, partition, the next offset to read) — for `member`'s group
+    /// as part of the open transaction (AddOffsetsToTxn to the transaction's coordinator, then
+    /// TxnOffsetCommit to the group's): they take effect if it commits, and are dropped if it
+    /// aborts.
+    ///
+    /// # Errors
+    /// Outside a transaction; the coordinators' refusals (a member of an older generation is
+    /// refused ILLEGAL_GENERATION); no answer within the delivery timeout.
+    pub async fn send_offsets(
+        &mut self,
+        member: GroupMember<'_>,
+        offsets: &[(String, i32, i64)],
+    ) -> Result<(), KafkaProduceError> {
+        /// The first TxnOffsetCommit that names the member (KIP-447).
+        const WITH_MEMBER: i16 = 3;
+        if self.version(ApiKey::TxnOffsetCommit) < WITH_MEMBER {
+            return Err(KafkaProduceError::Unsupported {
+                api: ApiKey::TxnOffsetCommit,
+                min: WITH_MEMBER,
+                max: WITH_MEMBER,
+            });
+        }
+        let transaction = self.transaction_mut()?;
+        if !transaction.open {
+            return Err(KafkaProduceError::Protocol("no transaction is open".into()));
+        }
+        transaction.offsets = true;
+        let add = AddOffsetsToTxnRequest::default()
+            .with_transactional_id(transaction.transactional_id())
+            .with_producer_id(ProducerId(self.producer_id))
+            .with_producer_epoch(self.epoch)
+            .with_group_id(GroupId(StrBytes::from_string(member.group.to_owned())));
+        self.coordinator_call(
+            ApiKey::AddOffsetsToTxn,
+            &add,
+            |a: &AddOffsetsToTxnResponse| a.error_code,
+        )
+        .await?;
+        let mut by_topic: Vec<TxnOffsetCommitRequestTopic> = Vec::new();
+        for (topic, partition, offset) in offsets {
+            let entry = TxnOffsetCommitRequestPartition::default()
+                .with_partition_index(*partition)
+                .with_committed_offset(*offset);
+            match by_topic.iter_mut().find(|t| t.name.0.as_str() == topic) {
+                Some(found) => found.partitions.push(entry),
+                None => by_topic.push(
+                    TxnOffsetCommitRequestTopic::default()
+                        .with_name(TopicName(StrBytes::from_string(topic.clone())))
+                        .with_partitions(vec![entry]),
+                ),
+            }
+        }
+        let commit = TxnOffsetCommitRequest::default()
+            .with_transactional_id(self.transaction_mut()?.transactional_id())
+            .with_group_id(GroupId(StrBytes::from_string(member.group.to_owned())))
+            .with_producer_id(ProducerId(self.producer_id))
+            .with_producer_epoch(self.epoch)
+            .with_generation_id(member.generation)
+            .with_member_id(StrBytes::from_string(member.member_id.to_owned()))
+            .with_topics(by_topic);
+        self.group_call(member.group, &commit).await
+    }
+
+    /// Sends a TxnOffsetCommit to `group`'s coordinator (found first if need be) until it is
+    /// answered, asking again after a lost answer or a moved coordinator.
+    async fn group_call(
+        &mut self,
+        group: &str,
+        request: &TxnOffsetCommitRequest,
+    ) -> Result<(), KafkaProduceError> {
+        let deadline = Instant::now() + self.config.delivery_timeout;
+        let version = self.version(ApiKey::TxnOffsetCommit);
+        loop {
+            let outcome = match self.group_coordinator(group).await {
+                Ok(conn) => conn
+                    .call::<_, TxnOffsetCommitResponse>(ApiKey::TxnOffsetCommit, version, request)
+                    .await
+                    .map_err(Into::into),
+                Err(error) => Err(error),
+            };
+            let last = match outcome {
+                Ok(answer) => {
+                    let code = answer
+                        .topics
+                        .iter()
+                        .flat_map(|t| &t.partitions)
+                        .map(|p| p.error_code)
+                        .find(|&code| code != 0)
+                        .unwrap_or(0);
+                    if code == 0 {
+                        return Ok(());
+                    }
+                    if !retriable(code) {
+                        return Err(KafkaProduceError::Broker {
+                            code,
+                            what: format!("TxnOffsetCommit for group {group:?}"),
+                        });
+                    }
+                    crate::error_name(code)
+                }
+                Err(KafkaProduceError::Broker { code, what }) if !retriable(code) => {
+                    return Err(KafkaProduceError::Broker { code, what });
+                }
+                Err(error) => error.to_string(),
+            };
+            self.transaction_mut()?.group_coordinator = None;
+            if Instant::now() >= deadline {
+                return Err(KafkaProduceError::CoordinatorTimeout {
+                    api: ApiKey::TxnOffsetCommit,
+                    timeout: self.config.delivery_timeout,
+                    last,
+                });
+            }
+            self.stats.retries += 1;
+            tokio::time::sleep(RETRY_BACKOFF).await;
+        }
+    }
+
+    /// The connection to `group`'s coordinator, found through the bootstrap broker.
+    async fn group_coordinator(
+        &mut self,
+        group: &str,
+    ) -> Result<&mut KafkaConnection, KafkaProduceError> {
+        let timeout = self.config.request_timeout;
+        let bootstrap = self.bootstrap.clone();
+        let transaction = self.transaction_mut()?;
+        if transaction
+            .group_coordinator
+            .as_ref()
+            .is_none_or(|(of, _)| of != group)
+        {
+            let mut conn = KafkaConnection::connect(bootstrap.as_str())
+                .await?
+                .with_client_id("minibroker-producer")
+                .with_answer_timeout(timeout);
+            let found = conn
+                .find_coordinator(group, GROUP_KEY)
+                .await?
+                .map_err(|code| KafkaProduceError::Broker {
+                    code,
+                    what: format!("the coordinator of group {group:?}"),
+                })?;
+            let coordinator = KafkaConnection::connect(found.addr.as_str())
+                .await?
+                .with_client_id("minibroker-producer")
+                .with_answer_timeout(timeout);
+            transaction.group_coordinator = Some((group.to_owned(), coordinator));
+        }
+        Ok(&mut transaction
+            .group_coordinator
+            .as_mut()
+            .expect("connected just above")
+            .1)
     }
 
     /// Whether the producer uses KIP-890 part 2: a new epoch at every transaction end.
@@ -168,6 +351,7 @@ impl KafkaProducer {
         }
         transaction.open = true;
         transaction.added.clear();
+        transaction.offsets = false;
         Ok(())
     }
 
@@ -201,7 +385,7 @@ impl KafkaProducer {
         }
         let id = transaction.transactional_id();
         let part_2 = transaction.part_2;
-        if !transaction.added.is_empty() {
+        if !transaction.added.is_empty() || transaction.offsets {
             let request = EndTxnRequest::default()
                 .with_transactional_id(id)
                 .with_producer_id(ProducerId(self.producer_id))
@@ -220,6 +404,7 @@ impl KafkaProducer {
         let transaction = self.transaction_mut()?;
         transaction.open = false;
         transaction.added.clear();
+        transaction.offsets = false;
         Ok(())
     }
 
