@@ -234,13 +234,8 @@ async fn producers(conn: &mut KafkaConnection, topic: &str, json_out: bool) -> R
 
 /// How many partitions `topic` has (Metadata, without creating it).
 async fn partition_count(conn: &mut KafkaConnection, topic: &str) -> Result<i32> {
-    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-    use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
-    let request = MetadataRequest::default()
-        .with_topics(Some(vec![
-            MetadataRequestTopic::default().with_name(Some(TopicName(text(topic)))),
-        ]))
-        .with_allow_auto_topic_creation(false);
+    use kafka_protocol::messages::MetadataResponse;
+    let request = minibroker_kafka_client::metadata_request(topic, false);
     let answer: MetadataResponse = conn.call(ApiKey::Metadata, 9, &request).await?;
     match answer.topics.first() {
         Some(found) if found.error_code == 0 => Ok(found.partitions.len() as i32),

@@ -753,21 +753,17 @@ impl KafkaConsumer {
     /// The connection to the group's coordinator, found through the bootstrap broker.
     async fn coordinator(&mut self) -> Result<&mut KafkaConnection, KafkaConsumerError> {
         if self.coordinator.is_none() {
-            let mut bootstrap = KafkaConnection::connect(self.bootstrap.as_str())
-                .await?
-                .with_client_id("minibroker-consumer")
-                .with_answer_timeout(self.config.answer_timeout);
-            let found = bootstrap
-                .find_coordinator(&self.config.group, GROUP_KEY)
-                .await?
-                .map_err(|code| KafkaConsumerError::Broker {
-                    code,
-                    what: format!("the coordinator of group {}", self.config.group),
-                })?;
-            let conn = KafkaConnection::connect(found.addr.as_str())
-                .await?
-                .with_client_id("minibroker-consumer")
-                .with_answer_timeout(self.config.answer_timeout);
+            let conn = KafkaConnection::to_coordinator(
+                &self.bootstrap,
+                (&self.config.group, GROUP_KEY),
+                "minibroker-consumer",
+                self.config.answer_timeout,
+            )
+            .await?
+            .map_err(|code| KafkaConsumerError::Broker {
+                code,
+                what: format!("the coordinator of group {}", self.config.group),
+            })?;
             self.coordinator = Some(conn);
         }
         Ok(self.coordinator.as_mut().expect("connected just above"))

@@ -287,6 +287,32 @@ impl KafkaConnection {
         }))
     }
 
+    /// A connection to the coordinator that FindCoordinator, asked of `bootstrap`, names for
+    /// `key` (a group, key type 0, or a transactional id, 1), sending `client_id` and waiting
+    /// `timeout` for answers; the broker's error code when it names none.
+    ///
+    /// # Errors
+    /// If either broker cannot be reached or does not answer.
+    pub async fn to_coordinator(
+        bootstrap: &str,
+        (key, key_type): (&str, i8),
+        client_id: &'static str,
+        timeout: Duration,
+    ) -> Result<Result<Self, i16>, KafkaClientError> {
+        let mut asked = Self::connect(bootstrap)
+            .await?
+            .with_client_id(client_id)
+            .with_answer_timeout(timeout);
+        let found = match asked.find_coordinator(key, key_type).await? {
+            Ok(found) => found,
+            Err(code) => return Ok(Err(code)),
+        };
+        Ok(Ok(Self::connect(found.addr.as_str())
+            .await?
+            .with_client_id(client_id)
+            .with_answer_timeout(timeout)))
+    }
+
     /// The next length-prefixed frame, `None` at a close (clean, a reset, or in the middle of
     /// a frame).
     async fn next_frame(&mut self) -> Result<Option<Bytes>, KafkaClientError> {
@@ -308,6 +334,20 @@ impl KafkaConnection {
             Some(Err(FramingError::Io(error))) => Err(self.io(error)),
         }
     }
+}
+
+/// A Metadata request for `topic` alone; `create` lets a broker that creates topics on demand
+/// create it.
+#[must_use]
+pub fn metadata_request(topic: &str, create: bool) -> kafka_protocol::messages::MetadataRequest {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    kafka_protocol::messages::MetadataRequest::default()
+        .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
+            kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_string(
+                topic.to_owned(),
+            )),
+        ))]))
+        .with_allow_auto_topic_creation(create)
 }
 
 /// A Kafka error code as Kafka names it, with the number: `UNKNOWN_TOPIC_OR_PARTITION (3)`.

@@ -15,11 +15,10 @@
 
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, InitProducerIdRequest, InitProducerIdResponse,
-    MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, TopicName,
+    MetadataResponse, ProduceRequest, ProduceResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use minibroker_records::{NewRecord, Writer};
@@ -370,11 +369,7 @@ impl KafkaProducer {
     /// left unusable is never reused; the broker creates the topic if it creates topics on
     /// demand).
     async fn refresh(&mut self, topic: &str) -> Result<(), KafkaProduceError> {
-        let request = MetadataRequest::default()
-            .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
-                TopicName(StrBytes::from_string(topic.to_owned())),
-            ))]))
-            .with_allow_auto_topic_creation(true);
+        let request = crate::metadata_request(topic, true);
         let version = self.version(ApiKey::Metadata);
         let mut conn = KafkaConnection::connect(self.bootstrap.as_str())
             .await?

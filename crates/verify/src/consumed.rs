@@ -265,13 +265,7 @@ fn never_shown(
     report: &mut Report,
 ) {
     for acked in committed {
-        let Some(first) = acked.first_payload else {
-            continue;
-        };
-        let missing = (0..acked.records as u64)
-            .map(|i| first.after(i))
-            .find(|id| !shown.contains(id));
-        if let Some(id) = missing {
+        if let Some(id) = acked.first_missing(|id| shown.contains(id)) {
             report.violations.push(Violation::NeverConsumed {
                 group: group.to_owned(),
                 acked: *acked,
@@ -284,47 +278,12 @@ fn never_shown(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::isolation::FetchedBatch;
-    use crate::{PartitionReads, StoredPayload};
+    use crate::PartitionReads;
     use minibroker_kafka_client::PolledRecord;
-    use minibroker_records::BatchInfo;
     use std::collections::BTreeMap;
     use std::time::Instant;
 
-    /// A batch of producer `producer` at `base` with one record per offset, its payload ids
-    /// `p<producer>-<offset>`.
-    fn batch(base: i64, records: i64, producer: i64, transactional: bool) -> FetchedBatch {
-        FetchedBatch {
-            base_offset: base,
-            info: BatchInfo {
-                producer_id: producer,
-                epoch: 0,
-                base_sequence: 0,
-                record_count: u32::try_from(records).unwrap(),
-                offset_count: u32::try_from(records).unwrap(),
-                transactional,
-                control: false,
-                compressed: false,
-                len: 0,
-            },
-            commit: None,
-            bytes: None,
-            payloads: (base..base + records)
-                .map(|offset| StoredPayload {
-                    offset,
-                    id: PayloadId::first(producer.unsigned_abs(), 0).after(offset.unsigned_abs()),
-                })
-                .collect(),
-        }
-    }
-
-    fn marker(base: i64, producer: i64, commit: bool) -> FetchedBatch {
-        let mut marker = batch(base, 1, producer, true);
-        marker.info.control = true;
-        marker.commit = Some(commit);
-        marker.payloads.clear();
-        marker
-    }
+    use crate::fixtures::{data as batch, marker};
 
     /// Partition 0: producer 1 commits 0-2 (marker 3), producer 2 aborts 4-5 (marker 6), a plain
     /// batch 7-8.

@@ -73,6 +73,19 @@ pub struct AckedBatch {
     pub first_payload: Option<PayloadId>,
 }
 
+impl AckedBatch {
+    /// The payload ids of its records, if they carry them.
+    pub fn payload_ids(&self) -> impl Iterator<Item = PayloadId> + use<> {
+        let first = self.first_payload;
+        (0..self.records as u64).filter_map(move |i| first.map(|id| id.after(i)))
+    }
+
+    /// The first of its records whose payload id is not `present`, if any.
+    pub fn first_missing(&self, present: impl Fn(&PayloadId) -> bool) -> Option<PayloadId> {
+        self.payload_ids().find(|id| !present(id))
+    }
+}
+
 /// A broken invariant: with its fields, the witness of the anomaly it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -612,11 +625,8 @@ pub fn check_aborted(
     committed: &[AckedBatch],
     report: &mut Report,
 ) {
-    let ids = |batch: &AckedBatch| {
-        let first = batch.first_payload;
-        (0..batch.records as u64).filter_map(move |i| first.map(|id| id.after(i)))
-    };
-    let written_again: HashSet<PayloadId> = committed.iter().flat_map(ids).collect();
+    let written_again: HashSet<PayloadId> =
+        committed.iter().flat_map(AckedBatch::payload_ids).collect();
     let stored: Payloads = logs
         .iter()
         .flat_map(|log| {
@@ -626,7 +636,8 @@ pub fn check_aborted(
         })
         .collect();
     for sent in aborted {
-        let shown = ids(sent)
+        let shown = sent
+            .payload_ids()
             .filter(|id| !written_again.contains(id))
             .find_map(|id| Some((id, *stored.get(&id)?)));
         if let Some((id, at)) = shown {
@@ -742,15 +753,10 @@ fn check_acknowledged(
     report: &mut Report,
 ) {
     report.acknowledged_checked += 1;
-    if let Some(first) = acked.first_payload {
-        let missing = (0..acked.records as u64)
-            .map(|n| first.after(n))
-            .find(|id| !payloads.contains_key(id));
-        if let Some(id) = missing {
-            report
-                .violations
-                .push(Violation::AckedPayloadMissing { acked: *acked, id });
-        }
+    if let Some(id) = acked.first_missing(|id| payloads.contains_key(id)) {
+        report
+            .violations
+            .push(Violation::AckedPayloadMissing { acked: *acked, id });
     }
     if acked.producer_id == NO_PRODUCER_ID {
         return;

@@ -180,31 +180,11 @@ pub fn check_isolation(reads: &[PartitionReads], report: &mut Report) {
 mod tests {
     use super::*;
 
-    fn batch(base_offset: i64, producer_id: i64, transactional: bool) -> FetchedBatch {
-        FetchedBatch {
-            base_offset,
-            info: BatchInfo {
-                producer_id,
-                epoch: 0,
-                base_sequence: 0,
-                record_count: 1,
-                offset_count: 1,
-                transactional,
-                control: false,
-                compressed: false,
-                len: 0,
-            },
-            commit: None,
-            bytes: None,
-            payloads: Vec::new(),
-        }
-    }
+    use crate::fixtures::marker;
 
-    fn marker(base_offset: i64, producer_id: i64, commit: bool) -> FetchedBatch {
-        let mut marker = batch(base_offset, producer_id, true);
-        marker.info.control = true;
-        marker.commit = Some(commit);
-        marker
+    /// A one-record batch.
+    fn batch(base_offset: i64, producer_id: i64, transactional: bool) -> FetchedBatch {
+        crate::fixtures::data(base_offset, 1, producer_id, transactional)
     }
 
     /// Producer 1 commits offset 0, producer 2 aborts offset 1, producer 1 leaves 4 open; a

@@ -7,10 +7,7 @@
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{
-    ApiKey, FetchRequest, FetchResponse, MetadataRequest, MetadataResponse, TopicName,
-};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, MetadataResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use minibroker_kafka_client::{KafkaClientError, KafkaConnection, whole_batches};
 use thiserror::Error;
@@ -109,11 +106,7 @@ async fn partition_indexes(
     conn: &mut KafkaConnection,
     topic: &str,
 ) -> Result<Vec<i32>, KafkaReadError> {
-    let metadata = MetadataRequest::default()
-        .with_topics(Some(vec![
-            MetadataRequestTopic::default().with_name(Some(topic_name(topic))),
-        ]))
-        .with_allow_auto_topic_creation(false);
+    let metadata = minibroker_kafka_client::metadata_request(topic, false);
     let metadata: MetadataResponse = conn
         .call(ApiKey::Metadata, METADATA_VERSION, &metadata)
         .await?;

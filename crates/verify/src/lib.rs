@@ -24,6 +24,8 @@
 //! against any Kafka-compatible broker.
 
 mod consumed;
+#[cfg(test)]
+mod fixtures;
 mod invariants;
 pub mod isolation;
 mod kafka;

@@ -72,13 +72,7 @@ pub fn check_pipeline(
         return;
     }
     for acked in committed {
-        let Some(first) = acked.first_payload else {
-            continue;
-        };
-        let missing = (0..acked.records as u64)
-            .map(|i| first.after(i))
-            .find(|id| !written.contains_key(id));
-        if let Some(id) = missing {
+        if let Some(id) = acked.first_missing(|id| written.contains_key(id)) {
             report
                 .violations
                 .push(Violation::NeverProcessed { acked: *acked, id });
@@ -89,9 +83,6 @@ pub fn check_pipeline(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::StoredPayload;
-    use crate::isolation::FetchedBatch;
-    use minibroker_records::BatchInfo;
 
     /// A partition of plain batches of one record each, the record at offset `i` carrying
     /// `p<writer>-<ids[i]>`.
@@ -101,25 +92,10 @@ mod tests {
             all: ids
                 .iter()
                 .zip(0..)
-                .map(|(&id, offset)| FetchedBatch {
-                    base_offset: offset,
-                    info: BatchInfo {
-                        producer_id: -1,
-                        epoch: -1,
-                        base_sequence: -1,
-                        record_count: 1,
-                        offset_count: 1,
-                        transactional: false,
-                        control: false,
-                        compressed: false,
-                        len: 0,
-                    },
-                    commit: None,
-                    bytes: None,
-                    payloads: vec![StoredPayload {
-                        offset,
-                        id: PayloadId::first(writer, 0).after(id),
-                    }],
+                .map(|(&id, offset)| {
+                    let mut batch = crate::fixtures::data(offset, 1, -1, false);
+                    batch.payloads[0].id = PayloadId::first(writer, 0).after(id);
+                    batch
                 })
                 .collect(),
             committed: None,

@@ -1,13 +1,12 @@
 //! Who leads each partition of the consumer's topic (from Metadata through the bootstrap
 //! broker, asked again whenever a leader stops answering), and one connection to each leader.
 
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse};
+use kafka_protocol::messages::{ApiKey, MetadataResponse};
 use kafka_protocol::protocol::{Decodable, Encodable};
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::{KafkaConsumerError, topic_name};
+use super::KafkaConsumerError;
 use crate::KafkaConnection;
 
 /// The Metadata version asked.
@@ -91,11 +90,7 @@ impl Leaders {
     }
 
     async fn refresh(&mut self) -> Result<(), KafkaConsumerError> {
-        let request = MetadataRequest::default()
-            .with_topics(Some(vec![
-                MetadataRequestTopic::default().with_name(Some(topic_name(&self.topic))),
-            ]))
-            .with_allow_auto_topic_creation(false);
+        let request = crate::metadata_request(&self.topic, false);
         let mut conn = KafkaConnection::connect(self.bootstrap.as_str())
             .await?
             .with_client_id("minibroker-consumer")

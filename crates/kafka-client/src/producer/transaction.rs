@@ -88,6 +88,13 @@ pub struct GroupMember<'a> {
 }
 
 impl Transaction {
+    /// Opens a transaction (`open`) or closes one: nothing added to it yet.
+    fn reset(&mut self, open: bool) {
+        self.open = open;
+        self.added.clear();
+        self.offsets = false;
+    }
+
     pub(super) fn transactional_id(&self) -> TransactionalId {
         TransactionalId(StrBytes::from_string(self.id.clone()))
     }
@@ -166,14 +173,16 @@ impl KafkaProducer {
                 |a: &InitProducerIdResponse| a.error_code,
             )
             .await?;
-        self.producer_id = answer.producer_id.0;
-        self.epoch = answer.producer_epoch;
-        self.sequences.clear();
-        let transaction = self.transaction_mut()?;
-        transaction.open = false;
-        transaction.added.clear();
-        transaction.offsets = false;
+        self.move_to(answer.producer_id.0, answer.producer_epoch);
+        self.transaction_mut()?.reset(false);
         Ok(())
+    }
+
+    /// Moves to `producer_id` at `epoch`: every partition's sequence starts again from 0.
+    fn move_to(&mut self, producer_id: i64, epoch: i16) {
+        self.producer_id = producer_id;
+        self.epoch = epoch;
+        self.sequences.clear();
     }
 
     /// Commits `offsets` — (topic, partition, the next offset to read) — for `member`'s group
@@ -307,21 +316,17 @@ impl KafkaProducer {
             .as_ref()
             .is_none_or(|(of, _)| of != group)
         {
-            let mut conn = KafkaConnection::connect(bootstrap.as_str())
-                .await?
-                .with_client_id("minibroker-producer")
-                .with_answer_timeout(timeout);
-            let found = conn
-                .find_coordinator(group, GROUP_KEY)
-                .await?
-                .map_err(|code| KafkaProduceError::Broker {
-                    code,
-                    what: format!("the coordinator of group {group:?}"),
-                })?;
-            let coordinator = KafkaConnection::connect(found.addr.as_str())
-                .await?
-                .with_client_id("minibroker-producer")
-                .with_answer_timeout(timeout);
+            let coordinator = KafkaConnection::to_coordinator(
+                &bootstrap,
+                (group, GROUP_KEY),
+                "minibroker-producer",
+                timeout,
+            )
+            .await?
+            .map_err(|code| KafkaProduceError::Broker {
+                code,
+                what: format!("the coordinator of group {group:?}"),
+            })?;
             transaction.group_coordinator = Some((group.to_owned(), coordinator));
         }
         Ok(&mut transaction
@@ -349,9 +354,7 @@ impl KafkaProducer {
                 "a transaction is open already".into(),
             ));
         }
-        transaction.open = true;
-        transaction.added.clear();
-        transaction.offsets = false;
+        transaction.reset(true);
         Ok(())
     }
 
@@ -395,16 +398,12 @@ impl KafkaProducer {
                 .coordinator_call(ApiKey::EndTxn, &request, |a: &EndTxnResponse| a.error_code)
                 .await?;
             if part_2 && answer.producer_id.0 >= 0 {
-                // The next transaction's epoch: every partition's sequence starts again.
-                self.producer_id = answer.producer_id.0;
-                self.epoch = answer.producer_epoch;
-                self.sequences.clear();
+                // The next transaction's epoch.
+                self.move_to(answer.producer_id.0, answer.producer_epoch);
             }
         }
         let transaction = self.transaction_mut()?;
-        transaction.open = false;
-        transaction.added.clear();
-        transaction.offsets = false;
+        transaction.reset(false);
         Ok(())
     }
 
