@@ -283,7 +283,7 @@ mod tests {
     use std::collections::BTreeMap;
     use std::time::Instant;
 
-    use crate::fixtures::{data as batch, marker};
+    use crate::isolation::fixtures::{data as batch, marker};
 
     /// Partition 0: producer 1 commits 0-2 (marker 3), producer 2 aborts 4-5 (marker 6), a plain
     /// batch 7-8.

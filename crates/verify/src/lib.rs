@@ -24,8 +24,6 @@
 //! against any Kafka-compatible broker.
 
 mod consumed;
-#[cfg(test)]
-mod fixtures;
 mod invariants;
 pub mod isolation;
 mod kafka;

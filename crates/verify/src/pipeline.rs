@@ -93,7 +93,7 @@ mod tests {
                 .iter()
                 .zip(0..)
                 .map(|(&id, offset)| {
-                    let mut batch = crate::fixtures::data(offset, 1, -1, false);
+                    let mut batch = crate::isolation::fixtures::data(offset, 1, -1, false);
                     batch.payloads[0].id = PayloadId::first(writer, 0).after(id);
                     batch
                 })
