@@ -10,7 +10,7 @@
 use anyhow::Result;
 use minibroker_client::NewRecord;
 use minibroker_kafka_client::{
-    GroupMember, KafkaConsumer, KafkaProducer, KafkaProducerConfig, Polled,
+    GroupMember, KafkaConsumer, KafkaProduceError, KafkaProducer, KafkaProducerConfig, Polled,
 };
 
 /// One member's transactional producer.
@@ -19,9 +19,6 @@ pub struct Processor {
     /// The topic read, and the topic written.
     input: String,
     output: String,
-    /// Transactions committed and aborted.
-    pub committed: usize,
-    pub aborted: usize,
 }
 
 impl Processor {
@@ -47,8 +44,6 @@ impl Processor {
             producer,
             input: input.to_owned(),
             output: output.to_owned(),
-            committed: 0,
-            aborted: 0,
         })
     }
 
@@ -60,27 +55,22 @@ impl Processor {
     /// A fenced producer, or a consumer that cannot rewind.
     pub async fn process(&mut self, consumer: &mut KafkaConsumer, polled: &[Polled]) -> Result<()> {
         match self.transaction(consumer, polled).await {
-            Ok(()) => {
-                self.committed += 1;
-                Ok(())
-            }
+            Ok(()) => Ok(()),
+            Err(error) if error.is_fenced() => anyhow::bail!("processor fenced: {error}"),
             Err(error) => {
-                if let Some(fenced) = error
-                    .downcast_ref::<minibroker_kafka_client::KafkaProduceError>()
-                    .filter(|e| e.is_fenced())
-                {
-                    anyhow::bail!("processor fenced: {fenced}");
-                }
                 tracing::debug!(%error, "a processor's transaction failed: aborted, read again");
                 let _ = self.producer.abort().await;
-                self.aborted += 1;
                 consumer.rewind().await?;
                 Ok(())
             }
         }
     }
 
-    async fn transaction(&mut self, consumer: &KafkaConsumer, polled: &[Polled]) -> Result<()> {
+    async fn transaction(
+        &mut self,
+        consumer: &KafkaConsumer,
+        polled: &[Polled],
+    ) -> Result<(), KafkaProduceError> {
         self.producer.begin()?;
         for part in polled.iter().filter(|p| !p.records.is_empty()) {
             let records: Vec<NewRecord> = part

@@ -167,29 +167,22 @@ async fn read(
     config: KafkaConsumerConfig,
     restart_at: usize,
 ) -> (Vec<ConsumerLog>, Option<String>) {
-    let mut logs = Vec::new();
-    let mut restarted = false;
-    for incarnation in 0.. {
+    let mut logs: Vec<ConsumerLog> = Vec::new();
+    loop {
         let mut log = ConsumerLog {
-            name: format!("{label}.{incarnation}"),
+            name: format!("{label}.{}", logs.len()),
             ..ConsumerLog::default()
         };
-        let ended = member(
-            shared,
-            (index, label),
-            &config,
-            &mut log,
-            (!restarted).then_some(restart_at),
-        )
-        .await;
+        // Only the first member of the slot restarts.
+        let restart_at = logs.is_empty().then_some(restart_at);
+        let ended = member(shared, (index, label), &config, &mut log, restart_at).await;
         logs.push(log);
         match ended {
-            Ok(Ending::Restart) => restarted = true,
+            Ok(Ending::Restart) => {}
             Ok(Ending::Done) => return (logs, None),
             Err(error) => return (logs, Some(format!("consumer {label}: {error}"))),
         }
     }
-    (logs, None)
 }
 
 /// How a member stopped.
@@ -209,8 +202,8 @@ async fn member(
     restart_at: Option<usize>,
 ) -> Result<Ending> {
     // The read_committed group's members process, when there is a topic to write.
-    let mut processor = match (&shared.pipeline, index) {
-        (Some((input, output)), 0) => Some(
+    let mut processor = match &shared.pipeline {
+        Some((input, output)) if config.read_committed => Some(
             Processor::start(&shared.kafka, (input, output), &format!("{output}-{slot}")).await?,
         ),
         _ => None,

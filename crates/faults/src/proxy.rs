@@ -567,6 +567,9 @@ impl Relay {
     /// Whether `frame` answers the second copy of a request passed on twice: the client asked
     /// once, so it gets one answer.
     fn second_answer(&self, frame: &BytesMut) -> bool {
+        if !self.proxy.config.duplicate_request.is_active() {
+            return false;
+        }
         let correlation = if self.proxy.config.kafka.is_some() {
             kafka::response_correlation(frame).map_or(0, i64::from)
         } else {

@@ -161,8 +161,6 @@ pub struct Polled {
     pub from: i64,
     /// The records shown, in offset order.
     pub records: Vec<PolledRecord>,
-    /// When the answer came.
-    pub at: Instant,
 }
 
 /// An assignment (or a rewind to the committed offsets): the partitions given, and where each
@@ -611,7 +609,6 @@ impl KafkaConsumer {
             .leaders
             .call(leader, ApiKey::Fetch, FETCH, &request)
             .await?;
-        let at = Instant::now();
         let mut polled = Vec::new();
         for data in answer.responses.iter().flat_map(|t| &t.partitions) {
             let Some(&position) = self.positions.get(&data.partition_index) else {
@@ -642,7 +639,6 @@ impl KafkaConsumer {
                 partition: data.partition_index,
                 from: position,
                 records,
-                at,
             });
         }
         Ok(polled)

@@ -281,7 +281,6 @@ mod tests {
     use crate::PartitionReads;
     use minibroker_kafka_client::PolledRecord;
     use std::collections::BTreeMap;
-    use std::time::Instant;
 
     use crate::isolation::fixtures::{data as batch, marker};
 
@@ -325,7 +324,6 @@ mod tests {
                             value: bytes::Bytes::new(),
                         })
                         .collect(),
-                    at: Instant::now(),
                 }],
             }],
             caught_up: true,

@@ -541,15 +541,10 @@ impl fmt::Display for Report {
         } else {
             // Each anomaly found, with how often, then the first few of each way it was seen
             // (in the store, by a consumer): the witnesses.
-            let mut anomalies: Vec<(&str, Vec<&Violation>)> = Vec::new();
             let mut seen: Vec<(&str, std::mem::Discriminant<Violation>, Vec<&Violation>)> =
                 Vec::new();
             for violation in &self.violations {
                 let (anomaly, kind) = (violation.anomaly(), std::mem::discriminant(violation));
-                match anomalies.iter_mut().find(|(name, _)| *name == anomaly) {
-                    Some((_, found)) => found.push(violation),
-                    None => anomalies.push((anomaly, vec![violation])),
-                }
                 match seen
                     .iter_mut()
                     .find(|(name, of, _)| *name == anomaly && *of == kind)
@@ -558,9 +553,17 @@ impl fmt::Display for Report {
                     None => seen.push((anomaly, kind, vec![violation])),
                 }
             }
-            let counts: Vec<String> = anomalies
+            // How many of each anomaly, however seen, in the order first found.
+            let mut counts: Vec<(&str, usize)> = Vec::new();
+            for (name, _, found) in &seen {
+                match counts.iter_mut().find(|(counted, _)| counted == name) {
+                    Some((_, count)) => *count += found.len(),
+                    None => counts.push((name, found.len())),
+                }
+            }
+            let counts: Vec<String> = counts
                 .iter()
-                .map(|(name, found)| format!("{name} {}", found.len()))
+                .map(|(name, count)| format!("{name} {count}"))
                 .collect();
             writeln!(
                 f,
